@@ -1,0 +1,134 @@
+"""The command line: argparse over the settings table, one subcommand per stage of work.
+
+Each subcommand names the function that carries it out (``module:function``);
+the function takes the resolved `Settings` and the parsed arguments and returns
+the exit status. Settings errors and usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gitsync import __version__
+from gitsync import log as gslog
+from gitsync.settings import SPECS, Settings, SettingsError, load
+
+NOT_AVAILABLE = 3
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    target: str  # "module:function"
+    groups: tuple[str, ...]
+    require: tuple[str, ...] = ()
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
+            "gitsync.commands:render", ("source",)),
+    Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
+            "gitsync.commands:validate", ("source",)),
+    Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
+            "gitsync.commands:diff", ("source", "gateway"), ("gateways", "admin_key")),
+    Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed)",
+            "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key")),
+    Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
+            "gitsync.agent:run_command", ("source", "gateway", "daemon", "writeback"),
+            ("gateways", "admin_key")),
+    Command("status", "this agent's last result; --fleet: every agent's, from the status branch",
+            "gitsync.commands:status", ("state", "source", "writeback")),
+    Command("demo", "the whole loop on the embedded sample repo, narrated",
+            "gitsync.demo:run_demo", ()),
+)
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, groups: Sequence[str]) -> None:
+    for spec in SPECS:
+        if not set(spec.groups) & set(groups) or spec.type == "table" or "global" in spec.groups:
+            continue
+        if spec.secret:
+            parser.add_argument(spec.option + "-file", dest=spec.name + "_file", metavar="FILE",
+                                default=None, help=f"file holding: {spec.help}")
+            continue
+        kwargs: dict = {"dest": spec.name, "default": None, "help": spec.help}
+        if spec.type == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif spec.type == "list":
+            kwargs["action"] = "append"
+            kwargs["metavar"] = spec.metavar or "VALUE"
+        elif spec.type == "enum":
+            kwargs["choices"] = spec.choices
+        else:
+            kwargs["metavar"] = spec.metavar or spec.type.upper()
+        parser.add_argument(spec.option, **kwargs)
+        if spec.name == "writeback":
+            parser.add_argument("--no-writeback", dest="writeback", action="store_const", const="off",
+                                help="no status commits or notes (same as --writeback off)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gitsync",
+        description="GitOps pull agent for Apache APISIX gateways in API-driven standalone mode.",
+    )
+    parser.add_argument("--version", action="version", version=f"gitsync {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", default=None,
+                        help="settings file (default /etc/gitsync/gitsync.toml)")
+    common.add_argument("-v", "--verbose", action="count", default=None, help="more log detail (-vv: trace)")
+    common.add_argument("--log-json", action="store_true", default=None, help="one JSON object per log line")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help, parents=[common])
+        p.set_defaults(_command=command)
+        _add_setting_flags(p, command.groups)
+        if command.name == "render":
+            p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
+        if command.name in ("diff",):
+            p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
+        if command.name == "sync":
+            p.add_argument("--once", action="store_true", help="one sync, then exit (the only mode of sync)")
+        if command.name == "status":
+            p.add_argument("--fleet", action="store_true", help="every agent's status from the status branch")
+        if command.name == "demo":
+            p.add_argument("--keep-running", action="store_true", help="stay up after the last step")
+    return parser
+
+
+def _flags(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in vars(args).items() if not k.startswith("_") and v is not None}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command: Command = args._command
+    gslog.setup(verbose=args.verbose or 0, json_lines=bool(args.log_json))
+    try:
+        settings: Settings = load(_flags(args), config=args.config, require=command.require)
+    except SettingsError as exc:
+        print(f"gitsync {command.name}: error: {gslog.redact(str(exc))}", file=sys.stderr)
+        return 2
+    gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)
+    module_name, func_name = command.target.split(":")
+    if importlib.util.find_spec(module_name) is None or not hasattr(
+        importlib.import_module(module_name), func_name
+    ):
+        print(f"gitsync {command.name}: not available yet in gitsync {__version__}", file=sys.stderr)
+        return NOT_AVAILABLE
+    func = getattr(importlib.import_module(module_name), func_name)
+    try:
+        return int(func(settings, args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gitsync import settings as gs
+from gitsync.log import redact
+from gitsync.settings import Secret, SettingsError, load
+from tests.support import ROOT, run_gitsync
+
+
+def write(tmp_path: Path, text: str, name: str = "gitsync.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_priority_flag_over_env_over_file(tmp_path):
+    cfg = write(tmp_path, '[agent]\ninterval = "1m"\njitter = "3s"\ndrift_interval = "20s"\n')
+    s = load(config=cfg, env={})
+    assert (s.interval, s.jitter, s.drift_interval) == (60.0, 3.0, 20.0)
+    s = load(config=cfg, env={"GITSYNC_INTERVAL": "2m", "GITSYNC_JITTER": "4s"})
+    assert (s.interval, s.jitter, s.drift_interval) == (120.0, 4.0, 20.0)
+    s = load({"interval": "5m"}, config=cfg, env={"GITSYNC_INTERVAL": "2m"})
+    assert (s.interval, s.jitter) == (300.0, 3.0)
+
+
+def test_priority_through_the_real_command_line(tmp_path):
+    cfg = write(tmp_path, '[agent]\nstate_dir = "/from/file"\n')
+    # `status` prints nothing useful yet without a state dir; check the resolved value through load instead
+    s = load({"state_dir": str(tmp_path / "flag")}, config=cfg, env={"GITSYNC_STATE_DIR": "/from/env"})
+    assert s.state_dir == tmp_path / "flag"
+    s = load({}, config=cfg, env={"GITSYNC_STATE_DIR": "/from/env"})
+    assert s.state_dir == Path("/from/env")
+
+
+def test_durations_sizes_lists_and_bools():
+    s = load(env={"GITSYNC_INTERVAL": "250ms", "GITSYNC_GATEWAYS": "http://a:9180, http://b:9180",
+                  "GITSYNC_MAX_PAYLOAD_SIZE": "2MiB", "GITSYNC_TLS_VERIFY": "no"}, config="/dev/null")
+    assert s.interval == 0.25
+    assert s.gateways == ("http://a:9180", "http://b:9180")
+    assert s.max_payload_size == 2 * 1024 * 1024
+    assert s.tls_verify is False
+    assert gs.parse_duration("1h") == 3600 and gs.parse_duration("2d") == 172800
+    with pytest.raises(ValueError):
+        gs.parse_duration("soon")
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path):
+    cfg = write(tmp_path, '[agent]\ninterval = "30s"\njitter = = 3\n')
+    with pytest.raises(SettingsError) as err:
+        load(config=cfg, env={})
+    assert str(err.value).startswith(f"{cfg}:3:")
+    assert "TOML syntax error" in str(err.value)
+
+
+def test_unknown_key_names_its_path_line_and_a_hint(tmp_path):
+    cfg = write(tmp_path, '[source]\nrepo = "x"\nrefs = "main"\n')
+    with pytest.raises(SettingsError) as err:
+        load(config=cfg, env={})
+    assert str(err.value) == f"{cfg}:3: source.refs: unknown key (did you mean 'source.ref'?)"
+
+
+def test_unknown_section_and_key_in_the_wrong_section(tmp_path):
+    cfg = write(tmp_path, 'interval = "30s"\n')
+    with pytest.raises(SettingsError) as err:
+        load(config=cfg, env={})
+    assert "interval: unknown key (it belongs in [agent])" in str(err.value)
+    assert str(err.value).startswith(f"{cfg}:1:")
+
+
+def test_wrong_type_names_the_key_path(tmp_path):
+    cfg = write(tmp_path, '[agent]\n\ninterval = true\n')
+    with pytest.raises(SettingsError) as err:
+        load(config=cfg, env={})
+    assert str(err.value) == f"{cfg}:3: agent.interval: expected a duration such as 30s or 5m, got a boolean"
+    cfg = write(tmp_path, '[gateways]\ngateways = "http://one"\n')
+    with pytest.raises(SettingsError, match=r":2: gateways.gateways: expected an array of strings"):
+        load(config=cfg, env={})
+    with pytest.raises(SettingsError, match=r"^GITSYNC_PUSH_ATTEMPTS: expected an integer"):
+        load(config="/dev/null", env={"GITSYNC_PUSH_ATTEMPTS": "many"})
+
+
+def test_inline_secret_is_refused_with_how_to_pass_it(tmp_path):
+    cfg = write(tmp_path, '[gateways]\nadmin_key = "edd1c9f034335f136f87ad84b625c8f1"\n')
+    with pytest.raises(SettingsError) as err:
+        load(config=cfg, env={})
+    text = str(err.value)
+    assert text.startswith(f"{cfg}:2: gateways.admin_key: secrets are not read from the settings file")
+    assert "admin_key_file" in text and "GITSYNC_ADMIN_KEY" in text and "LoadCredential" in text
+    assert "edd1c9f034335f136f87ad84b625c8f1" not in text
+
+
+def test_secrets_from_file_env_and_credentials_directory(tmp_path):
+    key = tmp_path / "admin_key"
+    key.write_text("file-secret-value\n")
+    cfg = write(tmp_path, f'[gateways]\nadmin_key_file = "{key}"\n')
+    s = load(config=cfg, env={})
+    assert isinstance(s.admin_key, Secret) and s.admin_key.reveal() == "file-secret-value"
+    assert "file-secret-value" not in repr(s)
+    assert redact("key=file-secret-value") == "key=***"
+    s = load(config=cfg, env={"GITSYNC_ADMIN_KEY": "env-secret-value"})
+    assert s.admin_key.reveal() == "env-secret-value"
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "webhook_secret").write_text("hook-secret-value")
+    s = load(config="/dev/null", env={"CREDENTIALS_DIRECTORY": str(creds)})
+    assert s.webhook_secret.reveal() == "hook-secret-value"
+    assert s.secrets_dir == creds
+    with pytest.raises(SettingsError, match="cannot read"):
+        load(config="/dev/null", env={"GITSYNC_ADMIN_KEY_FILE": str(tmp_path / "missing")})
+
+
+def test_missing_required_value_and_missing_named_file(tmp_path):
+    with pytest.raises(SettingsError, match=r"^gateways is required: set --gateway, GITSYNC_GATEWAYS"):
+        load(config="/dev/null", env={}, require=["gateways"])
+    with pytest.raises(SettingsError, match="cannot read the settings file"):
+        load(config=tmp_path / "nope.toml", env={})
+
+
+def test_unknown_environment_variable_and_unknown_kind():
+    with pytest.raises(SettingsError, match=r"^GITSYNC_INTERVALL: unknown setting \(did you mean"):
+        load(config="/dev/null", env={"GITSYNC_INTERVALL": "3s"})
+    with pytest.raises(SettingsError, match="unknown kind 'secret'"):
+        load({"unmanaged": ["secret"]}, config="/dev/null", env={})
+
+
+def test_vars_from_table_and_environment(tmp_path):
+    cfg = write(tmp_path, '[render.vars]\nHOST = "a.example"\nPORT = 8080\n')
+    s = load(config=cfg, env={"GITSYNC_VAR_HOST": "b.example"})
+    assert s.vars == {"HOST": "b.example", "PORT": "8080"}
+
+
+def test_settings_errors_exit_2_through_the_cli(tmp_path):
+    cfg = write(tmp_path, "[agent]\ninterval = [\n")
+    result = run_gitsync("validate", "--config", str(cfg), "--dir", str(tmp_path))
+    assert result.returncode == 2
+    assert f"{cfg}:" in result.stderr and "TOML syntax error" in result.stderr
+
+
+def test_configuration_docs_are_generated_from_the_specs():
+    assert (ROOT / "docs" / "configuration.md").read_text() == gs.render_docs()
