@@ -1,0 +1,52 @@
+"""The resource kinds of APISIX's standalone config, and how each item is identified.
+
+One table for the whole project: render, reconcile, the schemas and the test
+double all read it (``../shared/apisix-standalone.md`` §2.1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The kinds a config repo may declare, in the order gitsync renders them.
+KINDS: tuple[str, ...] = (
+    "routes",
+    "services",
+    "upstreams",
+    "consumers",
+    "consumer_groups",
+    "ssls",
+    "global_rules",
+    "plugin_configs",
+    "plugin_metadata",
+    "protos",
+    "stream_routes",
+    "secrets",
+)
+
+#: Every key APISIX 3.14+ keeps a ``<key>_conf_version`` for: the kinds plus ``plugins``.
+VERSIONED_KEYS: tuple[str, ...] = (*KINDS, "plugins")
+
+VERSION_SUFFIX = "_conf_version"
+
+#: Metadata keys APISIX 3.14+ adds to the stored config (and to GET bodies).
+METADATA_KEYS: tuple[str, ...] = ("X-Last-Modified", "X-Digest")
+
+
+def version_key(kind: str) -> str:
+    return kind + VERSION_SUFFIX
+
+
+def is_credential(kind: str, item: Any) -> bool:
+    """A consumer credential is a ``consumers`` item whose id holds ``/credentials/``."""
+    return kind == "consumers" and isinstance(item, dict) and "/credentials/" in str(item.get("id", ""))
+
+
+def item_id(kind: str, item: Any) -> str | None:
+    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text)."""
+    if not isinstance(item, dict):
+        return None
+    value = item.get("id")
+    if value is None and kind == "consumers":
+        value = item.get("username")
+    return None if value is None else str(value)
