@@ -22,23 +22,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gitsync.kinds import KINDS
 from gitsync.log import register_secret
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
-KINDS = (
-    "routes",
-    "services",
-    "upstreams",
-    "consumers",
-    "consumer_groups",
-    "ssls",
-    "global_rules",
-    "plugin_configs",
-    "plugin_metadata",
-    "protos",
-    "stream_routes",
-    "secrets",
-)
 
 
 class SettingsError(Exception):
