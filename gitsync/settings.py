@@ -26,6 +26,7 @@ from gitsync.kinds import KINDS
 from gitsync.log import register_secret
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
+DOCKER_SECRETS = Path("/run/secrets")
 
 
 class SettingsError(Exception):
@@ -546,10 +547,7 @@ def load(
     if "state_dir" not in values and env.get("STATE_DIRECTORY"):
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
-        if env.get("CREDENTIALS_DIRECTORY"):
-            values["secrets_dir"] = Path(env["CREDENTIALS_DIRECTORY"])
-        elif Path("/run/secrets").is_dir():
-            values["secrets_dir"] = Path("/run/secrets")
+        values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
     unknown = [k for k in values.get("unmanaged", ()) if k not in KINDS]
     if unknown:
         origin = merged["unmanaged"].origin
@@ -583,12 +581,21 @@ def _resolve_secret(
         if not value:
             raise SettingsError(f"{raw.origin}: is empty")
         out[spec.name] = Secret(value)
-    elif env.get("CREDENTIALS_DIRECTORY"):
-        path = Path(env["CREDENTIALS_DIRECTORY"]) / spec.name
-        if path.is_file():
-            out[spec.name + "_file"] = path
-            out[spec.name] = Secret(_read_secret_file(path, "$CREDENTIALS_DIRECTORY"))
+    else:
+        for where, directory in _credential_dirs(env):
+            path = directory / spec.name
+            if path.is_file():
+                out[spec.name + "_file"] = path
+                out[spec.name] = Secret(_read_secret_file(path, where))
+                break
     return out
+
+
+def _credential_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
+    """Where secrets are looked up by name: systemd credentials, then docker secrets."""
+    dirs = [("$CREDENTIALS_DIRECTORY", Path(env["CREDENTIALS_DIRECTORY"]))] if env.get(
+        "CREDENTIALS_DIRECTORY") else []
+    return [*dirs, ("/run/secrets", DOCKER_SECRETS)]
 
 
 def _rank(raw: _Raw) -> int:
@@ -642,7 +649,8 @@ def render_docs() -> str:
         "",
         "**Secrets** (marked 🔒) are never written in the TOML file: set `<key>_file` to a file holding the",
         "value (systemd `LoadCredential=`, docker secrets), or `GITSYNC_<KEY>` / `GITSYNC_<KEY>_FILE` in the",
-        "environment. Without either, `$CREDENTIALS_DIRECTORY/<key>` is used when it exists.",
+        "environment. Without either, `$CREDENTIALS_DIRECTORY/<key>` (systemd) or `/run/secrets/<key>`",
+        "(docker) is used when it exists.",
         "",
     ]
     for section in SECTIONS:
