@@ -1,0 +1,165 @@
+"""The state directory: what was applied where, written so that a kill at any moment leaves it readable.
+
+Layout::
+
+    <state_dir>/lock         flock'ed by the one agent that owns this directory
+    <state_dir>/state.json   last good commit, per-gateway last applied commit and digest, bad commits
+    <state_dir>/mirror/      the bare git mirror (owned by gitsync.source)
+
+Every write goes to a temporary file that is fsync'ed and renamed over the old one, then the
+directory is fsync'ed: a reader sees the old state or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitsync.log import logger
+
+STATE_FILE = "state.json"
+LOCK_FILE = "lock"
+MAX_BAD_COMMITS = 50  # remembered failures; older ones are forgotten (they are in git notes anyway)
+
+
+class StateError(Exception):
+    """The state directory cannot be used (locked by another agent, not writable)."""
+
+
+@dataclass
+class GatewayState:
+    """What one gateway was last given by this agent."""
+
+    commit: str
+    digest: str
+    versions: dict[str, int] = field(default_factory=dict)
+    applied_at: float = 0.0
+
+
+@dataclass
+class AgentState:
+    """Everything the agent must remember across restarts."""
+
+    last_good: str | None = None  # last commit applied to every gateway
+    last_good_subject: str = ""
+    gateways: dict[str, GatewayState] = field(default_factory=dict)
+    bad: dict[str, str] = field(default_factory=dict)  # commit SHA → why it was refused
+    last_result: dict[str, Any] = field(default_factory=dict)  # the last sync's summary (gitsync status)
+
+    def mark_bad(self, sha: str, reason: str) -> None:
+        self.bad.pop(sha, None)
+        self.bad[sha] = reason
+        while len(self.bad) > MAX_BAD_COMMITS:
+            self.bad.pop(next(iter(self.bad)))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AgentState:
+        gateways = {url: GatewayState(**g) for url, g in (data.get("gateways") or {}).items()}
+        return cls(
+            last_good=data.get("last_good"),
+            last_good_subject=data.get("last_good_subject", ""),
+            gateways=gateways,
+            bad=dict(data.get("bad") or {}),
+            last_result=dict(data.get("last_result") or {}),
+        )
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers never see a partial file, even after a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class StateDir:
+    """The agent's state directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+
+    @property
+    def mirror(self) -> Path:
+        return self.path / "mirror"
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / STATE_FILE
+
+    def ensure(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise StateError(f"state directory {self.path}: {exc.strerror or exc}") from None
+        if not os.access(self.path, os.W_OK):
+            raise StateError(f"state directory {self.path} is not writable")
+
+    def acquire(self) -> None:
+        """Take the single-instance lock, or raise `StateError` naming the holder's pid."""
+        self.ensure()
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StateError(f"state directory {self.path} is in use by pid {holder}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[StateDir]:
+        self.acquire()
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def load(self) -> AgentState:
+        """The saved state; a missing file is a fresh start, an unreadable one is set aside and logged."""
+        try:
+            raw = self.state_file.read_bytes()
+        except FileNotFoundError:
+            return AgentState()
+        try:
+            return AgentState.from_json(json.loads(raw))
+        except (ValueError, TypeError, AttributeError) as exc:
+            aside = self.state_file.with_suffix(".corrupt")
+            os.replace(self.state_file, aside)
+            logger.error("state file {} is unreadable ({}); kept as {} and starting fresh",
+                         self.state_file, exc, aside)
+            return AgentState()
+
+    def save(self, state: AgentState) -> None:
+        atomic_write(self.state_file, json.dumps(state.to_json(), indent=1, sort_keys=True).encode() + b"\n")
