@@ -1,0 +1,1 @@
+"""gitsync benchmarks: `python -m bench` (see bench/README.md)."""

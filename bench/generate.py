@@ -1,0 +1,121 @@
+"""Generate a config repo of N routes (with upstreams, services, consumers and plugins) and its git history.
+
+Files hold 10 routes each, as teams split config in practice; upstreams and services are shared
+by groups of routes. `make_history` builds M commits with `git fast-import` (seconds, not minutes).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROUTES_PER_FILE = 10
+
+
+def route_file(index: int, routes_per_file: int = ROUTES_PER_FILE, revision: int = 0) -> bytes:
+    """The YAML of route file `index`: `routes_per_file` routes, the first one carrying `revision`."""
+    lines = ["routes:"]
+    for n in range(index * routes_per_file, (index + 1) * routes_per_file):
+        lines += [
+            f"  - id: r{n}",
+            f"    uri: /api/v1/svc{n // 100}/r{n}/*",
+            "    methods: [GET, POST]",
+            f"    service_id: s{n // 100}",
+            "    plugins:",
+            "      limit-count:",
+            f"        count: {100 + (revision if n == index * routes_per_file else 0)}",
+            "        time_window: 60",
+            "        rejected_code: 429",
+            "      proxy-rewrite:",
+            f"        regex_uri: ['^/api/v1/svc{n // 100}/(.*)', '/$1']",
+        ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def shared_files(routes: int) -> dict[str, bytes]:
+    """Upstreams and services (one per 100 routes), consumers, a global rule."""
+    groups = max(1, (routes + 99) // 100)
+    ups = ["upstreams:"]
+    svcs = ["services:"]
+    for g in range(groups):
+        ups += [f"  - id: u{g}", "    type: roundrobin", "    nodes:",
+                f"      - {{host: 10.0.{g // 250}.{g % 250 + 1}, port: 8080, weight: 1}}"]
+        svcs += [f"  - id: s{g}", f"    upstream_id: u{g}", "    plugins:", "      cors: {}"]
+    consumers = ["consumers:"]
+    for c in range(max(1, routes // 100)):
+        consumers += [f"  - username: team{c}", "    plugins:", "      key-auth:",
+                      f"        key: bench-key-{c:05d}"]
+    rules = ["global_rules:", "  - id: prometheus", "    plugins:", "      prometheus: {}"]
+    return {
+        "shared/upstreams.yaml": ("\n".join(ups) + "\n").encode(),
+        "shared/services.yaml": ("\n".join(svcs) + "\n").encode(),
+        "shared/consumers.yaml": ("\n".join(consumers) + "\n").encode(),
+        "shared/global_rules.yaml": ("\n".join(rules) + "\n").encode(),
+    }
+
+
+def config_files(routes: int, revision: int = 0, routes_per_file: int = ROUTES_PER_FILE) -> dict[str, bytes]:
+    files = shared_files(routes)
+    for i in range((routes + routes_per_file - 1) // routes_per_file):
+        files[f"routes/r{i:05d}.yaml"] = route_file(i, routes_per_file, revision if i == 0 else 0)
+    return files
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main") -> None:
+    """A repo whose first commit holds the whole config and each later commit changes one route file."""
+    subprocess.run(["git", "init", "-q", "-b", branch, str(repo)], check=True)
+    stream: list[bytes] = []
+    base = config_files(routes)
+    files_n = max(1, (routes + ROUTES_PER_FILE - 1) // ROUTES_PER_FILE)
+
+    def blob(data: bytes) -> bytes:
+        return b"data %d\n%s\n" % (len(data), data)
+
+    when = 1_700_000_000
+    for c in range(commits):
+        message = b"initial config" if c == 0 else b"tune route file %d" % (c % files_n)
+        stream.append(b"commit refs/heads/%s\n" % branch.encode())
+        stream.append(b"committer bench <bench@localhost> %d +0000\n" % (when + c))
+        stream.append(blob(message))
+        if c == 0:
+            for rel, data in sorted(base.items()):
+                stream.append(b"M 100644 inline %s\n" % rel.encode())
+                stream.append(blob(data))
+        else:
+            i = c % files_n
+            stream.append(b"M 100644 inline routes/r%05d.yaml\n" % i)
+            stream.append(blob(route_file(i, revision=c)))
+        stream.append(b"\n")
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-f", branch], check=True)
+
+
+def add_commits(repo: Path, routes: int, count: int, start_revision: int) -> None:
+    """Append `count` commits, each changing one route file, through the git CLI's fast-import."""
+    files_n = max(1, (routes + ROUTES_PER_FILE - 1) // ROUTES_PER_FILE)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    branch = subprocess.run(["git", "-C", str(repo), "symbolic-ref", "--short", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    stream: list[bytes] = []
+    for k in range(count):
+        c = start_revision + k
+        i = c % files_n
+        data = route_file(i, revision=c)
+        stream.append(b"commit refs/heads/%s\n" % branch.encode())
+        stream.append(b"committer bench <bench@localhost> %d +0000\n" % (1_800_000_000 + c))
+        msg = b"tune route file %d (rev %d)" % (i, c)
+        stream.append(b"data %d\n%s\n" % (len(msg), msg))
+        if k == 0:
+            stream.append(b"from %s\n" % head.encode())
+        stream.append(b"M 100644 inline routes/r%05d.yaml\n" % i)
+        stream.append(b"data %d\n%s\n\n" % (len(data), data))
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True)
+    subprocess.run(["git", "-C", str(repo), "reset", "-q", "--hard", branch], check=True)
