@@ -157,7 +157,8 @@ class _Rule:
 
 @dataclass(frozen=True)
 class _Metadata:
-    wrapped_keys: tuple[tuple[str, str], ...]  # (age recipient, armored age file of the data key)
+    key_groups: tuple[tuple[tuple[str, str], ...], ...]  # per group: (age recipient, armored key)
+    threshold: int  # key groups needed (Shamir); sops's default is all of them
     lastmodified: str
     mac: str
     rule: _Rule
@@ -185,25 +186,29 @@ def _metadata(meta: object, file: str) -> _Metadata:
     mac, lastmodified = meta.get("mac"), meta.get("lastmodified")
     if not isinstance(mac, str) or not mac:
         raise SopsError(file, "the sops metadata has no mac")
-    return _Metadata(_wrapped_keys(meta, file), _go_rfc3339(lastmodified, file), mac,
+    groups = _key_groups(meta, file)
+    threshold = meta.get("shamir_threshold") or len(groups)
+    if not isinstance(threshold, int) or not 1 <= threshold <= len(groups):
+        raise SopsError(file, "sops.shamir_threshold is not a number of key groups")
+    return _Metadata(groups, threshold, _go_rfc3339(lastmodified, file), mac,
                      _Rule(name, pattern), meta.get("mac_only_encrypted") is True)
 
 
-def _wrapped_keys(meta: Mapping[str, Any], file: str) -> tuple[tuple[str, str], ...]:
+def _key_groups(meta: Mapping[str, Any], file: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The age-wrapped data key (or Shamir part) of each key group: ((recipient, armored), ...)."""
     groups = meta.get("key_groups")
-    if groups:
-        if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], Mapping):
-            raise SopsError(file, "key groups with Shamir secret sharing are not supported; "
-                                  "encrypt the file to age recipients in one group")
-        entries = groups[0].get("age") or []
-    else:
-        entries = meta.get("age") or []
+    if groups is None:
+        groups = [meta]
+    if not isinstance(groups, list) or not all(isinstance(group, Mapping) for group in groups):
+        raise SopsError(file, "sops.key_groups is not a list of mappings")
     wrapped = tuple(
-        (str(entry.get("recipient", "?")), entry["enc"])
-        for entry in entries if isinstance(entry, Mapping) and isinstance(entry.get("enc"), str)
+        tuple((str(entry.get("recipient", "?")), entry["enc"]) for entry in group.get("age") or []
+              if isinstance(entry, Mapping) and isinstance(entry.get("enc"), str))
+        for group in groups
     )
-    if not wrapped:
-        others = [k for k in ("pgp", "kms", "gcp_kms", "azure_kv", "hc_vault", "hckms") if meta.get(k)]
+    if not any(wrapped):
+        others = sorted({k for group in groups for k in ("pgp", "kms", "gcp_kms", "azure_kv", "hc_vault",
+                                                          "hckms") if group.get(k)})
         also = f" (it has {', '.join(others)} keys only)" if others else ""
         raise SopsError(file, f"the file is not encrypted to any age recipient{also}")
     return wrapped
@@ -249,17 +254,69 @@ def _data_key(meta: _Metadata, identities: Sequence[Identity], file: str) -> byt
     if not identities:
         raise SopsError(file, "no age identity is configured to decrypt it (set age_key_file, "
                               "GITSYNC_AGE_KEY, SOPS_AGE_KEY_FILE or SOPS_AGE_KEY)")
-    for _recipient, armored in meta.wrapped_keys:
+    parts = [part for part in (_open_group(group, identities) for group in meta.key_groups) if part]
+    if len(parts) < meta.threshold:
+        recipients = ", ".join(recipient for group in meta.key_groups for recipient, _ in group)
+        which = f"{len(identities)} configured age identit{'y' if len(identities) == 1 else 'ies'}"
+        if meta.threshold > 1:
+            reason = f"the {which} open only {len(parts)} of the {meta.threshold} key groups needed"
+        else:
+            reason = f"none of the {which} can decrypt the data key"
+        raise SopsError(file, f"{reason} (the file is encrypted to {recipients})")
+    key = parts[0] if len(meta.key_groups) == 1 else _shamir_combine(parts)
+    if len(key) != 32:
+        raise SopsError(file, "the decrypted data key is not 32 bytes long")
+    return key
+
+
+def _open_group(group: Sequence[tuple[str, str]], identities: Sequence[Identity]) -> bytes | None:
+    for _recipient, armored in group:
         try:
-            key = pyrage.decrypt(armored.encode("utf-8"), list(identities))
+            return pyrage.decrypt(armored.encode("utf-8"), list(identities))
         except (pyrage.DecryptError, ValueError, TypeError):
             continue
-        if len(key) == 32:
-            return key
-        raise SopsError(file, "the decrypted data key is not 32 bytes long")
-    recipients = ", ".join(recipient for recipient, _ in meta.wrapped_keys)
-    raise SopsError(file, f"none of the {len(identities)} configured age identities can decrypt the "
-                          f"data key (the file is encrypted to {recipients})")
+    return None
+
+
+def _gf_mul(a: int, b: int) -> int:
+    """Multiplication in GF(2^8) modulo x^8+x^4+x^3+x+1, the field of sops's (Vault's) shamir."""
+    product = 0
+    while b:
+        if b & 1:
+            product ^= a
+        a = ((a << 1) ^ 0x11B) if a & 0x80 else a << 1
+        b >>= 1
+    return product
+
+
+def _gf_inv(a: int) -> int:
+    result, power = 1, a
+    for bit in range(8):  # a^254 = a^-1
+        if (254 >> bit) & 1:
+            result = _gf_mul(result, power)
+        power = _gf_mul(power, power)
+    return result
+
+
+def _shamir_combine(parts: Sequence[bytes]) -> bytes:
+    """shamir.Combine: each part is the y values of one share followed by its x coordinate."""
+    xs = [part[-1] for part in parts]
+    if len(set(xs)) != len(xs) or len({len(part) for part in parts}) != 1:
+        return b""
+    basis = []
+    for i, xi in enumerate(xs):
+        value = 1
+        for j, xj in enumerate(xs):
+            if i != j:  # Lagrange basis at 0: xj / (xi + xj), addition being XOR
+                value = _gf_mul(value, _gf_mul(xj, _gf_inv(xi ^ xj)))
+        basis.append(value)
+    secret = bytearray()
+    for index in range(len(parts[0]) - 1):
+        byte = 0
+        for part, weight in zip(parts, basis, strict=True):
+            byte ^= _gf_mul(part[index], weight)
+        secret.append(byte)
+    return bytes(secret)
 
 
 def _open(token: str, key: bytes, aad: str) -> tuple[bytes, str] | None:
