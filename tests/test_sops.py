@@ -168,6 +168,18 @@ def test_multi_document_yaml_is_decrypted_as_one_file(tmp_path, key):
         sops.decrypt_document(docs[1], key.parsed(), path="multi.sops.yaml")
 
 
+def test_values_in_clear_are_hashed_as_go_prints_them(tmp_path, key):
+    """The MAC covers clear values as sops's Go types print: floats, times, re-spelled ints."""
+    source = ("clear_unencrypted:\n  big: 1.0e20\n  one: 1.0\n  small: 1.0e-7\n  inf: .inf\n  hex: 0x1F\n"
+              "  oct: 0o17\n  date: 2024-02-03\n  when: 2024-02-03T04:05:06.789+02:00\n"
+              "  bin: !!binary aGVsbG8=\n  quoted: 'a: b'\nkey: value-0123456789\n")
+    plain = decrypt(encrypt(tmp_path, "clear.yaml", source, recipients=key.recipient), key)
+    clear = plain["clear_unencrypted"]
+    assert (clear["big"], clear["one"], clear["small"], clear["hex"], clear["oct"]) == (1e20, 1, 1e-7, 31, 15)
+    assert clear["when"].microsecond == 789000 and clear["bin"] == "hello"
+    assert plain["key"] == "value-0123456789"
+
+
 def test_encrypted_time_comes_back_as_rfc3339_text(tmp_path, key):
     plain = decrypt(encrypt(tmp_path, "t.yaml", "expires: 2024-01-02\n", recipients=key.recipient), key)
     assert plain == {"expires": "2024-01-02T00:00:00Z"}

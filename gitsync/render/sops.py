@@ -226,12 +226,17 @@ def _go_rfc3339(value: object, file: str) -> str:
     raise SopsError(file, "the sops metadata has no lastmodified time")
 
 
-def _go_time_text(value: dt.date) -> str:
-    """A YAML time as Go formats it with time.RFC3339 (no fraction; naive means UTC, as yaml.v3)."""
+def _go_time_text(value: dt.date, *, nano: bool = False) -> str:
+    """A time as Go formats it with time.RFC3339, or RFC3339Nano (fraction without trailing zeros).
+
+    A date is midnight UTC and a naive time is UTC, as yaml.v3 decodes them.
+    """
     if not isinstance(value, dt.datetime):
         value = dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
     offset = value.utcoffset() or dt.timedelta(0)
     text = value.replace(tzinfo=None, microsecond=0).isoformat()
+    if nano and value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
     if not offset:
         return text + "Z"
     minutes = int(offset.total_seconds()) // 60
@@ -368,7 +373,7 @@ def _mac_bytes(value: object) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, dt.date):
-        return _go_time_text(value).encode()
+        return _go_time_text(value, nano=True).encode()
     raise TypeError(type(value).__name__)
 
 
