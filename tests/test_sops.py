@@ -364,10 +364,13 @@ def test_identities_from_files_env_and_settings(tmp_path, sealed, key, other_key
     assert len(sops.load_identities(None, {"SOPS_AGE_KEY": key.identity})) == 1
     assert sops.load_identities(None, {}) == []
     # gitsync's setting wins over sops's variables
-    settings = load_settings(env={"GITSYNC_AGE_KEY_FILE": str(key_file)}, config="/dev/null")
-    chosen = sops.load_identities(settings.age_key_file, {"SOPS_AGE_KEY": other_key.identity},
-                                  age_key=settings.age_key.reveal())
-    assert sops.decrypt_document(doc, chosen)["route"]["key"] == CANARY
+    sops_env = {"SOPS_AGE_KEY": other_key.identity}
+    for env in ({"GITSYNC_AGE_KEY_FILE": str(key_file)}, {"GITSYNC_AGE_KEY": key.identity}):
+        settings = load_settings(env=env, config="/dev/null")
+        chosen = sops.identities_from_settings(settings, sops_env)
+        assert sops.decrypt_document(doc, chosen)["route"]["key"] == CANARY
+    no_setting = load_settings(env={}, config="/dev/null")
+    assert len(sops.identities_from_settings(no_setting, sops_env)) == 1
 
 
 def test_age_keygen_key_file_works(tmp_path, key):

@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gitsync.log import register_secret
 from gitsync.problems import Location, Problem
+from gitsync.settings import Settings
 
 Identity = pyrage.x25519.Identity
 
@@ -118,6 +119,12 @@ def load_identities(age_key_file: Path | None, env: Mapping[str, str], *,
     if env.get("SOPS_AGE_KEY"):
         identities += parse_identities(env["SOPS_AGE_KEY"], "SOPS_AGE_KEY")
     return identities
+
+
+def identities_from_settings(settings: Settings, env: Mapping[str, str]) -> list[Identity]:
+    """`load_identities` for the agent: ``age_key`` / ``age_key_file`` settings, else sops's variables."""
+    age_key = settings.age_key.reveal() if settings.age_key is not None else None
+    return load_identities(settings.age_key_file, env, age_key=age_key)
 
 
 def _read_key_file(path: Path, origin: str) -> str:
@@ -491,6 +498,7 @@ __all__ = [
     "decrypt_document",
     "decrypt_documents",
     "decryptor",
+    "identities_from_settings",
     "is_sops_document",
     "load_identities",
     "parse_identities",
