@@ -139,6 +139,8 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  double: ApisixDouble) -> None:
         self.double = double
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         self.open_sockets: set[socket.socket] = set()
         self.sockets_lock = threading.Lock()
         super().__init__(address, handler)
@@ -245,8 +247,8 @@ class ApisixDouble:
                 continue
             server = _Server((self.host, port), handler, self)
             self._ports[slot] = server.server_address[1]
-            thread = threading.Thread(target=server.serve_forever, name=f"apisix-double-{handler.plane}",
-                                      daemon=True)
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                      name=f"apisix-double-{handler.plane}", daemon=True)
             thread.start()
             self._servers.append(server)
             self._threads.append(thread)
