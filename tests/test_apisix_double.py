@@ -179,6 +179,15 @@ def test_rows16_to_18_bad_bodies(admin):
     assert error(yaml_scalar) == "invalid request body: invalid yaml request body"
 
 
+def test_chunked_bodies_are_read(admin, apisix):
+    def chunks() -> Iterator[bytes]:
+        yield b'{"routes": ['
+        yield json.dumps(ROUTE).encode() + b"]}"
+
+    response = admin.put(CONFIGS, content=chunks(), headers={"X-Digest": "c"})
+    assert response.status_code == 202 and apisix.config()["routes"] == [ROUTE]
+
+
 def test_row19_yaml_syntax_error_crashes(admin, apisix):
     response = put(admin, b"routes: [", **{"Content-Type": "application/yaml"})
     assert response.status_code == 500 and response.content == nginx_page(500)
