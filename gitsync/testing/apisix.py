@@ -96,6 +96,7 @@ class Reply:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str | None = "application/json"
+    cors: bool = True  # the preflight carries its own CORS set
 
 
 def _error(status: int, message: str) -> Reply:
@@ -388,14 +389,14 @@ class ApisixDouble:
 
     def _answer(self, h: _Handler, method: str, path: str, reply: Reply) -> None:
         self.requests.append((method, path, reply.status))
-        h.reply(reply, cors=True)
+        h.reply(reply, cors=reply.cors)
 
     def _admin_reply(self, h: _Handler, method: str, path: str, query: str, body: bytes) -> Reply:
         client = ipaddress.ip_address(h.client_address[0])
         if client.version != 4 or client not in ALLOW_ADMIN:
             return _page(403)
         if method == "OPTIONS" and path.startswith(ADMIN):
-            return Reply(200, headers=_PREFLIGHT, content_type="text/plain")
+            return Reply(200, headers=_PREFLIGHT, content_type="text/plain", cors=False)
         route = self._route(method, path)
         if route is None:
             return _page(404)
