@@ -197,10 +197,10 @@ def test_row19_yaml_syntax_error_crashes(admin, apisix):
 
 
 def test_yaml_body_is_accepted(admin, apisix):
-    response = put(admin, b"routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n",
-                   **{"Content-Type": "application/yaml"})
+    response = put(admin, b"routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n    desc: 2024-01-01\n"
+                          b"---\nroutes: []\n", **{"Content-Type": "application/yaml"})
     assert response.status_code == 202
-    assert apisix.config()["routes"] == [ROUTE]
+    assert apisix.config()["routes"] == [{**ROUTE, "desc": "2024-01-01"}]  # first document, text kept
 
 
 def test_row20_same_digest_is_204_without_any_check(admin, apisix):

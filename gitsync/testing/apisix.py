@@ -120,6 +120,15 @@ def _object_id(item: Mapping[str, Any], index: int) -> str:
     return f"arr_{index + 1}" if value is None else lua_tostring(value)
 
 
+def _yaml_load_first(text: str) -> Any:
+    """lyaml's ``load(body, {all = false})``: the first document; timestamps stay strings."""
+    yaml = YAML(typ="safe")
+    yaml.allow_duplicate_keys = True
+    yaml.constructor.add_constructor(
+        "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
+    return next(iter(yaml.load_all(text)), None)
+
+
 def _yaml_text(value: Any) -> str:
     yaml = YAML(typ="safe")
     yaml.default_flow_style = False
@@ -385,7 +394,11 @@ class ApisixDouble:
         if isinstance(fault, int):
             self._answer(h, method, path, _page(fault))
             return
-        self._answer(h, method, path, self._admin_reply(h, method, path, query, body))
+        try:
+            reply = self._admin_reply(h, method, path, query, body)
+        except Exception:  # a crash in the double answers like a Lua error: nginx's 500 page
+            reply = _page(500)
+        self._answer(h, method, path, reply)
 
     def _answer(self, h: _Handler, method: str, path: str, reply: Reply) -> None:
         self.requests.append((method, path, reply.status))
@@ -462,7 +475,7 @@ class ApisixDouble:
         content_type = h.headers.get("Content-Type") or "application/json"
         if content_type.startswith("application/yaml"):
             try:
-                data = next(iter(YAML(typ="safe").load_all(body.decode("utf-8", "replace"))), None)
+                data = _yaml_load_first(body.decode("utf-8", "replace"))
             except YAMLError:
                 if for_validate:
                     return _error(400, "invalid request body: invalid yaml request body")
