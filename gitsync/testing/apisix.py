@@ -667,9 +667,10 @@ class ApisixDouble:
         h.reply(reply, cors=False)
 
     def _proxy_reply(self, method: str, path: str, host: str, client: str) -> Reply:
-        route = self._match_route(method, path, host, client)
-        if route is None:
+        matched = self._match_route(method, path, host, client)
+        if matched is None:
             return _error(404, "404 Route Not Found")
+        route_id, route = matched
         service = None
         if route.get("service_id") is not None:
             service_obj = self._running["services"].get(lua_tostring(route["service_id"]))
@@ -695,7 +696,6 @@ class ApisixDouble:
                 break
         if upstream is None:
             return _page(503)
-        route_id = lua_tostring(route.get("id", ""))
         headers = [("X-Route-Id", route_id), ("X-Upstream-Id", upstream_id or "")]
         if service is not None:
             headers.append(("X-Service-Id", lua_tostring(service.get("id", ""))))
@@ -703,9 +703,11 @@ class ApisixDouble:
                   "route": route, "upstream": upstream}
         return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers))
 
-    def _match_route(self, method: str, path: str, host: str, client: str) -> dict[str, Any] | None:
-        candidates: list[tuple[tuple[int, int, float], dict[str, Any]]] = []
-        for live in self._running["routes"].values():
+    def _match_route(self, method: str, path: str, host: str,
+                     client: str) -> tuple[str, dict[str, Any]] | None:
+        """The live route radixtree would pick: exact paths first, then the longest prefix, then priority."""
+        candidates: list[tuple[tuple[int, int, float], tuple[str, dict[str, Any]]]] = []
+        for route_id, live in self._running["routes"].items():
             route = live.item
             if route.get("status", 1) == 0:
                 continue
@@ -730,7 +732,7 @@ class ApisixDouble:
                 best = rank if best is None or rank > best else best
             if best is not None:
                 priority = route.get("priority", 0)
-                candidates.append(((*best, priority if is_number(priority) else 0), route))
+                candidates.append(((*best, priority if is_number(priority) else 0), (route_id, route)))
         if not candidates:
             return None
         return max(candidates, key=lambda pair: pair[0])[1]
