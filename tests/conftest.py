@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from gitsync import log as gslog
+from gitsync.testing.apisix import ApisixDouble
 from tests.vaultserver import VaultServer, start_vault
 
 
@@ -22,3 +23,10 @@ def vault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VaultServ
     server = start_vault(tmp_path_factory.mktemp("openbao"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def apisix() -> Iterator[ApisixDouble]:
+    """A fresh APISIX 3.18 Admin API double (admin key ``test-admin-key``) with a data plane, on loopback."""
+    with ApisixDouble("test-admin-key") as double:
+        yield double
