@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml.constructor import SafeConstructor
 
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
 from gitsync.schema import check_payload
@@ -120,12 +121,19 @@ def _object_id(item: Mapping[str, Any], index: int) -> str:
     return f"arr_{index + 1}" if value is None else lua_tostring(value)
 
 
+class _LyamlConstructor(SafeConstructor):
+    """lyaml keeps timestamps as strings; a subclass, so no other YAML loader is affected."""
+
+
+_LyamlConstructor.add_constructor(
+    "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
+
+
 def _yaml_load_first(text: str) -> Any:
     """lyaml's ``load(body, {all = false})``: the first document; timestamps stay strings."""
     yaml = YAML(typ="safe")
+    yaml.Constructor = _LyamlConstructor
     yaml.allow_duplicate_keys = True
-    yaml.constructor.add_constructor(
-        "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
     return next(iter(yaml.load_all(text)), None)
 
 
