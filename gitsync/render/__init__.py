@@ -1,0 +1,1 @@
+"""Render: a config repo's files → one APISIX standalone payload, with a source map."""
