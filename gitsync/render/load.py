@@ -118,7 +118,7 @@ def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, 
                     and value.count("${{") == 1:
                 return PlainTemplate(value), None
             return value, None
-    if tag == _STR or tag == _TIMESTAMP:
+    if tag in (_STR, _TIMESTAMP):
         return value, None  # dates stay text: JSON has no date type
     if tag == _INT:
         if value.isdigit():
@@ -256,7 +256,7 @@ _ANCHOR_MESSAGE = ("YAML anchors and aliases (&name, *name) are not accepted: th
 
 
 def _yaml_issue(exc: YAMLError, data: bytes) -> LoadIssue:
-    """A parser error as a LoadIssue at its mark (ruamel's message without the ``in "<byte string>"`` lines)."""
+    """A parser error at its mark, without ruamel's ``in "<byte string>"`` lines."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None)
     context = getattr(exc, "context", None)

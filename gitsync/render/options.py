@@ -11,7 +11,7 @@ from pathlib import Path
 from gitsync.log import register_secret
 from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
 
-#: Names usable in ``${{ vars.NAME }}`` / ``${{ secrets.NAME }}``; also keeps secret file names inside the dir.
+#: Names usable in ``${{ vars.NAME }}`` / ``${{ secrets.NAME }}`` (also keeps secret files inside the dir).
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_ENV_PREFIX = "GITSYNC_SECRET_"
 

@@ -25,7 +25,7 @@ from gitsync.render.validate import validate
 
 @dataclass(frozen=True)
 class Rendered:
-    """The payload (only kinds with items, in KINDS order), where each item came from, and the secrets in it."""
+    """The payload (kinds with items, in KINDS order), where each item came from, the secrets in it."""
 
     payload: dict[str, list[dict]]
     source_map: SourceMap

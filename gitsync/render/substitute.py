@@ -52,7 +52,7 @@ class Substitution:
             if token == "$${{":
                 return "${{"
             if match.group(1) is None:
-                self.problems.append((path, "'${{' without a closing '}}' (write '$${{' for a literal '${{')"))
+                self.problems.append((path, "'${{' without a closing '}}' (write '$${{' for a literal)"))
                 return token
             expression = _EXPRESSION.match(match.group(1))
             if not expression:

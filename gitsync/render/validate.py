@@ -118,11 +118,11 @@ def _check_secret_id(check: Checker, index: int, item: dict[str, Any]) -> None:
         return
     manager, _, name = str(ident).partition("/")
     if not isinstance(ident, str) or not name:
-        check.add("secrets", index, f"invalid secret id: {ident} (expected <manager>/<name>, e.g. vault/main)",
-                  ("id",))
+        check.add("secrets", index, f"invalid secret id: {ident} (expected <manager>/<name>, e.g. "
+                  "vault/main)", ("id",))
     elif manager not in SECRET_MANAGERS:
-        check.add("secrets", index, f"invalid secret manager: {manager} (one of {', '.join(SECRET_MANAGERS)})",
-                  ("id",))
+        check.add("secrets", index, f"invalid secret manager: {manager} (one of "
+                  f"{', '.join(SECRET_MANAGERS)})", ("id",))
     elif "/" in name or not ID_PATTERN.match(name) or len(name) > ID_MAX:
         check.add("secrets", index, f"invalid secret id: {ident} (the name after '{manager}/' is one segment "
                   "of letters, digits, '-', '_' and '.'; $secret:// references can name no other)", ("id",))
