@@ -1,4 +1,4 @@
-"""SSL items: the certificate and key parse, and the key belongs to the certificate."""
+"""SSL items: does the private key belong to the certificate? (Whether each parses is the schema's check.)"""
 
 from __future__ import annotations
 
@@ -13,28 +13,13 @@ def _public_der(key: Any) -> bytes:
     return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def check_pair(cert_pem: str, key_pem: str) -> list[tuple[str, str]]:
-    """Problems as (message, "cert" | "key"); the key's content never appears in a message."""
-    problems: list[tuple[str, str]] = []
-    cert = key = None
+def key_matches(cert_pem: str, key_pem: str) -> bool:
+    """False only when both parse and the key's public half is not the certificate's."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem.encode())
-    except (ValueError, UnsupportedAlgorithm):
-        problems.append(("not a PEM certificate (-----BEGIN CERTIFICATE-----)", "cert"))
-    try:
-        # Parsing is all that is needed here; skipping RSA's slow consistency check keeps it cheap.
+        # Parsing is all that is needed; skipping RSA's slow consistency check keeps it cheap.
         key = serialization.load_pem_private_key(key_pem.encode(), password=None,
                                                  unsafe_skip_rsa_key_validation=True)
-    except TypeError:
-        problems.append(("the private key is encrypted; APISIX needs it unencrypted (or a $secret:// "
-                         "reference)", "key"))
-    except (ValueError, UnsupportedAlgorithm):
-        problems.append(("not a PEM private key (-----BEGIN PRIVATE KEY-----)", "key"))
-    if cert is not None and key is not None:
-        try:
-            matches = _public_der(cert.public_key()) == _public_der(key.public_key())
-        except (ValueError, UnsupportedAlgorithm):
-            matches = False
-        if not matches:
-            problems.append(("the private key does not match the certificate", "key"))
-    return problems
+        return _public_der(cert.public_key()) == _public_der(key.public_key())
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        return True  # unparseable: reported by the schema check, not as a mismatch

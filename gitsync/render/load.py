@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml.constructor import SafeConstructor
@@ -80,6 +80,9 @@ class ParsedFile:
     issues: tuple[LoadIssue, ...]
     has_templates: bool  # contains ``${{``: substitution must look at it
     has_sops: bool  # has a top-level ``sops`` mapping: must be decrypted
+    has_secret_references: bool  # contains ``$secret://``
+    #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def blob_sha(data: bytes) -> str:
@@ -247,7 +250,7 @@ def parse(data: bytes) -> ParsedFile:
     finally:
         loader.dispose()
     has_sops = any(isinstance(d.data, dict) and isinstance(d.data.get("sops"), dict) for d in documents)
-    return ParsedFile(tuple(documents), tuple(issues), templates, has_sops)
+    return ParsedFile(tuple(documents), tuple(issues), templates, has_sops, b"$secret://" in data)
 
 
 _NO_KEY = object()

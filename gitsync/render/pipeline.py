@@ -20,7 +20,7 @@ from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution, copy_plain
-from gitsync.render.validate import validate
+from gitsync.render.validate import FileFacts, validate
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     substitution = Substitution(options.vars, options.secret_lookup)
     secrets: set[str] = set()
     loaded: list[Loaded] = []
+    facts: dict[str, FileFacts] = {}
     complete = True  # every file loaded: cross-item checks are meaningful
     for layer, names in enumerate(buckets):
         for name in names:
@@ -121,6 +122,8 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
                 complete = False
                 continue
+            if not parsed.has_templates and not parsed.has_sops:
+                facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
             for doc in parsed.documents:
                 content = doc.data
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
@@ -140,7 +143,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 loaded.append(Loaded(name, layer, doc, content))
     built = build(loaded)
     source_map = SourceMap(files, built.sources, positions)
-    problems = built.problems + validate(built.payload, source_map, options, references=complete)
+    problems = built.problems + validate(built.payload, source_map, options, complete, facts)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
         raise ProblemsError(stage, _sorted(render_problems + problems))

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
+from gitsync.render.certs import key_matches
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe
+from gitsync.schema import SchemaIssue, check_item
 
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_.]+$")
 ID_MAX = 64
-USERNAME_PATTERN = re.compile(r"^[a-zA-Z0-9_\-]+$")
-CREDENTIAL_PATTERN = re.compile(r"^[a-zA-Z0-9-_]+/credentials/[a-zA-Z0-9-_.]+$")
 SECRET_MANAGERS = ("vault", "aws", "gcp")
 SECRET_REFERENCE = re.compile(r"^\$secret://([^/]*)/([^/]*)/(.+)$")
 ENV_OR_SECRET = re.compile(r"^\$(secret|env|ENV)://")
@@ -39,11 +39,20 @@ REFERENCES: tuple[tuple[str, str, str], ...] = (
 
 
 @dataclass
+class FileFacts:
+    """What validation may reuse about one file whose items are exactly as parsed (no templates, no SOPS)."""
+
+    schema_issues: dict[Any, list[SchemaIssue]]  # (doc, kind, index) → issues; lives with the parse cache
+    secret_references: bool  # the bytes contain "$secret://"
+
+
+@dataclass
 class Checker:
     payload: dict[str, list[Any]]
     sources: SourceMap
     options: RenderOptions
     problems: list[Problem]
+    facts: Mapping[str, FileFacts]
 
     def add(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> None:
         self.problems.append(self.sources.problem(kind, index, message, field))
@@ -52,6 +61,13 @@ class Checker:
         for index, item in enumerate(self.payload.get(kind, ())):
             if isinstance(item, dict):
                 yield index, item
+
+    def facts_of(self, kind: str, index: int) -> tuple[FileFacts | None, Any]:
+        """The reusable facts of the file an item came from, and the item's key in them."""
+        source = self.sources.source(kind, index)
+        if source is None:
+            return None, None
+        return self.facts.get(source.file), (source.doc, kind, source.index)
 
     def ids(self, kind: str) -> set[str]:
         return {ident for _, item in self.items(kind) if (ident := item_id(kind, item)) is not None}
@@ -70,62 +86,49 @@ def _plain_id_problem(value: Any) -> str | None:
     return None
 
 
-def check_shapes_and_ids(check: Checker) -> None:
+def _id_problems(kind: str, item: dict[str, Any]) -> list[tuple[str, FieldPath]]:
+    """gitsync's own id rules, clearer than the schema's wording (whose ``id`` issues they replace)."""
+    if kind == "consumers":
+        return []  # usernames and credential ids: the schema says it in APISIX's words
+    if "id" not in item:
+        if kind == "plugin_metadata":
+            return [("missing id: the plugin's name", ("id",))]
+        if kind == "secrets":
+            return [("missing id: a secret manager's id is <manager>/<name>, e.g. vault/main", ("id",))]
+        return [("missing id: every item needs one (APISIX before 3.17 fails on items without)", ("id",))]
+    if kind == "secrets":
+        manager, _, name = str(item["id"]).partition("/")
+        if manager in SECRET_MANAGERS and name and ("/" in name or not ID_PATTERN.match(name)
+                                                     or len(name) > ID_MAX):
+            return [(f"invalid secret id: {item['id']} (the name after '{manager}/' must be one segment of "
+                     "letters, digits, '-', '_' and '.': a $secret:// reference can name no other)", ("id",))]
+        return []
+    if kind == "plugin_metadata":
+        return []  # the id is a plugin name: the schema knows which exist
+    reason = _plain_id_problem(item["id"])
+    return [(reason, ("id",))] if reason else []
+
+
+def check_items(check: Checker) -> None:
+    """Each item on its own: a mapping, a good id, APISIX's schema (reused for unchanged files)."""
     for kind, items in check.payload.items():
         for index, item in enumerate(items):
             if not isinstance(item, dict):
                 check.add(kind, index, f"an item must be a mapping, not {describe(item)}")
                 continue
-            if kind == "consumers":
-                _check_consumer_id(check, index, item)
-            elif kind == "secrets":
-                _check_secret_id(check, index, item)
-            elif "id" not in item:
-                what = "the plugin's name" if kind == "plugin_metadata" else "one"
-                check.add(kind, index, f"missing id: every item needs {what} (APISIX before 3.17 fails "
-                                       "on items without)")
-            else:
-                reason = _plain_id_problem(item["id"])
-                if reason:
-                    check.add(kind, index, reason, ("id",))
-
-
-def _check_consumer_id(check: Checker, index: int, item: dict[str, Any]) -> None:
-    if is_credential("consumers", item):
-        ident = item["id"]
-        if not isinstance(ident, str) or not CREDENTIAL_PATTERN.match(ident) or not 15 <= len(ident) <= 128:
-            check.add("consumers", index, f"invalid credential id {str(ident)!r}: expected "
-                      "<username>/credentials/<name> (15 to 128 characters of letters, digits, '-', '_', "
-                      "and '.' in the name)", ("id",))
-        return
-    if "username" not in item:
-        check.add("consumers", index, "missing username: a consumer is identified by its username "
-                                      "(a credential by id <username>/credentials/<name>)")
-        return
-    username = item["username"]
-    if not isinstance(username, str) or not USERNAME_PATTERN.match(username) or len(username) > 256:
-        check.add("consumers", index, f"invalid username {str(username)!r}: 1 to 256 letters, digits, "
-                                      "'-' and '_'", ("username",))
-    elif "id" in item and item["id"] != username:
-        check.add("consumers", index, "wrong username: a consumer's id, when given, must equal its username",
-                  ("id",))
-
-
-def _check_secret_id(check: Checker, index: int, item: dict[str, Any]) -> None:
-    ident = item.get("id")
-    if ident is None:
-        check.add("secrets", index, "missing id: a secret manager's id is <manager>/<name>, e.g. vault/main")
-        return
-    manager, _, name = str(ident).partition("/")
-    if not isinstance(ident, str) or not name:
-        check.add("secrets", index, f"invalid secret id: {ident} (expected <manager>/<name>, e.g. "
-                  "vault/main)", ("id",))
-    elif manager not in SECRET_MANAGERS:
-        check.add("secrets", index, f"invalid secret manager: {manager} (one of "
-                  f"{', '.join(SECRET_MANAGERS)})", ("id",))
-    elif "/" in name or not ID_PATTERN.match(name) or len(name) > ID_MAX:
-        check.add("secrets", index, f"invalid secret id: {ident} (the name after '{manager}/' is one segment "
-                  "of letters, digits, '-', '_' and '.'; $secret:// references can name no other)", ("id",))
+            own = _id_problems(kind, item)
+            for message, field in own:
+                check.add(kind, index, message, field)
+            facts, key = check.facts_of(kind, index)
+            issues = facts.schema_issues.get(key) if facts is not None else None
+            if issues is None:
+                issues = check_item(kind, item)
+                if facts is not None:
+                    facts.schema_issues[key] = issues
+            replaced = {field for _, field in own}
+            for issue in issues:
+                if tuple(issue.path) not in replaced:
+                    check.add(kind, index, issue.message, tuple(issue.path))
 
 
 def check_references(check: Checker) -> None:
@@ -167,6 +170,9 @@ def _check_secret_references(check: Checker, declared: set[str]) -> None:
     unmanaged = "secrets" in check.options.unmanaged
     for kind in check.payload:
         for index, item in check.items(kind):
+            facts, _ = check.facts_of(kind, index)
+            if facts is not None and not facts.secret_references:
+                continue
             for path, text in _strings(item):
                 if not text.startswith("$secret://"):
                     continue
@@ -185,27 +191,20 @@ def _check_secret_references(check: Checker, declared: set[str]) -> None:
 
 
 def check_ssls(check: Checker) -> None:
-    """Certificates and keys parse and match; no SNI is served by two certificates."""
-    from gitsync.render.certs import check_pair
-
+    """Each key belongs to its certificate; no SNI is served by two certificates (parsing: the schema)."""
     served: dict[str, int] = {}
     for index, item in check.items("ssls"):
-        pairs: list[tuple[Any, Any, FieldPath, FieldPath]] = []
-        if "cert" in item or "key" in item:
-            pairs.append((item.get("cert"), item.get("key"), ("cert",), ("key",)))
+        pairs: list[tuple[Any, Any, FieldPath]] = [(item.get("cert"), item.get("key"), ("key",))]
         certs, keys = item.get("certs"), item.get("keys")
         if isinstance(certs, list) and isinstance(keys, list):
-            if len(certs) != len(keys):
-                check.add("ssls", index, "mismatched number of certs and keys", ("certs",))
-            for i, (cert, key) in enumerate(zip(certs, keys, strict=False)):
-                pairs.append((cert, key, ("certs", i), ("keys", i)))
-        for cert, key, cert_field, key_field in pairs:
+            pairs += [(c, k, ("keys", i)) for i, (c, k) in enumerate(zip(certs, keys, strict=False))]
+        for cert, key, key_field in pairs:
             if not isinstance(cert, str) or not isinstance(key, str):
                 continue  # missing or mistyped: the schema says so
             if ENV_OR_SECRET.match(cert) or ENV_OR_SECRET.match(key):
                 continue  # resolved by APISIX at handshake time
-            for message, which in check_pair(cert, key):
-                check.add("ssls", index, message, cert_field if which == "cert" else key_field)
+            if not key_matches(cert, key):
+                check.add("ssls", index, "the private key does not match the certificate", key_field)
         if item.get("type", "server") != "server":
             continue
         names: list[tuple[str, FieldPath]] = []
@@ -240,10 +239,15 @@ def payload_json(payload: dict[str, Any]) -> bytes:
 
 
 def validate(payload: dict[str, list[Any]], sources: SourceMap, options: RenderOptions,
-             references: bool = True) -> list[Problem]:
-    """Every problem of a built payload; `references` False skips cross-item checks (a file failed)."""
-    check = Checker(payload, sources, options, [])
-    check_shapes_and_ids(check)
+             references: bool = True, facts: Mapping[str, FileFacts] | None = None) -> list[Problem]:
+    """Every problem of a built payload.
+
+    `references` False skips cross-item checks (a file failed to load: they would only
+    add noise). `facts` holds what may be reused about files whose items are exactly as
+    parsed; a file not in it is checked in full.
+    """
+    check = Checker(payload, sources, options, [], facts or {})
+    check_items(check)
     if references:
         check_references(check)
     check_ssls(check)
