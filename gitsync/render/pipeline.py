@@ -108,6 +108,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     secrets: set[str] = set()
     loaded: list[Loaded] = []
     facts: dict[str, FileFacts] = {}
+    unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
     complete = True  # every file loaded: cross-item checks are meaningful
     for layer, names in enumerate(buckets):
         for name in names:
@@ -136,14 +137,17 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 if parsed.has_templates or encrypted:
                     before = len(substitution.problems)
                     content = substitution.document(content)
-                    render_problems += [_doc_problem(name, doc, content, path, message, positions)
-                                        for path, message in substitution.problems[before:]]
+                    for path, message in substitution.problems[before:]:
+                        render_problems.append(_doc_problem(name, doc, content, path, message, positions))
+                        if len(path) >= 2 and isinstance(path[1], int):
+                            unsubstituted.add((name, doc.index, str(path[0]), path[1]))
                 else:
                     content = copy_plain(content)
                 loaded.append(Loaded(name, layer, doc, content))
     built = build(loaded)
     source_map = SourceMap(files, built.sources, positions)
-    problems = built.problems + validate(built.payload, source_map, options, complete, facts)
+    problems = built.problems + validate(built.payload, source_map, options, complete, facts,
+                                                unsubstituted)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
         raise ProblemsError(stage, _sorted(render_problems + problems))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,7 @@ class Checker:
     options: RenderOptions
     problems: list[Problem]
     facts: Mapping[str, FileFacts]
+    skip_schema: Set[tuple[str, int, str, int]] = frozenset()
 
     def add(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> None:
         self.problems.append(self.sources.problem(kind, index, message, field))
@@ -119,6 +120,9 @@ def check_items(check: Checker) -> None:
             own = _id_problems(kind, item)
             for message, field in own:
                 check.add(kind, index, message, field)
+            source = check.sources.source(kind, index)
+            if source is not None and (source.file, source.doc, kind, source.index) in check.skip_schema:
+                continue  # a failed ${{ }} is still in it: schema errors would only be noise
             facts, key = check.facts_of(kind, index)
             issues = facts.schema_issues.get(key) if facts is not None else None
             if issues is None:
@@ -239,14 +243,16 @@ def payload_json(payload: dict[str, Any]) -> bytes:
 
 
 def validate(payload: dict[str, list[Any]], sources: SourceMap, options: RenderOptions,
-             references: bool = True, facts: Mapping[str, FileFacts] | None = None) -> list[Problem]:
+             references: bool = True, facts: Mapping[str, FileFacts] | None = None,
+             skip_schema: Set[tuple[str, int, str, int]] = frozenset()) -> list[Problem]:
     """Every problem of a built payload.
 
     `references` False skips cross-item checks (a file failed to load: they would only
     add noise). `facts` holds what may be reused about files whose items are exactly as
-    parsed; a file not in it is checked in full.
+    parsed; a file not in it is checked in full. Items in `skip_schema` (file, document,
+    kind, index in the document) hold a failed substitution and skip the schema check.
     """
-    check = Checker(payload, sources, options, [], facts or {})
+    check = Checker(payload, sources, options, [], facts or {}, skip_schema)
     check_items(check)
     if references:
         check_references(check)
