@@ -104,7 +104,7 @@ def cjson_encode(value: object) -> str:
     if isinstance(value, list):
         return "[" + ",".join(cjson_encode(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(str(k))}:{cjson_encode(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{cjson_encode(str(k))}:{cjson_encode(v)}" for k, v in value.items()) + "}"
     return json.dumps(value, ensure_ascii=False).replace("/", "\\/")
 
 
