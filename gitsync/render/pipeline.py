@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitsync.kinds import KINDS, item_id
@@ -36,6 +36,17 @@ class Rendered:
 def _sorted(problems: list[Problem]) -> list[Problem]:
     """Problems in file order; those without a place (limits) last."""
     return sorted(problems, key=lambda p: (p.location is None, p.location or Location("")))
+
+
+def _redacted(problem: Problem) -> Problem:
+    """A problem safe to log, print or write into a git note: no secret value in any part of it.
+
+    Schema messages quote field values (``failed to match pattern ... with "<value>"``)
+    and a value may have come from ``${{ secrets.* }}`` or a SOPS file.
+    """
+    return replace(problem, message=redact(problem.message),
+                   id=None if problem.id is None else redact(problem.id),
+                   field=None if problem.field is None else redact(problem.field))
 
 
 def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
@@ -149,5 +160,5 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                                                 unsubstituted)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
-        raise ProblemsError(stage, _sorted(render_problems + problems))
+        raise ProblemsError(stage, [_redacted(p) for p in _sorted(render_problems + problems)])
     return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values))
