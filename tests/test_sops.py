@@ -395,3 +395,36 @@ def test_bad_key_material_is_refused_without_echoing_it(tmp_path):
         sops.load_identities(None, {"SOPS_AGE_KEY": "# only a comment\n"})
     with pytest.raises(sops.SopsError, match="cannot read the age key"):
         sops.load_identities(tmp_path / "missing.txt", {})
+
+
+def test_sops_files_render_through_the_cli_with_the_hosts_age_key(tmp_path, key, other_key):
+    """`gitsync render --dir` decrypts a SOPS file with --age-key-file; values masked unless asked."""
+    from tests.support import run_gitsync
+
+    token = "canary-vault-token-93f1c"
+    repo = tmp_path / "repo"
+    (repo / "routes.yaml").parent.mkdir(parents=True)
+    (repo / "routes.yaml").write_text(
+        "routes:\n  - id: r1\n    uri: /x\n    plugins:\n      key-auth: {}\n"
+        "    upstream: {nodes: {'127.0.0.1:1980': 1}, type: roundrobin}\n")
+    encrypt(repo, "vault.sops.yaml",
+            f"secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv/apisix\n"
+            f"    token: {token}\n", "--encrypted-regex", "^token$", recipients=key.recipient)
+    assert token not in (repo / "vault.sops.yaml").read_text()
+    key_file = tmp_path / "age.key"
+    key_file.write_text(key.identity + "\n")
+
+    masked = run_gitsync("render", "--dir", str(repo), "--age-key-file", str(key_file))
+    assert masked.returncode == 0, masked.stderr
+    assert json.loads(masked.stdout)["secrets"][0]["id"] == "vault/main"
+    assert token not in masked.stdout + masked.stderr
+    shown = run_gitsync("render", "--dir", str(repo), "--age-key-file", str(key_file), "--show-secrets")
+    assert json.loads(shown.stdout)["secrets"][0]["token"] == token
+
+    wrong_file = tmp_path / "wrong.key"
+    wrong_file.write_text(other_key.identity + "\n")
+    for args in ([], ["--age-key-file", str(wrong_file)]):
+        refused = run_gitsync("validate", "--dir", str(repo), *args)
+        assert refused.returncode == 1
+        assert "vault.sops.yaml" in refused.stderr
+        assert token not in refused.stdout + refused.stderr

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsync.log import register_secret
+from gitsync.render.sops import SopsError, decryptor, identities_from_settings
 from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
 
 #: Names usable in ``${{ vars.NAME }}`` / ``${{ secrets.NAME }}`` (also keeps secret files inside the dir).
@@ -99,10 +100,15 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
     if settings.vars_file is not None:
         variables.update(read_vars_file(settings.vars_file))
     variables.update(settings.vars)
+    try:
+        identities = identities_from_settings(settings, env)
+    except SopsError as exc:
+        raise SettingsError(str(exc)) from None
     return RenderOptions(
         paths=tuple(settings.paths),
         vars=variables,
         secret_lookup=SecretsLookup(settings.secrets_dir, env),
+        decrypt=decryptor(identities),
         max_file_size=settings.max_file_size,
         max_items=settings.max_items,
         max_payload_size=settings.max_payload_size,
