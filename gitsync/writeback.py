@@ -474,6 +474,7 @@ class WriteBack:
         self.enabled = True
         self.failures = 0  # write-backs that failed (exposed as a metric)
         self.pushes = 0  # commits pushed (status and notes)
+        self.conflicts = 0  # pushes refused because another agent moved the ref first (then rebuilt)
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._pending_status: StatusReport | None = None
@@ -559,6 +560,7 @@ class WriteBack:
                     try:
                         remote.push(tip, new)
                     except _RefMoved:
+                        self.conflicts += 1
                         if attempt + 1 < self.attempts:
                             time.sleep(random.uniform(0, min(2.0, 0.05 * 2 ** attempt)))
                         continue
