@@ -41,6 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dulwich.client import GitClient, get_transport_and_path
 from dulwich.errors import GitProtocolError, HangupException
+from dulwich.file import FileLocked
 from dulwich.notes import NotesTree
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.protocol import ZERO_SHA
@@ -418,6 +419,9 @@ class _Remote:
         tip = result.refs.get(self.ref)
         if tip is None or tip == ZERO_SHA:
             return None
+        if tip not in store:
+            # A local-path remote seen mid-push by another writer: the ref moved before its pack showed.
+            raise _RefMoved(self.ref)
         self.repo.refs[self.local_ref] = tip
         return tip
 
@@ -430,7 +434,10 @@ class _Remote:
                 raise _RefMoved(self.ref)
             return {self.ref: new}
 
-        result = self.client.send_pack(self.path, update_refs, self.repo.object_store.generate_pack_data)
+        try:
+            result = self.client.send_pack(self.path, update_refs, self.repo.object_store.generate_pack_data)
+        except FileLocked as exc:  # a local-path remote: another writer holds the ref's lock right now
+            raise _RefMoved(self.ref) from exc
         failed = {ref: why for ref, why in (result.ref_status or {}).items() if why}
         if failed:
             why = failed.get(self.ref) or next(iter(failed.values()))
@@ -553,16 +560,16 @@ class WriteBack:
                 client, path = open_client(self.url, self.auth, self.timeout)
                 remote = _Remote(client, path, repo, ref, local_ref)
                 for attempt in range(self.attempts):
-                    tip = remote.fetch()
-                    new = build(repo, tip)
-                    if new is None:
-                        return False
                     try:
+                        tip = remote.fetch()
+                        new = build(repo, tip)
+                        if new is None:
+                            return False
                         remote.push(tip, new)
                     except _RefMoved:
                         self.conflicts += 1
                         if attempt + 1 < self.attempts:
-                            time.sleep(random.uniform(0, min(2.0, 0.05 * 2 ** attempt)))
+                            time.sleep(random.uniform(0, min(2.0, 0.1 * 2 ** attempt)))
                         continue
                     self.pushes += 1
                     logger.debug("write-back: pushed {} {} ({})", what, new.decode()[:7], context)

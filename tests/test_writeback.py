@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import io
+import os
 import subprocess
 import threading
 import time
@@ -12,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from gitsync import log as gslog
+from gitsync.settings import load
+from gitsync.state import StateDir
 from gitsync.writeback import (
     FailureNote,
     GatewayStatus,
@@ -22,6 +26,7 @@ from gitsync.writeback import (
     parse_note,
     read_fleet,
     render_section,
+    status_command,
     summary_text,
 )
 from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, git
@@ -326,3 +331,18 @@ def test_git_cli_notes_and_ours_coexist(config_repo, tmp_path):
     assert writer(str(repo.path), tmp_path / "wb").publish_failure(failure("edge-1", sha))
     assert note_of(repo, other) == "written by a human"
     assert "agent: edge-1" in note_of(repo, sha)
+
+
+def test_status_command_prints_this_agents_last_result(tmp_path, capsys):
+    settings = load({"state_dir": str(tmp_path / "state")}, env={}, config=os.devnull)
+    args = argparse.Namespace(fleet=False)
+    assert status_command(settings, args) == 0
+    assert capsys.readouterr().out == "no sync yet\n"
+
+    state_dir = StateDir(settings.state_dir)
+    state = state_dir.load()
+    state.last_result = report("edge-1", "e" * 40).to_dict()
+    state_dir.save(state)
+    assert status_command(settings, args) == 0
+    out = capsys.readouterr().out
+    assert "commit:   " + "e" * 40 + "  add route" in out and "result:   applied" in out
