@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import urllib3
 from dulwich.client import (
     GitClient,
     HTTPUnauthorized,
@@ -177,7 +178,7 @@ class _TimedPipe(SubprocessWrapper):
             ready, _, _ = select.select([fd], [], [], self.timeout)
             if not ready:
                 self.proc.kill()
-                raise TimeoutError(f"no answer from the remote within {self.timeout:g}s")
+                raise TimeoutError(f"no answer within {self.timeout:g}s")
             chunk = os.read(fd, min(wanted, 1 << 16))
             if not chunk:
                 break
@@ -392,6 +393,9 @@ class Source:
             username = self.auth.username if (self.auth.username or password) else None
             client = Urllib3HttpGitClient(self.url, username=username, password=password,
                                           timeout=self.timeout)
+            # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
+            client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
+                total=None, connect=0, read=0, status=0, other=0, redirect=5)
             if self.auth.token is not None:
                 client.pool_manager.headers["Authorization"] = f"Bearer {self.auth.token.reveal()}"
             return client, ""
@@ -434,9 +438,10 @@ class Source:
         except NotGitRepository:
             raise SourceError(stage, f"{self.url}: not a git repository") from None
         except HangupException as exc:
+            # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
             lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
-            detail = "; ".join(ln for ln in lines if ln and not ln.startswith("@@@")) or str(exc)
-            raise SourceError(stage, f"{self.url}: {_first_lines(detail)}") from None
+            lines = [ln for ln in lines if ln and not ln.startswith("@")]
+            raise SourceError(stage, f"{self.url}: {' / '.join(lines[-2:]) or exc}") from None
         except TimeoutError:
             raise SourceError(stage, f"{self.url}: no answer within {self.timeout:g}s") from None
         except GitProtocolError as exc:
@@ -503,7 +508,6 @@ class Source:
                     time.sleep(0.05)
             self._clear_leftovers()
             with _Mirror(str(self.mirror_path)) as repo:
-                self._forget_other_remote(repo)
                 yield repo
 
     def _clear_leftovers(self) -> None:
@@ -520,21 +524,17 @@ class Source:
             if not pack.with_suffix(".idx").exists():
                 pack.unlink(missing_ok=True)  # renamed in, index never written: incomplete
 
-    def _forget_other_remote(self, repo: Repo) -> None:
-        """A mirror made for another URL keeps its objects but not its refs (no false 'rewrite')."""
-        config = repo.get_config()
+    def _same_remote(self, repo: Repo) -> bool:
+        """Whether the mirror's refs came from this URL. After a change of remote they are not
+        compared with (no false 'rewrite'), nor reported by `local_sha`, until the next fetch."""
         try:
-            recorded = config.get((b"gitsync",), b"url").decode()
+            return repo.get_config().get((b"gitsync",), b"url").decode() == self.url
         except KeyError:
-            recorded = None
-        if recorded == self.url:
-            return
-        if recorded is not None:
-            logger.info("the remote changed from {} to {}: starting the mirror's refs afresh",
-                        recorded, self.url)
-            for name in list(repo.refs.as_dict(b"refs/")):
-                repo.refs.remove_if_equals(b"refs/" + name, None)
-        config.set((b"gitsync",), b"url", self.url.encode())
+            return False
+
+    def _record_remote(self, repo: Repo) -> None:
+        config = repo.get_config()
+        config.set((b"gitsync",), b"url", self.url.encode())  # credential-free: see _split_credentials
         config.write_to_path()
 
     # -- fetch ---------------------------------------------------------------------------------------------
@@ -548,7 +548,8 @@ class Source:
             if pinned:
                 return self._fetch_pinned(repo, pinned)
             chosen: dict[str, bytes] = {}
-            first = not any(name in repo.refs for name in self._candidates())
+            same_remote = self._same_remote(repo)
+            first = not same_remote or not any(name in repo.refs for name in self._candidates())
             deepen = first and self.depth > 0
 
             def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
@@ -565,15 +566,18 @@ class Source:
                     ref_prefix=self._candidates()))
             finally:
                 client.close()
-            return self._move_ref(repo, chosen["name"], chosen["raw"]).decode()
+            new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote)
+            if not same_remote:
+                self._record_remote(repo)
+            return new.decode()
 
-    def _move_ref(self, repo: Repo, name: bytes, raw: bytes) -> bytes:
+    def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool) -> bytes:
         """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked."""
         new = _peel(repo, raw).id
         old_raw = _ref(repo, name)
         if old_raw == raw:
             return new
-        if old_raw is not None:
+        if old_raw is not None and same_remote:
             old = _peel(repo, old_raw).id
             if old != new and not _is_ancestor(repo, old, new):
                 if not self.allow_rewrite:
@@ -585,7 +589,7 @@ class Source:
         if not repo.refs.set_if_equals(name, old_raw, raw):
             raise SourceError("fetch", f"{name.decode()} changed in the mirror during the fetch")
         logger.info("fetched {} of {}: {} -> {}", name.decode(), self.url,
-                    _peel(repo, old_raw).id.decode() if old_raw else "(none)", new.decode())
+                    _peel(repo, old_raw).id.decode() if old_raw and same_remote else "(none)", new.decode())
         return new
 
     def _fetch_pinned(self, repo: Repo, sha: str) -> str:
@@ -634,6 +638,8 @@ class Source:
         if repo is None:
             return None
         with repo:
+            if not self._same_remote(repo):
+                return None
             for name in self._candidates():
                 if name in repo.refs:
                     return _peel(repo, repo.refs[name]).id.decode()
