@@ -16,6 +16,7 @@ import base64
 import contextlib
 import hmac
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -223,7 +224,7 @@ class BareRepo:
             changed = range(files) if n == 0 and parent is None else (
                 (n * files_per_commit + k) % files for k in range(files_per_commit))
             for i in changed:
-                body = f"routes:\n  - id: r{i}\n    uri: /r{i}\n    upstream_id: u{n}\n".encode()
+                body = f"routes:\n  - id: r{i}\n    uri: /r{i}\n    upstream_id: u{date}\n".encode()
                 chunks.append(f"M 100644 inline d{i % dirs}/f{i}.yaml\ndata {len(body)}\n".encode() + body)
             chunks.append(b"\n")
         self.git("fast-import", "--quiet", "--force", input=b"".join(chunks))
@@ -317,12 +318,15 @@ def _read_chunked(rfile) -> bytes:
         rfile.readline()
 
 
+_DENIED = b"authentication required\n"
+
+
 class _CgiHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _GitHttpd
 
     def log_message(self, format: str, *args: object) -> None:
-        self.server.requests.append(f"{self.command} {self.path}")
+        pass  # requests are recorded in `_run_backend`, with their protocol-v2 command
 
     def do_GET(self) -> None:
         self._run_backend()
@@ -330,20 +334,26 @@ class _CgiHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._run_backend()
 
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionError):  # a client that hangs up is not a server failure
+            super().handle()
+
     def _run_backend(self) -> None:
-        if not self.server.auth.accepts(self.headers.get("Authorization")):
-            self.server.rejected += 1
-            body = b"authentication required\n"
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", self.server.auth.challenge())
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = _read_chunked(self.rfile)
         else:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        command = re.search(rb"command=([a-z-]+)", body[:64])  # protocol v2: ls-refs or fetch
+        suffix = f" {command[1].decode()}" if command else ""
+        self.server.requests.append(f"{self.command} {self.path}{suffix}")
+        if not self.server.auth.accepts(self.headers.get("Authorization")):
+            self.server.rejected += 1
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", self.server.auth.challenge())
+            self.send_header("Content-Length", str(len(_DENIED)))
+            self.end_headers()
+            self.wfile.write(_DENIED)
+            return
         path, _, query = self.path.partition("?")
         env = git_env({
             "GIT_PROJECT_ROOT": str(self.server.project_root),
@@ -525,9 +535,10 @@ def _current_user() -> str:
 class HungServer:
     """Listens on 127.0.0.1 and never says a word: connections are accepted and left hanging."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.sock = socket.socket()
-        self.sock.bind((LOCALHOST, 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((LOCALHOST, port))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self._held: list[socket.socket] = []
