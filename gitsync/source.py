@@ -240,6 +240,73 @@ def _is_local(url: str) -> bool:
     return ":" not in head
 
 
+def remote_and_auth(url: str, auth: GitAuth = GitAuth()) -> tuple[str, GitAuth]:
+    """The URL to keep and log (no credentials; a local path made absolute) and the auth to use.
+
+    Credentials written in the URL move into the auth (unless it has its own) and are registered
+    as secrets. Shared by every user of the remote (the source and the write-back).
+    """
+    clean_url, url_user, url_password = _split_credentials(url)
+    if url_password and auth.password is None and auth.token is None:
+        auth = replace(auth, username=auth.username or url_user, password=Secret(url_password))
+    elif url_user and auth.username is None and urlsplit(clean_url).scheme in ("http", "https"):
+        auth = replace(auth, username=url_user)
+    if _is_local(clean_url):
+        local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
+        clean_url = str(Path(local).expanduser().resolve())
+    for secret in (auth.password, auth.token):
+        if secret is not None:
+            register_secret(secret.reveal())
+    return clean_url, auth
+
+
+def git_client(url: str, auth: GitAuth, timeout: float) -> tuple[GitClient, str]:
+    """A dulwich client for a clean URL (see `remote_and_auth`), with the credentials and timeouts
+    applied to the transport only, and the remote path."""
+    if _is_local(url):
+        return LocalGitClient(), url
+    parts = urlsplit(url)
+    scheme = parts.scheme
+    if scheme in ("http", "https"):
+        password = auth.password.reveal() if auth.password else None
+        username = auth.username if (auth.username or password) else None
+        client = Urllib3HttpGitClient(url, username=username, password=password, timeout=timeout)
+        # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
+        client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
+            total=None, connect=0, read=0, status=0, other=0, redirect=5)
+        if auth.token is not None:
+            client.pool_manager.headers["Authorization"] = f"Bearer {auth.token.reveal()}"
+        return client, ""
+    if scheme == "git":
+        return _TimeoutTCPGitClient(parts.hostname or "", parts.port, timeout), parts.path
+    if scheme in ("ssh", "git+ssh") or "://" not in url:
+        if "://" in url:
+            host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
+        else:  # scp-like user@host:path
+            userhost, _, path = url.partition(":")
+            user, _, host = userhost.rpartition("@")
+            port = None
+        client = SSHGitClient(host, port=port, username=user or None,
+                              vendor=_TimedSSHVendor(timeout), ssh_command=ssh_command(auth, timeout))
+        return client, path
+    raise SourceError("config", f"unsupported URL scheme {scheme!r} in {url}")
+
+
+def ssh_command(auth: GitAuth, timeout: float) -> str:
+    """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""
+    alive = max(1, int(timeout / 3))
+    args = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"ConnectTimeout={max(1, int(timeout))}", "-o", f"ServerAliveInterval={alive}",
+            "-o", "ServerAliveCountMax=3", "-o", "PasswordAuthentication=no",
+            "-o", "KbdInteractiveAuthentication=no"]
+    if auth.ssh_known_hosts_file is not None:
+        args += ["-o", f"UserKnownHostsFile={auth.ssh_known_hosts_file}",
+                 "-o", "GlobalKnownHostsFile=none"]
+    if auth.ssh_key_file is not None:
+        args += ["-o", "IdentitiesOnly=yes", "-i", str(auth.ssh_key_file)]
+    return shlex.join(args)
+
+
 def _peel(repo: Repo, sha: bytes) -> Commit:
     """The commit `sha` names (through annotated tags); SourceError if it is something else."""
     obj = repo.object_store[sha]
@@ -296,15 +363,7 @@ class Source:
                  state_dir: Path = DEFAULT_STATE_DIR, *, depth: int = 0, allow_rewrite: bool = True,
                  timeout: float = 30.0, verify: str = "none", allowed_signers_file: Path | None = None,
                  gpg_key_ids: Sequence[str] = (), gpg_keyring_file: Path | None = None) -> None:
-        clean_url, url_user, url_password = _split_credentials(url)
-        if url_password and auth.password is None and auth.token is None:
-            auth = replace(auth, username=auth.username or url_user, password=Secret(url_password))
-        elif url_user and auth.username is None and urlsplit(clean_url).scheme in ("http", "https"):
-            auth = replace(auth, username=url_user)
-        if _is_local(clean_url):
-            local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
-            clean_url = str(Path(local).expanduser().resolve())
-        self.url = clean_url
+        self.url, auth = remote_and_auth(url, auth)
         self.ref = ref.strip()
         self.paths = tuple(_normalize_path(p) for p in paths) or ("",)
         self.auth = auth
@@ -318,9 +377,6 @@ class Source:
         self.gpg_key_ids = tuple(k.strip().upper().removeprefix("0X") for k in gpg_key_ids if k.strip())
         self.gpg_keyring_file = gpg_keyring_file
         self._check_policy()
-        for secret in (auth.password, auth.token):
-            if secret is not None:
-                register_secret(secret.reveal())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
@@ -383,49 +439,7 @@ class Source:
     # -- transport -----------------------------------------------------------------------------------------
 
     def _client(self) -> tuple[GitClient, str]:
-        """A dulwich client for the URL, with the credentials and timeouts, and the remote path."""
-        if _is_local(self.url):
-            return LocalGitClient(), self.url
-        parts = urlsplit(self.url)
-        scheme = parts.scheme
-        if scheme in ("http", "https"):
-            password = self.auth.password.reveal() if self.auth.password else None
-            username = self.auth.username if (self.auth.username or password) else None
-            client = Urllib3HttpGitClient(self.url, username=username, password=password,
-                                          timeout=self.timeout)
-            # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
-            client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
-                total=None, connect=0, read=0, status=0, other=0, redirect=5)
-            if self.auth.token is not None:
-                client.pool_manager.headers["Authorization"] = f"Bearer {self.auth.token.reveal()}"
-            return client, ""
-        if scheme == "git":
-            return _TimeoutTCPGitClient(parts.hostname or "", parts.port, self.timeout), parts.path
-        if scheme in ("ssh", "git+ssh") or "://" not in self.url:
-            if "://" in self.url:
-                host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
-            else:  # scp-like user@host:path
-                userhost, _, path = self.url.partition(":")
-                user, _, host = userhost.rpartition("@")
-                port = None
-            client = SSHGitClient(host, port=port, username=user or None,
-                                  vendor=_TimedSSHVendor(self.timeout), ssh_command=self._ssh_command())
-            return client, path
-        raise SourceError("config", f"unsupported URL scheme {scheme!r} in {self.url}")
-
-    def _ssh_command(self) -> str:
-        """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""
-        alive = max(1, int(self.timeout / 3))
-        args = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                "-o", f"ConnectTimeout={max(1, int(self.timeout))}", "-o", f"ServerAliveInterval={alive}",
-                "-o", "ServerAliveCountMax=3", "-o", "PasswordAuthentication=no",
-                "-o", "KbdInteractiveAuthentication=no"]
-        if self.auth.ssh_known_hosts_file is not None:
-            args += ["-o", f"UserKnownHostsFile={self.auth.ssh_known_hosts_file}",
-                     "-o", "GlobalKnownHostsFile=none"]
-        if self.auth.ssh_key_file is not None:
-            args += ["-o", "IdentitiesOnly=yes", "-i", str(self.auth.ssh_key_file)]
-        return shlex.join(args)
+        return git_client(self.url, self.auth, self.timeout)
 
     def _network(self, stage: str, action: Callable[[], Any]) -> Any:
         """Run one network operation; turn every transport failure into a SourceError for `stage`."""
