@@ -307,6 +307,32 @@ def ssh_command(auth: GitAuth, timeout: float) -> str:
     return shlex.join(args)
 
 
+def run_network(stage: str, url: str, timeout: float, action: Callable[[], Any]) -> Any:
+    """Run one network operation; turn every transport failure into a SourceError for `stage`."""
+    try:
+        return action()
+    except SourceError:
+        raise
+    except HTTPUnauthorized:
+        raise SourceError(stage, f"{url}: authentication failed (HTTP 401)") from None
+    except NotGitRepository:
+        raise SourceError(stage, f"{url}: not a git repository") from None
+    except HangupException as exc:
+        # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
+        lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
+        lines = [ln for ln in lines if ln and not ln.startswith("@")]
+        raise SourceError(stage, f"{url}: {' / '.join(lines[-2:]) or exc}") from None
+    except TimeoutError:
+        raise SourceError(stage, f"{url}: no answer within {timeout:g}s") from None
+    except GitProtocolError as exc:
+        text = str(exc)
+        if "timed out" in text.lower():
+            raise SourceError(stage, f"{url}: no answer within {timeout:g}s") from None
+        raise SourceError(stage, f"{url}: {_first_lines(text)}") from None
+    except OSError as exc:
+        raise SourceError(stage, f"{url}: {exc.strerror or exc}") from None
+
+
 def _peel(repo: Repo, sha: bytes) -> Commit:
     """The commit `sha` names (through annotated tags); SourceError if it is something else."""
     obj = repo.object_store[sha]
@@ -442,29 +468,7 @@ class Source:
         return git_client(self.url, self.auth, self.timeout)
 
     def _network(self, stage: str, action: Callable[[], Any]) -> Any:
-        """Run one network operation; turn every transport failure into a SourceError for `stage`."""
-        try:
-            return action()
-        except SourceError:
-            raise
-        except HTTPUnauthorized:
-            raise SourceError(stage, f"{self.url}: authentication failed (HTTP 401)") from None
-        except NotGitRepository:
-            raise SourceError(stage, f"{self.url}: not a git repository") from None
-        except HangupException as exc:
-            # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
-            lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
-            lines = [ln for ln in lines if ln and not ln.startswith("@")]
-            raise SourceError(stage, f"{self.url}: {' / '.join(lines[-2:]) or exc}") from None
-        except TimeoutError:
-            raise SourceError(stage, f"{self.url}: no answer within {self.timeout:g}s") from None
-        except GitProtocolError as exc:
-            text = str(exc)
-            if "timed out" in text.lower():
-                raise SourceError(stage, f"{self.url}: no answer within {self.timeout:g}s") from None
-            raise SourceError(stage, f"{self.url}: {_first_lines(text)}") from None
-        except OSError as exc:
-            raise SourceError(stage, f"{self.url}: {exc.strerror or exc}") from None
+        return run_network(stage, self.url, self.timeout, action)
 
     # -- check ---------------------------------------------------------------------------------------------
 
