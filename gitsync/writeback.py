@@ -24,6 +24,7 @@ config branches.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import random
 import re
@@ -39,8 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from dulwich.client import GitClient, get_transport_and_path
-from dulwich.errors import GitProtocolError, HangupException
 from dulwich.file import FileLocked
 from dulwich.notes import NotesTree
 from dulwich.objects import Blob, Commit, Tree
@@ -51,12 +50,12 @@ from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
 from gitsync.log import logger, redact
+from gitsync.source import GitAuth, SourceError, git_client, remote_and_auth, run_network
 
 if TYPE_CHECKING:
     import argparse
 
     from gitsync.settings import Settings
-    from gitsync.source import GitAuth
 
 STAGES = ("fetch", "verify", "render", "validate", "push")
 AGENTS_DIR = b"agents"
@@ -383,12 +382,6 @@ class _RefMoved(Exception):
     """The remote ref is no longer the tip the new commit was built on."""
 
 
-def open_client(url: str, auth: GitAuth | None, timeout: float) -> tuple[GitClient, str]:
-    """A dulwich client for `url` with `auth` applied (credentials never written to any config)."""
-    del auth, timeout  # TODO(source merge): use gitsync.source's client factory (auth, ssh, timeout)
-    return get_transport_and_path(url)
-
-
 def open_work_repo(path: Path) -> Repo:
     """The local bare repo holding fetched status/notes objects; created on first use."""
     if (path / "objects").is_dir():
@@ -398,14 +391,26 @@ def open_work_repo(path: Path) -> Repo:
 
 
 class _Remote:
-    """One ref of the remote, fetched into and pushed from the local work repo."""
+    """One ref of the remote, fetched into and pushed from the local work repo.
 
-    def __init__(self, client: GitClient, path: str, repo: Repo, ref: bytes, local_ref: bytes) -> None:
-        self.client = client
-        self.path = path
+    The transport (credentials, timeouts, error wording) is the source's: `git_client` and
+    `run_network`, so write-back and fetch treat the remote alike.
+    """
+
+    def __init__(self, url: str, auth: GitAuth, timeout: float, repo: Repo, ref: bytes,
+                 local_ref: bytes) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.client, self.path = git_client(url, auth, timeout)
         self.repo = repo
         self.ref = ref
         self.local_ref = local_ref
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _network(self, action: Callable[[], Any]) -> Any:
+        return run_network("writeback", self.url, self.timeout, action)
 
     def fetch(self) -> bytes | None:
         """The remote tip of the ref (None when it does not exist yet), its objects fetched."""
@@ -415,7 +420,8 @@ class _Remote:
             sha = refs.get(self.ref)
             return [sha] if sha and sha != ZERO_SHA and sha not in store else []
 
-        result = self.client.fetch(self.path, self.repo, determine_wants=wants, ref_prefix=[self.ref])
+        result = self._network(lambda: self.client.fetch(self.path, self.repo, determine_wants=wants,
+                                                         ref_prefix=[self.ref]))
         tip = result.refs.get(self.ref)
         if tip is None or tip == ZERO_SHA:
             return None
@@ -435,14 +441,15 @@ class _Remote:
             return {self.ref: new}
 
         try:
-            result = self.client.send_pack(self.path, update_refs, self.repo.object_store.generate_pack_data)
+            result = self._network(lambda: self.client.send_pack(
+                self.path, update_refs, self.repo.object_store.generate_pack_data))
         except FileLocked as exc:  # a local-path remote: another writer holds the ref's lock right now
             raise _RefMoved(self.ref) from exc
         failed = {ref: why for ref, why in (result.ref_status or {}).items() if why}
         if failed:
             why = failed.get(self.ref) or next(iter(failed.values()))
             if is_permission_denied(WriteBackError(why)):
-                raise WriteBackError(f"push of {self.ref.decode()} refused: {why}")
+                raise WriteBackError(f"{self.url}: push of {self.ref.decode()} refused: {why}")
             raise _RefMoved(why)  # "failed to lock", "non-fast-forward", "stale info": someone was faster
         self.repo.refs[self.local_ref] = new
 
@@ -467,8 +474,7 @@ class WriteBack:
                  author: str = "gitsync <gitsync@localhost>", note_max_bytes: int = 16384,
                  notes_retention: float = 30 * 86400, timeout: float = 30.0, attempts: int = 5,
                  stop_when_denied: bool = False) -> None:
-        self.url = url
-        self.auth = auth
+        self.url, self.auth = remote_and_auth(url, auth or GitAuth())
         self.work_dir = Path(work_dir)
         self.status_ref = full_ref(status_branch, "refs/heads/")
         self.notes_ref = full_ref(notes_ref, "refs/notes/")
@@ -493,14 +499,11 @@ class WriteBack:
         """The writer the settings ask for; None when write-back is off or cannot work (auto)."""
         if settings.writeback == "off" or not settings.repo or settings.dir:
             return None
-        from gitsync.source import GitAuth
-
-        auth = GitAuth.from_settings(settings)
-        if settings.writeback == "auto" and not can_push(settings):
-            logger.info("write-back off: no write credentials for {} (set writeback = \"on\" to force)",
-                        strip_userinfo(settings.repo))
+        url, auth = remote_and_auth(settings.repo, GitAuth.from_settings(settings))
+        if settings.writeback == "auto" and not can_push(url, auth):
+            logger.info("write-back off: no write credentials for {} (set writeback = \"on\" to force)", url)
             return None
-        return cls(settings.repo, auth, Path(settings.state_dir) / "writeback",
+        return cls(url, auth, Path(settings.state_dir) / "writeback",
                    status_branch=settings.status_branch, notes_ref=settings.notes_ref,
                    author=settings.author, note_max_bytes=settings.note_max_bytes,
                    notes_retention=settings.notes_retention, timeout=settings.git_timeout,
@@ -556,9 +559,8 @@ class WriteBack:
                  build: Callable[[Repo, bytes | None], bytes | None], context: str) -> bool | None:
         """Fetch, build, compare-and-swap push, retry. True pushed, False nothing to do, None failed."""
         try:
-            with open_work_repo(self.work_dir) as repo:
-                client, path = open_client(self.url, self.auth, self.timeout)
-                remote = _Remote(client, path, repo, ref, local_ref)
+            with open_work_repo(self.work_dir) as repo, contextlib.closing(
+                    _Remote(self.url, self.auth, self.timeout, repo, ref, local_ref)) as remote:
                 for attempt in range(self.attempts):
                     try:
                         tip = remote.fetch()
@@ -581,16 +583,20 @@ class WriteBack:
 
     def _failed(self, what: str, context: str, exc: Exception) -> None:
         self.failures += 1
-        reason = redact(f"{type(exc).__name__}: {exc}" if not isinstance(exc, WriteBackError) else str(exc))
+        if isinstance(exc, SourceError):
+            reason = exc.reason
+        elif isinstance(exc, WriteBackError):
+            reason = str(exc)
+        else:
+            reason = f"{self.url}: {type(exc).__name__}: {exc}"
+        reason = redact(reason)
         self.last_error = reason
-        where = strip_userinfo(self.url)
         if self.stop_when_denied and is_permission_denied(exc):
             self.enabled = False
-            logger.warning("write-back turned off: {} refuses pushes ({}); status stays in the state dir "
-                           "and /metrics", where, reason)
+            logger.warning("write-back turned off: the remote refuses pushes ({}); status stays in the state "
+                           "dir and /metrics", reason)
             return
-        logger.warning("write-back of {} ({}) to {} failed, will retry on the next sync: {}",
-                       what, context, where, reason)
+        logger.warning("write-back of {} ({}) failed, will retry on the next sync: {}", what, context, reason)
 
     # -- building commits -------------------------------------------------------------------------------
 
@@ -679,13 +685,15 @@ def _copy_tree(tree: Tree) -> Tree:
     return copy
 
 
-def can_push(settings: Settings) -> bool:
-    """Auto mode: can this agent plausibly push? A local path or file://, git://, or credentials."""
-    url = settings.repo or ""
-    scheme = urlsplit(url).scheme if "://" in url else ""
-    if scheme in ("", "file", "git"):
+def can_push(url: str, auth: GitAuth) -> bool:
+    """Auto mode: can this agent plausibly push to `url` (as `remote_and_auth` cleaned it)?
+
+    A local path (made absolute), git:// (no auth at all: test servers, trusted networks), or
+    write credentials: an HTTP password or token, or an ssh key.
+    """
+    if Path(url).is_absolute() or urlsplit(url).scheme == "git":
         return True
-    return bool(settings.git_password or settings.git_token or settings.ssh_key_file)
+    return bool(auth.password or auth.token or auth.ssh_key_file)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -695,10 +703,11 @@ def can_push(settings: Settings) -> bool:
 def read_fleet(url: str, auth: GitAuth | None, status_branch: str, work_dir: Path,
                timeout: float = 30.0) -> list[dict]:
     """Every agent's status file on the remote status branch, sorted by agent (empty if none)."""
+    url, auth = remote_and_auth(url, auth or GitAuth())
     ref = full_ref(status_branch, "refs/heads/")
-    with open_work_repo(Path(work_dir)) as repo:
-        client, path = open_client(url, auth, timeout)
-        tip = _Remote(client, path, repo, ref, LOCAL_STATUS_REF).fetch()
+    with open_work_repo(Path(work_dir)) as repo, \
+            contextlib.closing(_Remote(url, auth, timeout, repo, ref, LOCAL_STATUS_REF)) as remote:
+        tip = remote.fetch()
         if tip is None:
             return []
         store = repo.object_store
@@ -772,15 +781,13 @@ def status_command(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
-    from gitsync.source import GitAuth
-
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
             fleet = read_fleet(settings.repo, GitAuth.from_settings(settings), settings.status_branch,
                                Path(tmp), timeout=settings.git_timeout)
-        except (OSError, GitProtocolError, HangupException) as exc:
-            print(redact(f"gitsync status: error: cannot read {settings.status_branch} from "
-                         f"{strip_userinfo(settings.repo)}: {exc}"), file=sys.stderr)
+        except SourceError as exc:
+            print(redact(f"gitsync status: error: cannot read {settings.status_branch}: {exc.reason}"),
+                  file=sys.stderr)
             return 1
     if not fleet:
         print(f"no agent has written to {settings.status_branch} yet")
