@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dulwich.file import FileLocked
+from dulwich.gc import maybe_auto_gc
 from dulwich.notes import NotesTree
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.protocol import ZERO_SHA
@@ -575,6 +576,7 @@ class WriteBack:
                         continue
                     self.pushes += 1
                     logger.debug("write-back: pushed {} {} ({})", what, new.decode()[:7], context)
+                    _tidy(repo)
                     return True
                 raise WriteBackError(f"{ref.decode()} kept moving; gave up after {self.attempts} attempts")
         except Exception as exc:  # write-back must never break a sync
@@ -676,6 +678,14 @@ class WriteBack:
                 self._note_oldest.clear()
             self._note_oldest[blob_sha] = oldest_section(store[blob_sha].data.decode("utf-8", "replace"))
         return self._note_oldest[blob_sha]
+
+
+def _tidy(repo: Repo) -> None:
+    """Keep the work repo small: git's auto-gc thresholds (loose objects, pack count), best effort."""
+    try:
+        maybe_auto_gc(repo)
+    except Exception as exc:  # a cache: a failed gc costs disk, never a write-back
+        logger.debug("write-back: gc of {} failed: {}", repo.path, exc)
 
 
 def _copy_tree(tree: Tree) -> Tree:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gitsync import log as gslog
-from gitsync.settings import load
+from gitsync.settings import Settings, load
 from gitsync.state import StateDir
 from gitsync.writeback import (
     FailureNote,
@@ -29,7 +29,7 @@ from gitsync.writeback import (
     status_command,
     summary_text,
 )
-from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, git
+from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
 
 NOW = datetime.now(UTC)
 
@@ -64,8 +64,8 @@ def status_commits(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
     return out.split() if out else []
 
 
-def agent_files(repo: BareRepo) -> list[str]:
-    return repo.git("ls-tree", "--name-only", "gitsync/status:agents").split()
+def agent_files(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
+    return repo.git("ls-tree", "--name-only", f"{branch}:agents").split()
 
 
 def note_of(repo: BareRepo, sha: str) -> str:
@@ -346,3 +346,74 @@ def test_status_command_prints_this_agents_last_result(tmp_path, capsys):
     assert status_command(settings, args) == 0
     out = capsys.readouterr().out
     assert "commit:   " + "e" * 40 + "  add route" in out and "result:   applied" in out
+
+
+def settings_for(tmp_path: Path, **flags) -> Settings:
+    return load({"state_dir": str(tmp_path / "state"), **flags}, env={}, config=os.devnull)
+
+
+@pytest.mark.parametrize(("flags", "enabled"), [
+    ({"repo": "/srv/git/config.git"}, True),  # a local path can be pushed to
+    ({"repo": "file:///srv/git/config.git"}, True),
+    ({"repo": "git://127.0.0.1:9418/config.git"}, True),
+    ({"repo": "https://git.example.test/config.git"}, False),  # read-only: no credentials
+    ({"repo": "https://bot:s3cret-pass@git.example.test/config.git"}, True),  # credentials in the URL
+    ({"repo": "ssh://git@git.example.test/config.git"}, False),  # no key configured
+    ({"repo": "https://git.example.test/config.git", "writeback": "on"}, True),
+    ({"repo": "/srv/git/config.git", "writeback": "off"}, False),
+    ({"dir": "/srv/config"}, False),  # a plain directory has no remote
+])
+def test_from_settings_auto_mode(tmp_path, flags, enabled):
+    wb = WriteBack.from_settings(settings_for(tmp_path, **flags))
+    assert (wb is not None) is enabled
+    if wb is not None:
+        assert wb.work_dir == tmp_path / "state" / "writeback"
+        assert wb.stop_when_denied is (flags.get("writeback", "auto") == "auto")
+        assert "s3cret-pass" not in wb.url
+
+
+def test_from_settings_with_token_pushes_over_http(config_repo, remotes_root, tmp_path):
+    repo, sha = config_repo
+    token = "tok-5d1e0c6a9b7f"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    with HttpGitServer(remotes_root, HttpAuth(token=token)) as server:
+        settings = settings_for(tmp_path, repo=server.url(repo.path.name), git_token_file=str(token_file),
+                                agent_name="edge-http", status_branch="ops/status", notes_ref="ops-notes")
+        wb = WriteBack.from_settings(settings)
+        assert wb is not None
+        assert wb.publish_status(report(settings.agent_name, sha)) is True
+        assert wb.publish_failure(failure(settings.agent_name, sha)) is True
+        assert "agent: edge-http" in repo.git("notes", "--ref=ops-notes", "show", sha)
+        assert agent_files(repo, "ops/status") == ["edge-http.yaml"]
+    # The token went to the transport only: not into the local work repo, not to the remote.
+    for path in wb.work_dir.rglob("*"):
+        assert not path.is_file() or token.encode() not in path.read_bytes(), path
+
+
+def test_hung_remote_costs_at_most_the_timeout(tmp_path):
+    with HungServer() as hung:
+        wb = writer(f"git://127.0.0.1:{hung.port}/config.git", tmp_path / "wb", timeout=0.5, attempts=2)
+        began = time.monotonic()
+        assert wb.publish_status(report("edge-1", "f" * 40)) is False
+        assert time.monotonic() - began < 3
+    assert wb.failures == 1 and "no answer within 0.5s" in (wb.last_error or "")
+
+
+def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    settings = settings_for(tmp_path, repo=url)
+    assert status_command(settings, argparse.Namespace(fleet=True)) == 0
+    assert capsys.readouterr().out == "no agent has written to gitsync/status yet\n"
+    for agent in ("edge-b", "edge-a"):
+        assert writer(url, tmp_path / agent).publish_status(report(agent, sha, when=NOW - timedelta(hours=3)))
+    assert status_command(settings, argparse.Namespace(fleet=True)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines] == [
+        ["AGENT", "COMMIT", "RESULT", "AGE"], ["edge-a", sha[:7], "applied", "3h"],
+        ["edge-b", sha[:7], "applied", "3h"]]
+
+    gone = settings_for(tmp_path, repo=git_daemon.url("no-such-repo.git"))
+    assert status_command(gone, argparse.Namespace(fleet=True)) == 1
+    assert "cannot read gitsync/status" in capsys.readouterr().err
