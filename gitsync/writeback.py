@@ -51,7 +51,7 @@ from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
 from gitsync.log import logger, redact
-from gitsync.source import GitAuth, SourceError, git_client, remote_and_auth, run_network
+from gitsync.source import SHA_RE, GitAuth, SourceError, git_client, remote_and_auth, run_network
 
 if TYPE_CHECKING:
     import argparse
@@ -364,11 +364,12 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def is_permission_denied(exc: BaseException) -> bool:
+def is_permission_denied(failure: BaseException | str) -> bool:
     """Does this push failure mean "you may not write here" (as opposed to "try again later")?"""
-    if isinstance(exc, PermissionError):
+    if isinstance(failure, PermissionError):
         return True
-    return bool(_DENIED.search(f"{type(exc).__name__}: {exc}"))
+    text = failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"
+    return bool(_DENIED.search(text))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -428,7 +429,7 @@ class _Remote:
             return None
         if tip not in store:
             # A local-path remote seen mid-push by another writer: the ref moved before its pack showed.
-            raise _RefMoved(self.ref)
+            raise _RefMoved("the remote's new tip is not readable yet")
         self.repo.refs[self.local_ref] = tip
         return tip
 
@@ -438,29 +439,25 @@ class _Remote:
 
         def update_refs(refs: dict[bytes, bytes]) -> dict[bytes, bytes]:
             if refs.get(self.ref, ZERO_SHA) != expected:
-                raise _RefMoved(self.ref)
+                raise _RefMoved("moved by another writer since the fetch")
             return {self.ref: new}
 
         try:
             result = self._network(lambda: self.client.send_pack(
                 self.path, update_refs, self.repo.object_store.generate_pack_data))
         except FileLocked as exc:  # a local-path remote: another writer holds the ref's lock right now
-            raise _RefMoved(self.ref) from exc
+            raise _RefMoved("locked by another writer") from exc
         failed = {ref: why for ref, why in (result.ref_status or {}).items() if why}
         if failed:
             why = failed.get(self.ref) or next(iter(failed.values()))
-            if is_permission_denied(WriteBackError(why)):
+            if is_permission_denied(why):
                 raise WriteBackError(f"{self.url}: push of {self.ref.decode()} refused: {why}")
-            raise _RefMoved(why)  # "failed to lock", "non-fast-forward", "stale info": someone was faster
+            raise _RefMoved(f"remote refused: {why}")  # "failed to lock", "stale info": someone was faster
         self.repo.refs[self.local_ref] = new
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The writer
-
-
-def _signature(author: str) -> bytes:
-    return author.encode()
 
 
 class WriteBack:
@@ -512,28 +509,39 @@ class WriteBack:
 
     # -- public -----------------------------------------------------------------------------------------
 
+    @property
+    def pending(self) -> int:
+        """Status files and notes waiting for the next publish (a failed one is retried then)."""
+        return (self._pending_status is not None) + len(self._pending_notes)
+
     def publish_status(self, report: StatusReport) -> bool:
         """Write this agent's status file; True iff a new status commit was pushed."""
         with self._lock:
             self._pending_status = report
             pushed = self._flush_status()
-            self._flush_notes()
-            return pushed
+            if pushed is not None:  # the remote answered: also send notes left from a failed publish
+                self._flush_notes()
+            return bool(pushed)
 
     def publish_failure(self, note: FailureNote) -> bool:
         """Write this agent's section of the note on the failed commit; True iff it changed and was pushed."""
+        if not SHA_RE.match(note.commit):
+            logger.error("write-back: no note for {!r}: not a commit SHA", note.commit)
+            return False
         with self._lock:
             self._pending_notes.pop((note.commit, note.agent), None)
             self._pending_notes[(note.commit, note.agent)] = note
             while len(self._pending_notes) > MAX_PENDING_NOTES:
                 self._pending_notes.pop(next(iter(self._pending_notes)))
             pushed = self._flush_notes()
-            self._flush_status()
-            return pushed
+            if pushed is not None:
+                self._flush_status()
+            return bool(pushed)
 
     # -- flushing pending work --------------------------------------------------------------------------
 
-    def _flush_status(self) -> bool:
+    def _flush_status(self) -> bool | None:
+        """Publish the pending status: True pushed, False nothing to push, None failed (kept pending)."""
         report = self._pending_status
         if report is None or not self.enabled:
             return False
@@ -542,9 +550,10 @@ class WriteBack:
                                context=f"commit {short_sha(report.commit)}")
         if pushed is not None:
             self._pending_status = None
-        return bool(pushed)
+        return pushed
 
-    def _flush_notes(self) -> bool:
+    def _flush_notes(self) -> bool | None:
+        """Publish the pending notes, in one commit; same answers as `_flush_status`."""
         notes = list(self._pending_notes.values())
         if not notes or not self.enabled:
             return False
@@ -554,7 +563,7 @@ class WriteBack:
         if pushed is not None:
             for note in notes:
                 self._pending_notes.pop((note.commit, note.agent), None)
-        return bool(pushed)
+        return pushed
 
     def _publish(self, what: str, ref: bytes, local_ref: bytes,
                  build: Callable[[Repo, bytes | None], bytes | None], context: str) -> bool | None:
@@ -562,6 +571,7 @@ class WriteBack:
         try:
             with open_work_repo(self.work_dir) as repo, contextlib.closing(
                     _Remote(self.url, self.auth, self.timeout, repo, ref, local_ref)) as remote:
+                last = ""
                 for attempt in range(self.attempts):
                     try:
                         tip = remote.fetch()
@@ -569,7 +579,8 @@ class WriteBack:
                         if new is None:
                             return False
                         remote.push(tip, new)
-                    except _RefMoved:
+                    except _RefMoved as moved:
+                        last = str(moved)
                         self.conflicts += 1
                         if attempt + 1 < self.attempts:
                             time.sleep(random.uniform(0, min(2.0, 0.1 * 2 ** attempt)))
@@ -578,7 +589,8 @@ class WriteBack:
                     logger.debug("write-back: pushed {} {} ({})", what, new.decode()[:7], context)
                     _tidy(repo)
                     return True
-                raise WriteBackError(f"{ref.decode()} kept moving; gave up after {self.attempts} attempts")
+                raise WriteBackError(f"{self.url}: {ref.decode()} not updated after {self.attempts} attempts "
+                                     f"(last: {last})")
         except Exception as exc:  # write-back must never break a sync
             self._failed(what, context, exc)
             return None
@@ -606,7 +618,7 @@ class WriteBack:
         commit = Commit()
         commit.tree = tree.id
         commit.parents = [parent] if parent else []
-        commit.author = commit.committer = _signature(self.author)
+        commit.author = commit.committer = self.author.encode()
         commit.author_time = commit.commit_time = int(time.time())
         commit.author_timezone = commit.commit_timezone = 0
         commit.encoding = b"UTF-8"

@@ -182,7 +182,7 @@ def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
         note = wb.publish_failure(failure(agent, sha, [f"{agent}.yaml:1:1: routes[{agent}].uri: bad"]))
         # What a failed publish left pending goes out with the next publish (the next sync).
         for _ in range(10):
-            if not (wb._pending_status or wb._pending_notes):
+            if not wb.pending:
                 break
             wb.publish_status(report(agent, sha))
         outcomes[agent] = (status, note)
@@ -276,13 +276,14 @@ def test_unreachable_remote_never_raises_and_retries_on_next_publish(git_daemon,
     sha = "b" * 40
     assert wb.publish_status(report("edge-1", sha)) is False  # no such repository yet
     assert wb.failures == 1 and wb.enabled and "no such repository" in (wb.last_error or "")
+    assert wb.pending == 1
 
     repo = BareRepo.create(remotes_root / name)
     config = repo.commit({"a.yaml": "routes: []\n"})
     assert wb.publish_failure(failure("edge-1", config)) is True
     # The status that failed before went out with this publish.
     assert repo.git("show", "gitsync/status:agents/edge-1.yaml").count(sha) == 1
-    assert wb.failures == 1
+    assert wb.failures == 1 and wb.pending == 0
 
 
 def test_refused_push_turns_auto_writeback_off_once(config_repo, remotes_root, tmp_path):
