@@ -634,7 +634,7 @@ class WriteBack:
             mode, sha = root[AGENTS_DIR]
             if stat.S_ISDIR(mode):
                 agents = store[sha]
-        name = agent_file_name(report.agent).encode()
+        name = agent_file_name(redact(report.agent)).encode()
         doc = status_document(report)
         if name in agents:
             old = load_status(store[agents[name][1]].data)
