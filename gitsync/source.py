@@ -77,6 +77,10 @@ class SourceError(Exception):
         super().__init__(f"{stage}: {self.reason}")
 
 
+class _RefMissing(SourceError):
+    """The remote does not have the configured ref (the message gets a list of its branches)."""
+
+
 @dataclass(frozen=True)
 class GitAuth:
     """Credentials for the remote: HTTP basic or bearer token, or an ssh key and known_hosts."""
@@ -369,9 +373,7 @@ class Source:
         """(ref name, advertised SHA, peeled SHA if advertised) of the configured ref."""
         found = [name for name in self._candidates() if refs.get(name)]
         if not found:
-            branches = sorted(n.decode()[len("refs/heads/"):] for n in refs if n.startswith(b"refs/heads/"))
-            known = f" (branches: {', '.join(branches[:10])})" if branches else ""
-            raise SourceError(stage, f"ref {self.ref!r} not found on {self.url}{known}")
+            raise _RefMissing(stage, f"ref {self.ref!r} not found on {self.url}")
         if len(found) > 1:
             logger.warning("ref {} is both a branch and a tag on {}; following the branch",
                            self.ref, self.url)
@@ -431,6 +433,8 @@ class Source:
         """Run one network operation; turn every transport failure into a SourceError for `stage`."""
         try:
             return action()
+        except _RefMissing as exc:
+            raise SourceError(stage, exc.reason + self._branches_hint()) from None
         except SourceError:
             raise
         except HTTPUnauthorized:
@@ -452,6 +456,18 @@ class Source:
         except OSError as exc:
             raise SourceError(stage, f"{self.url}: {exc.strerror or exc}") from None
 
+    def _branches_hint(self) -> str:
+        """`` (branches: a, b)`` from a full listing of the remote, for a ref that was not found."""
+        client, path = self._client()
+        try:
+            refs = client.get_refs(path.encode()).refs
+        except Exception:  # only a hint: the error being reported is the missing ref
+            return ""
+        finally:
+            client.close()
+        branches = sorted(n.decode()[len("refs/heads/"):] for n in refs if n.startswith(b"refs/heads/"))
+        return f" (branches: {', '.join(branches[:10])})" if branches else ""
+
     # -- check ---------------------------------------------------------------------------------------------
 
     def check(self) -> str:
@@ -460,11 +476,10 @@ class Source:
             return self.pinned
         client, path = self._client()
         try:
-            result = self._network(
-                "check", lambda: client.get_refs(path.encode(), ref_prefix=self._candidates()))
+            _name, raw, peeled = self._network("check", lambda: self._resolve(
+                client.get_refs(path.encode(), ref_prefix=self._candidates()).refs, "check"))
         finally:
             client.close()
-        _name, raw, peeled = self._resolve(result.refs, "check")
         if peeled is None and isinstance(client, LocalGitClient):
             with Repo(self.url) as remote:
                 peeled = _peel(remote, raw).id
@@ -708,8 +723,8 @@ class Source:
             raise SourceError("verify", f"commit {sha} is not signed (verify = {self.verify_policy})")
         kind = _signature_kind(signature)
         if kind != self.verify_policy:
-            raise SourceError("verify", f"commit {sha} has {kind or 'an unknown kind of'} signature, "
-                                        f"but verify = {self.verify_policy}")
+            raise SourceError("verify", f"commit {sha} has {'a ' + kind if kind else 'an unknown kind of'} "
+                                        f"signature, but verify = {self.verify_policy}")
         if kind == "ssh":
             _verify_ssh(sha, payload, signature, self.allowed_signers_file)
         else:
@@ -760,7 +775,8 @@ def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file
     try:
         sshsig.sshsig.verify(payload, signature.decode("ascii", "replace"), keys, namespace="git")
     except (sshsig.sshsig.InvalidSignature, NotImplementedError, ValueError) as exc:
-        raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({exc})") from None
+        detail = str(exc) or "it does not match the commit"
+        raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({detail})") from None
 
 
 def _within(valid_after: str | None, valid_before: str | None, now: str) -> bool:
