@@ -50,10 +50,10 @@ from dulwich.client import (
     Urllib3HttpGitClient,
 )
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
-from dulwich.object_store import iter_tree_contents, tree_lookup_path
+from dulwich.object_store import ObjectStoreGraphWalker, iter_tree_contents, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, DEFAULT_GIT_PROTOCOL_VERSION_SEND, Protocol
-from dulwich.repo import Repo
+from dulwich.repo import ParentsProvider, Repo
 
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret, Settings
@@ -64,6 +64,7 @@ LOCK_FILE = "gitsync.lock"
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 FILE_MODES = (0o100644, 0o100755)  # regular files; symlinks and submodules are not config
 VERIFY_POLICIES = ("none", "ssh", "gpg")
+MAX_HAVES = 256  # commits offered in a fetch negotiation (git gives up after 256 in vain too)
 MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-built keys
 
 
@@ -205,15 +206,36 @@ class _TimedSSHVendor(SubprocessSSHVendor):
 # The mirror
 
 
+class _BoundedGraphWalker(ObjectStoreGraphWalker):
+    """Offers at most `limit` commits as 'have's. Over protocol v2 on git:// and ssh, dulwich sends
+    every have before it reads an ACK, so an unbounded walker sends the whole history each fetch."""
+
+    def __init__(self, *args: Any, limit: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = limit
+
+    def next(self) -> Any:
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        return super().next()
+
+    __next__ = next
+
+
 class _Mirror(Repo):
-    """The bare mirror. Every ref it holds counts as a 'have' when fetching (dulwich's default
-    offers only branches, so a followed tag would be fetched whole each time it moves)."""
+    """The bare mirror. Its 'have's start from the tracked ref's commit (`have_tips`) when it has
+    one, else from every ref it holds (dulwich's default offers branches only), and are bounded."""
+
+    have_tips: list[bytes] | None = None
 
     def get_graph_walker(self, heads: list | None = None) -> Any:
         if heads is None:
-            heads = [commit.id for sha in self.refs.as_dict(b"refs/").values()
-                     if (commit := _peeled_or_none(self, sha)) is not None]
-        return super().get_graph_walker(heads)
+            heads = self.have_tips or [commit.id for sha in self.refs.as_dict(b"refs/").values()
+                                       if (commit := _peeled_or_none(self, sha)) is not None]
+        return _BoundedGraphWalker(heads, ParentsProvider(self.object_store).get_parents,
+                                   shallow=self.get_shallow(), update_shallow=self.update_shallow,
+                                   limit=MAX_HAVES)
 
 
 def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
@@ -564,7 +586,10 @@ class Source:
                 return self._fetch_pinned(repo, pinned)
             chosen: dict[str, bytes] = {}
             same_remote = self._same_remote(repo)
-            first = not same_remote or not any(name in repo.refs for name in self._candidates())
+            tracked = [sha for name in self._candidates() if (sha := _ref(repo, name)) is not None]
+            first = not same_remote or not tracked
+            if tracked and (tip := _peeled_or_none(repo, tracked[0])) is not None:
+                repo.have_tips = [tip.id]
             deepen = first and self.depth > 0
 
             def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
