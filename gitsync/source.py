@@ -72,9 +72,10 @@ class SourceError(Exception):
     """A source failure. The message starts with the stage (config/check/fetch/verify/read)
     and holds no secret; the mirror is left as it was before the failing call."""
 
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: str, message: str, *, unreachable: bool = False) -> None:
         self.stage = stage
         self.reason = redact(message)
+        self.unreachable = unreachable  # the remote did not answer, refused us, or was not there
         super().__init__(f"{stage}: {self.reason}")
 
 
@@ -344,9 +345,6 @@ class Source:
         self.gpg_key_ids = tuple(k.strip().upper().removeprefix("0X") for k in gpg_key_ids if k.strip())
         self.gpg_keyring_file = gpg_keyring_file
         self._check_policy()
-        for secret in (auth.password, auth.token):
-            if secret is not None:
-                register_secret(secret.reveal())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
@@ -413,8 +411,9 @@ class Source:
         parts = urlsplit(self.url)
         scheme = parts.scheme
         if scheme in ("http", "https"):
-            password = self.auth.password.reveal() if self.auth.password else None
-            username = self.auth.username if (self.auth.username or password) else None
+            # A token wins over basic credentials: one Authorization header, never two.
+            password = self.auth.password.reveal() if self.auth.password and not self.auth.token else None
+            username = self.auth.username if password else None
             client = Urllib3HttpGitClient(self.url, username=username, password=password,
                                           timeout=self.timeout)
             # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
@@ -453,6 +452,9 @@ class Source:
 
     def _network(self, stage: str, action: Callable[[], Any]) -> Any:
         """Run one network operation; turn every transport failure into a SourceError for `stage`."""
+        def failed(reason: str, unreachable: bool = True) -> SourceError:
+            return SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable)
+
         try:
             return action()
         except _RefMissing as exc:
@@ -460,23 +462,25 @@ class Source:
         except SourceError:
             raise
         except HTTPUnauthorized:
-            raise SourceError(stage, f"{self.url}: authentication failed (HTTP 401)") from None
+            raise failed("authentication failed (HTTP 401)") from None
         except NotGitRepository:
-            raise SourceError(stage, f"{self.url}: not a git repository") from None
+            raise failed("not a git repository") from None
         except HangupException as exc:
             # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
             lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
             lines = [ln for ln in lines if ln and not ln.startswith("@")]
-            raise SourceError(stage, f"{self.url}: {' / '.join(lines[-2:]) or exc}") from None
+            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines)) from None
         except TimeoutError:
-            raise SourceError(stage, f"{self.url}: no answer within {self.timeout:g}s") from None
+            raise failed(f"no answer within {self.timeout:g}s") from None
         except GitProtocolError as exc:
-            text = str(exc)
-            if "timed out" in text.lower():
-                raise SourceError(stage, f"{self.url}: no answer within {self.timeout:g}s") from None
-            raise SourceError(stage, f"{self.url}: {_first_lines(text)}") from None
+            if "timed out" in str(exc).lower():
+                raise failed(f"no answer within {self.timeout:g}s") from None
+            raise failed(_first_lines(str(exc)), unreachable=False) from None
         except OSError as exc:
-            raise SourceError(stage, f"{self.url}: {exc.strerror or exc}") from None
+            raise failed(exc.strerror or str(exc)) from None
+        except Exception as exc:  # a remote that breaks the protocol in a way dulwich does not name
+            logger.opt(exception=True).debug("unexpected error from {}", self.url)
+            raise failed(f"{type(exc).__name__}: {_first_lines(str(exc))}", unreachable=False) from None
 
     def _branches_hint(self) -> str:
         """`` (branches: a, b)`` from a full listing of the remote, for a ref that was not found."""
@@ -644,9 +648,11 @@ class Source:
                         and not n.endswith(b"^{}") and v not in repo.object_store]
 
             depth = self.depth or None
-            try:
+            try:  # protocol v2 servers hand out any commit by SHA; older ones only advertised tips
                 self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_sha, depth=depth))
-            except SourceError:
+            except SourceError as exc:
+                if exc.unreachable:
+                    raise
                 self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_all, depth=depth))
         finally:
             client.close()

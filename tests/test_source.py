@@ -448,9 +448,10 @@ def test_a_hung_remote_times_out(kind, ssh_git, tmp_path):
         source = Source(url, auth=auth, state_dir=tmp_path, timeout=0.5)
         for stage, operation in (("check", source.check), ("fetch", source.fetch)):
             started = time.monotonic()
-            with pytest.raises(SourceError, match=rf"^{stage}: .*no answer within 0.5s"):
+            with pytest.raises(SourceError, match=rf"^{stage}: .*no answer within 0.5s") as caught:
                 operation()
             assert time.monotonic() - started < 3
+            assert caught.value.unreachable
 
 
 def test_a_hung_remote_leaves_the_mirror_intact(remotes_root, tmp_path):
