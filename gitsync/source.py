@@ -469,13 +469,14 @@ class Source:
             # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
             lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
             lines = [ln for ln in lines if ln and not ln.startswith("@")]
-            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines)) from None
+            reset = isinstance(exc.__cause__, OSError)
+            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines) or reset) from None
         except TimeoutError:
             raise failed(f"no answer within {self.timeout:g}s") from None
-        except GitProtocolError as exc:
-            if "timed out" in str(exc).lower():
+        except GitProtocolError as exc:  # dulwich wraps a failed read's OSError in one
+            if isinstance(exc.__cause__, TimeoutError) or "timed out" in str(exc).lower():
                 raise failed(f"no answer within {self.timeout:g}s") from None
-            raise failed(_first_lines(str(exc)), unreachable=False) from None
+            raise failed(_first_lines(str(exc)), unreachable=isinstance(exc.__cause__, OSError)) from None
         except OSError as exc:
             raise failed(exc.strerror or str(exc)) from None
         except Exception as exc:  # a remote that breaks the protocol in a way dulwich does not name
