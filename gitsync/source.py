@@ -469,8 +469,8 @@ class Source:
             # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
             lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
             lines = [ln for ln in lines if ln and not ln.startswith("@")]
-            reset = isinstance(exc.__cause__, OSError)
-            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines) or reset) from None
+            # Without ssh's words a hang-up is ambiguous: servers also hang up on a want they refuse.
+            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines)) from None
         except TimeoutError:
             raise failed(f"no answer within {self.timeout:g}s") from None
         except GitProtocolError as exc:  # dulwich wraps a failed read's OSError in one
