@@ -50,10 +50,10 @@ from dulwich.client import (
     Urllib3HttpGitClient,
 )
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
-from dulwich.object_store import iter_tree_contents, tree_lookup_path
+from dulwich.object_store import ObjectStoreGraphWalker, iter_tree_contents, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, DEFAULT_GIT_PROTOCOL_VERSION_SEND, Protocol
-from dulwich.repo import Repo
+from dulwich.repo import ParentsProvider, Repo
 
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret, Settings
@@ -64,6 +64,7 @@ LOCK_FILE = "gitsync.lock"
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 FILE_MODES = (0o100644, 0o100755)  # regular files; symlinks and submodules are not config
 VERIFY_POLICIES = ("none", "ssh", "gpg")
+MAX_HAVES = 256  # commits offered in a fetch negotiation (git gives up after 256 in vain too)
 MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-built keys
 
 
@@ -71,10 +72,15 @@ class SourceError(Exception):
     """A source failure. The message starts with the stage (config/check/fetch/verify/read)
     and holds no secret; the mirror is left as it was before the failing call."""
 
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: str, message: str, *, unreachable: bool = False) -> None:
         self.stage = stage
         self.reason = redact(message)
+        self.unreachable = unreachable  # the remote did not answer, refused us, or was not there
         super().__init__(f"{stage}: {self.reason}")
+
+
+class _RefMissing(SourceError):
+    """The remote does not have the configured ref (the message gets a list of its branches)."""
 
 
 @dataclass(frozen=True)
@@ -201,15 +207,36 @@ class _TimedSSHVendor(SubprocessSSHVendor):
 # The mirror
 
 
+class _BoundedGraphWalker(ObjectStoreGraphWalker):
+    """Offers at most `limit` commits as 'have's. Over protocol v2 on git:// and ssh, dulwich sends
+    every have before it reads an ACK, so an unbounded walker sends the whole history each fetch."""
+
+    def __init__(self, *args: Any, limit: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = limit
+
+    def next(self) -> Any:
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        return super().next()
+
+    __next__ = next
+
+
 class _Mirror(Repo):
-    """The bare mirror. Every ref it holds counts as a 'have' when fetching (dulwich's default
-    offers only branches, so a followed tag would be fetched whole each time it moves)."""
+    """The bare mirror. Its 'have's start from the tracked ref's commit (`have_tips`) when it has
+    one, else from every ref it holds (dulwich's default offers branches only), and are bounded."""
+
+    have_tips: list[bytes] | None = None
 
     def get_graph_walker(self, heads: list | None = None) -> Any:
         if heads is None:
-            heads = [commit.id for sha in self.refs.as_dict(b"refs/").values()
-                     if (commit := _peeled_or_none(self, sha)) is not None]
-        return super().get_graph_walker(heads)
+            heads = self.have_tips or [commit.id for sha in self.refs.as_dict(b"refs/").values()
+                                       if (commit := _peeled_or_none(self, sha)) is not None]
+        return _BoundedGraphWalker(heads, ParentsProvider(self.object_store).get_parents,
+                                   shallow=self.get_shallow(), update_shallow=self.update_shallow,
+                                   limit=MAX_HAVES)
 
 
 def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
@@ -238,99 +265,6 @@ def _is_local(url: str) -> bool:
     # scp-like ssh ("host:path", "user@host:path") has a colon before any slash
     head = url.split("/", 1)[0]
     return ":" not in head
-
-
-def remote_and_auth(url: str, auth: GitAuth = GitAuth()) -> tuple[str, GitAuth]:
-    """The URL to keep and log (no credentials; a local path made absolute) and the auth to use.
-
-    Credentials written in the URL move into the auth (unless it has its own) and are registered
-    as secrets. Shared by every user of the remote (the source and the write-back).
-    """
-    clean_url, url_user, url_password = _split_credentials(url)
-    if url_password and auth.password is None and auth.token is None:
-        auth = replace(auth, username=auth.username or url_user, password=Secret(url_password))
-    elif url_user and auth.username is None and urlsplit(clean_url).scheme in ("http", "https"):
-        auth = replace(auth, username=url_user)
-    if _is_local(clean_url):
-        local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
-        clean_url = str(Path(local).expanduser().resolve())
-    for secret in (auth.password, auth.token):
-        if secret is not None:
-            register_secret(secret.reveal())
-    return clean_url, auth
-
-
-def git_client(url: str, auth: GitAuth, timeout: float) -> tuple[GitClient, str]:
-    """A dulwich client for a clean URL (see `remote_and_auth`), with the credentials and timeouts
-    applied to the transport only, and the remote path."""
-    if _is_local(url):
-        return LocalGitClient(), url
-    parts = urlsplit(url)
-    scheme = parts.scheme
-    if scheme in ("http", "https"):
-        password = auth.password.reveal() if auth.password else None
-        username = auth.username if (auth.username or password) else None
-        client = Urllib3HttpGitClient(url, username=username, password=password, timeout=timeout)
-        # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
-        client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
-            total=None, connect=0, read=0, status=0, other=0, redirect=5)
-        if auth.token is not None:
-            client.pool_manager.headers["Authorization"] = f"Bearer {auth.token.reveal()}"
-        return client, ""
-    if scheme == "git":
-        return _TimeoutTCPGitClient(parts.hostname or "", parts.port, timeout), parts.path
-    if scheme in ("ssh", "git+ssh") or "://" not in url:
-        if "://" in url:
-            host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
-        else:  # scp-like user@host:path
-            userhost, _, path = url.partition(":")
-            user, _, host = userhost.rpartition("@")
-            port = None
-        client = SSHGitClient(host, port=port, username=user or None,
-                              vendor=_TimedSSHVendor(timeout), ssh_command=ssh_command(auth, timeout))
-        return client, path
-    raise SourceError("config", f"unsupported URL scheme {scheme!r} in {url}")
-
-
-def ssh_command(auth: GitAuth, timeout: float) -> str:
-    """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""
-    alive = max(1, int(timeout / 3))
-    args = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"ConnectTimeout={max(1, int(timeout))}", "-o", f"ServerAliveInterval={alive}",
-            "-o", "ServerAliveCountMax=3", "-o", "PasswordAuthentication=no",
-            "-o", "KbdInteractiveAuthentication=no"]
-    if auth.ssh_known_hosts_file is not None:
-        args += ["-o", f"UserKnownHostsFile={auth.ssh_known_hosts_file}",
-                 "-o", "GlobalKnownHostsFile=none"]
-    if auth.ssh_key_file is not None:
-        args += ["-o", "IdentitiesOnly=yes", "-i", str(auth.ssh_key_file)]
-    return shlex.join(args)
-
-
-def run_network(stage: str, url: str, timeout: float, action: Callable[[], Any]) -> Any:
-    """Run one network operation; turn every transport failure into a SourceError for `stage`."""
-    try:
-        return action()
-    except SourceError:
-        raise
-    except HTTPUnauthorized:
-        raise SourceError(stage, f"{url}: authentication failed (HTTP 401)") from None
-    except NotGitRepository:
-        raise SourceError(stage, f"{url}: not a git repository") from None
-    except HangupException as exc:
-        # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
-        lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
-        lines = [ln for ln in lines if ln and not ln.startswith("@")]
-        raise SourceError(stage, f"{url}: {' / '.join(lines[-2:]) or exc}") from None
-    except TimeoutError:
-        raise SourceError(stage, f"{url}: no answer within {timeout:g}s") from None
-    except GitProtocolError as exc:
-        text = str(exc)
-        if "timed out" in text.lower():
-            raise SourceError(stage, f"{url}: no answer within {timeout:g}s") from None
-        raise SourceError(stage, f"{url}: {_first_lines(text)}") from None
-    except OSError as exc:
-        raise SourceError(stage, f"{url}: {exc.strerror or exc}") from None
 
 
 def _peel(repo: Repo, sha: bytes) -> Commit:
@@ -389,7 +323,15 @@ class Source:
                  state_dir: Path = DEFAULT_STATE_DIR, *, depth: int = 0, allow_rewrite: bool = True,
                  timeout: float = 30.0, verify: str = "none", allowed_signers_file: Path | None = None,
                  gpg_key_ids: Sequence[str] = (), gpg_keyring_file: Path | None = None) -> None:
-        self.url, auth = remote_and_auth(url, auth)
+        clean_url, url_user, url_password = _split_credentials(url)
+        if url_password and auth.password is None and auth.token is None:
+            auth = replace(auth, username=auth.username or url_user, password=Secret(url_password))
+        elif url_user and auth.username is None and urlsplit(clean_url).scheme in ("http", "https"):
+            auth = replace(auth, username=url_user)
+        if _is_local(clean_url):
+            local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
+            clean_url = str(Path(local).expanduser().resolve())
+        self.url = clean_url
         self.ref = ref.strip()
         self.paths = tuple(_normalize_path(p) for p in paths) or ("",)
         self.auth = auth
@@ -451,9 +393,7 @@ class Source:
         """(ref name, advertised SHA, peeled SHA if advertised) of the configured ref."""
         found = [name for name in self._candidates() if refs.get(name)]
         if not found:
-            branches = sorted(n.decode()[len("refs/heads/"):] for n in refs if n.startswith(b"refs/heads/"))
-            known = f" (branches: {', '.join(branches[:10])})" if branches else ""
-            raise SourceError(stage, f"ref {self.ref!r} not found on {self.url}{known}")
+            raise _RefMissing(stage, f"ref {self.ref!r} not found on {self.url}")
         if len(found) > 1:
             logger.warning("ref {} is both a branch and a tag on {}; following the branch",
                            self.ref, self.url)
@@ -465,10 +405,95 @@ class Source:
     # -- transport -----------------------------------------------------------------------------------------
 
     def _client(self) -> tuple[GitClient, str]:
-        return git_client(self.url, self.auth, self.timeout)
+        """A dulwich client for the URL, with the credentials and timeouts, and the remote path."""
+        if _is_local(self.url):
+            return LocalGitClient(), self.url
+        parts = urlsplit(self.url)
+        scheme = parts.scheme
+        if scheme in ("http", "https"):
+            # A token wins over basic credentials: one Authorization header, never two.
+            password = self.auth.password.reveal() if self.auth.password and not self.auth.token else None
+            username = self.auth.username if password else None
+            client = Urllib3HttpGitClient(self.url, username=username, password=password,
+                                          timeout=self.timeout)
+            # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
+            client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
+                total=None, connect=0, read=0, status=0, other=0, redirect=5)
+            if self.auth.token is not None:
+                client.pool_manager.headers["Authorization"] = f"Bearer {self.auth.token.reveal()}"
+            return client, ""
+        if scheme == "git":
+            return _TimeoutTCPGitClient(parts.hostname or "", parts.port, self.timeout), parts.path
+        if scheme in ("ssh", "git+ssh") or "://" not in self.url:
+            if "://" in self.url:
+                host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
+            else:  # scp-like user@host:path
+                userhost, _, path = self.url.partition(":")
+                user, _, host = userhost.rpartition("@")
+                port = None
+            client = SSHGitClient(host, port=port, username=user or None,
+                                  vendor=_TimedSSHVendor(self.timeout), ssh_command=self._ssh_command())
+            return client, path
+        raise SourceError("config", f"unsupported URL scheme {scheme!r} in {self.url}")
+
+    def _ssh_command(self) -> str:
+        """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""
+        alive = max(1, int(self.timeout / 3))
+        args = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"ConnectTimeout={max(1, int(self.timeout))}", "-o", f"ServerAliveInterval={alive}",
+                "-o", "ServerAliveCountMax=3", "-o", "PasswordAuthentication=no",
+                "-o", "KbdInteractiveAuthentication=no"]
+        if self.auth.ssh_known_hosts_file is not None:
+            args += ["-o", f"UserKnownHostsFile={self.auth.ssh_known_hosts_file}",
+                     "-o", "GlobalKnownHostsFile=none"]
+        if self.auth.ssh_key_file is not None:
+            args += ["-o", "IdentitiesOnly=yes", "-i", str(self.auth.ssh_key_file)]
+        return shlex.join(args)
 
     def _network(self, stage: str, action: Callable[[], Any]) -> Any:
-        return run_network(stage, self.url, self.timeout, action)
+        """Run one network operation; turn every transport failure into a SourceError for `stage`."""
+        def failed(reason: str, unreachable: bool = True) -> SourceError:
+            return SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable)
+
+        try:
+            return action()
+        except _RefMissing as exc:
+            raise SourceError(stage, exc.reason + self._branches_hint()) from None
+        except SourceError:
+            raise
+        except HTTPUnauthorized:
+            raise failed("authentication failed (HTTP 401)") from None
+        except NotGitRepository:
+            raise failed("not a git repository") from None
+        except HangupException as exc:
+            # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
+            lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
+            lines = [ln for ln in lines if ln and not ln.startswith("@")]
+            # Without ssh's words a hang-up is ambiguous: servers also hang up on a want they refuse.
+            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines)) from None
+        except TimeoutError:
+            raise failed(f"no answer within {self.timeout:g}s") from None
+        except GitProtocolError as exc:  # dulwich wraps a failed read's OSError in one
+            if isinstance(exc.__cause__, TimeoutError) or "timed out" in str(exc).lower():
+                raise failed(f"no answer within {self.timeout:g}s") from None
+            raise failed(_first_lines(str(exc)), unreachable=isinstance(exc.__cause__, OSError)) from None
+        except OSError as exc:
+            raise failed(exc.strerror or str(exc)) from None
+        except Exception as exc:  # a remote that breaks the protocol in a way dulwich does not name
+            logger.opt(exception=True).debug("unexpected error from {}", self.url)
+            raise failed(f"{type(exc).__name__}: {_first_lines(str(exc))}", unreachable=False) from None
+
+    def _branches_hint(self) -> str:
+        """`` (branches: a, b)`` from a full listing of the remote, for a ref that was not found."""
+        client, path = self._client()
+        try:
+            refs = client.get_refs(path.encode()).refs
+        except Exception:  # only a hint: the error being reported is the missing ref
+            return ""
+        finally:
+            client.close()
+        branches = sorted(n.decode()[len("refs/heads/"):] for n in refs if n.startswith(b"refs/heads/"))
+        return f" (branches: {', '.join(branches[:10])})" if branches else ""
 
     # -- check ---------------------------------------------------------------------------------------------
 
@@ -478,11 +503,10 @@ class Source:
             return self.pinned
         client, path = self._client()
         try:
-            result = self._network(
-                "check", lambda: client.get_refs(path.encode(), ref_prefix=self._candidates()))
+            _name, raw, peeled = self._network("check", lambda: self._resolve(
+                client.get_refs(path.encode(), ref_prefix=self._candidates()).refs, "check"))
         finally:
             client.close()
-        _name, raw, peeled = self._resolve(result.refs, "check")
         if peeled is None and isinstance(client, LocalGitClient):
             with Repo(self.url) as remote:
                 peeled = _peel(remote, raw).id
@@ -567,7 +591,10 @@ class Source:
                 return self._fetch_pinned(repo, pinned)
             chosen: dict[str, bytes] = {}
             same_remote = self._same_remote(repo)
-            first = not same_remote or not any(name in repo.refs for name in self._candidates())
+            tracked = [sha for name in self._candidates() if (sha := _ref(repo, name)) is not None]
+            first = not same_remote or not tracked
+            if tracked and (tip := _peeled_or_none(repo, tracked[0])) is not None:
+                repo.have_tips = [tip.id]
             deepen = first and self.depth > 0
 
             def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
@@ -622,9 +649,11 @@ class Source:
                         and not n.endswith(b"^{}") and v not in repo.object_store]
 
             depth = self.depth or None
-            try:
+            try:  # protocol v2 servers hand out any commit by SHA; older ones only advertised tips
                 self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_sha, depth=depth))
-            except SourceError:
+            except SourceError as exc:
+                if exc.unreachable:
+                    raise
                 self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_all, depth=depth))
         finally:
             client.close()
@@ -726,8 +755,8 @@ class Source:
             raise SourceError("verify", f"commit {sha} is not signed (verify = {self.verify_policy})")
         kind = _signature_kind(signature)
         if kind != self.verify_policy:
-            raise SourceError("verify", f"commit {sha} has {kind or 'an unknown kind of'} signature, "
-                                        f"but verify = {self.verify_policy}")
+            raise SourceError("verify", f"commit {sha} has {'a ' + kind if kind else 'an unknown kind of'} "
+                                        f"signature, but verify = {self.verify_policy}")
         if kind == "ssh":
             _verify_ssh(sha, payload, signature, self.allowed_signers_file)
         else:
@@ -778,7 +807,8 @@ def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file
     try:
         sshsig.sshsig.verify(payload, signature.decode("ascii", "replace"), keys, namespace="git")
     except (sshsig.sshsig.InvalidSignature, NotImplementedError, ValueError) as exc:
-        raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({exc})") from None
+        detail = str(exc) or "it does not match the commit"
+        raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({detail})") from None
 
 
 def _within(valid_after: str | None, valid_before: str | None, now: str) -> bool:
