@@ -359,6 +359,18 @@ class Source:
     def __repr__(self) -> str:
         return f"Source({self.url!r}, ref={self.ref!r})"
 
+    # -- the transport, for other users of the same remote (write-back) ----------------------------------
+
+    def open_client(self) -> tuple[GitClient, str]:
+        """A dulwich client for the remote exactly as fetches get it (credentials on the transport only,
+        timeouts), and the remote path. The caller closes it."""
+        return self._client()
+
+    def network(self, stage: str, action: Callable[[], Any]) -> Any:
+        """Run `action` (one network operation); a transport failure becomes a `SourceError`, worded
+        as the source words it and free of secrets."""
+        return self._network(stage, action)
+
     # -- configuration --------------------------------------------------------------------------------------
 
     def _check_policy(self) -> None:
