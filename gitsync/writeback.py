@@ -51,7 +51,7 @@ from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
 from gitsync.log import logger, redact
-from gitsync.source import SHA_RE, GitAuth, SourceError, git_client, remote_and_auth, run_network
+from gitsync.source import SHA_RE, GitAuth, Source, SourceError
 
 if TYPE_CHECKING:
     import argparse
@@ -392,18 +392,19 @@ def open_work_repo(path: Path) -> Repo:
     return Repo.init_bare(str(path))
 
 
+def transport(url: str, auth: GitAuth | None, timeout: float) -> Source:
+    """The source's view of the remote, used only for its transport: the same URL cleaning
+    (credentials out of the URL), credentials, timeouts and error wording as fetches."""
+    return Source(url, auth=auth or GitAuth(), timeout=timeout)
+
+
 class _Remote:
-    """One ref of the remote, fetched into and pushed from the local work repo.
+    """One ref of the remote, fetched into and pushed from the local work repo."""
 
-    The transport (credentials, timeouts, error wording) is the source's: `git_client` and
-    `run_network`, so write-back and fetch treat the remote alike.
-    """
-
-    def __init__(self, url: str, auth: GitAuth, timeout: float, repo: Repo, ref: bytes,
-                 local_ref: bytes) -> None:
-        self.url = url
-        self.timeout = timeout
-        self.client, self.path = git_client(url, auth, timeout)
+    def __init__(self, remote: Source, repo: Repo, ref: bytes, local_ref: bytes) -> None:
+        self.url = remote.url
+        self.remote = remote
+        self.client, self.path = remote.open_client()
         self.repo = repo
         self.ref = ref
         self.local_ref = local_ref
@@ -412,7 +413,7 @@ class _Remote:
         self.client.close()
 
     def _network(self, action: Callable[[], Any]) -> Any:
-        return run_network("writeback", self.url, self.timeout, action)
+        return self.remote.network("writeback", action)
 
     def fetch(self) -> bytes | None:
         """The remote tip of the ref (None when it does not exist yet), its objects fetched."""
@@ -436,17 +437,25 @@ class _Remote:
     def push(self, base: bytes | None, new: bytes) -> None:
         """Move the remote ref from `base` to `new`, or raise `_RefMoved` if it is no longer at `base`."""
         expected = base or ZERO_SHA
+        moved = False
 
         def update_refs(refs: dict[bytes, bytes]) -> dict[bytes, bytes]:
-            if refs.get(self.ref, ZERO_SHA) != expected:
-                raise _RefMoved("moved by another writer since the fetch")
-            return {self.ref: new}
+            nonlocal moved
+            moved = refs.get(self.ref, ZERO_SHA) != expected
+            return {} if moved else {self.ref: new}  # nothing at all is sent when the ref moved
 
-        try:
-            result = self._network(lambda: self.client.send_pack(
-                self.path, update_refs, self.repo.object_store.generate_pack_data))
-        except FileLocked as exc:  # a local-path remote: another writer holds the ref's lock right now
-            raise _RefMoved("locked by another writer") from exc
+        def send() -> Any:
+            try:
+                return self.client.send_pack(self.path, update_refs,
+                                             self.repo.object_store.generate_pack_data)
+            except FileLocked:  # a local-path remote: another writer holds the ref's lock right now
+                return None
+
+        result = self._network(send)
+        if result is None:
+            raise _RefMoved("locked by another writer")
+        if moved:
+            raise _RefMoved("moved by another writer since the fetch")
         failed = {ref: why for ref, why in (result.ref_status or {}).items() if why}
         if failed:
             why = failed.get(self.ref) or next(iter(failed.values()))
@@ -472,7 +481,8 @@ class WriteBack:
                  author: str = "gitsync <gitsync@localhost>", note_max_bytes: int = 16384,
                  notes_retention: float = 30 * 86400, timeout: float = 30.0, attempts: int = 5,
                  stop_when_denied: bool = False) -> None:
-        self.url, self.auth = remote_and_auth(url, auth or GitAuth())
+        self._transport = transport(url, auth, timeout)
+        self.url, self.auth = self._transport.url, self._transport.auth
         self.work_dir = Path(work_dir)
         self.status_ref = full_ref(status_branch, "refs/heads/")
         self.notes_ref = full_ref(notes_ref, "refs/notes/")
@@ -497,11 +507,12 @@ class WriteBack:
         """The writer the settings ask for; None when write-back is off or cannot work (auto)."""
         if settings.writeback == "off" or not settings.repo or settings.dir:
             return None
-        url, auth = remote_and_auth(settings.repo, GitAuth.from_settings(settings))
-        if settings.writeback == "auto" and not can_push(url, auth):
-            logger.info("write-back off: no write credentials for {} (set writeback = \"on\" to force)", url)
+        remote = transport(settings.repo, GitAuth.from_settings(settings), settings.git_timeout)
+        if settings.writeback == "auto" and not can_push(remote.url, remote.auth):
+            logger.info("write-back off: no write credentials for {} (set writeback = \"on\" to force)",
+                        remote.url)
             return None
-        return cls(url, auth, Path(settings.state_dir) / "writeback",
+        return cls(remote.url, remote.auth, Path(settings.state_dir) / "writeback",
                    status_branch=settings.status_branch, notes_ref=settings.notes_ref,
                    author=settings.author, note_max_bytes=settings.note_max_bytes,
                    notes_retention=settings.notes_retention, timeout=settings.git_timeout,
@@ -570,7 +581,7 @@ class WriteBack:
         """Fetch, build, compare-and-swap push, retry. True pushed, False nothing to do, None failed."""
         try:
             with open_work_repo(self.work_dir) as repo, contextlib.closing(
-                    _Remote(self.url, self.auth, self.timeout, repo, ref, local_ref)) as remote:
+                    _Remote(self._transport, repo, ref, local_ref)) as remote:
                 last = ""
                 for attempt in range(self.attempts):
                     try:
@@ -708,7 +719,7 @@ def _copy_tree(tree: Tree) -> Tree:
 
 
 def can_push(url: str, auth: GitAuth) -> bool:
-    """Auto mode: can this agent plausibly push to `url` (as `remote_and_auth` cleaned it)?
+    """Auto mode: can this agent plausibly push to `url` (as `Source` cleaned it)?
 
     A local path (made absolute), git:// (no auth at all: test servers, trusted networks), or
     write credentials: an HTTP password or token, or an ssh key.
@@ -725,10 +736,9 @@ def can_push(url: str, auth: GitAuth) -> bool:
 def read_fleet(url: str, auth: GitAuth | None, status_branch: str, work_dir: Path,
                timeout: float = 30.0) -> list[dict]:
     """Every agent's status file on the remote status branch, sorted by agent (empty if none)."""
-    url, auth = remote_and_auth(url, auth or GitAuth())
     ref = full_ref(status_branch, "refs/heads/")
     with open_work_repo(Path(work_dir)) as repo, \
-            contextlib.closing(_Remote(url, auth, timeout, repo, ref, LOCAL_STATUS_REF)) as remote:
+            contextlib.closing(_Remote(transport(url, auth, timeout), repo, ref, LOCAL_STATUS_REF)) as remote:
         tip = remote.fetch()
         if tip is None:
             return []
