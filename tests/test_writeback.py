@@ -418,3 +418,23 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
     gone = settings_for(tmp_path, repo=git_daemon.url("no-such-repo.git"))
     assert status_command(gone, argparse.Namespace(fleet=True)) == 1
     assert "cannot read gitsync/status" in capsys.readouterr().err
+
+
+def test_ssh_remote_with_key_from_settings(config_repo, ssh_git, tmp_path):
+    repo, sha = config_repo
+    settings = settings_for(tmp_path, repo=ssh_git.url(repo.path), ssh_key_file=str(ssh_git.client_key),
+                            ssh_known_hosts_file=str(ssh_git.known_hosts), agent_name="edge-ssh")
+    wb = WriteBack.from_settings(settings)
+    assert wb is not None
+    assert wb.publish_status(report("edge-ssh", sha)) is True
+    assert wb.publish_failure(failure("edge-ssh", sha)) is True
+    assert agent_files(repo) == ["edge-ssh.yaml"]
+    assert "agent: edge-ssh" in note_of(repo, sha)
+
+    # A key the server does not know: ssh says "Permission denied", auto mode turns write-back off.
+    refused = WriteBack.from_settings(settings_for(
+        tmp_path, repo=ssh_git.url(repo.path), ssh_key_file=str(ssh_git.other_key),
+        ssh_known_hosts_file=str(ssh_git.known_hosts)))
+    assert refused is not None
+    assert refused.publish_status(report("edge-other", sha)) is False
+    assert refused.enabled is False and "Permission denied" in (refused.last_error or "")
