@@ -594,7 +594,7 @@ class WriteBack:
                         last = str(moved)
                         self.conflicts += 1
                         if attempt + 1 < self.attempts:
-                            time.sleep(random.uniform(0, min(2.0, 0.1 * 2 ** attempt)))
+                            time.sleep(random.uniform(0, min(3.0, 0.15 * 2 ** attempt)))
                         continue
                     self.pushes += 1
                     logger.debug("write-back: pushed {} {} ({})", what, new.decode()[:7], context)
