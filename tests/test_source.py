@@ -43,11 +43,6 @@ def logs() -> Iterator[io.StringIO]:
     gslog.setup()
 
 
-@pytest.fixture
-def servers(git_daemon, http_git, ssh_git) -> dict:
-    return {"git": git_daemon, "http": http_git, "ssh": ssh_git}
-
-
 def source_for(kind: str, repo: BareRepo, state_dir: Path, servers: dict, **options) -> Source:
     """A Source reaching `repo` over transport `kind`."""
     auth = GitAuth()
@@ -85,10 +80,11 @@ def files_at(repo: BareRepo, sha: str, prefix: str = "") -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
-def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote_repo, servers, tmp_path):
+def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote_repo, servers_by_kind,
+                                                                    tmp_path):
     remote_repo.commit({"conf/a.yaml": "routes: []\n", "README.md": "hi\n"}, "first")
     first = remote_repo.fast_import(100, 200)
-    source = source_for(kind, remote_repo, tmp_path / "state", servers)
+    source = source_for(kind, remote_repo, tmp_path / "state", servers_by_kind)
 
     assert source.local_sha() is None
     assert source.check() == first
