@@ -150,7 +150,8 @@ class _TimeoutTCPGitClient(TCPGitClient):
         if path.startswith(b"/~"):
             path = path[1:]
         if cmd == b"upload-pack":
-            self.protocol_version = protocol_version or DEFAULT_GIT_PROTOCOL_VERSION_FETCH
+            self.protocol_version = (DEFAULT_GIT_PROTOCOL_VERSION_FETCH if protocol_version is None
+                                     else protocol_version)
         else:
             self.protocol_version = DEFAULT_GIT_PROTOCOL_VERSION_SEND
         version = b"\0\0version=%d\0" % self.protocol_version if (
@@ -242,7 +243,8 @@ class _Mirror(Repo):
 def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
     """Take user and password out of an http(s) URL (they must never be stored with it).
 
-    An ssh URL keeps its user (a login name, not a secret) and loses any password.
+    A user without a password in an http(s) URL is a token (``https://TOKEN@host/...``): it is
+    registered as a secret too. An ssh URL keeps its user (a login name) and loses any password.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https", "ssh", "git+ssh") or "@" not in parts.netloc:
@@ -252,8 +254,11 @@ def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
     user_text = unquote(user) or None
     password_text = unquote(password) or None
     register_secret(password_text)
-    if parts.scheme in ("ssh", "git+ssh") and user:
-        hostport = f"{user}@{hostport}"
+    if parts.scheme in ("ssh", "git+ssh"):
+        if user:
+            hostport = f"{user}@{hostport}"
+    elif password_text is None:
+        register_secret(user_text)
     return urlunsplit(parts._replace(netloc=hostport)), user_text, password_text
 
 
@@ -267,13 +272,13 @@ def _is_local(url: str) -> bool:
     return ":" not in head
 
 
-def _peel(repo: Repo, sha: bytes) -> Commit:
+def _peel(repo: Repo, sha: bytes, stage: str = "read") -> Commit:
     """The commit `sha` names (through annotated tags); SourceError if it is something else."""
     obj = repo.object_store[sha]
     while isinstance(obj, Tag):
         obj = repo.object_store[obj.object[1]]
     if not isinstance(obj, Commit):
-        raise SourceError("read", f"{sha.decode()} is a {obj.type_name.decode()}, not a commit")
+        raise SourceError(stage, f"{sha.decode()} is a {obj.type_name.decode()}, not a commit")
     return obj
 
 
@@ -281,6 +286,13 @@ def _peeled_or_none(repo: Repo, sha: bytes) -> Commit | None:
     try:
         return _peel(repo, sha)
     except (KeyError, SourceError):
+        return None
+
+
+def _recorded_url(repo: Repo) -> str | None:
+    try:
+        return repo.get_config().get((b"gitsync",), b"url").decode()
+    except KeyError:
         return None
 
 
@@ -324,10 +336,10 @@ class Source:
                  timeout: float = 30.0, verify: str = "none", allowed_signers_file: Path | None = None,
                  gpg_key_ids: Sequence[str] = (), gpg_keyring_file: Path | None = None) -> None:
         clean_url, url_user, url_password = _split_credentials(url)
-        if url_password and auth.password is None and auth.token is None:
-            auth = replace(auth, username=auth.username or url_user, password=Secret(url_password))
-        elif url_user and auth.username is None and urlsplit(clean_url).scheme in ("http", "https"):
-            auth = replace(auth, username=url_user)
+        if (url_user or url_password) and urlsplit(clean_url).scheme in ("http", "https") \
+                and auth.password is None and auth.token is None:
+            auth = replace(auth, username=auth.username or url_user,
+                           password=Secret(url_password) if url_password else None)
         if _is_local(clean_url):
             local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
             clean_url = str(Path(local).expanduser().resolve())
@@ -424,8 +436,9 @@ class Source:
         scheme = parts.scheme
         if scheme in ("http", "https"):
             # A token wins over basic credentials: one Authorization header, never two.
-            password = self.auth.password.reveal() if self.auth.password and not self.auth.token else None
-            username = self.auth.username if password else None
+            basic = self.auth.token is None and (self.auth.username or self.auth.password)
+            username = (self.auth.username or "") if basic else None
+            password = (self.auth.password.reveal() if self.auth.password else "") if basic else None
             client = Urllib3HttpGitClient(self.url, username=username, password=password,
                                           timeout=self.timeout)
             # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
@@ -581,10 +594,15 @@ class Source:
     def _same_remote(self, repo: Repo) -> bool:
         """Whether the mirror's refs came from this URL. After a change of remote they are not
         compared with (no false 'rewrite'), nor reported by `local_sha`, until the next fetch."""
-        try:
-            return repo.get_config().get((b"gitsync",), b"url").decode() == self.url
-        except KeyError:
-            return False
+        return _recorded_url(repo) == self.url
+
+    def mirror_url(self) -> str | None:
+        """The remote the mirror was last fetched from (None when there is no mirror yet)."""
+        repo = self._open()
+        if repo is None:
+            return None
+        with repo:
+            return _recorded_url(repo)
 
     def _record_remote(self, repo: Repo) -> None:
         config = repo.get_config()
@@ -630,7 +648,7 @@ class Source:
 
     def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool) -> bytes:
         """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked."""
-        new = _peel(repo, raw).id
+        new = _peel(repo, raw, "fetch").id
         old_raw = _ref(repo, name)
         if old_raw == raw:
             return new
@@ -671,7 +689,7 @@ class Source:
             client.close()
         if sha.encode() not in repo.object_store:
             raise SourceError("fetch", f"commit {sha} not found on {self.url}")
-        _peel(repo, sha.encode())
+        _peel(repo, sha.encode(), "fetch")
         repo.refs.set_if_equals(b"refs/gitsync/pinned", None, sha.encode())  # keeps it from any gc
         return sha
 
@@ -912,13 +930,15 @@ def read_input(settings: Settings) -> CommitFiles:
     """For render/validate/diff/sync --once with ``--repo``: fetch, verify and read one commit.
 
     The mirror lives in ``state_dir/mirror`` when the state dir is writable (so repeated runs
-    fetch only what is new), else in a temp dir dropped afterwards.
+    fetch only what is new), else in a temp dir dropped afterwards. A mirror kept for another
+    remote (the daemon's) is left alone: a one-shot for another repo uses a temp dir too.
     """
-    if _writable(settings.state_dir):
-        source = Source.from_settings(settings)
+    source = Source.from_settings(settings)
+    if _writable(settings.state_dir) and source.mirror_url() in (None, source.url):
         return _fetch_verify_read(source)
     with tempfile.TemporaryDirectory(prefix="gitsync-") as tmp:
-        logger.debug("state dir {} is not writable; using a temporary mirror", settings.state_dir)
+        logger.debug("using a temporary mirror: {} is not writable or mirrors another remote",
+                     settings.state_dir)
         return _fetch_verify_read(Source.from_settings(replace(settings, state_dir=Path(tmp))))
 
 

@@ -51,3 +51,9 @@ def ssh_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServer]:
     """sshd on 127.0.0.1 with its own host key; `ssh_git.client_key` may log in."""
     with SshGitServer(tmp_path_factory.mktemp("sshd")) as server:
         yield server
+
+
+@pytest.fixture
+def servers_by_kind(git_daemon: GitDaemon, http_git: HttpGitServer, ssh_git: SshGitServer) -> dict:
+    """The session's servers by URL scheme: ``git``, ``http``, ``ssh``."""
+    return {"git": git_daemon, "http": http_git, "ssh": ssh_git}

@@ -43,11 +43,6 @@ def logs() -> Iterator[io.StringIO]:
     gslog.setup()
 
 
-@pytest.fixture
-def servers(git_daemon, http_git, ssh_git) -> dict:
-    return {"git": git_daemon, "http": http_git, "ssh": ssh_git}
-
-
 def source_for(kind: str, repo: BareRepo, state_dir: Path, servers: dict, **options) -> Source:
     """A Source reaching `repo` over transport `kind`."""
     auth = GitAuth()
@@ -85,10 +80,11 @@ def files_at(repo: BareRepo, sha: str, prefix: str = "") -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
-def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote_repo, servers, tmp_path):
+def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote_repo, servers_by_kind,
+                                                                    tmp_path):
     remote_repo.commit({"conf/a.yaml": "routes: []\n", "README.md": "hi\n"}, "first")
     first = remote_repo.fast_import(100, 200)
-    source = source_for(kind, remote_repo, tmp_path / "state", servers)
+    source = source_for(kind, remote_repo, tmp_path / "state", servers_by_kind)
 
     assert source.local_sha() is None
     assert source.check() == first
@@ -257,6 +253,13 @@ def test_read_input_uses_the_state_dir_mirror_or_a_temporary_one(remote_repo, tm
     files = read_input(replace(settings, state_dir=blocker / "state"))
     assert files.files == {"conf/a.yaml": b"a: 1\n"}
 
+    other = BareRepo.create(tmp_path / "other.git")
+    other_sha = other.commit({"conf/b.yaml": "b: 1\n"})
+    files = read_input(replace(settings, repo=str(other.path)))  # the state dir mirrors another remote
+    assert (files.sha, files.files) == (other_sha, {"conf/b.yaml": b"b: 1\n"})
+    kept = Source(str(remote_repo.path), state_dir=tmp_path / "state")
+    assert kept.mirror_url() == kept.url and kept.local_sha() == sha
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Authentication and secrets
@@ -311,14 +314,17 @@ def test_credentials_never_reach_the_mirror_logs_or_errors(remote_repo, remotes_
     caplog.set_level(logging.DEBUG)
     remote_repo.commit({"a.yaml": "1"})
     password, token, wrong = "canary-PASS-7f3a", "canary-TOKEN-9b1c", "canary-WRONG-5d2e"
+    user_token = "canary-USERTOKEN-3c4d"  # https://TOKEN@host/...: a token in the user part
     errors: list[str] = []
     state = tmp_path / "state"
     with HttpGitServer(remotes_root, HttpAuth("deploy", password)) as basic, \
-            HttpGitServer(remotes_root, HttpAuth(token=token)) as bearer:
+            HttpGitServer(remotes_root, HttpAuth(token=token)) as bearer, \
+            HttpGitServer(remotes_root, HttpAuth(user_token, "")) as token_as_user:
         name = remote_repo.path.name
         Source(basic.url(name), auth=GitAuth("deploy", Secret(password)), state_dir=state).fetch()
         Source(basic.url(name).replace("//", f"//deploy:{password}@"), state_dir=state).fetch()
         Source(bearer.url(name), auth=GitAuth(token=Secret(token)), state_dir=state).fetch()
+        Source(token_as_user.url(name).replace("//", f"//{user_token}@"), state_dir=state).fetch()
         for source in (Source(basic.url(name), auth=GitAuth("deploy", Secret(wrong)), state_dir=state),
                        Source(basic.url(name).replace("//", f"//deploy:{wrong}@"), state_dir=state),
                        Source(bearer.url(name), auth=GitAuth(token=Secret(wrong)), state_dir=state)):
@@ -329,7 +335,8 @@ def test_credentials_never_reach_the_mirror_logs_or_errors(remote_repo, remotes_
                 errors.append(repr(source))
     captured = logs.getvalue() + caplog.text + "\n".join(errors)
     assert "authentication failed" in captured
-    for canary in (password, token, wrong):
+    assert "fetched refs/heads/main of http://127.0.0.1:" in captured
+    for canary in (password, token, wrong, user_token):
         assert canary not in captured
         for path in state.rglob("*"):
             if path.is_file():
