@@ -1,0 +1,951 @@
+"""The git source: a bare mirror in the state dir, kept in step with the remote by dulwich.
+
+No work tree and no git binary: refs are resolved from the remote's advertisement, objects are
+fetched into the mirror's object store, and files are read straight from it. Why each rule:
+
+- ``check()`` reads the ref advertisement only, so a poll with nothing new costs one round trip.
+- ``fetch()`` holds an flock on the mirror, clears what a killed run left (stale ``*.lock`` files,
+  half-written packs), lets dulwich write the pack to a temp file and rename it (an ``.idx``
+  appears last, so a pack without one is ignored), and only then moves the ref, atomically.
+  Any SIGKILL leaves either the old ref or the new one, never a broken mirror.
+- A force-push is followed (logged with old and new SHA) unless ``allow_rewrite`` is false;
+  then the ref stays where it was and the fetch fails with the reason.
+- Credentials go to the transport only (an HTTP header, an ssh ``-i``), never into the
+  mirror's config, a URL that is stored or logged, or an error message.
+- Every network wait is bounded by ``timeout``: the longest silence accepted from the remote.
+- Signature policy: an unsigned, wrongly signed or untrusted commit fails ``verify()``. Trust is
+  always explicit (an allowed-signers file, or key ids + keyring): dulwich alone lets unsigned
+  commits through when it has no key ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import select
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import urllib3
+from dulwich.client import (
+    GitClient,
+    HTTPUnauthorized,
+    LocalGitClient,
+    SSHGitClient,
+    SubprocessSSHVendor,
+    SubprocessWrapper,
+    TCPGitClient,
+    Urllib3HttpGitClient,
+)
+from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+from dulwich.object_store import ObjectStoreGraphWalker, iter_tree_contents, tree_lookup_path
+from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, DEFAULT_GIT_PROTOCOL_VERSION_SEND, Protocol
+from dulwich.repo import ParentsProvider, Repo
+
+from gitsync.log import logger, redact, register_secret
+from gitsync.settings import Secret, Settings
+
+DEFAULT_STATE_DIR = Path("/var/lib/gitsync")
+MIRROR_DIR = "mirror"
+LOCK_FILE = "gitsync.lock"
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+FILE_MODES = (0o100644, 0o100755)  # regular files; symlinks and submodules are not config
+VERIFY_POLICIES = ("none", "ssh", "gpg")
+MAX_HAVES = 256  # commits offered in a fetch negotiation (git gives up after 256 in vain too)
+MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-built keys
+
+
+class SourceError(Exception):
+    """A source failure. The message starts with the stage (config/check/fetch/verify/read)
+    and holds no secret; the mirror is left as it was before the failing call."""
+
+    def __init__(self, stage: str, message: str, *, unreachable: bool = False) -> None:
+        self.stage = stage
+        self.reason = redact(message)
+        self.unreachable = unreachable  # the remote did not answer, refused us, or was not there
+        super().__init__(f"{stage}: {self.reason}")
+
+
+class _RefMissing(SourceError):
+    """The remote does not have the configured ref (the message gets a list of its branches)."""
+
+
+@dataclass(frozen=True)
+class GitAuth:
+    """Credentials for the remote: HTTP basic or bearer token, or an ssh key and known_hosts."""
+
+    username: str | None = None
+    password: Secret | None = None
+    token: Secret | None = None
+    ssh_key_file: Path | None = None
+    ssh_known_hosts_file: Path | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GitAuth:
+        return cls(username=settings.git_username, password=settings.git_password, token=settings.git_token,
+                   ssh_key_file=settings.ssh_key_file, ssh_known_hosts_file=settings.ssh_known_hosts_file)
+
+
+@dataclass(frozen=True)
+class CommitFiles:
+    """The files under the configured paths at one commit (repo-relative paths), with blob SHAs
+    so that render can cache parsed files by content."""
+
+    sha: str
+    subject: str
+    files: dict[str, bytes]
+    blob_ids: dict[str, str]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Transports with timeouts
+
+
+class _TimeoutTCPGitClient(TCPGitClient):
+    """``git://`` with a timeout on connect and on every read (dulwich's TCP client has none).
+
+    This is dulwich's ``TCPGitClient._connect`` for the direct (no proxy) case, with the socket
+    made by ``socket.create_connection(..., timeout)``.
+    """
+
+    def __init__(self, host: str, port: int | None, timeout: float) -> None:
+        super().__init__(host, port)
+        self.timeout = timeout
+
+    def _connect(
+        self, cmd: bytes, path: str | bytes, protocol_version: int | None = None
+    ) -> tuple[Protocol, Callable[[], bool], IO[bytes] | None]:
+        if not isinstance(path, bytes):
+            path = path.encode(self._remote_path_encoding)
+        sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rfile = sock.makefile("rb", -1)
+        wfile = sock.makefile("wb", 0)
+
+        def close() -> None:
+            rfile.close()
+            wfile.close()
+            sock.close()
+
+        def shutdown_write() -> None:
+            wfile.flush()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+
+        proto = Protocol(rfile.read, wfile.write, close, report_activity=self._report_activity,
+                         shutdown_write=shutdown_write)
+        if path.startswith(b"/~"):
+            path = path[1:]
+        if cmd == b"upload-pack":
+            self.protocol_version = (DEFAULT_GIT_PROTOCOL_VERSION_FETCH if protocol_version is None
+                                     else protocol_version)
+        else:
+            self.protocol_version = DEFAULT_GIT_PROTOCOL_VERSION_SEND
+        version = b"\0\0version=%d\0" % self.protocol_version if (
+            cmd == b"upload-pack" and self.protocol_version == 2) else b""
+        proto.send_cmd(b"git-" + cmd, path, b"host=" + self._host.encode("ascii") + version)
+
+        def can_read() -> bool:
+            return bool(select.select([sock], [], [], 0)[0])
+
+        return proto, can_read, None
+
+
+class _TimedPipe(SubprocessWrapper):
+    """The ssh subprocess's pipes, where a read that waits longer than `timeout` kills ssh."""
+
+    def __init__(self, wrapped: SubprocessWrapper, timeout: float) -> None:
+        # Reads go straight to the pipe; `wrapped` stays referenced because its unused
+        # BufferedReader owns stdout and would close it when garbage-collected.
+        self._wrapped = wrapped
+        self.proc = wrapped.proc
+        self.write = wrapped.write
+        self.timeout = timeout
+        self.read = self._read  # type: ignore[method-assign]
+
+    def _read(self, size: int = -1) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        chunks: list[bytes] = []
+        wanted = size if size >= 0 else 1 << 62
+        while wanted > 0:
+            ready, _, _ = select.select([fd], [], [], self.timeout)
+            if not ready:
+                self.proc.kill()
+                raise TimeoutError(f"no answer within {self.timeout:g}s")
+            chunk = os.read(fd, min(wanted, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
+        return b"".join(chunks)
+
+
+class _TimedSSHVendor(SubprocessSSHVendor):
+    """OpenSSH as dulwich runs it, with a read timeout on the connection."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+
+    def run_command(self, *args: Any, **kwargs: Any) -> SubprocessWrapper:
+        return _TimedPipe(super().run_command(*args, **kwargs), self.timeout)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The mirror
+
+
+class _BoundedGraphWalker(ObjectStoreGraphWalker):
+    """Offers at most `limit` commits as 'have's. Over protocol v2 on git:// and ssh, dulwich sends
+    every have before it reads an ACK, so an unbounded walker sends the whole history each fetch."""
+
+    def __init__(self, *args: Any, limit: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.left = limit
+
+    def next(self) -> Any:
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        return super().next()
+
+    __next__ = next
+
+
+class _Mirror(Repo):
+    """The bare mirror. Its 'have's start from the tracked ref's commit (`have_tips`) when it has
+    one, else from every ref it holds (dulwich's default offers branches only), and are bounded."""
+
+    have_tips: list[bytes] | None = None
+
+    def get_graph_walker(self, heads: list | None = None) -> Any:
+        if heads is None:
+            heads = self.have_tips or [commit.id for sha in self.refs.as_dict(b"refs/").values()
+                                       if (commit := _peeled_or_none(self, sha)) is not None]
+        return _BoundedGraphWalker(heads, ParentsProvider(self.object_store).get_parents,
+                                   shallow=self.get_shallow(), update_shallow=self.update_shallow,
+                                   limit=MAX_HAVES)
+
+
+def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """Take user and password out of an http(s) URL (they must never be stored with it).
+
+    A user without a password in an http(s) URL is a token (``https://TOKEN@host/...``): it is
+    registered as a secret too. An ssh URL keeps its user (a login name) and loses any password.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https", "ssh", "git+ssh") or "@" not in parts.netloc:
+        return url, None, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    user_text = unquote(user) or None
+    password_text = unquote(password) or None
+    register_secret(password_text)
+    if parts.scheme in ("ssh", "git+ssh"):
+        if user:
+            hostport = f"{user}@{hostport}"
+    elif password_text is None:
+        register_secret(user_text)
+    return urlunsplit(parts._replace(netloc=hostport)), user_text, password_text
+
+
+def _is_local(url: str) -> bool:
+    if url.startswith("file://"):
+        return True
+    if "://" in url:
+        return False
+    # scp-like ssh ("host:path", "user@host:path") has a colon before any slash
+    head = url.split("/", 1)[0]
+    return ":" not in head
+
+
+def _peel(repo: Repo, sha: bytes, stage: str = "read") -> Commit:
+    """The commit `sha` names (through annotated tags); SourceError if it is something else."""
+    obj = repo.object_store[sha]
+    while isinstance(obj, Tag):
+        obj = repo.object_store[obj.object[1]]
+    if not isinstance(obj, Commit):
+        raise SourceError(stage, f"{sha.decode()} is a {obj.type_name.decode()}, not a commit")
+    return obj
+
+
+def _peeled_or_none(repo: Repo, sha: bytes) -> Commit | None:
+    try:
+        return _peel(repo, sha)
+    except (KeyError, SourceError):
+        return None
+
+
+def _recorded_url(repo: Repo) -> str | None:
+    try:
+        return repo.get_config().get((b"gitsync",), b"url").decode()
+    except KeyError:
+        return None
+
+
+def _ref(repo: Repo, name: bytes) -> bytes | None:
+    try:
+        return repo.refs[name]
+    except KeyError:
+        return None
+
+
+def _is_ancestor(repo: Repo, old: bytes, new: bytes) -> bool:
+    """Whether `old` is reachable from `new` in the mirror (missing or shallow parents end a path)."""
+    shallow = repo.get_shallow()
+    seen: set[bytes] = set()
+    stack = [new]
+    while stack:
+        sha = stack.pop()
+        if sha == old:
+            return True
+        if sha in seen or sha in shallow:
+            continue
+        seen.add(sha)
+        try:
+            commit = repo.object_store[sha]
+        except KeyError:
+            continue
+        if isinstance(commit, Commit):
+            stack.extend(commit.parents)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The source
+
+
+class Source:
+    """One git remote and ref, mirrored under ``state_dir / "mirror"``."""
+
+    def __init__(self, url: str, ref: str = "main", paths: Sequence[str] = (".",), auth: GitAuth = GitAuth(),
+                 state_dir: Path = DEFAULT_STATE_DIR, *, depth: int = 0, allow_rewrite: bool = True,
+                 timeout: float = 30.0, verify: str = "none", allowed_signers_file: Path | None = None,
+                 gpg_key_ids: Sequence[str] = (), gpg_keyring_file: Path | None = None) -> None:
+        clean_url, url_user, url_password = _split_credentials(url)
+        if (url_user or url_password) and urlsplit(clean_url).scheme in ("http", "https") \
+                and auth.password is None and auth.token is None:
+            auth = replace(auth, username=auth.username or url_user,
+                           password=Secret(url_password) if url_password else None)
+        if _is_local(clean_url):
+            local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
+            clean_url = str(Path(local).expanduser().resolve())
+        self.url = clean_url
+        self.ref = ref.strip()
+        self.paths = tuple(_normalize_path(p) for p in paths) or ("",)
+        self.auth = auth
+        self.state_dir = Path(state_dir)
+        self.mirror_path = self.state_dir / MIRROR_DIR
+        self.depth = depth
+        self.allow_rewrite = allow_rewrite
+        self.timeout = timeout
+        self.verify_policy = verify
+        self.allowed_signers_file = allowed_signers_file
+        self.gpg_key_ids = tuple(k.strip().upper().removeprefix("0X") for k in gpg_key_ids if k.strip())
+        self.gpg_keyring_file = gpg_keyring_file
+        self._check_policy()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Source:
+        if not settings.repo:
+            raise SourceError("config", "no repo: set source.repo (--repo, GITSYNC_REPO)")
+        return cls(settings.repo, settings.ref, settings.paths, GitAuth.from_settings(settings),
+                   settings.state_dir, depth=settings.depth, allow_rewrite=settings.allow_rewrite,
+                   timeout=settings.git_timeout, verify=settings.verify,
+                   allowed_signers_file=settings.allowed_signers_file, gpg_key_ids=settings.gpg_key_ids,
+                   gpg_keyring_file=settings.gpg_keyring_file)
+
+    def __repr__(self) -> str:
+        return f"Source({self.url!r}, ref={self.ref!r})"
+
+    # -- the transport, for other users of the same remote (write-back) ----------------------------------
+
+    def open_client(self) -> tuple[GitClient, str]:
+        """A dulwich client for the remote exactly as fetches get it (credentials on the transport only,
+        timeouts), and the remote path. The caller closes it."""
+        return self._client()
+
+    def network(self, stage: str, action: Callable[[], Any]) -> Any:
+        """Run `action` (one network operation); a transport failure becomes a `SourceError`, worded
+        as the source words it and free of secrets."""
+        return self._network(stage, action)
+
+    # -- configuration --------------------------------------------------------------------------------------
+
+    def _check_policy(self) -> None:
+        if self.verify_policy not in VERIFY_POLICIES:
+            raise SourceError("config", f"verify must be one of {', '.join(VERIFY_POLICIES)}, "
+                                        f"not {self.verify_policy!r}")
+        if self.verify_policy == "ssh" and self.allowed_signers_file is None:
+            raise SourceError("config", 'verify = "ssh" needs allowed_signers_file')
+        if self.verify_policy == "gpg":
+            if not self.gpg_key_ids:
+                raise SourceError("config", 'verify = "gpg" needs gpg_key_ids (trusted key fingerprints)')
+            short = [k for k in self.gpg_key_ids if len(k) < MIN_GPG_KEY_ID or not _is_hex(k)]
+            if short:
+                raise SourceError("config", f"gpg_key_ids must be long key ids or fingerprints "
+                                            f"(16+ hex digits): {', '.join(short)}")
+        if self.depth < 0:
+            raise SourceError("config", "depth cannot be negative")
+
+    @property
+    def pinned(self) -> str | None:
+        """The SHA when the ref is a pinned commit, else None."""
+        return self.ref.lower() if SHA_RE.match(self.ref.lower()) else None
+
+    def _candidates(self) -> list[bytes]:
+        """Full ref names the configured ref may mean, in order of preference."""
+        if self.ref == "HEAD" or self.ref.startswith("refs/"):
+            return [self.ref.encode()]
+        # A branch wins over a tag of the same name: a new tag must not switch what is deployed.
+        return [f"refs/heads/{self.ref}".encode(), f"refs/tags/{self.ref}".encode()]
+
+    def _resolve(self, refs: Mapping[bytes, bytes | None], stage: str) -> tuple[bytes, bytes, bytes | None]:
+        """(ref name, advertised SHA, peeled SHA if advertised) of the configured ref."""
+        found = [name for name in self._candidates() if refs.get(name)]
+        if not found:
+            raise _RefMissing(stage, f"ref {self.ref!r} not found on {self.url}")
+        if len(found) > 1:
+            logger.warning("ref {} is both a branch and a tag on {}; following the branch",
+                           self.ref, self.url)
+        name = found[0]
+        raw = refs[name]
+        assert raw is not None
+        return name, raw, refs.get(name + b"^{}")
+
+    # -- transport -----------------------------------------------------------------------------------------
+
+    def _client(self) -> tuple[GitClient, str]:
+        """A dulwich client for the URL, with the credentials and timeouts, and the remote path."""
+        if _is_local(self.url):
+            return LocalGitClient(), self.url
+        parts = urlsplit(self.url)
+        scheme = parts.scheme
+        if scheme in ("http", "https"):
+            # A token wins over basic credentials: one Authorization header, never two.
+            basic = self.auth.token is None and (self.auth.username or self.auth.password)
+            username = (self.auth.username or "") if basic else None
+            password = (self.auth.password.reveal() if self.auth.password else "") if basic else None
+            client = Urllib3HttpGitClient(self.url, username=username, password=password,
+                                          timeout=self.timeout)
+            # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
+            client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
+                total=None, connect=0, read=0, status=0, other=0, redirect=5)
+            if self.auth.token is not None:
+                client.pool_manager.headers["Authorization"] = f"Bearer {self.auth.token.reveal()}"
+            return client, ""
+        if scheme == "git":
+            return _TimeoutTCPGitClient(parts.hostname or "", parts.port, self.timeout), parts.path
+        if scheme in ("ssh", "git+ssh") or "://" not in self.url:
+            if "://" in self.url:
+                host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
+            else:  # scp-like user@host:path
+                userhost, _, path = self.url.partition(":")
+                user, _, host = userhost.rpartition("@")
+                port = None
+            client = SSHGitClient(host, port=port, username=user or None,
+                                  vendor=_TimedSSHVendor(self.timeout), ssh_command=self._ssh_command())
+            return client, path
+        raise SourceError("config", f"unsupported URL scheme {scheme!r} in {self.url}")
+
+    def _ssh_command(self) -> str:
+        """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""
+        alive = max(1, int(self.timeout / 3))
+        args = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"ConnectTimeout={max(1, int(self.timeout))}", "-o", f"ServerAliveInterval={alive}",
+                "-o", "ServerAliveCountMax=3", "-o", "PasswordAuthentication=no",
+                "-o", "KbdInteractiveAuthentication=no"]
+        if self.auth.ssh_known_hosts_file is not None:
+            args += ["-o", f"UserKnownHostsFile={self.auth.ssh_known_hosts_file}",
+                     "-o", "GlobalKnownHostsFile=none"]
+        if self.auth.ssh_key_file is not None:
+            args += ["-o", "IdentitiesOnly=yes", "-i", str(self.auth.ssh_key_file)]
+        return shlex.join(args)
+
+    def _network(self, stage: str, action: Callable[[], Any]) -> Any:
+        """Run one network operation; turn every transport failure into a SourceError for `stage`."""
+        def failed(reason: str, unreachable: bool = True) -> SourceError:
+            return SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable)
+
+        try:
+            return action()
+        except _RefMissing as exc:
+            raise SourceError(stage, exc.reason + self._branches_hint()) from None
+        except SourceError:
+            raise
+        except HTTPUnauthorized:
+            raise failed("authentication failed (HTTP 401)") from None
+        except NotGitRepository:
+            raise failed("not a git repository") from None
+        except HangupException as exc:
+            # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
+            lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
+            lines = [ln for ln in lines if ln and not ln.startswith("@")]
+            # Without ssh's words a hang-up is ambiguous: servers also hang up on a want they refuse.
+            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines)) from None
+        except TimeoutError:
+            raise failed(f"no answer within {self.timeout:g}s") from None
+        except GitProtocolError as exc:  # dulwich wraps a failed read's OSError in one
+            if isinstance(exc.__cause__, TimeoutError) or "timed out" in str(exc).lower():
+                raise failed(f"no answer within {self.timeout:g}s") from None
+            raise failed(_first_lines(str(exc)), unreachable=isinstance(exc.__cause__, OSError)) from None
+        except OSError as exc:
+            raise failed(exc.strerror or str(exc)) from None
+        except Exception as exc:  # a remote that breaks the protocol in a way dulwich does not name
+            logger.opt(exception=True).debug("unexpected error from {}", self.url)
+            raise failed(f"{type(exc).__name__}: {_first_lines(str(exc))}", unreachable=False) from None
+
+    def _branches_hint(self) -> str:
+        """`` (branches: a, b)`` from a full listing of the remote, for a ref that was not found."""
+        client, path = self._client()
+        try:
+            refs = client.get_refs(path.encode()).refs
+        except Exception:  # only a hint: the error being reported is the missing ref
+            return ""
+        finally:
+            client.close()
+        branches = sorted(n.decode()[len("refs/heads/"):] for n in refs if n.startswith(b"refs/heads/"))
+        return f" (branches: {', '.join(branches[:10])})" if branches else ""
+
+    # -- check ---------------------------------------------------------------------------------------------
+
+    def check(self) -> str:
+        """The remote's commit SHA for the ref, from the ref advertisement only (no pack)."""
+        if self.pinned:
+            return self.pinned
+        client, path = self._client()
+        try:
+            _name, raw, peeled = self._network("check", lambda: self._resolve(
+                client.get_refs(path.encode(), ref_prefix=self._candidates()).refs, "check"))
+        finally:
+            client.close()
+        if peeled is None and isinstance(client, LocalGitClient):
+            with Repo(self.url) as remote:
+                peeled = _peel(remote, raw).id
+        return (peeled or raw).decode()
+
+    # -- the mirror ----------------------------------------------------------------------------------------
+
+    def _ensure_mirror(self) -> None:
+        """Create the bare mirror if missing: built in a temp dir and renamed into place."""
+        if (self.mirror_path / "objects").is_dir():
+            return
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".mirror-", dir=self.state_dir))
+        except OSError as exc:
+            raise SourceError("fetch", f"cannot create the mirror in {self.state_dir}: {exc.strerror}") \
+                from None
+        try:
+            Repo.init_bare(str(tmp)).close()
+            os.rename(tmp, self.mirror_path)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):  # another process made it first
+                raise SourceError("fetch", f"cannot create the mirror {self.mirror_path}: "
+                                           f"{exc.strerror}") from None
+
+    @contextlib.contextmanager
+    def _locked_mirror(self) -> Iterator[_Mirror]:
+        """The mirror, opened under an exclusive flock, with what a killed run left cleared."""
+        self._ensure_mirror()
+        with open(self.mirror_path / LOCK_FILE, "a") as lock:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise SourceError("fetch", f"the mirror {self.mirror_path} is busy (another gitsync "
+                                                   f"is fetching)") from None
+                    time.sleep(0.05)
+            self._clear_leftovers()
+            with _Mirror(str(self.mirror_path)) as repo:
+                yield repo
+
+    def _clear_leftovers(self) -> None:
+        """Remove what a killed fetch can leave: lock files and temp packs. Safe: we hold the flock."""
+        for lock in [*self.mirror_path.glob("*.lock"), *(self.mirror_path / "refs").rglob("*.lock"),
+                     *(self.mirror_path / "objects" / "pack").glob("*.lock")]:
+            if lock.name != LOCK_FILE:
+                lock.unlink(missing_ok=True)
+                logger.info("removed a stale lock left by an interrupted fetch: {}", lock.name)
+        for tmp in self.mirror_path.glob("objects/tmp_pack_*"):
+            tmp.unlink(missing_ok=True)
+        pack_dir = self.mirror_path / "objects" / "pack"
+        for pack in pack_dir.glob("*.pack"):
+            if not pack.with_suffix(".idx").exists():
+                pack.unlink(missing_ok=True)  # renamed in, index never written: incomplete
+
+    def _same_remote(self, repo: Repo) -> bool:
+        """Whether the mirror's refs came from this URL. After a change of remote they are not
+        compared with (no false 'rewrite'), nor reported by `local_sha`, until the next fetch."""
+        return _recorded_url(repo) == self.url
+
+    def mirror_url(self) -> str | None:
+        """The remote the mirror was last fetched from (None when there is no mirror yet)."""
+        repo = self._open()
+        if repo is None:
+            return None
+        with repo:
+            return _recorded_url(repo)
+
+    def _record_remote(self, repo: Repo) -> None:
+        config = repo.get_config()
+        config.set((b"gitsync",), b"url", self.url.encode())  # credential-free: see _split_credentials
+        config.write_to_path()
+
+    # -- fetch ---------------------------------------------------------------------------------------------
+
+    def fetch(self) -> str:
+        """Bring the ref's new objects into the mirror and move the mirror's ref; the commit SHA."""
+        pinned = self.pinned
+        if pinned and self._local_commit(pinned):
+            return pinned
+        with self._locked_mirror() as repo:
+            if pinned:
+                return self._fetch_pinned(repo, pinned)
+            chosen: dict[str, bytes] = {}
+            same_remote = self._same_remote(repo)
+            tracked = [sha for name in self._candidates() if (sha := _ref(repo, name)) is not None]
+            first = not same_remote or not tracked
+            if tracked and (tip := _peeled_or_none(repo, tracked[0])) is not None:
+                repo.have_tips = [tip.id]
+            deepen = first and self.depth > 0
+
+            def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+                name, raw, _ = self._resolve(refs, "fetch")
+                chosen["name"], chosen["raw"] = name, raw
+                # A shallow first fetch is always asked for, so the server resends the shallow list
+                # that a fetch killed before it was written never recorded.
+                return [raw] if deepen or raw not in repo.object_store else []
+
+            client, path = self._client()
+            try:
+                self._network("fetch", lambda: client.fetch(
+                    path.encode(), repo, determine_wants, depth=self.depth if deepen else None,
+                    ref_prefix=self._candidates()))
+            finally:
+                client.close()
+            new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote)
+            if not same_remote:
+                self._record_remote(repo)
+            return new.decode()
+
+    def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool) -> bytes:
+        """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked."""
+        new = _peel(repo, raw, "fetch").id
+        old_raw = _ref(repo, name)
+        if old_raw == raw:
+            return new
+        if old_raw is not None and same_remote:
+            old = _peel(repo, old_raw).id
+            if old != new and not _is_ancestor(repo, old, new):
+                if not self.allow_rewrite:
+                    raise SourceError("fetch", f"{name.decode()} was rewritten (force-push) from "
+                                               f"{old.decode()} to {new.decode()} and allow_rewrite is "
+                                               f"false; keeping {old.decode()}")
+                logger.warning("history rewritten on {} of {}: {} -> {} (force-push followed)",
+                               name.decode(), self.url, old.decode(), new.decode())
+        if not repo.refs.set_if_equals(name, old_raw, raw):
+            raise SourceError("fetch", f"{name.decode()} changed in the mirror during the fetch")
+        logger.info("fetched {} of {}: {} -> {}", name.decode(), self.url,
+                    _peel(repo, old_raw).id.decode() if old_raw and same_remote else "(none)", new.decode())
+        return new
+
+    def _fetch_pinned(self, repo: Repo, sha: str) -> str:
+        """Fetch a pinned commit: asked for directly, else with every branch and tag."""
+        client, path = self._client()
+        try:
+            def wants_sha(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+                return [sha.encode()]
+
+            def wants_all(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+                return [v for n, v in refs.items() if n.startswith((b"refs/heads/", b"refs/tags/"))
+                        and not n.endswith(b"^{}") and v not in repo.object_store]
+
+            depth = self.depth or None
+            try:  # protocol v2 servers hand out any commit by SHA; older ones only advertised tips
+                self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_sha, depth=depth))
+            except SourceError as exc:
+                if exc.unreachable:
+                    raise
+                self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_all, depth=depth))
+        finally:
+            client.close()
+        if sha.encode() not in repo.object_store:
+            raise SourceError("fetch", f"commit {sha} not found on {self.url}")
+        _peel(repo, sha.encode(), "fetch")
+        repo.refs.set_if_equals(b"refs/gitsync/pinned", None, sha.encode())  # keeps it from any gc
+        return sha
+
+    # -- local ---------------------------------------------------------------------------------------------
+
+    def _open(self) -> Repo | None:
+        if not (self.mirror_path / "objects").is_dir():
+            return None
+        return Repo(str(self.mirror_path))
+
+    def _local_commit(self, sha: str) -> bool:
+        repo = self._open()
+        if repo is None:
+            return False
+        with repo:
+            return sha.encode() in repo.object_store and isinstance(repo.object_store[sha.encode()], Commit)
+
+    def local_sha(self) -> str | None:
+        """The commit the mirror holds for the ref (no network), or None before the first fetch."""
+        if self.pinned:
+            return self.pinned if self._local_commit(self.pinned) else None
+        repo = self._open()
+        if repo is None:
+            return None
+        with repo:
+            if not self._same_remote(repo):
+                return None
+            for name in self._candidates():
+                if name in repo.refs:
+                    return _peel(repo, repo.refs[name]).id.decode()
+        return None
+
+    # -- read ----------------------------------------------------------------------------------------------
+
+    def read(self, sha: str) -> CommitFiles:
+        """The files under the configured paths at commit `sha`, from the mirror's object store."""
+        repo = self._open()
+        if repo is None:
+            raise SourceError("read", f"no mirror at {self.mirror_path}: fetch first")
+        with repo:
+            try:
+                commit = _peel(repo, sha.encode())
+            except KeyError:
+                raise SourceError("read", f"commit {sha} is not in the mirror") from None
+            files: dict[str, bytes] = {}
+            blob_ids: dict[str, str] = {}
+            store = repo.object_store
+            for path in self.paths:
+                for name, mode, blob_id in self._entries(repo, commit, path):
+                    if mode not in FILE_MODES:
+                        continue
+                    blob = store[blob_id]
+                    assert isinstance(blob, Blob)
+                    files[name] = blob.data
+                    blob_ids[name] = blob_id.decode()
+            return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids)
+
+    def _entries(self, repo: Repo, commit: Commit, path: str) -> Iterator[tuple[str, int, bytes]]:
+        """(repo-relative name, mode, blob SHA) of every file at or under `path`."""
+        store = repo.object_store
+        if not path:
+            tree_id, prefix = commit.tree, ""
+        else:
+            try:
+                mode, tree_id = tree_lookup_path(store.__getitem__, commit.tree, path.encode())
+            except KeyError:
+                raise SourceError("read", f"path {path!r} does not exist at commit "
+                                          f"{commit.id.decode()}") from None
+            if not isinstance(store[tree_id], Tree):
+                yield path, mode, tree_id
+                return
+            prefix = path + "/"
+        for entry in iter_tree_contents(store, tree_id):
+            assert entry.path is not None and entry.mode is not None and entry.sha is not None
+            yield prefix + entry.path.decode("utf-8", "surrogateescape"), entry.mode, entry.sha
+
+    # -- verify --------------------------------------------------------------------------------------------
+
+    def verify(self, sha: str) -> None:
+        """Apply the signature policy to commit `sha`; SourceError if it must not be applied."""
+        if self.verify_policy == "none":
+            return
+        repo = self._open()
+        if repo is None:
+            raise SourceError("verify", f"no mirror at {self.mirror_path}: fetch first")
+        with repo:
+            try:
+                commit = _peel(repo, sha.encode())
+            except KeyError:
+                raise SourceError("verify", f"commit {sha} is not in the mirror") from None
+            payload, signature, _ = commit.extract_signature()
+        if not signature:
+            raise SourceError("verify", f"commit {sha} is not signed (verify = {self.verify_policy})")
+        kind = _signature_kind(signature)
+        if kind != self.verify_policy:
+            raise SourceError("verify", f"commit {sha} has {'a ' + kind if kind else 'an unknown kind of'} "
+                                        f"signature, but verify = {self.verify_policy}")
+        if kind == "ssh":
+            _verify_ssh(sha, payload, signature, self.allowed_signers_file)
+        else:
+            _verify_gpg(sha, payload, signature, self.gpg_key_ids, self.gpg_keyring_file, self.timeout)
+        logger.debug("commit {} has a trusted {} signature", sha, kind)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Signatures
+
+
+def _signature_kind(signature: bytes) -> str | None:
+    if signature.lstrip().startswith(b"-----BEGIN SSH SIGNATURE-----"):
+        return "ssh"
+    if signature.lstrip().startswith(b"-----BEGIN PGP SIGNATURE-----"):
+        return "gpg"
+    return None
+
+
+def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file: Path | None) -> None:
+    """An SSH signature (namespace ``git``) by a key of the allowed-signers file that is valid now."""
+    import sshsig.allowed_signers
+    import sshsig.ssh_public_key
+    import sshsig.sshsig
+
+    assert allowed_signers_file is not None
+    try:
+        with open(allowed_signers_file) as f:
+            signers = list(sshsig.allowed_signers.load_allowed_signers_file(f))
+    except (OSError, ValueError, NotImplementedError) as exc:
+        raise SourceError("verify", f"cannot read allowed signers {allowed_signers_file}: {exc}") from None
+    keys = []
+    now = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+    for signer in signers:
+        options = signer.options or {}
+        namespaces = options.get("namespaces")
+        if namespaces is not None and "git" not in [n.strip() for n in namespaces.split(",")]:
+            continue
+        if "cert-authority" in options:
+            continue
+        if not _within(options.get("valid-after"), options.get("valid-before"), now):
+            continue
+        with contextlib.suppress(ValueError, NotImplementedError):
+            openssh = f"{signer.key_type} {signer.base64_key}"
+            keys.append(sshsig.ssh_public_key.PublicKey.from_openssh_str(openssh))
+    if not keys:
+        raise SourceError("verify", f"no usable key in allowed signers {allowed_signers_file}")
+    try:
+        sshsig.sshsig.verify(payload, signature.decode("ascii", "replace"), keys, namespace="git")
+    except (sshsig.sshsig.InvalidSignature, NotImplementedError, ValueError) as exc:
+        detail = str(exc) or "it does not match the commit"
+        raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({detail})") from None
+
+
+def _within(valid_after: str | None, valid_before: str | None, now: str) -> bool:
+    """OpenSSH allowed-signers validity (YYYYMMDD[HHMM[SS]][Z]), compared as UTC digit strings."""
+    def digits(stamp: str) -> str:
+        return stamp.rstrip("Zz").ljust(14, "0")
+
+    if valid_after and now < digits(valid_after):
+        return False
+    return not (valid_before and now >= digits(valid_before))
+
+
+def _verify_gpg(sha: str, payload: bytes, signature: bytes, key_ids: Sequence[str],
+                keyring_file: Path | None, timeout: float) -> None:
+    """An OpenPGP signature that gpg calls good, made by one of `key_ids`, checked in a private
+    GNUPGHOME holding only the keyring file's keys (or the default keyring when none is given)."""
+    gpg = shutil.which("gpg")
+    if gpg is None:
+        raise SourceError("verify", 'verify = "gpg" needs the gpg program, which is not installed')
+    with tempfile.TemporaryDirectory(prefix="gitsync-gpg-") as home:
+        base = [gpg, "--batch", "--no-tty", "--no-autostart"]
+        if keyring_file is not None:
+            base += ["--homedir", home]
+            imported = _run([*base, "--import", str(keyring_file)], timeout)
+            if imported.returncode != 0:
+                raise SourceError("verify", f"cannot import the keyring {keyring_file}")
+        sig_path, data_path = Path(home) / "commit.sig", Path(home) / "commit.data"
+        sig_path.write_bytes(signature)
+        data_path.write_bytes(payload)
+        result = _run([*base, "--status-fd", "1", "--verify", str(sig_path), str(data_path)], timeout)
+    status = result.stdout.decode("utf-8", "replace").splitlines()
+    good = any(line.startswith("[GNUPG:] GOODSIG ") for line in status)
+    fingerprints = {field.upper() for line in status if line.startswith("[GNUPG:] VALIDSIG ")
+                    for field in (line.split()[2], line.split()[-1])}
+    if result.returncode != 0 or not good or not fingerprints:
+        reason = next((line.split()[1] for line in status if line.split()[1:2] and line.split()[1] in (
+            "BADSIG", "ERRSIG", "EXPKEYSIG", "REVKEYSIG", "EXPSIG", "NO_PUBKEY")), "not a good signature")
+        raise SourceError("verify", f"commit {sha}: bad or unknown OpenPGP signature ({reason})")
+    if not any(fpr.endswith(key) for fpr in fingerprints for key in key_ids):
+        raise SourceError("verify", f"commit {sha}: signed by {', '.join(sorted(fingerprints))}, "
+                                    f"which is not in gpg_key_ids")
+
+
+def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SourceError("verify", f"{Path(args[0]).name} did not finish within {timeout:g}s") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _normalize_path(path: str) -> str:
+    """Repo-relative, without ``./`` or trailing slashes; ``""`` is the whole tree."""
+    parts = [p for p in path.strip().replace("\\", "/").split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise SourceError("config", f"path {path!r} leaves the repo")
+    return "/".join(parts)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789ABCDEF" for c in text)
+
+
+def _subject(message: bytes) -> str:
+    return message.decode("utf-8", "replace").strip().split("\n", 1)[0]
+
+
+def _first_lines(text: str, limit: int = 3) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return " / ".join(lines[:limit]) or "failed"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One-shot commands
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+def read_input(settings: Settings) -> CommitFiles:
+    """For render/validate/diff/sync --once with ``--repo``: fetch, verify and read one commit.
+
+    The mirror lives in ``state_dir/mirror`` when the state dir is writable (so repeated runs
+    fetch only what is new), else in a temp dir dropped afterwards. A mirror kept for another
+    remote (the daemon's) is left alone: a one-shot for another repo uses a temp dir too.
+    """
+    source = Source.from_settings(settings)
+    if _writable(settings.state_dir) and source.mirror_url() in (None, source.url):
+        return _fetch_verify_read(source)
+    with tempfile.TemporaryDirectory(prefix="gitsync-") as tmp:
+        logger.debug("using a temporary mirror: {} is not writable or mirrors another remote",
+                     settings.state_dir)
+        return _fetch_verify_read(Source.from_settings(replace(settings, state_dir=Path(tmp))))
+
+
+def _fetch_verify_read(source: Source) -> CommitFiles:
+    sha = source.fetch()
+    source.verify(sha)
+    return source.read(sha)
+
+
+__all__ = ["CommitFiles", "GitAuth", "Source", "SourceError", "read_input"]

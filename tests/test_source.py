@@ -1,0 +1,542 @@
+"""The git source against real servers: git daemon, smart HTTP (http-backend), sshd, local paths."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gitsync import log as gslog
+from gitsync.settings import Secret, Settings
+from gitsync.source import GitAuth, Source, SourceError, read_input
+from tests.gitservers import (
+    BareRepo,
+    GitDaemon,
+    HttpAuth,
+    HttpGitServer,
+    HungServer,
+    SshGitServer,
+    git,
+    gpg_signer,
+    ssh_signer,
+)
+from tests.support import gitsync_env
+
+TRANSPORTS = ("local", "file", "git", "http", "ssh")
+
+
+@pytest.fixture
+def logs() -> Iterator[io.StringIO]:
+    """Everything gitsync logs (TRACE and up) during the test, as the real sink writes it."""
+    stream = io.StringIO()
+    gslog.setup(verbose=2, stream=stream)
+    yield stream
+    gslog.setup()
+
+
+def source_for(kind: str, repo: BareRepo, state_dir: Path, servers: dict, **options) -> Source:
+    """A Source reaching `repo` over transport `kind`."""
+    auth = GitAuth()
+    if kind == "local":
+        url = str(repo.path)
+    elif kind == "file":
+        url = "file://" + str(repo.path)
+    elif kind == "ssh":
+        ssh: SshGitServer = servers["ssh"]
+        url = ssh.url(repo.path)
+        auth = GitAuth(ssh_key_file=ssh.client_key, ssh_known_hosts_file=ssh.known_hosts)
+    else:
+        url = servers[kind].url(repo.path.name)
+    return Source(url, auth=options.pop("auth", auth), state_dir=state_dir, **options)
+
+
+def objects_in(repo_path: Path) -> set[str]:
+    """Every distinct object id stored in a repo (packs and loose)."""
+    out = git("cat-file", "--batch-all-objects", "--batch-check=%(objectname)", cwd=repo_path)
+    return set(out.split())
+
+
+def objects_between(repo: BareRepo, old: str, new: str) -> set[str]:
+    return {line.split()[0] for line in repo.git("rev-list", "--objects", f"{old}..{new}").splitlines()}
+
+
+def files_at(repo: BareRepo, sha: str, prefix: str = "") -> dict[str, bytes]:
+    names = repo.git("ls-tree", "-r", "--name-only", sha, *([prefix] if prefix else [])).splitlines()
+    return {n: subprocess.run(["git", "cat-file", "blob", f"{sha}:{n}"], cwd=repo.path, capture_output=True,
+                              check=True).stdout for n in names}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fetching
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote_repo, servers_by_kind,
+                                                                    tmp_path):
+    remote_repo.commit({"conf/a.yaml": "routes: []\n", "README.md": "hi\n"}, "first")
+    first = remote_repo.fast_import(100, 200)
+    source = source_for(kind, remote_repo, tmp_path / "state", servers_by_kind)
+
+    assert source.local_sha() is None
+    assert source.check() == first
+    assert source.fetch() == first
+    assert source.local_sha() == first
+    assert objects_in(source.mirror_path) == objects_in(remote_repo.path)
+
+    second = remote_repo.fast_import(10, 200)
+    assert source.check() == second and source.local_sha() == first
+    before = objects_in(source.mirror_path)
+    assert source.fetch() == second
+    assert objects_in(source.mirror_path) - before == objects_between(remote_repo, first, second)
+    assert source.local_sha() == second
+
+    files = source.read(second)
+    assert files.sha == second and files.subject == "commit 9"
+    assert files.files == files_at(remote_repo, second)
+
+
+def test_no_op_check_reads_the_advertisement_only(remote_repo, http_git, tmp_path):
+    tip = remote_repo.commit({"a.yaml": "x: 1\n"})
+    source = Source(http_git.url(remote_repo.path.name), state_dir=tmp_path / "state")
+    http_git.requests.clear()
+    assert source.check() == tip
+    assert not (tmp_path / "state").exists(), "check() must not touch the state dir"
+    assert all("fetch" not in r for r in http_git.requests) and http_git.requests, http_git.requests
+
+    source.fetch()
+    packs = sorted((source.mirror_path / "objects" / "pack").glob("*.pack"))
+    http_git.requests.clear()
+    assert source.check() == source.local_sha() == tip
+    assert source.fetch() == tip  # nothing new: no pack asked for, none written
+    assert all("fetch" not in r for r in http_git.requests), http_git.requests
+    assert sorted((source.mirror_path / "objects" / "pack").glob("*.pack")) == packs
+
+
+def test_shallow_first_fetch_then_incremental(remote_repo, git_daemon, tmp_path):
+    remote_repo.fast_import(50, 40)
+    source = Source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path / "s", depth=1)
+    tip = source.fetch()
+    assert len(objects_in(source.mirror_path)) < len(objects_in(remote_repo.path)) / 2
+    new = remote_repo.fast_import(3, 40)
+    before = objects_in(source.mirror_path)
+    assert source.fetch() == new
+    assert objects_in(source.mirror_path) - before == objects_between(remote_repo, tip, new)
+
+
+def test_branch_tag_annotated_tag_and_pinned_sha(remote_repo, git_daemon, tmp_path):
+    a = remote_repo.commit({"v.yaml": "1"}, "one")
+    b = remote_repo.commit({"v.yaml": "2"}, "two")
+    remote_repo.tag("light", a)
+    remote_repo.tag("release", b, annotated=True)
+    url = git_daemon.url(remote_repo.path.name)
+    state = tmp_path / "state"
+
+    branch = Source(url, "main", state_dir=state)
+    assert branch.fetch() == b
+    c = remote_repo.commit({"v.yaml": "3"}, "three")
+    assert branch.check() == c and branch.fetch() == c  # a branch is followed
+
+    assert Source(url, "light", state_dir=state).fetch() == a
+    release = Source(url, "release", state_dir=state)
+    assert release.check() == b and release.fetch() == b  # peeled to the commit
+    assert release.local_sha() == b and release.read(b).files == {"v.yaml": b"2"}
+    assert Source(url, "refs/tags/light", state_dir=state).fetch() == a
+
+    pinned = Source(url, a, state_dir=tmp_path / "fresh")
+    assert pinned.check() == a  # nothing to ask the remote
+    assert pinned.local_sha() is None
+    assert pinned.fetch() == a and pinned.local_sha() == a
+    assert pinned.read(a).files == {"v.yaml": b"1"}
+
+    with pytest.raises(SourceError, match=r"^fetch: commit 1{40} not found"):
+        Source(url, "1" * 40, state_dir=state).fetch()
+    with pytest.raises(SourceError, match=r"^check: ref 'nope' not found on .*\(branches: main\)"):
+        Source(url, "nope", state_dir=state).check()
+
+
+def test_a_branch_wins_over_a_tag_of_the_same_name(remote_repo, git_daemon, tmp_path, logs):
+    a = remote_repo.commit({"v.yaml": "1"})
+    b = remote_repo.commit({"v.yaml": "2"})
+    remote_repo.tag("main", a)
+    assert Source(git_daemon.url(remote_repo.path.name), "main", state_dir=tmp_path).fetch() == b
+    assert "both a branch and a tag" in logs.getvalue()
+
+
+def test_force_push_is_followed_and_logged(remote_repo, git_daemon, tmp_path, logs):
+    a = remote_repo.commit({"v.yaml": "1"})
+    b = remote_repo.commit({"v.yaml": "2"})
+    source = Source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path)
+    assert source.fetch() == b
+    c = remote_repo.commit({"v.yaml": "3"}, parent=a)  # main now a -> c: b is gone
+    assert source.fetch() == c
+    assert f"history rewritten on refs/heads/main of {source.url}: {b} -> {c}" in logs.getvalue()
+
+
+def test_force_push_refused_keeps_the_last_good_commit(remote_repo, git_daemon, tmp_path):
+    a = remote_repo.commit({"v.yaml": "1"})
+    b = remote_repo.commit({"v.yaml": "2"})
+    source = Source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path, allow_rewrite=False)
+    assert source.fetch() == b
+    c = remote_repo.commit({"v.yaml": "3"}, parent=a)
+    with pytest.raises(SourceError, match=rf"^fetch: refs/heads/main was rewritten \(force-push\) from {b} "
+                                          rf"to {c} and allow_rewrite is false; keeping {b}"):
+        source.fetch()
+    assert source.local_sha() == b and source.read(b).files == {"v.yaml": b"2"}
+    d = remote_repo.commit({"v.yaml": "4"}, parent=b)  # history restored and moved on: a fast-forward
+    assert source.fetch() == d
+
+
+def test_a_new_remote_url_starts_afresh_rather_than_reporting_a_rewrite(remotes_root, git_daemon, tmp_path):
+    one = BareRepo.create(remotes_root / "one-of-two.git")
+    two = BareRepo.create(remotes_root / "two-of-two.git")
+    one.commit({"v.yaml": "1"})
+    other = two.commit({"w.yaml": "2"})
+    first = Source(git_daemon.url("one-of-two.git"), state_dir=tmp_path, allow_rewrite=False)
+    first.fetch()
+    moved = Source(git_daemon.url("two-of-two.git"), state_dir=tmp_path, allow_rewrite=False)
+    assert moved.local_sha() is None
+    assert moved.fetch() == other and moved.local_sha() == other
+    assert "url = " + moved.url in (moved.mirror_path / "config").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def test_read_layers_paths_and_exposes_blob_ids(remote_repo, tmp_path):
+    sha = remote_repo.commit({"base/routes.yaml": "r: 1\n", "base/deep/u.yaml": "u: 1\n",
+                              "overlays/prod/routes.yaml": "r: 2\n", "overlays/dev/x.yaml": "x\n",
+                              "top.yaml": "t\n"}, "layered\n\nbody")
+    source = Source(str(remote_repo.path), paths=["./base/", "overlays/prod", "top.yaml"], state_dir=tmp_path)
+    files = source.read(source.fetch())
+    assert files.subject == "layered"
+    assert list(files.files) == ["base/deep/u.yaml", "base/routes.yaml", "overlays/prod/routes.yaml",
+                                 "top.yaml"]
+    assert files.files["overlays/prod/routes.yaml"] == b"r: 2\n"
+    assert files.blob_ids == {n: remote_repo.git("rev-parse", f"{sha}:{n}") for n in files.files}
+
+    with pytest.raises(SourceError, match=r"^read: path 'nowhere' does not exist at commit"):
+        Source(str(remote_repo.path), paths=["nowhere"], state_dir=tmp_path).read(sha)
+    with pytest.raises(SourceError, match=r"^config: path '../x' leaves the repo"):
+        Source(str(remote_repo.path), paths=["../x"], state_dir=tmp_path)
+
+
+def test_read_works_with_the_remote_down(remotes_root, tmp_path):
+    repo = BareRepo.create(remotes_root / "down.git")
+    sha = repo.commit({"a.yaml": "a: 1\n"})
+    with GitDaemon(remotes_root) as daemon:
+        source = Source(daemon.url("down.git"), state_dir=tmp_path)
+        source.fetch()
+    with pytest.raises(SourceError, match="Connection refused"):
+        source.check()
+    assert source.local_sha() == sha and source.read(sha).files == {"a.yaml": b"a: 1\n"}
+
+
+def test_read_input_uses_the_state_dir_mirror_or_a_temporary_one(remote_repo, tmp_path):
+    sha = remote_repo.commit({"conf/a.yaml": "a: 1\n", "other.txt": "x"})
+    settings = Settings(repo=str(remote_repo.path), paths=("conf",), state_dir=tmp_path / "state")
+    files = read_input(settings)
+    assert (files.sha, files.files) == (sha, {"conf/a.yaml": b"a: 1\n"})
+    assert (tmp_path / "state" / "mirror" / "objects").is_dir()
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    files = read_input(replace(settings, state_dir=blocker / "state"))
+    assert files.files == {"conf/a.yaml": b"a: 1\n"}
+
+    other = BareRepo.create(tmp_path / "other.git")
+    other_sha = other.commit({"conf/b.yaml": "b: 1\n"})
+    files = read_input(replace(settings, repo=str(other.path)))  # the state dir mirrors another remote
+    assert (files.sha, files.files) == (other_sha, {"conf/b.yaml": b"b: 1\n"})
+    kept = Source(str(remote_repo.path), state_dir=tmp_path / "state")
+    assert kept.mirror_url() == kept.url and kept.local_sha() == sha
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Authentication and secrets
+
+
+def test_http_basic_auth(remote_repo, remotes_root, tmp_path):
+    tip = remote_repo.commit({"a.yaml": "1"})
+    with HttpGitServer(remotes_root, HttpAuth("deploy", "s3cret-pass")) as server:
+        url = server.url(remote_repo.path.name)
+        good = Source(url, auth=GitAuth("deploy", Secret("s3cret-pass")), state_dir=tmp_path / "good")
+        assert good.check() == tip and good.fetch() == tip
+        in_url = Source(url.replace("http://", "http://deploy:s3cret-pass@"), state_dir=tmp_path / "url")
+        assert in_url.fetch() == tip and in_url.url == url
+        for auth in (GitAuth("deploy", Secret("wrong-pass")), GitAuth()):
+            bad = Source(url, auth=auth, state_dir=tmp_path / "bad")
+            with pytest.raises(SourceError, match=r"^check: .*authentication failed \(HTTP 401\)"):
+                bad.check()
+            with pytest.raises(SourceError, match=r"^fetch: .*authentication failed \(HTTP 401\)"):
+                bad.fetch()
+
+
+def test_http_bearer_token(remote_repo, remotes_root, tmp_path):
+    tip = remote_repo.commit({"a.yaml": "1"})
+    with HttpGitServer(remotes_root, HttpAuth(token="tok-abcdef")) as server:
+        url = server.url(remote_repo.path.name)
+        assert Source(url, auth=GitAuth(token=Secret("tok-abcdef")), state_dir=tmp_path / "a").fetch() == tip
+        with pytest.raises(SourceError, match=r"authentication failed \(HTTP 401\)"):
+            Source(url, auth=GitAuth(token=Secret("tok-wrong")), state_dir=tmp_path / "b").fetch()
+
+
+def test_ssh_key_auth_and_strict_host_keys(remote_repo, ssh_git, tmp_path):
+    tip = remote_repo.commit({"a.yaml": "1"})
+    url = ssh_git.url(remote_repo.path)
+    good = GitAuth(ssh_key_file=ssh_git.client_key, ssh_known_hosts_file=ssh_git.known_hosts)
+    assert Source(url, auth=good, state_dir=tmp_path / "a").fetch() == tip
+
+    unknown_key = replace(good, ssh_key_file=ssh_git.other_key)
+    with pytest.raises(SourceError, match=r"^fetch: .*Permission denied \(publickey\)"):
+        Source(url, auth=unknown_key, state_dir=tmp_path / "b").fetch()
+
+    wrong_host = replace(good, ssh_known_hosts_file=ssh_git.wrong_known_hosts)
+    empty_known_hosts = tmp_path / "empty_known_hosts"
+    empty_known_hosts.touch()
+    for auth in (wrong_host, replace(good, ssh_known_hosts_file=empty_known_hosts)):
+        started = time.monotonic()
+        with pytest.raises(SourceError, match=r"^check: .*Host key verification failed"):
+            Source(url, auth=auth, state_dir=tmp_path / "c", timeout=20).check()
+        assert time.monotonic() - started < 5, "a host key problem must fail at once, never prompt"
+
+
+def test_credentials_never_reach_the_mirror_logs_or_errors(remote_repo, remotes_root, tmp_path, logs, caplog):
+    caplog.set_level(logging.DEBUG)
+    remote_repo.commit({"a.yaml": "1"})
+    password, token, wrong = "canary-PASS-7f3a", "canary-TOKEN-9b1c", "canary-WRONG-5d2e"
+    user_token = "canary-USERTOKEN-3c4d"  # https://TOKEN@host/...: a token in the user part
+    errors: list[str] = []
+    state = tmp_path / "state"
+    with HttpGitServer(remotes_root, HttpAuth("deploy", password)) as basic, \
+            HttpGitServer(remotes_root, HttpAuth(token=token)) as bearer, \
+            HttpGitServer(remotes_root, HttpAuth(user_token, "")) as token_as_user:
+        name = remote_repo.path.name
+        Source(basic.url(name), auth=GitAuth("deploy", Secret(password)), state_dir=state).fetch()
+        Source(basic.url(name).replace("//", f"//deploy:{password}@"), state_dir=state).fetch()
+        Source(bearer.url(name), auth=GitAuth(token=Secret(token)), state_dir=state).fetch()
+        Source(token_as_user.url(name).replace("//", f"//{user_token}@"), state_dir=state).fetch()
+        for source in (Source(basic.url(name), auth=GitAuth("deploy", Secret(wrong)), state_dir=state),
+                       Source(basic.url(name).replace("//", f"//deploy:{wrong}@"), state_dir=state),
+                       Source(bearer.url(name), auth=GitAuth(token=Secret(wrong)), state_dir=state)):
+            for operation in (source.check, source.fetch):
+                with pytest.raises(SourceError) as caught:
+                    operation()
+                errors.append(str(caught.value))
+                errors.append(repr(source))
+    captured = logs.getvalue() + caplog.text + "\n".join(errors)
+    assert "authentication failed" in captured
+    assert "fetched refs/heads/main of http://127.0.0.1:" in captured
+    for canary in (password, token, wrong, user_token):
+        assert canary not in captured
+        for path in state.rglob("*"):
+            if path.is_file():
+                assert canary.encode() not in path.read_bytes(), path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Signatures
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Iterator[dict]:
+    """A trusted and an untrusted signer for each kind, with the files a policy needs."""
+    directory = tmp_path_factory.mktemp("keys")
+    trusted_ssh, trusted_line = ssh_signer(directory, "trusted")
+    other_ssh, _ = ssh_signer(directory, "other")
+    allowed = directory / "allowed_signers"
+    allowed.write_text(trusted_line)
+    trusted_gpg, trusted_armor, trusted_fpr = gpg_signer(directory, "trusted")
+    other_gpg, other_armor, _ = gpg_signer(directory, "other")
+    unknown_gpg, _, _ = gpg_signer(directory, "unknown")  # not in the keyring at all
+    keyring = directory / "keyring.asc"
+    keyring.write_bytes(trusted_armor + other_armor)  # both known; only one trusted by key id
+    yield {"ssh": trusted_ssh, "ssh-other": other_ssh, "allowed": allowed, "gpg": trusted_gpg,
+           "gpg-other": other_gpg, "gpg-unknown": unknown_gpg, "keyring": keyring, "fpr": trusted_fpr}
+    for signer in (trusted_gpg, other_gpg, unknown_gpg):
+        signer.close()
+
+
+def forge(repo: BareRepo, signed: str, files: dict[str, str]) -> str:
+    """A commit with different content carrying `signed`'s signature (a tampered commit)."""
+    raw = repo.git("cat-file", "commit", signed)
+    tampered_tree = repo.git("rev-parse", repo.commit(files, "tampered") + "^{tree}")
+    lines = raw.split("\n")
+    lines[0] = f"tree {tampered_tree}"
+    sha = repo.git("hash-object", "-t", "commit", "-w", "--stdin", input=("\n".join(lines) + "\n").encode())
+    repo.git("update-ref", "refs/heads/main", sha)
+    return sha
+
+
+def policy_source(policy: str, repo: BareRepo, keys: dict, state: Path) -> Source:
+    trust = {"ssh": {"allowed_signers_file": keys["allowed"]},
+             "gpg": {"gpg_key_ids": [keys["fpr"][-16:]], "gpg_keyring_file": keys["keyring"]}}
+    options = trust.get(policy, {})
+    return Source(str(repo.path), state_dir=state, verify=policy, **options)
+
+
+def test_signature_policies(remote_repo, keys, tmp_path):
+    commits = {
+        "unsigned": remote_repo.commit({"v.yaml": "0"}),
+        "ssh": remote_repo.commit({"v.yaml": "1"}, signer=keys["ssh"]),
+        "ssh-other": remote_repo.commit({"v.yaml": "2"}, signer=keys["ssh-other"]),
+        "gpg": remote_repo.commit({"v.yaml": "3"}, signer=keys["gpg"]),
+        "gpg-other": remote_repo.commit({"v.yaml": "4"}, signer=keys["gpg-other"]),
+        "gpg-unknown": remote_repo.commit({"v.yaml": "5"}, signer=keys["gpg-unknown"]),
+    }
+    commits["ssh-forged"] = forge(remote_repo, commits["ssh"], {"v.yaml": "evil"})
+    commits["gpg-forged"] = forge(remote_repo, commits["gpg"], {"v.yaml": "evil"})
+    accepted = {"none": set(commits), "ssh": {"ssh"}, "gpg": {"gpg"}}
+    reasons = {
+        "unsigned": "is not signed",
+        "ssh-other": "bad or untrusted SSH signature",
+        "ssh-forged": "bad or untrusted SSH signature",
+        "gpg-other": "which is not in gpg_key_ids",
+        "gpg-unknown": "bad or unknown OpenPGP signature (ERRSIG)",
+        "gpg-forged": "bad or unknown OpenPGP signature (BADSIG)",
+    }
+    for policy, passing in accepted.items():
+        source = policy_source(policy, remote_repo, keys, tmp_path / policy)
+        for sha in commits.values():  # forging moved main: fetch each commit by its SHA
+            Source(str(remote_repo.path), sha, state_dir=source.state_dir).fetch()
+        for name, sha in commits.items():
+            if name in passing:
+                source.verify(sha)
+                continue
+            with pytest.raises(SourceError) as caught:
+                source.verify(sha)
+            message = str(caught.value)
+            assert message.startswith(f"verify: commit {sha}"), message
+            if name.split("-")[0] not in (policy, "unsigned"):
+                assert f"but verify = {policy}" in message, message
+            else:
+                assert reasons[name] in message, message
+
+
+def test_policy_needs_explicit_trust(remote_repo, tmp_path):
+    with pytest.raises(SourceError, match=r'^config: verify = "ssh" needs allowed_signers_file'):
+        Source(str(remote_repo.path), state_dir=tmp_path, verify="ssh")
+    with pytest.raises(SourceError, match=r'^config: verify = "gpg" needs gpg_key_ids'):
+        Source(str(remote_repo.path), state_dir=tmp_path, verify="gpg")
+    with pytest.raises(SourceError, match=r"16\+ hex digits\): DEADBEEF"):
+        Source(str(remote_repo.path), state_dir=tmp_path, verify="gpg", gpg_key_ids=["deadbeef"])
+
+
+def test_expired_ssh_signer_is_not_trusted(remote_repo, keys, tmp_path):
+    sha = remote_repo.commit({"v.yaml": "1"}, signer=keys["ssh"])
+    line = keys["allowed"].read_text()
+    expired = tmp_path / "allowed_expired"
+    expired.write_text(line.replace('namespaces="git"', 'namespaces="git",valid-before="20200101"'))
+    source = Source(str(remote_repo.path), state_dir=tmp_path, verify="ssh", allowed_signers_file=expired)
+    source.fetch()
+    with pytest.raises(SourceError, match="no usable key in allowed signers"):
+        source.verify(sha)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Failures: hung remotes, kills, leftovers
+
+
+@pytest.mark.parametrize("kind", ["git", "http", "ssh"])
+def test_a_hung_remote_times_out(kind, ssh_git, tmp_path):
+    with HungServer() as hung:
+        url = {"git": f"git://127.0.0.1:{hung.port}/r.git", "http": f"http://127.0.0.1:{hung.port}/r.git",
+               "ssh": f"ssh://{ssh_git.user}@127.0.0.1:{hung.port}/r.git"}[kind]
+        auth = GitAuth(ssh_key_file=ssh_git.client_key, ssh_known_hosts_file=ssh_git.known_hosts)
+        source = Source(url, auth=auth, state_dir=tmp_path, timeout=0.5)
+        for stage, operation in (("check", source.check), ("fetch", source.fetch)):
+            started = time.monotonic()
+            with pytest.raises(SourceError, match=rf"^{stage}: .*no answer within 0.5s") as caught:
+                operation()
+            assert time.monotonic() - started < 3
+            assert caught.value.unreachable
+
+
+def test_a_hung_remote_leaves_the_mirror_intact(remotes_root, tmp_path):
+    repo = BareRepo.create(remotes_root / "hangs.git")
+    sha = repo.commit({"a.yaml": "a: 1\n"})
+    with GitDaemon(remotes_root) as daemon:
+        source = Source(daemon.url("hangs.git"), state_dir=tmp_path, timeout=0.5)
+        assert source.fetch() == sha
+    repo.commit({"a.yaml": "a: 2\n"})
+    with HungServer(daemon.port), pytest.raises(SourceError, match="no answer within"):
+        source.fetch()
+    assert source.local_sha() == sha and source.read(sha).files == {"a.yaml": b"a: 1\n"}
+
+
+def test_a_held_mirror_lock_fails_a_second_fetch_cleanly(remote_repo, tmp_path):
+    import fcntl
+
+    remote_repo.commit({"a.yaml": "1"})
+    source = Source(str(remote_repo.path), state_dir=tmp_path, timeout=0.3)
+    source.fetch()
+    with open(source.mirror_path / "gitsync.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(SourceError, match="is busy"):
+            source.fetch()
+
+
+def test_leftovers_of_a_killed_fetch_do_not_break_the_next(remote_repo, tmp_path):
+    """The states a SIGKILL can leave: a ref lock, a temp pack, a pack renamed in without its index."""
+    a = remote_repo.commit({"a.yaml": "1"})
+    source = Source(str(remote_repo.path), state_dir=tmp_path)
+    source.fetch()
+    b = remote_repo.commit({"a.yaml": "2"})
+    mirror = source.mirror_path
+    (mirror / "refs" / "heads" / "main.lock").write_text(a)
+    (mirror / "objects" / "tmp_pack_dead").write_bytes(b"PACK\0\0\0\2")
+    (mirror / "objects" / "pack" / ("pack-" + "0" * 40 + ".pack")).write_bytes(b"PACK\0\0")
+    (mirror / "config.lock").write_text("")
+    assert source.fetch() == b
+    assert [p.name for p in mirror.rglob("*.lock")] == ["gitsync.lock"]
+    assert not (mirror / "objects" / "tmp_pack_dead").exists()
+    git("fsck", "--full", "--no-dangling", cwd=mirror)
+
+
+KILLED_FETCH = """
+import sys
+from pathlib import Path
+from gitsync.source import Source
+Source(sys.argv[1], state_dir=Path(sys.argv[2])).fetch()
+"""
+
+
+def test_sigkill_during_a_big_fetch_then_a_clean_fetch(remotes_root, git_daemon, tmp_path):
+    repo = BareRepo.create(remotes_root / "big.git")
+    tip = repo.fast_import(1500, 3000)
+    url, state = git_daemon.url("big.git"), tmp_path / "state"
+    mirror = state / "mirror"
+
+    def writing_pack() -> bool:
+        return any((mirror / "objects").glob("tmp_pack_*"))
+
+    def talking() -> bool:
+        return (mirror / "gitsync.lock").exists()
+
+    kills = 0
+    for moment in (talking, writing_pack):
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_FETCH, url, str(state)], env=gitsync_env())
+        deadline = time.monotonic() + 30
+        while not moment() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        source = Source(url, state_dir=state)
+        assert source.local_sha() in (None, tip)
+    assert kills == 2, "the fetch ended before it could be killed: make the repo bigger"
+
+    source = Source(url, state_dir=state)
+    assert source.fetch() == tip and source.local_sha() == tip
+    git("fsck", "--full", "--no-dangling", cwd=mirror)
+    assert len(source.read(tip).files) == 3000

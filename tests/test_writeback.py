@@ -1,0 +1,440 @@
+"""Write-back against real remotes: git daemon with receive-pack, smart HTTP, a local bare repo."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gitsync import log as gslog
+from gitsync.settings import Settings, load
+from gitsync.state import StateDir
+from gitsync.writeback import (
+    FailureNote,
+    GatewayStatus,
+    StatusReport,
+    WriteBack,
+    fleet_table,
+    merge_note,
+    parse_note,
+    read_fleet,
+    render_section,
+    status_command,
+    summary_text,
+)
+from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
+
+NOW = datetime.now(UTC)
+
+
+def gateway(url: str = "http://127.0.0.1:9180", routes: int = 3, **extra) -> GatewayStatus:
+    return GatewayStatus(url=url, status="applied", versions={"routes": routes, "upstreams": 7},
+                         digest="d" * 64, counts={"routes": 2, "upstreams": 1},
+                         pruned={"routes": ["old-route"]}, **extra)
+
+
+def report(agent: str, commit: str, result: str = "applied", *, when: datetime = NOW,
+           duration: float = 0.25, gateways: tuple[GatewayStatus, ...] | None = None,
+           subject: str = "add route") -> StatusReport:
+    return StatusReport(agent=agent, commit=commit, subject=subject, result=result,
+                        gateways=gateways if gateways is not None else (gateway(), gateway("http://10.0.0.2:9180")),
+                        time=when, duration=duration, version="0.1.0")
+
+
+def failure(agent: str, commit: str, errors: list[str] | None = None, *, when: datetime = NOW,
+            stage: str = "render") -> FailureNote:
+    return FailureNote(agent=agent, commit=commit, time=when, stage=stage,
+                       errors=errors if errors is not None else [
+                           "routes.yaml:3:5: routes[r1].upstream_id: upstream u9 does not exist"])
+
+
+def writer(url: str, work: Path, **kwargs) -> WriteBack:
+    return WriteBack(url, None, work, **kwargs)
+
+
+def status_commits(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
+    out = git("rev-list", f"refs/heads/{branch}", "--", cwd=repo.path, check=False)
+    return out.split() if out else []
+
+
+def agent_files(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
+    return repo.git("ls-tree", "--name-only", f"{branch}:agents").split()
+
+
+def note_of(repo: BareRepo, sha: str) -> str:
+    return repo.git("notes", "--ref=gitsync", "show", sha)
+
+
+@pytest.fixture
+def config_repo(remote_repo: BareRepo) -> tuple[BareRepo, str]:
+    """A remote with one config commit on main (write-back shares the remote with the config)."""
+    sha = remote_repo.commit({"routes.yaml": "routes: []\n"}, "add route")
+    return remote_repo, sha
+
+
+def test_applied_commit_gives_exactly_one_status_commit(config_repo, git_daemon, tmp_path):
+    repo, sha = config_repo
+    wb = writer(git_daemon.url(repo.path.name), tmp_path / "wb")
+
+    assert wb.publish_status(report("edge-1", sha)) is True
+    assert len(status_commits(repo)) == 1
+    # The same result, later and slower: not a change in substance, so no commit.
+    assert wb.publish_status(report("edge-1", sha, when=NOW + timedelta(minutes=5), duration=9.0)) is False
+    assert len(status_commits(repo)) == 1
+    assert wb.failures == 0
+
+    message = repo.git("log", "-1", "--format=%B", "gitsync/status")
+    assert message.splitlines()[0] == f"gitsync(edge-1): applied {sha[:7]} to 2 gateways"
+    assert "add route" in message
+    text = repo.git("show", "gitsync/status:agents/edge-1.yaml")
+    assert f"commit: {sha}" in text
+    assert "url: http://10.0.0.2:9180" in text and "old-route" in text
+    # The main branch is untouched.
+    assert repo.tip() == sha
+
+    # A real change (a new commit applied) is a new status commit.
+    sha2 = repo.commit({"routes.yaml": "routes: [1]\n"}, "second")
+    assert wb.publish_status(report("edge-1", sha2, subject="second")) is True
+    assert len(status_commits(repo)) == 2
+
+
+def test_each_agent_keeps_its_own_file(config_repo, git_daemon, tmp_path):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    assert writer(url, tmp_path / "a").publish_status(report("edge-a", sha))
+    assert writer(url, tmp_path / "b").publish_status(report("edge-b", sha, result="failed"))
+    assert agent_files(repo) == ["edge-a.yaml", "edge-b.yaml"]
+
+    fleet = read_fleet(url, None, "gitsync/status", tmp_path / "fleet")
+    assert [(d["agent"], d["commit"], d["result"]) for d in fleet] == [
+        ("edge-a", sha, "applied"), ("edge-b", sha, "failed")]
+    table = fleet_table(fleet, NOW + timedelta(hours=2)).splitlines()
+    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE"]
+    assert table[2].split() == ["edge-b", sha[:7], "failed", "2h"]
+
+
+def test_failed_commit_gets_a_note_the_git_cli_reads(config_repo, git_daemon, tmp_path):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    first = writer(url, tmp_path / "z")
+    assert first.publish_failure(failure("edge-z", sha)) is True
+    assert writer(url, tmp_path / "a").publish_failure(
+        failure("edge-a", sha, ["a.yaml:1:1: routes[x].uri: required"], stage="validate")) is True
+
+    text = note_of(repo, sha)
+    assert text.index("agent: edge-a") < text.index("agent: edge-z")  # sorted by agent
+    assert "stage: validate" in text and "'a.yaml:1:1: routes[x].uri: required'" in text
+    assert "routes.yaml:3:5: routes[r1].upstream_id: upstream u9 does not exist" in text
+
+    # The same failure seen again on the next poll writes nothing.
+    assert first.publish_failure(failure("edge-z", sha, when=NOW + timedelta(minutes=1))) is False
+    # A different failure replaces edge-z's section and keeps edge-a's.
+    assert first.publish_failure(failure("edge-z", sha, ["b.yaml:2:3: services[s].x: bad"], stage="push"))
+    _, sections = parse_note(note_of(repo, sha))
+    assert sorted(sections) == ["edge-a", "edge-z"]
+    assert sections["edge-z"].errors == ("b.yaml:2:3: services[s].x: bad",)
+    assert sections["edge-z"].stage == "push"
+    assert sections["edge-a"].stage == "validate"
+
+
+def test_a_moved_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_path):
+    """Compare-and-swap: another agent pushes between our fetch and our push; nothing is lost."""
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    other = writer(url, tmp_path / "other")
+
+    class RacedWriteBack(WriteBack):
+        raced = False
+
+        def _status_commit(self, work, tip, rep):
+            if not self.raced:  # the other agent wins the race, after our fetch
+                self.raced = True
+                assert other.publish_status(report("edge-other", sha))
+            return super()._status_commit(work, tip, rep)
+
+    raced = RacedWriteBack(url, None, tmp_path / "raced")
+    assert raced.publish_status(report("edge-raced", sha)) is True
+    assert raced.failures == 0 and raced.conflicts == 1
+    assert agent_files(repo) == [
+        "edge-other.yaml", "edge-raced.yaml"]
+    assert len(status_commits(repo)) == 2  # linear: rebuilt on the other agent's commit
+
+
+def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    agents = [f"edge-{i:02d}" for i in range(20)]
+    writers = {a: writer(url, tmp_path / a) for a in agents}
+    start = threading.Barrier(len(agents))
+    outcomes: dict[str, tuple[bool, bool]] = {}
+
+    def run(agent: str) -> None:
+        wb = writers[agent]
+        start.wait()
+        status = wb.publish_status(report(agent, sha))
+        note = wb.publish_failure(failure(agent, sha, [f"{agent}.yaml:1:1: routes[{agent}].uri: bad"]))
+        # What a failed publish left pending goes out with the next publish (the next sync).
+        for _ in range(10):
+            if not wb.pending:
+                break
+            wb.publish_status(report(agent, sha))
+        outcomes[agent] = (status, note)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=run, args=(a,)) for a in agents]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    elapsed = time.monotonic() - began
+
+    assert agent_files(repo) == [f"{a}.yaml" for a in agents]
+    _, sections = parse_note(note_of(repo, sha))
+    assert sorted(sections) == agents
+    for agent in agents:
+        assert sections[agent].errors == (f"{agent}.yaml:1:1: routes[{agent}].uri: bad",)
+    assert sum(w.conflicts for w in writers.values()) > 0  # they really raced
+    assert len(status_commits(repo)) == 20
+    print(f"20 agents: {elapsed:.2f}s, conflicts={sum(w.conflicts for w in writers.values())}, "
+          f"failures={sum(w.failures for w in writers.values())}")
+
+
+def test_retention_prunes_old_notes(config_repo, tmp_path):
+    repo, old_sha = config_repo
+    mid_sha = repo.commit({"b.yaml": "routes: []\n"}, "mid")
+    new_sha = repo.commit({"c.yaml": "routes: []\n"}, "new")
+    url = str(repo.path)  # a local path remote
+    # Notes written 40 days ago (by agents keeping them a year), and a recent one.
+    year = writer(url, tmp_path / "year", notes_retention=365 * 86400)
+    assert year.publish_failure(failure("edge-1", old_sha, when=NOW - timedelta(days=40)))
+    assert year.publish_failure(failure("edge-1", mid_sha, when=NOW - timedelta(days=40)))
+    assert year.publish_failure(failure("edge-2", mid_sha, when=NOW - timedelta(days=2)))
+    assert len(repo.git("notes", "--ref=gitsync", "list").splitlines()) == 2
+
+    # An agent keeping 30 days writes a note: the note on old_sha goes, and edge-1's section of mid_sha's.
+    month = writer(url, tmp_path / "month", notes_retention=30 * 86400)
+    assert month.publish_failure(failure("edge-3", new_sha))
+    listed = {line.split()[1] for line in repo.git("notes", "--ref=gitsync", "list").splitlines()}
+    assert listed == {mid_sha, new_sha}
+    assert sorted(parse_note(note_of(repo, mid_sha))[1]) == ["edge-2"]
+    assert "pruned 2 expired note" in repo.git("log", "-1", "--format=%s", "refs/notes/gitsync")
+
+
+def test_note_section_size_is_bounded(config_repo, tmp_path):
+    repo, sha = config_repo
+    errors = [f"routes.yaml:{i}:3: routes[r{i}].uri: must start with /" for i in range(5000)]
+    wb = writer(str(repo.path), tmp_path / "wb", note_max_bytes=2048)
+    assert wb.publish_failure(failure("edge-1", sha, errors))
+    text = note_of(repo, sha) + "\n"
+    assert len(text.encode()) <= 2048
+    section = parse_note(text)[1]["edge-1"]
+    shown, summary = section.errors[:-1], section.errors[-1]
+    assert shown == tuple(errors[: len(shown)]) and len(shown) > 10
+    assert summary == f"… and {5000 - len(shown)} more"
+    # One huge error is cut, not dropped, and the bound still holds.
+    huge = render_section(failure("edge-1", sha, ["x" * 100_000]), 2048)
+    assert len(huge.encode()) <= 2048 and "xxxx" in huge
+
+
+def test_foreign_note_content_is_kept():
+    hand_written = "reviewed by ops: known bad, see INC-42\n"
+    merged = merge_note(hand_written, failure("edge-1", "a" * 40), 4096, 3600)
+    assert merged is not None and merged.startswith(hand_written)
+    foreign, sections = parse_note(merged)
+    assert foreign == [hand_written] and list(sections) == ["edge-1"]
+
+
+def test_canary_secret_never_reaches_the_remote(config_repo, git_daemon, tmp_path):
+    repo, sha = config_repo
+    canary = "canary-7f3a9c1e5b-secret"
+    gslog.register_secret(canary)
+    wb = writer(git_daemon.url(repo.path.name), tmp_path / "wb")
+    leaky_gateway = gateway(f"http://admin:{canary}@127.0.0.1:9180", error=f"401 with key {canary}")
+    assert wb.publish_status(report("edge-1", sha, result="failed", gateways=(leaky_gateway,),
+                                    subject=f"rotate {canary}"))
+    leaky_error = f"secrets.yaml:1:1: secrets[vault/x].token: {canary} bad"
+    assert wb.publish_failure(failure("edge-1", sha, [leaky_error]))
+
+    assert "***" in note_of(repo, sha)
+    assert "http://127.0.0.1:9180" in repo.git("show", "gitsync/status:agents/edge-1.yaml")
+    objects = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo.path,
+                             capture_output=True, check=True).stdout
+    assert b"secrets[vault/x].token" in objects  # the scan does see note contents
+    assert canary.encode() not in objects
+
+
+def test_unreachable_remote_never_raises_and_retries_on_next_publish(git_daemon, remotes_root, tmp_path):
+    name = f"later-{time.monotonic_ns()}.git"
+    wb = writer(git_daemon.url(name), tmp_path / "wb")
+    sha = "b" * 40
+    assert wb.publish_status(report("edge-1", sha)) is False  # no such repository yet
+    assert wb.failures == 1 and wb.enabled and "no such repository" in (wb.last_error or "")
+    assert wb.pending == 1
+
+    repo = BareRepo.create(remotes_root / name)
+    config = repo.commit({"a.yaml": "routes: []\n"})
+    assert wb.publish_failure(failure("edge-1", config)) is True
+    # The status that failed before went out with this publish.
+    assert repo.git("show", "gitsync/status:agents/edge-1.yaml").count(sha) == 1
+    assert wb.failures == 1 and wb.pending == 0
+
+
+def test_refused_push_turns_auto_writeback_off_once(config_repo, remotes_root, tmp_path):
+    repo, sha = config_repo
+    log = io.StringIO()
+    gslog.setup(stream=log)
+    with GitDaemon(remotes_root, receive_pack=False) as read_only:
+        wb = writer(read_only.url(repo.path.name), tmp_path / "wb", stop_when_denied=True)
+        assert wb.publish_status(report("edge-1", sha)) is False
+        assert wb.enabled is False and wb.failures == 1
+        assert wb.publish_failure(failure("edge-1", sha)) is False
+        assert wb.failures == 1  # not even tried again
+    assert log.getvalue().count("write-back turned off") == 1
+    assert status_commits(repo) == []
+
+
+def test_http_remote_refusing_credentials_is_a_permission_failure(config_repo, remotes_root, tmp_path):
+    repo, sha = config_repo
+    with HttpGitServer(remotes_root, HttpAuth(username="git", password="right-password")) as server:
+        wb = writer(server.url(repo.path.name), tmp_path / "wb", stop_when_denied=True)
+        assert wb.publish_status(report("edge-1", sha)) is False
+        assert wb.enabled is False and server.rejected >= 1
+
+
+def test_smart_http_push(config_repo, http_git, tmp_path):
+    repo, sha = config_repo
+    wb = writer(http_git.url(repo.path.name), tmp_path / "wb")
+    assert wb.publish_status(report("edge-1", sha)) is True
+    assert wb.publish_failure(failure("edge-1", sha)) is True
+    assert "agent: edge-1" in note_of(repo, sha)
+    assert len(status_commits(repo)) == 1
+
+
+def test_status_summary_text():
+    assert summary_text({}, NOW) == "no sync yet\n"
+    text = summary_text(report("edge-1", "c" * 40, when=NOW - timedelta(minutes=3)).to_dict(), NOW)
+    assert "result:   applied" in text and "(3m ago)" in text and "add route" in text
+    assert "gateway:  http://10.0.0.2:9180  applied  [routes=3, upstreams=7]" in text
+
+
+def test_git_cli_notes_and_ours_coexist(config_repo, tmp_path):
+    """A note the git CLI wrote on another commit survives our writes, and ours read back in git."""
+    repo, sha = config_repo
+    other = repo.commit({"x.yaml": "routes: []\n"}, "other")
+    git("notes", "--ref=gitsync", "add", "-m", "written by a human", other, cwd=repo.path)
+    assert writer(str(repo.path), tmp_path / "wb").publish_failure(failure("edge-1", sha))
+    assert note_of(repo, other) == "written by a human"
+    assert "agent: edge-1" in note_of(repo, sha)
+
+
+def test_status_command_prints_this_agents_last_result(tmp_path, capsys):
+    settings = load({"state_dir": str(tmp_path / "state")}, env={}, config=os.devnull)
+    args = argparse.Namespace(fleet=False)
+    assert status_command(settings, args) == 0
+    assert capsys.readouterr().out == "no sync yet\n"
+
+    state_dir = StateDir(settings.state_dir)
+    state = state_dir.load()
+    state.last_result = report("edge-1", "e" * 40).to_dict()
+    state_dir.save(state)
+    assert status_command(settings, args) == 0
+    out = capsys.readouterr().out
+    assert "commit:   " + "e" * 40 + "  add route" in out and "result:   applied" in out
+
+
+def settings_for(tmp_path: Path, **flags) -> Settings:
+    return load({"state_dir": str(tmp_path / "state"), **flags}, env={}, config=os.devnull)
+
+
+@pytest.mark.parametrize(("flags", "enabled"), [
+    ({"repo": "/srv/git/config.git"}, True),  # a local path can be pushed to
+    ({"repo": "file:///srv/git/config.git"}, True),
+    ({"repo": "git://127.0.0.1:9418/config.git"}, True),
+    ({"repo": "https://git.example.test/config.git"}, False),  # read-only: no credentials
+    ({"repo": "https://bot:s3cret-pass@git.example.test/config.git"}, True),  # credentials in the URL
+    ({"repo": "ssh://git@git.example.test/config.git"}, False),  # no key configured
+    ({"repo": "https://git.example.test/config.git", "writeback": "on"}, True),
+    ({"repo": "/srv/git/config.git", "writeback": "off"}, False),
+    ({"dir": "/srv/config"}, False),  # a plain directory has no remote
+])
+def test_from_settings_auto_mode(tmp_path, flags, enabled):
+    wb = WriteBack.from_settings(settings_for(tmp_path, **flags))
+    assert (wb is not None) is enabled
+    if wb is not None:
+        assert wb.work_dir == tmp_path / "state" / "writeback"
+        assert wb.stop_when_denied is (flags.get("writeback", "auto") == "auto")
+        assert "s3cret-pass" not in wb.url
+
+
+def test_from_settings_with_token_pushes_over_http(config_repo, remotes_root, tmp_path):
+    repo, sha = config_repo
+    token = "tok-5d1e0c6a9b7f"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    with HttpGitServer(remotes_root, HttpAuth(token=token)) as server:
+        settings = settings_for(tmp_path, repo=server.url(repo.path.name), git_token_file=str(token_file),
+                                agent_name="edge-http", status_branch="ops/status", notes_ref="ops-notes")
+        wb = WriteBack.from_settings(settings)
+        assert wb is not None
+        assert wb.publish_status(report(settings.agent_name, sha)) is True
+        assert wb.publish_failure(failure(settings.agent_name, sha)) is True
+        assert "agent: edge-http" in repo.git("notes", "--ref=ops-notes", "show", sha)
+        assert agent_files(repo, "ops/status") == ["edge-http.yaml"]
+    # The token went to the transport only: not into the local work repo, not to the remote.
+    for path in wb.work_dir.rglob("*"):
+        assert not path.is_file() or token.encode() not in path.read_bytes(), path
+
+
+def test_hung_remote_costs_at_most_the_timeout(tmp_path):
+    with HungServer() as hung:
+        wb = writer(f"git://127.0.0.1:{hung.port}/config.git", tmp_path / "wb", timeout=0.5, attempts=2)
+        began = time.monotonic()
+        assert wb.publish_status(report("edge-1", "f" * 40)) is False
+        assert time.monotonic() - began < 3
+    assert wb.failures == 1 and "no answer within 0.5s" in (wb.last_error or "")
+
+
+def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    settings = settings_for(tmp_path, repo=url)
+    assert status_command(settings, argparse.Namespace(fleet=True)) == 0
+    assert capsys.readouterr().out == "no agent has written to gitsync/status yet\n"
+    for agent in ("edge-b", "edge-a"):
+        assert writer(url, tmp_path / agent).publish_status(report(agent, sha, when=NOW - timedelta(hours=3)))
+    assert status_command(settings, argparse.Namespace(fleet=True)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines] == [
+        ["AGENT", "COMMIT", "RESULT", "AGE"], ["edge-a", sha[:7], "applied", "3h"],
+        ["edge-b", sha[:7], "applied", "3h"]]
+
+    gone = settings_for(tmp_path, repo=git_daemon.url("no-such-repo.git"))
+    assert status_command(gone, argparse.Namespace(fleet=True)) == 1
+    assert "cannot read gitsync/status" in capsys.readouterr().err
+
+
+def test_ssh_remote_with_key_from_settings(config_repo, ssh_git, tmp_path):
+    repo, sha = config_repo
+    settings = settings_for(tmp_path, repo=ssh_git.url(repo.path), ssh_key_file=str(ssh_git.client_key),
+                            ssh_known_hosts_file=str(ssh_git.known_hosts), agent_name="edge-ssh")
+    wb = WriteBack.from_settings(settings)
+    assert wb is not None
+    assert wb.publish_status(report("edge-ssh", sha)) is True
+    assert wb.publish_failure(failure("edge-ssh", sha)) is True
+    assert agent_files(repo) == ["edge-ssh.yaml"]
+    assert "agent: edge-ssh" in note_of(repo, sha)
+
+    # A key the server does not know: ssh says "Permission denied", auto mode turns write-back off.
+    refused = WriteBack.from_settings(settings_for(
+        tmp_path, repo=ssh_git.url(repo.path), ssh_key_file=str(ssh_git.other_key),
+        ssh_known_hosts_file=str(ssh_git.known_hosts)))
+    assert refused is not None
+    assert refused.publish_status(report("edge-other", sha)) is False
+    assert refused.enabled is False and "Permission denied" in (refused.last_error or "")
