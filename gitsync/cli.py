@@ -43,7 +43,7 @@ COMMANDS: tuple[Command, ...] = (
             "gitsync.agent:run_command", ("source", "gateway", "daemon", "writeback"),
             ("gateways", "admin_key")),
     Command("status", "this agent's last result; --fleet: every agent's, from the status branch",
-            "gitsync.commands:status", ("state", "source", "writeback")),
+            "gitsync.writeback:status_command", ("state", "source", "writeback")),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.demo:run_demo", ()),
 )
