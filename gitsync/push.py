@@ -39,7 +39,7 @@ from gitsync.gateway import (
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import Problem
-from gitsync.reconcile import Plan, Policy, plan
+from gitsync.reconcile import MANAGE_ALL, Plan, Policy, plan
 from gitsync.settings import Settings
 
 
@@ -75,6 +75,9 @@ class RetryPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
         return cls(attempts=max(1, settings.push_attempts), cap=min(cls.cap, settings.max_backoff))
+
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,8 @@ class _Sync:
     """The state of one gateway's sync while it runs."""
 
     def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy: Policy,
-                 source_map: ProblemMapper | None, retry: RetryPolicy, sleep: Callable[[float], None]) -> None:
+                 source_map: ProblemMapper | None, retry: RetryPolicy,
+                 sleep: Callable[[float], None]) -> None:
         self.gateway = gateway
         self.desired = desired
         self.policy = policy
@@ -258,8 +262,8 @@ class _Sync:
             self.sleep(0.1)
 
 
-def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], policy: Policy = Policy(), *,
-                 source_map: ProblemMapper | None = None, retry: RetryPolicy = RetryPolicy(),
+def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], policy: Policy = MANAGE_ALL, *,
+                 source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
                  sleep: Callable[[float], None] = time.sleep) -> GatewayResult:
     """Make one gateway hold `desired` for every kind `policy` manages."""
     try:
@@ -277,8 +281,8 @@ def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], polic
 
 
 def sync_gateways(endpoints: Sequence[Endpoint], desired: Mapping[str, Sequence[Any]],
-                  policy: Policy = Policy(), *, source_map: ProblemMapper | None = None,
-                  retry: RetryPolicy = RetryPolicy()) -> list[GatewayResult]:
+                  policy: Policy = MANAGE_ALL, *, source_map: ProblemMapper | None = None,
+                  retry: RetryPolicy = DEFAULT_RETRY) -> list[GatewayResult]:
     """Sync every gateway concurrently; one slow or failing gateway delays or blocks no other."""
     if not endpoints:
         return []

@@ -54,6 +54,10 @@ class Policy:
         return kind in KINDS and kind not in self.unmanaged
 
 
+#: The default policy: every kind is the repo's.
+MANAGE_ALL = Policy()
+
+
 @dataclass(frozen=True)
 class KindPlan:
     """What the push does to one versioned key of the gateway."""
@@ -261,7 +265,7 @@ def _changed_kind(kind: str, desired: Sequence[Any], live_items: Sequence[Any], 
     return kind_plan, _with_indexes(kind, desired, live_items)
 
 
-def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: Policy = Policy()) -> Plan:
+def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: Policy = MANAGE_ALL) -> Plan:
     """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone."""
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
