@@ -1,0 +1,23 @@
+"""APISIX 3.17+/3.18 validation: one set of schemas for ``gitsync validate`` and the test double.
+
+Public interface (other stages code against exactly this):
+
+- `check_item(kind, item)` → every `SchemaIssue` (JSON path + bare APISIX message) of one item;
+- `check_payload(body)` → `PayloadIssue`s of ``config_validate`` over a whole PUT body;
+- `PLUGINS`, `AUTH_PLUGINS` (and `STREAM_PLUGINS`): the plugin names APISIX knows.
+"""
+
+from __future__ import annotations
+
+from gitsync.schema.checks import PayloadIssue, SchemaIssue, check_item, check_payload
+from gitsync.schema.plugins import AUTH_PLUGINS, PLUGINS, STREAM_PLUGINS
+
+__all__ = [
+    "AUTH_PLUGINS",
+    "PLUGINS",
+    "STREAM_PLUGINS",
+    "PayloadIssue",
+    "SchemaIssue",
+    "check_item",
+    "check_payload",
+]

@@ -1,0 +1,465 @@
+"""APISIX 3.17+'s per-resource checkers and ``config_validate``, with the gateway's messages.
+
+`check_item` is the Admin-API checker of one item (schema, then the semantic
+checks of ``apisix/admin/<kind>.lua``, ``apisix/upstream.lua``,
+``apisix/ssl.lua``, ``apisix/plugin.lua``); `check_payload` is
+``config_validate.validate_configuration`` over a whole standalone body. Both
+are pure. The contract is ../shared/apisix-standalone.md §2.4 and §5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import Any
+
+from gitsync.kinds import VERSIONED_KEYS, is_credential, version_key
+from gitsync.schema import definitions as defs
+from gitsync.schema.jsonschema import (
+    Path,
+    cjson_encode,
+    is_number,
+    is_secret_ref,
+    iter_errors,
+    lua_number,
+    lua_tostring,
+    lua_type,
+)
+from gitsync.schema.plugins import AUTH_KEY_FIELDS, AUTH_PLUGINS, PLUGINS, STREAM_PLUGINS
+
+INVALID = "invalid configuration: "
+
+
+@dataclass(frozen=True)
+class SchemaIssue:
+    """One thing APISIX refuses in an item: where (JSON path inside the item) and its exact message."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class PayloadIssue:
+    """One refusal of ``config_validate`` over a whole body (``kind``/``index`` None when not per item)."""
+
+    kind: str | None
+    index: int | None
+    resource_id: str | None
+    message: str
+
+
+Issues = list[SchemaIssue]
+
+
+def _present(conf: Mapping[str, Any], key: str) -> bool:
+    """Lua truthiness of ``conf.key``: set and not ``false`` (cjson's null is truthy)."""
+    return key in conf and conf[key] is not False
+
+
+def _schema(schema: Mapping[str, Any], value: Any, base: Path = (), prefix: str = INVALID) -> Issues:
+    return [SchemaIssue((*base, *path), prefix + message) for path, message in iter_errors(schema, value)]
+
+
+def _plugins(conf: Mapping[str, Any], known: frozenset[str], prefix: str = "") -> Issues:
+    """``plugin.check_schema``: each plugin conf must be a table and the name known (bodies opaque)."""
+    plugins = conf.get("plugins")
+    if not isinstance(plugins, dict):
+        return []
+    issues = []
+    for name, plugin_conf in plugins.items():
+        if not isinstance(plugin_conf, dict | list):
+            message = f"invalid plugin conf {cjson_encode(plugin_conf)} for plugin [{name}]"
+        elif name not in known:
+            message = f"unknown plugin [{name}]"
+        else:
+            continue
+        issues.append(SchemaIssue(("plugins", name), prefix + message))
+    return issues
+
+
+def _lua_tonumber(text: str) -> float | None:
+    try:
+        return float(int(text.strip(), 0)) if text.strip().lower().startswith("0x") else float(text)
+    except ValueError:
+        return None
+
+
+def _node_port(addr: str) -> float | None:
+    """The port ``core.utils.parse_addr`` finds in a ``host:port`` node key (None: none given)."""
+    if addr.startswith("["):
+        if addr.endswith("]"):
+            return None
+        pos = addr.rfind(":", 0, len(addr) - 1)
+        if pos <= 0 or addr[pos - 1] != "]":
+            return None
+    else:
+        pos = addr.rfind(":", 0, len(addr) - 1)
+        if pos < 0:
+            return None
+    return _lua_tonumber(addr[pos + 1:])
+
+
+def _pem_problem(cert: Any, key: Any) -> str | None:
+    """``apisix.ssl.validate``: the certificate (and key, when given) must parse."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        x509.load_pem_x509_certificate(str(cert).encode())
+    except ValueError:
+        return "failed to parse cert: PEM_read_bio_X509_AUX() failed"
+    if key is None:
+        return None
+    if not str(key).startswith("---"):
+        return "failed to decrypt previous encrypted key"
+    try:
+        serialization.load_pem_private_key(str(key).encode(), password=None)
+    except (ValueError, TypeError):
+        return "failed to parse key: PEM_read_bio_PrivateKey() failed"
+    return None
+
+
+def _upstream_semantics(up: Any, base: Path = ()) -> Issues:
+    """``apisix/upstream.lua`` ``check_upstream_conf`` after its schema check."""
+    if not isinstance(up, dict):
+        return []
+    issues: Issues = []
+    nodes = up.get("nodes")
+    if isinstance(nodes, dict):
+        for addr in nodes:
+            port = _node_port(addr)
+            if port is not None and not 1 <= port <= 65535:
+                issues.append(SchemaIssue((*base, "nodes", addr), f"invalid port {lua_number(port)}"))
+    tls = up.get("tls") if isinstance(up.get("tls"), dict) else {}
+    if _present(tls, "client_cert_id"):
+        # Standalone has no etcd: the lookup the checker still makes cannot succeed (§5.4).
+        issues.append(SchemaIssue((*base, "tls", "client_cert_id"), (
+            f"failed to fetch ssl info by ssl id [{lua_tostring(tls['client_cert_id'])}]: "
+            "connection refused")))
+    if up.get("pass_host") == "rewrite" and up.get("upstream_host") in (None, ""):
+        issues.append(SchemaIssue((*base, "upstream_host"),
+                                  "`upstream_host` can't be empty when `pass_host` is `rewrite`"))
+    if _present(tls, "client_cert"):
+        problem = _pem_problem(tls["client_cert"], tls.get("client_key"))
+        if problem:
+            issues.append(SchemaIssue((*base, "tls", "client_cert"), problem))
+    if up.get("type") == "chash":
+        hash_on = up.get("hash_on", "vars")
+        if hash_on != "consumer" and not _present(up, "key"):
+            issues.append(SchemaIssue((*base, "key"), "missing key"))
+        else:
+            key_schema = {
+                "vars": defs.UPSTREAM_HASH_VARS,
+                "header": defs.UPSTREAM_HASH_HEADER,
+                "cookie": defs.UPSTREAM_HASH_HEADER,
+                "vars_combinations": defs.UPSTREAM_HASH_VARS_COMBINATIONS,
+            }.get(hash_on)
+            if key_schema is not None:
+                issues += _schema(key_schema, up.get("key"), (*base, "key"))
+    return issues
+
+
+def _check_route(conf: dict[str, Any], _id: Any) -> Issues:
+    issues: Issues = []
+    if _present(conf, "host") and _present(conf, "hosts"):
+        issues.append(SchemaIssue(("hosts",), "only one of host or hosts is allowed"))
+    if _present(conf, "remote_addr") and _present(conf, "remote_addrs"):
+        issues.append(SchemaIssue(("remote_addrs",), "only one of remote_addr or remote_addrs is allowed"))
+    schema_issues = _schema(defs.ROUTE, conf)
+    if not schema_issues:
+        issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
+    return issues + schema_issues + _plugins(conf, PLUGINS)
+
+
+def _check_service(conf: dict[str, Any], _id: Any) -> Issues:
+    issues = _schema(defs.SERVICE, conf)
+    if not issues:
+        issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
+    return issues + _plugins(conf, PLUGINS)
+
+
+def _check_upstream(conf: dict[str, Any], _id: Any) -> Issues:
+    issues = _schema(defs.UPSTREAM, conf)
+    return issues or _upstream_semantics(conf)
+
+
+def _check_consumer(conf: dict[str, Any], item_id: Any) -> Issues:
+    issues = _schema(defs.CONSUMER, conf)
+    if not issues and item_id is not None and item_id != conf.get("username"):
+        issues.append(SchemaIssue(("id",), "wrong username"))
+    return issues + _plugins(conf, PLUGINS, "invalid plugins configuration: ")
+
+
+def _check_credential(conf: dict[str, Any], _id: Any) -> Issues:
+    issues = _schema(defs.CREDENTIAL, conf) + _plugins(conf, PLUGINS, "invalid plugins configuration: ")
+    if issues:
+        return issues
+    for name in conf.get("plugins") or {}:
+        if name not in AUTH_PLUGINS:
+            issues.append(SchemaIssue(("plugins", name),
+                                      "only supports auth type plugins in consumer credential"))
+    return issues
+
+
+def _schema_and_plugins(schema: Mapping[str, Any]) -> Callable[[dict[str, Any], Any], Issues]:
+    def check(conf: dict[str, Any], _id: Any) -> Issues:
+        return _schema(schema, conf) + _plugins(conf, PLUGINS)
+    return check
+
+
+def _check_ssl(conf: dict[str, Any], _id: Any) -> Issues:
+    issues = _schema(defs.SSL, conf)
+    if issues:
+        return issues
+    cert, key = conf.get("cert"), conf.get("key")
+    if not is_secret_ref(cert) and not is_secret_ref(key):
+        problem = _pem_problem(cert, key)
+        if problem:
+            issues.append(SchemaIssue(("cert",), problem))
+    if conf.get("type") == "client":
+        return issues
+    certs, keys = conf.get("certs") or [], conf.get("keys") or []
+    if len(certs) != len(keys):
+        issues.append(SchemaIssue(("certs",), "mismatched number of certs and keys"))
+    else:
+        for index, (pair_cert, pair_key) in enumerate(zip(certs, keys, strict=True)):
+            if is_secret_ref(pair_cert) or is_secret_ref(pair_key):
+                continue
+            problem = _pem_problem(pair_cert, pair_key)
+            if problem:
+                issues.append(SchemaIssue(("certs", index),
+                                          f"failed to handle cert-key pair[{index + 1}]: {problem}"))
+    client = conf.get("client")
+    if isinstance(client, dict):
+        problem = _pem_problem(client.get("ca"), None)
+        if problem:
+            issues.append(SchemaIssue(("client", "ca"), f"failed to validate client_cert: {problem}"))
+    return issues
+
+
+def _check_proto(conf: dict[str, Any], _id: Any) -> Issues:
+    return _schema(defs.PROTO, conf)
+
+
+def _check_stream_route(conf: dict[str, Any], _id: Any) -> Issues:
+    issues = _schema(defs.STREAM_ROUTE, conf)
+    if not issues:
+        issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
+    return issues + _plugins(conf, STREAM_PLUGINS)
+
+
+def _check_plugin_metadata(conf: dict[str, Any], item_id: Any) -> Issues:
+    if item_id is None:
+        return [SchemaIssue(("id",), "missing plugin name")]
+    if lua_tostring(item_id) not in PLUGINS | STREAM_PLUGINS:
+        return [SchemaIssue(("id",), "invalid plugin name")]
+    return []  # the body follows the plugin's own metadata_schema: opaque here
+
+
+def _check_secret(conf: dict[str, Any], item_id: Any) -> Issues:
+    text_id = lua_tostring(item_id)
+    if "/" not in text_id:
+        return [SchemaIssue(("id",), f"invalid secret id: {text_id}")]
+    manager = text_id.split("/", 1)[0]
+    schema = defs.SECRET_MANAGERS.get(manager)
+    if schema is None:
+        return [SchemaIssue(("id",), f"invalid secret manager: {manager}")]
+    return _schema(schema, conf)
+
+
+_CHECKERS: dict[str, Callable[[dict[str, Any], Any], Issues]] = {
+    "routes": _check_route,
+    "services": _check_service,
+    "upstreams": _check_upstream,
+    "consumers": _check_consumer,
+    "consumer_groups": _schema_and_plugins(defs.CONSUMER_GROUP),
+    "ssls": _check_ssl,
+    "global_rules": _schema_and_plugins(defs.GLOBAL_RULE),
+    "plugin_configs": _schema_and_plugins(defs.PLUGIN_CONFIG),
+    "plugin_metadata": _check_plugin_metadata,
+    "protos": _check_proto,
+    "stream_routes": _check_stream_route,
+    "secrets": _check_secret,
+}
+
+
+def check_item(kind: str, item: object) -> list[SchemaIssue]:
+    """Everything APISIX 3.17+ refuses in one item of `kind`; the first issue is what it answers.
+
+    Checks run on a copy, as APISIX does: schema defaults never leak into `item`.
+    """
+    if kind not in _CHECKERS:
+        raise ValueError(f"unknown kind {kind!r}")
+    if not isinstance(item, dict | list | str):
+        # config_validate indexes the item before any checker runs: a Lua error, caught by pcall.
+        return [SchemaIssue((), f"attempt to index local 'item' (a {lua_type(item)} value)")]
+    conf = deepcopy(item)
+    item_id = conf.get("id") if isinstance(conf, dict) else None
+    if is_credential(kind, conf):
+        return _check_credential(conf, item_id)
+    if not isinstance(conf, dict):
+        # A string or an array has no fields: its id reads as nil, then only the schema speaks.
+        if kind == "secrets":
+            return _check_secret({}, None)
+        if kind == "plugin_metadata":
+            return _check_plugin_metadata({}, None)
+        return _schema(_SCHEMAS[kind], conf)
+    return _CHECKERS[kind](conf, item_id)
+
+
+_SCHEMAS: dict[str, Mapping[str, Any]] = {
+    "routes": defs.ROUTE,
+    "services": defs.SERVICE,
+    "upstreams": defs.UPSTREAM,
+    "consumers": defs.CONSUMER,
+    "consumer_groups": defs.CONSUMER_GROUP,
+    "ssls": defs.SSL,
+    "global_rules": defs.GLOBAL_RULE,
+    "plugin_configs": defs.PLUGIN_CONFIG,
+    "protos": defs.PROTO,
+    "stream_routes": defs.STREAM_ROUTE,
+}
+
+
+def _live_list(live: Mapping[str, Any] | None, kind: str) -> list[dict[str, Any]]:
+    items = (live or {}).get(kind)
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def _global_rule_conflicts(item: dict[str, Any], live: Mapping[str, Any]) -> str | None:
+    """3.17+: a plugin may live in one global rule only, compared with the live rules."""
+    plugins = item.get("plugins")
+    if not isinstance(plugins, dict):
+        return None
+    for name in plugins:
+        for rule in _live_list(live, "global_rules"):
+            if rule.get("id") != item.get("id") and name in (rule.get("plugins") or {}):
+                owner = lua_tostring(rule.get("id"))
+                return f"plugin '{name}' already exists in global rule with id '{owner}'"
+    return None
+
+
+def _auth_keys(item: Mapping[str, Any]) -> Iterable[tuple[str, str, str]]:
+    plugins = item.get("plugins")
+    if not isinstance(plugins, dict):
+        return
+    for plugin, attr in AUTH_KEY_FIELDS.items():
+        conf = plugins.get(plugin)
+        value = conf.get(attr) if isinstance(conf, dict) else None
+        if isinstance(value, str) and not is_secret_ref(value):
+            yield plugin, attr, value
+
+
+def _consumer_key_conflict(item: dict[str, Any], live: Mapping[str, Any]) -> str | None:
+    """3.18+: a consumer's auth key may not be used by another live consumer or credential."""
+    username = item.get("username")
+    for plugin, attr, value in _auth_keys(item):
+        for other in _live_list(live, "consumers"):
+            other_id = str(other.get("id", ""))
+            if "/credentials/" in other_id:
+                owner, cred = other_id.split("/credentials/", 1)
+                if owner != username and (plugin, attr, value) in set(_auth_keys(other)):
+                    return (f"duplicate {attr} of plugin {plugin} found with credential: {cred} "
+                            f"of consumer: {owner}")
+            elif other.get("username") != username and (plugin, attr, value) in set(_auth_keys(other)):
+                return f"duplicate {attr} of plugin {plugin} found with consumer: {other.get('username')}"
+    return None
+
+
+def _live_conflict(kind: str, item: object, live: Mapping[str, Any] | None) -> str | None:
+    if live is None or not isinstance(item, dict):
+        return None
+    if kind == "global_rules":
+        return _global_rule_conflicts(item, live)
+    if kind == "consumers" and not is_credential(kind, item):
+        return _consumer_key_conflict(item, live)
+    return None
+
+
+def _resource_id(item: object) -> str:
+    """3.17+ ``resource_id``: the id, else the username, else ``""``."""
+    if isinstance(item, dict):
+        for key in ("id", "username"):
+            if item.get(key) is not None and item.get(key) is not False:
+                return lua_tostring(item[key])
+    return ""
+
+
+def _duplicate(kind: str, item: object, seen: set[tuple[str, Any]]) -> str | None:
+    if not isinstance(item, dict):
+        return None
+    label = "id"
+    identifier = item.get("id")
+    if kind == "consumers":
+        if identifier is None or identifier is False:
+            identifier, label = item.get("username"), "username"
+        else:
+            label = "credential id"
+    if identifier is None or identifier is False or isinstance(identifier, dict | list):
+        return None
+    key = (lua_type(identifier), float(identifier) if is_number(identifier) else identifier)
+    if key in seen:
+        return f"found duplicate {label} {lua_tostring(identifier)} in {kind}"
+    seen.add(key)
+    return None
+
+
+def _length_error(items: object) -> str | None:
+    """What Lua says when ``#items``/``ipairs(items)`` meets something that is not a list."""
+    if isinstance(items, str):
+        return "bad argument #1 to 'ipairs' (table expected, got string)" if items else None
+    if isinstance(items, dict | list) or items is False:
+        return None
+    return f"attempt to get length of local 'items' (a {lua_type(items)} value)"
+
+
+def check_payload(body: Mapping[str, object], *, collect_all: bool = True,
+                  live: Mapping[str, Any] | None = None) -> list[PayloadIssue]:
+    """``config_validate.validate_configuration`` (3.17+) over a whole standalone body.
+
+    `collect_all` False is the PUT mode: the first refusal only, with PUT's wording
+    (``K_conf_version must be a number``). True is the validate endpoint's mode: one
+    issue per refused item or version key. `live`, the gateway's current config,
+    enables the checks APISIX makes against live state (global-rule plugins 3.17+,
+    consumer auth keys 3.18+).
+    """
+    issues: list[PayloadIssue] = []
+    for kind in VERSIONED_KEYS:
+        vkey = version_key(kind)
+        version = body.get(vkey, False)
+        if version is not False and not is_number(version):
+            if not collect_all:
+                return [PayloadIssue(kind, None, None, f"{vkey} must be a number")]
+            issues.append(PayloadIssue(kind, None, None, f"{vkey} must be a number, got {lua_type(version)}"))
+
+        items = body.get(kind, False)
+        problem = _length_error(items)
+        if problem:
+            issues.append(PayloadIssue(kind, None, None, problem))
+            if not collect_all:
+                return issues
+            continue
+        if not isinstance(items, list):
+            continue
+        seen: set[tuple[str, Any]] = set()
+        for index, item in enumerate(items):
+            if kind == "plugins":
+                found: list[str] = []  # plugins has no checker in APISIX
+            else:
+                found = [i.message for i in check_item(kind, item)]
+                conflict = None if found else _live_conflict(kind, item, live)
+                if conflict:
+                    found.append(conflict)
+            if found:
+                issues.append(PayloadIssue(kind, index, _resource_id(item), found[0]))
+                if not collect_all:
+                    return issues
+            if not isinstance(item, dict | list | str):
+                continue  # APISIX would crash on its duplicate check here
+            duplicate = _duplicate(kind, item, seen)
+            if duplicate:
+                issues.append(PayloadIssue(kind, index, _resource_id(item), duplicate))
+                if not collect_all:
+                    return issues
+    return issues

@@ -1,0 +1,389 @@
+"""A validator for the JSON-schema subset APISIX uses, with api7/jsonschema's wording.
+
+APISIX validates every resource with the Lua library ``api7/jsonschema``, and the
+gateway's 400 answers quote that library's messages verbatim. gitsync's
+``validate`` and the test double must say exactly what the gateway says, so this
+module reproduces the library's checks, their order and their text — including
+its Lua-isms:
+
+- JSON types are named as Lua sees them: objects and arrays are ``table``,
+  ``null`` is ``userdata`` (cjson's null), ``true``/``false`` are ``boolean``.
+- An empty array passes as an object and an empty object as an array (Lua
+  cannot tell them apart).
+- Numbers print as Lua prints them (``%.14g``); strings in ``pattern`` messages
+  are quoted with Lua's ``%q``.
+- Defaults of absent properties are written into the validated value while it is
+  checked (callers pass a copy), which later semantic checks rely on.
+- 3.17+: a string that is a ``$secret://`` or ``$env://`` reference skips the
+  string constraints of a ``type: string`` schema.
+
+Where the library walks a Lua hash (property order), this module walks the
+schema's declaration order; APISIX's own order there is not deterministic.
+
+Errors are yielded lazily as ``(path, message)``: the first one is what APISIX
+answers, all of them are what ``gitsync validate`` reports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterator, Mapping
+from copy import deepcopy
+from functools import lru_cache
+from typing import Any
+
+Path = tuple[str | int, ...]
+Error = tuple[Path, str]
+Schema = Mapping[str, Any] | bool
+
+_SECRET_REF = re.compile(r"^\$(?:secret|env|ENV)://")
+
+
+def is_secret_ref(value: object) -> bool:
+    """A ``$secret://`` / ``$env://`` reference, which APISIX resolves at run time."""
+    return isinstance(value, str) and bool(_SECRET_REF.match(value))
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def lua_type(value: object) -> str:
+    """The name Lua's ``type()`` gives a decoded JSON value."""
+    if isinstance(value, bool):
+        return "boolean"
+    if is_number(value):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict | list):
+        return "table"
+    return "userdata"  # cjson.null
+
+
+def lua_number(value: float) -> str:
+    """A number as Lua's ``tostring`` prints it (``%.14g``)."""
+    return format(value, ".14g")
+
+
+def lua_tostring(value: object) -> str:
+    """A scalar as Lua's ``tostring``/concatenation prints it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if is_number(value):
+        return lua_number(value)  # type: ignore[arg-type]
+    if value is None:
+        return "nil"
+    return str(value)
+
+
+def lua_quote(text: str) -> str:
+    """Lua's ``string.format("%q", text)``."""
+    out = ['"']
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\0":
+            out.append("\\0")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+def cjson_encode(value: object) -> str:
+    """Compact JSON as cjson writes it (numbers with 14 significant digits)."""
+    if is_number(value):
+        return lua_number(value)  # type: ignore[arg-type]
+    if isinstance(value, list):
+        return "[" + ",".join(cjson_encode(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{cjson_encode(str(k))}:{cjson_encode(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False).replace("/", "\\/")
+
+
+@lru_cache(maxsize=512)
+def _regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def pattern_search(pattern: str, text: str) -> bool:
+    """``ngx.re.find(text, pattern, "jo")``: an unanchored PCRE search."""
+    return _regex(pattern).search(text) is not None
+
+
+def _is_object(value: object) -> bool:
+    return isinstance(value, dict) or (isinstance(value, list) and not value)
+
+
+def _is_array(value: object) -> bool:
+    return isinstance(value, list) or (isinstance(value, dict) and not value)
+
+
+def _has_type(value: object, json_type: str) -> bool:
+    if json_type == "object":
+        return _is_object(value)
+    if json_type == "array":
+        return _is_array(value)
+    if json_type == "integer":
+        return is_number(value) and float(value) % 1.0 == 0.0  # type: ignore[arg-type]
+    if json_type == "number":
+        return is_number(value)
+    if json_type == "string":
+        return isinstance(value, str)
+    if json_type == "boolean":
+        return isinstance(value, bool)
+    if json_type == "null":
+        return value is None
+    if json_type == "table":
+        return isinstance(value, dict | list)
+    raise ValueError(f"invalid JSON type: {json_type}")
+
+
+def _unique_violation(items: list[Any]) -> tuple[int, int] | None:
+    """The 1-based pair the library reports for ``uniqueItems`` (scalars first, then tables)."""
+    seen: dict[tuple[str, Any], int] = {}
+    tables: list[tuple[int, Any]] = []
+    for index, item in enumerate(items, start=1):
+        if isinstance(item, dict | list):
+            tables.append((index, item))
+            continue
+        key = (lua_type(item), float(item) if is_number(item) else item)
+        if key in seen:
+            return seen[key], index
+        seen[key] = index
+    for i, (first, left) in enumerate(tables):
+        for second, right in tables[i + 1:]:
+            if left == right:
+                return first, second
+    return None
+
+
+def _apply_default(obj: dict[str, Any], prop: str, subschema: Any) -> None:
+    if isinstance(subschema, Mapping) and "default" in subschema and prop not in obj:
+        default = subschema["default"]
+        if isinstance(default, bool | int | float | str | dict | list):
+            obj[prop] = deepcopy(default)
+
+
+def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
+    """Every violation of `schema` by `value`, in the order the Lua validator checks them."""
+    if schema is True:
+        return
+    if schema is False:
+        yield path, "expect false always"
+        return
+    assert isinstance(schema, Mapping)
+
+    declared = schema.get("type")
+    if declared is not None:
+        types = [declared] if isinstance(declared, str) else list(declared)
+        if not any(_has_type(value, t) for t in types):
+            got = lua_type(value)
+            if isinstance(declared, str):
+                yield path, f"wrong type: expected {declared}, got {got}"
+            else:
+                yield path, f"wrong type: expected one of {', '.join(types)}, got {got}"
+            return
+        if declared == "string" and is_secret_ref(value):
+            return  # 3.17+: references are resolved later, their text is not constrained
+
+    yield from _object_errors(schema, value, path)
+    yield from _array_errors(schema, value, path)
+    yield from _string_errors(schema, value, path)
+    yield from _number_errors(schema, value, path)
+
+    if "enum" in schema and not any(_enum_equal(value, option) for option in schema["enum"]):
+        yield path, "matches none of the enum values"
+
+    for index, subschema in enumerate(schema.get("allOf", ()), start=1):
+        for sub_path, message in iter_errors(subschema, value, path):
+            yield sub_path, f"allOf {index} failed: {message}"
+
+    if "anyOf" in schema:
+        options = schema["anyOf"]
+        if not any(is_valid(option, value) for option in options):
+            required = [
+                cjson_encode(list(option["required"]))
+                for option in options
+                if isinstance(option, Mapping) and "required" in option
+            ]
+            suffix = ": " + " or ".join(required) if required else ""
+            yield path, f"object matches none of the required{suffix}"
+
+    if "oneOf" in schema:
+        matched: int | None = None
+        for index, option in enumerate(schema["oneOf"], start=1):
+            if is_valid(option, value):
+                if matched is not None:
+                    yield path, (
+                        "value should match only one schema, but matches both schemas "
+                        f"{matched} and {index}"
+                    )
+                    break
+                matched = index
+        else:
+            if matched is None:
+                yield path, "value should match only one schema, but matches none"
+
+    if "if" in schema:
+        if is_valid(schema["if"], value):
+            if "then" in schema and not is_valid(schema["then"], value):
+                yield path, "then clause did not match"
+        elif "else" in schema and not is_valid(schema["else"], value):
+            yield path, "else clause did not match"
+
+    if "not" in schema and is_valid(schema["not"], value):
+        yield path, "value wasn't supposed to match schema"
+
+    fmt = schema.get("format")
+    if fmt in ("ipv4", "ipv6") and isinstance(value, str) and not _is_ip(value, fmt):
+        yield path, f"expect valid {fmt} address but got: {value}"
+
+
+def _is_ip(text: str, fmt: str) -> bool:
+    """``inet_pton`` as the library calls it under OpenResty."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return address.version == (4 if fmt == "ipv4" else 6)
+
+
+def _enum_equal(value: Any, option: Any) -> bool:
+    if isinstance(value, bool) or isinstance(option, bool):
+        return isinstance(value, bool) and isinstance(option, bool) and value == option
+    return bool(value == option)
+
+
+_OBJECT_KEYWORDS = ("properties", "additionalProperties", "patternProperties", "minProperties",
+                    "maxProperties", "dependencies", "required")
+
+
+def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+    if not any(k in schema for k in _OBJECT_KEYWORDS):
+        return
+    if _is_object(value):
+        obj: dict[str, Any] = value if isinstance(value, dict) else {}
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        required = list(schema.get("required", ()))
+        dependencies: Mapping[str, Any] = schema.get("dependencies", {})
+
+        for prop, subschema in properties.items():
+            if prop in obj:
+                for sub_path, message in iter_errors(subschema, obj[prop], (*path, prop)):
+                    yield sub_path, f"property {lua_quote(prop)} validation failed: {message}"
+                if prop in dependencies:
+                    yield from _dependency_errors(prop, dependencies[prop], obj, path)
+            elif prop in required:
+                yield path, f"property {lua_quote(prop)} is required"
+            _apply_default(obj, prop, subschema)
+
+        for prop in required:
+            if prop not in properties and prop not in obj:
+                yield path, f"property {lua_quote(prop)} is required"
+
+        for prop, dependency in dependencies.items():
+            if prop not in properties and prop in obj:
+                yield from _dependency_errors(prop, dependency, obj, path)
+
+        additional = schema.get("additionalProperties")
+        closed = additional is not None and additional is not True
+        patterns: Mapping[str, Any] = schema.get("patternProperties", {})
+        if closed or patterns:
+            for key in list(obj):
+                matched = False
+                for pattern, subschema in patterns.items():
+                    if pattern_search(pattern, key):
+                        matched = True
+                        for sub_path, message in iter_errors(subschema, obj[key], (*path, key)):
+                            yield sub_path, f'failed to validate {key} (matching "{pattern}"): {message}'
+                if closed and not matched and key not in properties:
+                    if isinstance(additional, Mapping):
+                        for sub_path, message in iter_errors(additional, obj[key], (*path, key)):
+                            yield sub_path, f"failed to validate additional property {key}: {message}"
+                    else:
+                        yield (*path, key), f"additional properties forbidden, found {key}"
+
+        if "minProperties" in schema and len(obj) < schema["minProperties"]:
+            yield path, f"expect object to have at least {schema['minProperties']} properties"
+        if "maxProperties" in schema and len(obj) > schema["maxProperties"]:
+            yield path, f"expect object to have at most {schema['maxProperties']} properties"
+
+    if "required" in schema and not schema["required"] and not (
+        isinstance(value, dict | list) and not value
+    ):
+        yield path, "the input data should be an empty table"
+
+
+def _dependency_errors(prop: str, dependency: Any, obj: dict[str, Any], path: Path) -> Iterator[Error]:
+    if isinstance(dependency, list):
+        for needed in dependency:
+            if needed not in obj:
+                yield path, f"property {lua_quote(needed)} is required when {lua_quote(prop)} is set"
+    else:
+        for sub_path, message in iter_errors(dependency, obj, path):
+            yield sub_path, f"failed to validate dependent schema for {lua_quote(prop)}: {message}"
+
+
+def _array_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+    if not any(k in schema for k in ("items", "minItems", "maxItems", "uniqueItems")):
+        return
+    if not _is_array(value):
+        return
+    items: list[Any] = value if isinstance(value, list) else []
+    if "minItems" in schema and len(items) < schema["minItems"]:
+        yield path, f"expect array to have at least {schema['minItems']} items"
+    if "maxItems" in schema and len(items) > schema["maxItems"]:
+        yield path, f"expect array to have at most {schema['maxItems']} items"
+    item_schema = schema.get("items")
+    if isinstance(item_schema, Mapping):
+        for index, item in enumerate(items):
+            for sub_path, message in iter_errors(item_schema, item, (*path, index)):
+                yield sub_path, f"failed to validate item {index + 1}: {message}"
+    if schema.get("uniqueItems"):
+        pair = _unique_violation(items)
+        if pair:
+            yield path, f"expected unique items but items {pair[0]} and {pair[1]} are equal"
+
+
+def _string_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+    if not isinstance(value, str):
+        return
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        yield path, f"string too short, expected at least {schema['minLength']}, got {len(value)}"
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        yield path, f"string too long, expected at most {schema['maxLength']}, got {len(value)}"
+    if "pattern" in schema and not pattern_search(schema["pattern"], value):
+        yield path, f"failed to match pattern {lua_quote(schema['pattern'])} with {lua_quote(value)}"
+
+
+_RANGES = (
+    ("minimum", lambda v, r: v < r, "at least"),
+    ("exclusiveMinimum", lambda v, r: v <= r, "strictly greater than"),
+    ("maximum", lambda v, r: v > r, "at most"),
+    ("exclusiveMaximum", lambda v, r: v >= r, "strictly smaller than"),
+)
+
+
+def _number_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+    if not is_number(value):
+        return
+    for keyword, violates, wording in _RANGES:
+        if keyword in schema and violates(value, schema[keyword]):
+            yield path, f"expected {lua_number(value)} to be {wording} {lua_number(schema[keyword])}"
+
+
+def first_error(schema: Schema, value: Any) -> Error | None:
+    """The error APISIX answers (the validator stops at its first failure)."""
+    return next(iter_errors(schema, value), None)
+
+
+def is_valid(schema: Schema, value: Any) -> bool:
+    return first_error(schema, value) is None

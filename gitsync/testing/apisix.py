@@ -1,0 +1,776 @@
+"""A test double of APISIX's Admin API in API-driven standalone mode (3.17+/3.18), plus a data plane.
+
+Every integration test of gitsync (and a user's CI) talks to this instead of a
+real gateway, so it follows ../shared/apisix-standalone.md to the letter:
+routing before auth, the 401/400/404 bodies, ``X-Digest`` and 204, validation
+(the shared `gitsync.schema`) before the per-kind version algorithm, storage
+as sent plus metadata keys, GET's empty-array quirk, YAML, restart → empty.
+A minimal data plane on a second port serves the last accepted routes and
+honours the ``modifiedIndex`` rule (§2.8). Fault knobs (latency, 5xx, dropped
+connections, a body limit, another writer) serve the reliability tests.
+
+Run it standalone::
+
+    python -m gitsync.testing.apisix --listen 127.0.0.1:9180 --admin-key KEY \\
+        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18.0]
+
+or from Python::
+
+    with ApisixDouble("key") as gw:
+        httpx.get(gw.url + "/apisix/admin/configs", headers={"X-API-KEY": "key"})
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.cookies
+import ipaddress
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from copy import deepcopy
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
+from typing import Any
+from urllib.parse import parse_qs
+
+from ruamel.yaml import YAML, YAMLError
+
+from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
+from gitsync.schema import check_payload
+from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
+from gitsync.testing.cjson import CJsonError, decode, empty_arrays_as_objects, round_numbers
+
+LAST_MODIFIED, DIGEST = METADATA_KEYS
+ADMIN = "/apisix/admin"
+CONFIGS = ADMIN + "/configs"
+VALIDATE = CONFIGS + "/validate"
+VALIDATE_MAX_BODY = 1572864  # 1.5 MiB, 3.17+
+SHARED_DICT_BYTES = 10 * 1024 * 1024  # lua_shared_dict standalone-config 10m
+ALLOW_ADMIN = ipaddress.ip_network("127.0.0.0/24")
+KEYS_313 = tuple(k for k in VERSIONED_KEYS if k not in ("stream_routes", "plugins"))
+
+_NGINX_REASONS = {
+    403: "Forbidden", 404: "Not Found", 405: "Not Allowed", 413: "Request Entity Too Large",
+    500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Temporarily Unavailable",
+    504: "Gateway Time-out",
+}
+_CORS = (
+    ("Access-Control-Allow-Origin", "*"),
+    ("Access-Control-Allow-Credentials", "true"),
+    ("Access-Control-Expose-Headers", "*"),
+    ("Access-Control-Max-Age", "3600"),
+)
+_PREFLIGHT = (
+    ("Access-Control-Allow-Origin", "*"),
+    ("Access-Control-Allow-Methods", "POST, GET, PUT, OPTIONS, DELETE, PATCH"),
+    ("Access-Control-Max-Age", "3600"),
+    ("Access-Control-Allow-Headers", "*"),
+    ("Access-Control-Allow-Credentials", "true"),
+)
+
+Headers = list[tuple[str, str]]
+
+
+def nginx_page(status: int) -> bytes:
+    """nginx's own error page, which APISIX sends for unrouted paths and crashes."""
+    title = f"{status} {_NGINX_REASONS.get(status, 'Error')}"
+    return (f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1>"
+            "</center>\r\n<hr><center>openresty</center>\r\n</body>\r\n</html>\r\n").encode()
+
+
+def json_body(value: Mapping[str, Any]) -> bytes:
+    """``core.response.exit(status, table)``: cjson text and a newline."""
+    return (cjson_encode(value) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str | None = "application/json"
+
+
+def _error(status: int, message: str) -> Reply:
+    return Reply(status, json_body({"error_msg": message}))
+
+
+def _page(status: int) -> Reply:
+    return Reply(status, nginx_page(status), content_type="text/html")
+
+
+@dataclass
+class _Live:
+    """A data-plane object: the content it was built from and its effective modifiedIndex."""
+
+    item: dict[str, Any]
+    modified_index: Any
+
+
+def _object_id(item: Mapping[str, Any], index: int) -> str:
+    value = item.get("id")
+    return f"arr_{index + 1}" if value is None else lua_tostring(value)
+
+
+def _yaml_text(value: Any) -> str:
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    out = StringIO()
+    yaml.dump(value, out)
+    text = out.getvalue()
+    if text.startswith("---"):
+        text = text[3:]
+    if text.rstrip().endswith("..."):
+        text = text.rstrip()[:-3]
+    return text.strip() + "\n"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 double: ApisixDouble) -> None:
+        self.double = double
+        self.open_sockets: set[socket.socket] = set()
+        self.sockets_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def close_clients(self) -> None:
+        """Cut every open connection, as a gateway restart does."""
+        with self.sockets_lock:
+            for sock in list(self.open_sockets):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self.open_sockets.clear()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    plane = "admin"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.sockets_lock:
+            self.server.open_sockets.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.sockets_lock:
+            self.server.open_sockets.discard(self.connection)
+        super().finish()
+
+    def version_string(self) -> str:
+        return f"APISIX/{self.server.double.version}"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent: the double keeps its own request log (without query strings, which may hold keys)."""
+
+    def _handle(self) -> None:
+        double = self.server.double
+        if self.plane == "admin":
+            double._serve_admin(self)
+        else:
+            double._serve_proxy(self)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = _handle
+
+    def reply(self, reply: Reply, *, cors: bool = True) -> None:
+        self.send_response(reply.status)
+        if reply.content_type and reply.status != 204:
+            self.send_header("Content-Type", reply.content_type)
+        for name, value in reply.headers:
+            self.send_header(name, value)
+        if cors:
+            for name, value in _CORS:
+                self.send_header(name, value)
+        if reply.status != 204:
+            self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        if self.command != "HEAD" and reply.status != 204:
+            self.wfile.write(reply.body)
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+
+class _ProxyHandler(_Handler):
+    plane = "proxy"
+
+
+class ApisixDouble:
+    """The Admin API double. Start it, point a client at `url`, inspect `config()`, `requests`."""
+
+    def __init__(self, admin_key: str = "test-admin-key", *, viewer_key: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0, proxy: bool = True, version: str = "3.18.0",
+                 proxy_port: int = 0) -> None:
+        self.admin_key = admin_key
+        self.viewer_key = viewer_key
+        self.host = host
+        self.version = version
+        self._features = tuple(int(part) for part in version.split(".")[:2])
+        self._ports = [port, proxy_port if proxy else None]
+        self._servers: list[_Server] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.RLock()
+        self._stored: dict[str, Any] | None = None
+        self._running: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
+        self._oob_count = 0
+        self.put_bodies: list[bytes] = []
+        self.requests: list[tuple[str, str, int]] = []
+        self.proxy_requests: list[tuple[str, str, int]] = []
+        self._latency = 0.0
+        self._fail: list[int] = [0, 503]
+        self._drop = 0
+        self._body_limit: int | None = None
+        self.url = ""
+        self.proxy_url = ""
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> ApisixDouble:
+        """Listen (admin, then data plane) in background threads; ports are kept across restarts."""
+        handlers: list[type[_Handler]] = [_Handler, _ProxyHandler]
+        for slot, handler in enumerate(handlers):
+            port = self._ports[slot]
+            if port is None:
+                continue
+            server = _Server((self.host, port), handler, self)
+            self._ports[slot] = server.server_address[1]
+            thread = threading.Thread(target=server.serve_forever, name=f"apisix-double-{handler.plane}",
+                                      daemon=True)
+            thread.start()
+            self._servers.append(server)
+            self._threads.append(thread)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{host}:{self._ports[0]}"
+        self.proxy_url = f"http://{host}:{self._ports[1]}" if self._ports[1] is not None else ""
+        return self
+
+    def stop(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.close_clients()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._servers.clear()
+        self._threads.clear()
+
+    def restart(self) -> None:
+        """A full gateway restart: connections cut, memory gone (all versions 0, no metadata)."""
+        self.stop()
+        with self._lock:
+            self._stored = None
+            self._running = {kind: {} for kind in KINDS}
+        self.start()
+
+    def __enter__(self) -> ApisixDouble:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- inspection
+
+    @property
+    def _keys(self) -> tuple[str, ...]:
+        return VERSIONED_KEYS if self._features >= (3, 14) else KEYS_313
+
+    def _fresh(self) -> dict[str, Any]:
+        return {version_key(key): 0 for key in self._keys}
+
+    def config(self) -> dict[str, Any]:
+        """A deep copy of the stored object (fresh: every version key at 0)."""
+        with self._lock:
+            return deepcopy(self._stored) if self._stored is not None else self._fresh()
+
+    def running(self, kind: str) -> dict[str, dict[str, Any]]:
+        """What the data plane runs for `kind` (id → content), after the modifiedIndex rule."""
+        with self._lock:
+            return {oid: deepcopy(obj.item) for oid, obj in self._running[kind].items()}
+
+    # ---------------------------------------------------------------- fault knobs
+
+    def set_latency(self, seconds: float) -> None:
+        self._latency = seconds
+
+    def fail_next(self, n: int, status: int = 503) -> None:
+        with self._lock:
+            self._fail = [n, status]
+
+    def drop_next(self, n: int) -> None:
+        """Close the next `n` admin connections without answering (nothing is applied)."""
+        with self._lock:
+            self._drop = n
+
+    def set_body_limit(self, limit: int | None) -> None:
+        """nginx ``client_max_body_size``: larger request bodies get 413."""
+        self._body_limit = limit
+
+    def out_of_band(self, kind: str, items: list[dict[str, Any]] | None = None,
+                    version: int | None = None) -> None:
+        """Another writer: set `kind` to `items` (None keeps them), its version to `version` or live+1."""
+        if kind not in VERSIONED_KEYS:
+            raise ValueError(f"unknown kind {kind!r}")
+        with self._lock:
+            old = self._stored
+            new = deepcopy(old) if old is not None else self._fresh()
+            vkey = version_key(kind)
+            new[vkey] = version if version is not None else new.get(vkey, 0) + 1
+            if items is not None:
+                if items:
+                    new[kind] = round_numbers(deepcopy(items))
+                else:
+                    new.pop(kind, None)
+            self._oob_count += 1
+            if self._features >= (3, 14):
+                new[LAST_MODIFIED] = int(time.time())
+                new[DIGEST] = f"out-of-band-{self._oob_count}"
+            self._commit(old, new)
+
+    def _take_fault(self) -> str | int | None:
+        with self._lock:
+            if self._drop > 0:
+                self._drop -= 1
+                return "drop"
+            if self._fail[0] > 0:
+                self._fail[0] -= 1
+                return self._fail[1]
+        return None
+
+    # ---------------------------------------------------------------- admin plane
+
+    def _serve_admin(self, h: _Handler) -> None:
+        path, _, query = h.path.partition("?")
+        method = h.command
+        if self._latency:
+            time.sleep(self._latency)
+        limit = self._body_limit
+        length = int(h.headers.get("Content-Length") or 0)
+        if limit is not None and length > limit:
+            h.close_connection = True
+            self._answer(h, method, path, _page(413))
+            return
+        body = h.read_body()
+        if method == "PUT":
+            self.put_bodies.append(body)
+        fault = self._take_fault()
+        if fault == "drop":
+            h.close_connection = True
+            self.requests.append((method, path, 0))
+            return
+        if isinstance(fault, int):
+            self._answer(h, method, path, _page(fault))
+            return
+        self._answer(h, method, path, self._admin_reply(h, method, path, query, body))
+
+    def _answer(self, h: _Handler, method: str, path: str, reply: Reply) -> None:
+        self.requests.append((method, path, reply.status))
+        h.reply(reply, cors=True)
+
+    def _admin_reply(self, h: _Handler, method: str, path: str, query: str, body: bytes) -> Reply:
+        client = ipaddress.ip_address(h.client_address[0])
+        if client.version != 4 or client not in ALLOW_ADMIN:
+            return _page(403)
+        if method == "OPTIONS" and path.startswith(ADMIN):
+            return Reply(200, headers=_PREFLIGHT, content_type="text/plain")
+        route = self._route(method, path)
+        if route is None:
+            return _page(404)
+        if route == "ping":
+            return Reply(200)
+        problem = self._check_token(h, query, method)
+        if problem:
+            return Reply(401, json_body({"error_msg": "failed to check token", "description": problem}))
+        if route == "get":
+            return self._get(h.headers.get("Accept") or "application/json")
+        if route == "head":
+            return Reply(200, headers=self._metadata_headers())
+        if route == "validate":
+            return self._validate(h, body)
+        return self._put(h, body)
+
+    def _route(self, method: str, path: str) -> str | None:
+        if path == ADMIN and method == "HEAD":
+            return "ping"
+        if path == CONFIGS:
+            if method == "GET":
+                return "get"
+            if method == "PUT":
+                return "put"
+            if method == "HEAD" and self._features >= (3, 14):
+                return "head"
+        if path == VALIDATE and method == "POST" and self._features >= (3, 15):
+            return "validate"
+        return None
+
+    def _check_token(self, h: _Handler, query: str, method: str) -> str | None:
+        token = parse_qs(query, keep_blank_values=True).get("api_key", [None])[0]
+        if token is None:
+            token = h.headers.get("X-API-KEY")
+        if token is None:
+            cookie = http.cookies.SimpleCookie(h.headers.get("Cookie") or "")
+            token = cookie["x_api_key"].value if "x_api_key" in cookie else None
+        if token is None:
+            return "missing apikey"
+        if token == self.admin_key:
+            return None
+        if self.viewer_key is not None and token == self.viewer_key:
+            return None if method == "GET" else "invalid method for role viewer"
+        return "wrong apikey"
+
+    def _metadata_headers(self) -> tuple[tuple[str, str], ...]:
+        stored = self._stored
+        if stored is None or self._features < (3, 14):
+            return ()
+        return tuple((key, lua_tostring(stored[key])) for key in METADATA_KEYS if key in stored)
+
+    def _get(self, accept: str) -> Reply:
+        with self._lock:
+            config = self.config()
+            headers = self._metadata_headers()
+        if accept.startswith("application/yaml"):
+            text = _yaml_text(empty_arrays_as_objects(config))
+            return Reply(200, text.encode(), headers, "application/yaml")
+        return Reply(200, cjson_encode(empty_arrays_as_objects(config)).encode(), headers)
+
+    def _parse(self, h: _Handler, body: bytes, *, for_validate: bool) -> Any | Reply:
+        """Decode a JSON or YAML body as APISIX does, or the reply refusing it."""
+        content_type = h.headers.get("Content-Type") or "application/json"
+        if content_type.startswith("application/yaml"):
+            try:
+                data = next(iter(YAML(typ="safe").load_all(body.decode("utf-8", "replace"))), None)
+            except YAMLError:
+                if for_validate:
+                    return _error(400, "invalid request body: invalid yaml request body")
+                return _page(500)  # PUT's yaml.load is not wrapped in pcall
+            if not isinstance(data, dict | list):
+                return _error(400, "invalid request body: invalid yaml request body")
+        else:
+            try:
+                data = decode(body)
+            except CJsonError as exc:
+                return _error(400, f"invalid request body: {exc}")
+        if isinstance(data, list | str):
+            return {}  # Lua indexes an array or a string to nothing
+        if not isinstance(data, dict):
+            if for_validate and self._features >= (3, 17):
+                error = f"attempt to index local 'req_body' (a {lua_type(data)} value)"
+                return Reply(400, json_body({"error_msg": "Configuration validation failed",
+                                             "errors": [{"error": error}]}))
+            return _page(500)
+        return data
+
+    def _legacy_message(self, kind: str | None, index: int | None, message: str) -> str:
+        """Before 3.17 item errors carry ``invalid <key> at index N, err: `` (3.13: runtime wording)."""
+        if self._features >= (3, 17) or index is None or message.startswith("found duplicate "):
+            return message
+        if self._features < (3, 14):
+            message = message.removeprefix("invalid configuration: ")
+        return f"invalid {kind} at index {index}, err: {message}"
+
+    def _idless_crash(self, data: Mapping[str, Any]) -> bool:
+        """3.13–3.16 crash (500) on an item without an identifier."""
+        if self._features >= (3, 17):
+            return False
+        for key in self._keys:
+            items = data.get(key)
+            for item in items if isinstance(items, list) else []:
+                if isinstance(item, dict) and item.get("id") is None and (
+                        key != "consumers" or item.get("username") is None):
+                    return True
+        return False
+
+    def _validate(self, h: _Handler, body: bytes) -> Reply:
+        if self._features >= (3, 17) and len(body) > VALIDATE_MAX_BODY:
+            return _error(400, f"invalid request body: request size {len(body)} is greater than the "
+                               f"maximum size {VALIDATE_MAX_BODY} allowed")
+        if not body:
+            return _error(400, "invalid request body: empty request body")
+        data = self._parse(h, body, for_validate=True)
+        if isinstance(data, Reply):
+            return data
+        if self._idless_crash(data):
+            return _page(500)
+        with self._lock:
+            issues = check_payload(data, live=self._stored)
+        if not issues:
+            return Reply(200, b"{}\n" if self._features >= (3, 17) else b"")
+        errors = []
+        for issue in issues:
+            entry: dict[str, Any] = {"resource_type": issue.kind}
+            if issue.index is not None:
+                entry["index"] = issue.index
+            entry["error"] = self._legacy_message(issue.kind, issue.index, issue.message)
+            if issue.index is not None and self._features >= (3, 17):
+                entry["resource_id"] = self._raw_resource_id(data, issue.kind, issue.index)
+            errors.append(entry)
+        return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": errors}))
+
+    @staticmethod
+    def _raw_resource_id(data: Mapping[str, Any], kind: str | None, index: int) -> Any:
+        items = data.get(kind or "")
+        item = items[index] if isinstance(items, list) and index < len(items) else None
+        if isinstance(item, dict):
+            for key in ("id", "username"):
+                if item.get(key) is not None:
+                    return item[key]
+        return ""
+
+    def _put(self, h: _Handler, body: bytes) -> Reply:
+        with_digest = self._features >= (3, 14)
+        digests = h.headers.get_all("X-Digest") or []
+        if with_digest and not digests:
+            return _error(400, "missing digest header")
+        if not body:
+            return _error(400, "invalid request body: empty request body")
+        data = self._parse(h, body, for_validate=False)
+        if isinstance(data, Reply):
+            return data
+        with self._lock:
+            old = self._stored
+            if with_digest and old is not None and old.get(DIGEST) == digests[0]:
+                return Reply(204)
+            if self._idless_crash(data):
+                return _page(500)
+            problem = self._refusal(data, old)
+            if problem:
+                return _error(400, problem)
+            new = self._next_config(data, old)
+            if with_digest:
+                new[LAST_MODIFIED] = int(time.time())
+                new[DIGEST] = digests[0]
+            if len(cjson_encode(new)) > SHARED_DICT_BYTES:
+                return Reply(500, b"failed to save config to shared dict: no memory", content_type=None)
+            self._commit(old, new)
+            return Reply(202, headers=self._metadata_headers())
+
+    def _refusal(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+        """The 400 message for this body, in the order the gateway's version checks it."""
+        if self._features >= (3, 15):
+            issues = check_payload(data, collect_all=False, live=old if self._features >= (3, 17) else None)
+            if issues:
+                return self._legacy_message(issues[0].kind, issues[0].index, issues[0].message)
+            return self._stale_version(data, old, self._keys)
+        for key in self._keys:  # 3.13/3.14: per key, version type → lower → items when higher
+            vkey = version_key(key)
+            sent = data.get(vkey, False)
+            if sent is not False and not is_number(sent):
+                return f"{vkey} must be a number"
+            stale = self._stale_version(data, old, (key,))
+            if stale:
+                return stale
+            if sent is False or sent != self._live_version(old, key):
+                issues = check_payload({key: data.get(key, False)}, collect_all=False)
+                if issues and issues[0].index is not None:
+                    return self._legacy_message(key, issues[0].index, issues[0].message)
+        return None
+
+    @staticmethod
+    def _live_version(old: Mapping[str, Any] | None, key: str) -> Any:
+        return old.get(version_key(key), 0) if old is not None else 0
+
+    def _stale_version(self, data: Mapping[str, Any], old: Mapping[str, Any] | None,
+                       keys: Iterable[str]) -> str | None:
+        for key in keys:
+            sent = data.get(version_key(key), False)
+            live = self._live_version(old, key)
+            if sent is not False and sent < live:
+                return f"{version_key(key)} must be greater than or equal to ({lua_number(live)})"
+        return None
+
+    def _next_config(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+        """§2.3: absent → live+1 and emptied; equal → live content kept; higher → the sent list."""
+        new: dict[str, Any] = {}
+        for key in self._keys:
+            vkey = version_key(key)
+            live = self._live_version(old, key)
+            sent = data.get(vkey, False)
+            version = live + 1 if sent is False else sent
+            new[vkey] = version
+            items = data.get(key)
+            if version == live:
+                if old is not None and key in old:
+                    new[key] = old[key]
+            elif isinstance(items, list) and items:
+                new[key] = items
+        return round_numbers(new)
+
+    def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> None:
+        """Store `new` and let the data plane apply every kind whose version changed (§2.8)."""
+        self._stored = new
+        for kind in KINDS:
+            vkey = version_key(kind)
+            version = new.get(vkey, 0)
+            if version == self._live_version(old, kind):
+                continue
+            previous = self._running[kind]
+            rebuilt: dict[str, _Live] = {}
+            items = new.get(kind)
+            for index, item in enumerate(items if isinstance(items, list) else []):
+                if not isinstance(item, dict):
+                    continue
+                oid = _object_id(item, index)
+                index_sent = item.get("modifiedIndex")
+                kept = previous.get(oid)
+                if kept is not None and index_sent is not None and kept.modified_index == index_sent:
+                    rebuilt[oid] = kept
+                else:
+                    rebuilt[oid] = _Live(deepcopy(item), index_sent if index_sent is not None else version)
+            self._running[kind] = rebuilt
+
+    # ---------------------------------------------------------------- data plane
+
+    def _serve_proxy(self, h: _Handler) -> None:
+        h.read_body()
+        path = h.path.partition("?")[0]
+        host = (h.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        with self._lock:
+            reply = self._proxy_reply(h.command, path, host, h.client_address[0])
+        self.proxy_requests.append((h.command, path, reply.status))
+        h.reply(reply, cors=False)
+
+    def _proxy_reply(self, method: str, path: str, host: str, client: str) -> Reply:
+        route = self._match_route(method, path, host, client)
+        if route is None:
+            return _error(404, "404 Route Not Found")
+        service = None
+        if route.get("service_id") is not None:
+            service_obj = self._running["services"].get(lua_tostring(route["service_id"]))
+            if service_obj is None:
+                return _page(404)
+            service = service_obj.item
+        if route.get("plugin_config_id") is not None and \
+                lua_tostring(route["plugin_config_id"]) not in self._running["plugin_configs"]:
+            return _page(503)
+        upstream_id: Any = None
+        upstream: dict[str, Any] | None = None
+        for source in (route, service or {}):
+            if source.get("upstream_id") is not None:
+                upstream_id = lua_tostring(source["upstream_id"])
+                live = self._running["upstreams"].get(upstream_id)
+                if live is None:
+                    return _page(502)
+                upstream = live.item
+                break
+            if isinstance(source.get("upstream"), dict):
+                upstream = source["upstream"]
+                upstream_id = lua_tostring(upstream["id"]) if upstream.get("id") is not None else ""
+                break
+        if upstream is None:
+            return _page(503)
+        route_id = lua_tostring(route.get("id", ""))
+        headers = [("X-Route-Id", route_id), ("X-Upstream-Id", upstream_id or "")]
+        if service is not None:
+            headers.append(("X-Service-Id", lua_tostring(service.get("id", ""))))
+        answer = {"route_id": route_id, "upstream_id": upstream_id, "uri": path, "host": host,
+                  "route": route, "upstream": upstream}
+        return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers))
+
+    def _match_route(self, method: str, path: str, host: str, client: str) -> dict[str, Any] | None:
+        candidates: list[tuple[tuple[int, int, float], dict[str, Any]]] = []
+        for live in self._running["routes"].values():
+            route = live.item
+            if route.get("status", 1) == 0:
+                continue
+            methods = route.get("methods")
+            if isinstance(methods, list) and methods and method not in methods:
+                continue
+            if not self._host_matches(route, host):
+                continue
+            if not _remote_matches(route, client):
+                continue
+            uris = route.get("uris") if isinstance(route.get("uris"), list) else [route.get("uri")]
+            best: tuple[int, int] | None = None
+            for uri in uris:
+                if not isinstance(uri, str):
+                    continue
+                if uri.endswith("*") and path.startswith(uri[:-1]):
+                    rank = (0, len(uri) - 1)
+                elif uri == path:
+                    rank = (1, len(uri))
+                else:
+                    continue
+                best = rank if best is None or rank > best else best
+            if best is not None:
+                priority = route.get("priority", 0)
+                candidates.append(((*best, priority if is_number(priority) else 0), route))
+        if not candidates:
+            return None
+        return max(candidates, key=lambda pair: pair[0])[1]
+
+    def _host_matches(self, route: Mapping[str, Any], host: str) -> bool:
+        hosts = route.get("hosts") if isinstance(route.get("hosts"), list) else (
+            [route["host"]] if isinstance(route.get("host"), str) else None)
+        if hosts is None and route.get("service_id") is not None:
+            service = self._running["services"].get(lua_tostring(route["service_id"]))
+            if service is not None and isinstance(service.item.get("hosts"), list):
+                hosts = service.item["hosts"]
+        if not hosts:
+            return True
+        for pattern in hosts:
+            pattern = str(pattern).lower()
+            if pattern == "*" or pattern == host or (pattern.startswith("*") and host.endswith(pattern[1:])):
+                return True
+        return False
+
+
+def _remote_matches(route: Mapping[str, Any], client: str) -> bool:
+    addrs = route.get("remote_addrs") if isinstance(route.get("remote_addrs"), list) else (
+        [route["remote_addr"]] if isinstance(route.get("remote_addr"), str) else None)
+    if not addrs:
+        return True
+    address = ipaddress.ip_address(client)
+    for addr in addrs:
+        try:
+            if address in ipaddress.ip_network(addr, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gitsync.testing.apisix``: run the double until SIGINT/SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m gitsync.testing.apisix",
+                                     description="APISIX Admin API test double (API-driven standalone)")
+    parser.add_argument("--listen", default="127.0.0.1:9180", help="admin address (default %(default)s)")
+    parser.add_argument("--admin-key", required=True, help="the admin role's key")
+    parser.add_argument("--viewer-key", help="a viewer role's key (GET only)")
+    parser.add_argument("--proxy-listen", help="data plane address, e.g. 127.0.0.1:9080")
+    parser.add_argument("--version", default="3.18.0", dest="apisix_version",
+                        help="APISIX version to emulate (3.13.0 … 3.18.0, default %(default)s)")
+    args = parser.parse_args(argv)
+    host, port = _address(args.listen)
+    proxy_host, proxy_port = _address(args.proxy_listen) if args.proxy_listen else (host, 0)
+    if args.proxy_listen and proxy_host != host:
+        parser.error("--proxy-listen must use the same host as --listen")
+    double = ApisixDouble(args.admin_key, viewer_key=args.viewer_key, host=host, port=port,
+                          proxy=bool(args.proxy_listen), proxy_port=proxy_port,
+                          version=args.apisix_version).start()
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
+    print(f"APISIX double {args.apisix_version}: admin {double.url}"
+          + (f", data plane {double.proxy_url}" if double.proxy_url else ""), flush=True)
+    stopped.wait()
+    double.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
