@@ -1,0 +1,25 @@
+"""Render: a config repo's files → one APISIX standalone payload, with a source map.
+
+load (YAML, cached by blob SHA) → decrypt (SOPS seam) → substitute (vars/secrets)
+→ build (layering) → validate; pure over ``{path: bytes}``.
+"""
+
+from gitsync.render.files import read_directory
+from gitsync.render.load import ParseCache
+from gitsync.render.mask import mask_secrets
+from gitsync.render.options import RenderOptions, options_from_settings
+from gitsync.render.pipeline import Rendered, render
+from gitsync.render.sourcemap import SourceMap
+from gitsync.render.validate import payload_json
+
+__all__ = [
+    "ParseCache",
+    "RenderOptions",
+    "Rendered",
+    "SourceMap",
+    "mask_secrets",
+    "options_from_settings",
+    "payload_json",
+    "read_directory",
+    "render",
+]

@@ -1,0 +1,388 @@
+"""Loading: config file bytes → documents, with the positions the source map needs.
+
+YAML is read from the event stream of ruamel.yaml's C parser, not through its
+composer and constructor: the C composer recurses in C and crashes the process
+on deeply nested input (``[`` × 30,000 is a segfault), and the event stream lets
+one pass also refuse anchors and aliases (alias bombs), collect duplicate keys
+instead of stopping at the first, and record the line of every item. It is as
+fast as ruamel's own C safe loader (STACK.md).
+
+Parsed files are cached by git blob SHA (`ParseCache`), so a commit that changes
+one file parses one file. A field's exact line is found later, lazily, by
+re-reading that one file (`locate`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml.constructor import SafeConstructor
+from ruamel.yaml.cyaml import CParser
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.resolver import VersionedResolver
+
+#: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
+MAX_DEPTH = 64
+
+Pos = tuple[int, int]  # 1-based line and column
+
+_TAG = "tag:yaml.org,2002:"
+_STR, _INT, _FLOAT, _BOOL, _NULL = (_TAG + n for n in ("str", "int", "float", "bool", "null"))
+_TIMESTAMP, _MERGE, _MAP, _SEQ = (_TAG + n for n in ("timestamp", "merge", "map", "seq"))
+
+
+class PlainTemplate(str):
+    """An unquoted scalar that is exactly one ``${{ … }}`` expression: typed after substitution."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class LoadIssue:
+    """A problem found while reading one file: its 1-based position and the message."""
+
+    line: int
+    col: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document of a file, with the positions of its top-level keys and their list items."""
+
+    index: int  # 0-based position in the file's stream of documents
+    data: Any
+    pos: Pos
+    key_pos: dict[str, Pos]
+    item_pos: dict[str, list[Pos]]
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """Everything rendering needs from one file's bytes; independent of the file's path."""
+
+    documents: tuple[Document, ...]
+    issues: tuple[LoadIssue, ...]
+    has_templates: bool  # contains ``${{``: substitution must look at it
+    has_sops: bool  # has a top-level ``sops`` mapping: must be decrypted
+    has_secret_references: bool  # contains ``$secret://``
+    #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def blob_sha(data: bytes) -> str:
+    """The git blob SHA-1 of `data`: the same key a git tree gives, so both sources share one cache."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class _Loader(CParser, SafeConstructor, VersionedResolver):
+    """The C parser with ruamel's YAML 1.2 resolver (for implicit tags) and scalar constructors."""
+
+    def __init__(self, stream: bytes) -> None:
+        CParser.__init__(self, stream)
+        self._parser = self._composer = self
+        SafeConstructor.__init__(self, loader=self)
+        VersionedResolver.__init__(self, version=None, loadumper=self)
+
+
+class _Stop(Exception):
+    """Abandon the rest of a file (too deep)."""
+
+
+def _pos(mark: Any) -> Pos:
+    return (mark.line + 1, mark.column + 1)
+
+
+def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, str | None]:
+    """The Python value of a scalar, or an error message for values JSON cannot carry."""
+    value: str = event.value
+    tag = event.tag
+    if tag is None or tag == "!":
+        if event.style or tag == "!":
+            return value, None
+        tag = loader.resolve(ScalarNode, value, event.implicit)
+        if tag == _STR:
+            if templates and "${{" in value and value.startswith("${{") and value.endswith("}}") \
+                    and value.count("${{") == 1:
+                return PlainTemplate(value), None
+            return value, None
+    if tag in (_STR, _TIMESTAMP):
+        return value, None  # dates stay text: JSON has no date type
+    if tag == _INT:
+        if value.isdigit():
+            return int(value), None
+        return loader.construct_yaml_int(ScalarNode(tag, value)), None
+    if tag == _FLOAT:
+        number = loader.construct_yaml_float(ScalarNode(tag, value))
+        if not math.isfinite(number):
+            return None, f"{value!r} is not a number JSON can carry"
+        return number, None
+    if tag == _BOOL:
+        return value.lower() == "true", None
+    if tag == _NULL:
+        return None, None
+    if tag == _MERGE:
+        return value, "merge keys (<<) are not supported; write the keys out"
+    return value, f"the tag {tag!r} is not supported (only plain strings, numbers, booleans and null)"
+
+
+def _key_text(key: Any) -> str:
+    """A scalar mapping key as JSON would write it (``200`` → ``"200"``, ``true`` → ``"true"``)."""
+    if isinstance(key, str):
+        return str(key)
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return repr(key) if isinstance(key, float) else str(key)
+
+
+def parse(data: bytes) -> ParsedFile:
+    """Parse one file's bytes: every document, every problem, never an exception."""
+    templates = b"${{" in data
+    issues: list[LoadIssue] = []
+    documents: list[Document] = []
+    loader = _Loader(data)
+    get_event = loader.get_event
+    # Each frame: [container, pending_key, start_pos]; pending_key is _NO_KEY while a key is expected.
+    stack: list[list[Any]] = []
+    doc_index = -1
+    key_pos: dict[str, Pos] = {}
+    item_pos: dict[str, list[Pos]] = {}
+    root: list[tuple[Any, Pos]] = []
+    doc_pos: Pos = (1, 1)
+
+    def add(value: Any, pos: Pos) -> None:
+        if not stack:
+            root.append((value, pos))
+            return
+        frame = stack[-1]
+        container = frame[0]
+        if type(container) is list:
+            container.append(value)
+            return
+        key = frame[1]
+        if key is _NO_KEY:
+            if isinstance(value, dict | list):
+                issues.append(LoadIssue(*pos, "a mapping key must be a plain value, not a collection"))
+                value = f"<complex key at line {pos[0]}>"
+            key = _key_text(value)
+            if key in container:
+                issues.append(LoadIssue(*pos, f"duplicate key {key!r} in this mapping"))
+            frame[1] = key
+            if len(stack) == 1:
+                key_pos.setdefault(key, pos)
+        else:
+            container[key] = value
+            frame[1] = _NO_KEY
+
+    def note_item(pos: Pos) -> None:
+        """Record the position of a node that starts a list item directly under a top-level key."""
+        if len(stack) == 2 and type(stack[1][0]) is list and type(stack[0][0]) is dict:
+            item_pos.setdefault(stack[0][1], []).append(pos)
+
+    try:
+        while True:
+            event = get_event()
+            if event is None:
+                break
+            kind = type(event)
+            if kind is ScalarEvent:
+                pos = _pos(event.start_mark)
+                if event.anchor:
+                    issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
+                value, error = _scalar(loader, event, templates)
+                if error:
+                    issues.append(LoadIssue(*pos, error))
+                if len(stack) == 2:
+                    note_item(pos)
+                add(value, pos)
+            elif kind is MappingStartEvent or kind is SequenceStartEvent:
+                pos = _pos(event.start_mark)
+                if event.anchor:
+                    issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
+                expected = _MAP if kind is MappingStartEvent else _SEQ
+                if event.tag not in (None, "!", expected):
+                    issues.append(LoadIssue(*pos, f"the tag {event.tag!r} is not supported"))
+                if len(stack) >= MAX_DEPTH:
+                    issues.append(LoadIssue(*pos, f"nested more than {MAX_DEPTH} levels deep"))
+                    raise _Stop
+                if len(stack) == 2:
+                    note_item(pos)
+                stack.append([{} if kind is MappingStartEvent else [], _NO_KEY, pos])
+            elif kind is MappingEndEvent or kind is SequenceEndEvent:
+                frame = stack.pop()
+                add(frame[0], frame[2])
+            elif kind is AliasEvent:
+                pos = _pos(event.start_mark)
+                issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
+                if len(stack) == 2:
+                    note_item(pos)
+                add(None, pos)
+            elif kind is DocumentStartEvent:
+                doc_index += 1
+                key_pos, item_pos, root = {}, {}, []
+                doc_pos = _pos(event.end_mark)
+            elif kind is DocumentEndEvent:
+                value, pos = root[0] if root else (None, doc_pos)
+                documents.append(Document(doc_index, value, pos, key_pos, item_pos))
+    except YAMLError as exc:
+        issues.append(_yaml_issue(exc, data))
+    except _Stop:
+        pass
+    except (ValueError, OverflowError) as exc:  # a scalar the resolver accepted but Python cannot build
+        issues.append(LoadIssue(1, 1, f"cannot read a value: {exc}"))
+    finally:
+        loader.dispose()
+    has_sops = any(isinstance(d.data, dict) and isinstance(d.data.get("sops"), dict) for d in documents)
+    return ParsedFile(tuple(documents), tuple(issues), templates, has_sops, b"$secret://" in data)
+
+
+_NO_KEY = object()
+_ANCHOR_MESSAGE = ("YAML anchors and aliases (&name, *name) are not accepted: they can hide a huge "
+                   "document; write the value out")
+
+
+def _yaml_issue(exc: YAMLError, data: bytes) -> LoadIssue:
+    """A parser error at its mark, without ruamel's ``in "<byte string>"`` lines."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    if problem:
+        message = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
+    else:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        message = f"cannot read the file: {text}"
+    if mark is None:
+        offset = getattr(exc, "position", None)  # a ReaderError (bad encoding) gives a byte offset
+        if isinstance(offset, int) and 0 <= offset <= len(data):
+            line = data.count(b"\n", 0, offset)
+            return LoadIssue(line + 1, offset - (data.rfind(b"\n", 0, offset) + 1) + 1, message)
+        return LoadIssue(1, 1, message)
+    return LoadIssue(mark.line + 1, mark.column + 1, message)
+
+
+def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
+    """Every node's position in `data`, keyed by ``(document, *path)``: for error messages only.
+
+    A mapping entry maps to its key's position, a list item to the item's start. Built
+    lazily for one file at a time when an error needs a field's line.
+    """
+    loader = _Loader(data)
+    found: dict[tuple[str | int, ...], Pos] = {}
+    # Each frame: [is_mapping, current key or index, expecting_key, is_complex_key]
+    stack: list[list[Any]] = []
+    doc = -1
+    try:
+        while True:
+            event = loader.get_event()
+            if event is None:
+                break
+            kind = type(event)
+            if kind is DocumentStartEvent:
+                doc += 1
+                continue
+            if doc < 0 or kind is DocumentEndEvent:
+                continue
+            if kind is MappingEndEvent or kind is SequenceEndEvent:
+                if not stack.pop()[3]:
+                    _after_value(stack)
+                continue
+            pos = _pos(event.start_mark)
+            opens = kind is MappingStartEvent or kind is SequenceStartEvent
+            top = stack[-1] if stack else None
+            if top is not None and top[0] and top[2]:  # a mapping key
+                top[1] = _key_text(event.value) if kind is ScalarEvent else None
+                top[2] = False
+                found.setdefault((doc, *(f[1] for f in stack)), pos)
+                if opens:
+                    stack.append([kind is MappingStartEvent, 0, True, True])
+                continue
+            if top is None:
+                found.setdefault((doc,), pos)
+            elif not top[0]:
+                found.setdefault((doc, *(f[1] for f in stack)), pos)
+            if opens:
+                stack.append([kind is MappingStartEvent, 0, True, False])
+            else:
+                _after_value(stack)
+    except YAMLError:
+        pass
+    finally:
+        loader.dispose()
+    return found
+
+
+def _after_value(stack: list[list[Any]]) -> None:
+    """A node inside the top frame ended: a mapping expects its next key, a list counts the item."""
+    if not stack:
+        return
+    frame = stack[-1]
+    if frame[0]:
+        frame[2] = True
+    else:
+        frame[1] += 1
+
+
+def plain_value(text: str) -> Any:
+    """What an unquoted YAML scalar `text` means: a number, boolean, null, or the text itself."""
+    loader = _Loader(b"")
+    try:
+        tag = loader.resolve(ScalarNode, text, (True, False))
+        if tag in (_INT, _FLOAT, _BOOL, _NULL):
+            value, error = _scalar(loader, ScalarEvent(None, tag, (False, False), text), False)
+            return text if error else value
+        return text
+    except (ValueError, OverflowError):
+        return text
+    finally:
+        loader.dispose()
+
+
+class ParseCache:
+    """Parsed files by git blob SHA. `parses` counts real parses (the test of "one file changed")."""
+
+    def __init__(self, keep_renders: int = 2) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[ParsedFile, int]] = {}
+        self._generation = 0
+        self._keep = keep_renders
+        self.parses = 0
+
+    def get(self, data: bytes) -> ParsedFile:
+        key = blob_sha(data)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries[key] = (entry[0], self._generation)
+                return entry[0]
+        parsed = parse(data)
+        with self._lock:
+            self.parses += 1
+            self._entries[key] = (parsed, self._generation)
+        return parsed
+
+    def end_render(self) -> None:
+        """Forget files no render has used in the last `keep_renders` renders (bounded memory)."""
+        with self._lock:
+            oldest = self._generation - self._keep + 1
+            self._entries = {k: v for k, v in self._entries.items() if v[1] >= oldest}
+            self._generation += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)

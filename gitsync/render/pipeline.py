@@ -1,0 +1,154 @@
+"""render(): files → load → decrypt → substitute → build → validate, as one pure function.
+
+The input is ``{repo-relative path: bytes}``, so a git tree, a plain directory and
+a test all feed it the same way. Nothing is written and nothing but the optional
+secret lookup and decrypt callables reaches outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gitsync.kinds import KINDS, item_id
+from gitsync.log import redact, register_secret
+from gitsync.problems import Location, Problem, ProblemsError
+from gitsync.render.build import Loaded, build
+from gitsync.render.files import layers
+from gitsync.render.load import Document, ParseCache, ParsedFile
+from gitsync.render.options import RenderOptions
+from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
+from gitsync.render.substitute import Substitution, copy_plain
+from gitsync.render.validate import FileFacts, validate
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The payload (kinds with items, in KINDS order), where each item came from, the secrets in it."""
+
+    payload: dict[str, list[dict]]
+    source_map: SourceMap
+    secret_values: frozenset[str]
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    """Problems in file order; those without a place (limits) last."""
+    return sorted(problems, key=lambda p: (p.location is None, p.location or Location("")))
+
+
+def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
+                 positions: FilePositions) -> Problem:
+    """A problem at `path` inside a document, named ``kind[id].field`` when the path is inside an item."""
+    location = positions.location(file, doc.index, path, doc.pos)
+    if len(path) >= 2 and path[0] in KINDS and isinstance(path[1], int) and isinstance(data, dict):
+        items = data.get(path[0])
+        item = items[path[1]] if isinstance(items, list) and path[1] < len(items) else None
+        return Problem(message, location, str(path[0]), item_id(str(path[0]), item),
+                       field_text(path[2:]) or None)
+    return Problem(message, location, None, None, field_text(path) or None)
+
+
+def _decrypted_values(encrypted: Any, plain: Any) -> set[str]:
+    """The plain strings that were ``ENC[...]`` values in the encrypted document."""
+    found: set[str] = set()
+    if isinstance(encrypted, str):
+        if encrypted.startswith("ENC[") and isinstance(plain, str):
+            found.add(plain)
+    elif isinstance(encrypted, dict) and isinstance(plain, dict):
+        for key, value in encrypted.items():
+            if key != "sops" and key in plain:
+                found |= _decrypted_values(value, plain[key])
+    elif isinstance(encrypted, list) and isinstance(plain, list):
+        for value, plain_value in zip(encrypted, plain, strict=False):
+            found |= _decrypted_values(value, plain_value)
+    return found
+
+
+def _decrypt(file: str, doc: Document, options: RenderOptions, secrets: set[str],
+             problems: list[Problem]) -> Any:
+    """The plain document of a SOPS-encrypted one, or None (with a problem) when it cannot be had."""
+    where = Location(file, *doc.pos)
+    if options.decrypt is None:
+        problems.append(Problem("this file is encrypted with SOPS but no age identity is configured "
+                                "(--age-key-file, GITSYNC_AGE_KEY, SOPS_AGE_KEY_FILE)", where))
+        return None
+    try:
+        plain = options.decrypt(file, doc.data)
+    except Exception as exc:  # the decrypt seam: whatever it raises is a problem with this file
+        problems.append(Problem(f"cannot decrypt: {redact(str(exc)) or type(exc).__name__}", where))
+        return None
+    values = _decrypted_values(doc.data, plain)
+    for value in values:
+        register_secret(value)
+    secrets |= values
+    if isinstance(plain, dict) and "sops" in plain:
+        plain = {k: v for k, v in plain.items() if k != "sops"}
+    return plain
+
+
+def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
+           cache: ParseCache | None = None) -> Rendered:
+    """Render the config files to one payload; raise ProblemsError with every problem found."""
+    options = options or RenderOptions()
+    cache = cache if cache is not None else ParseCache()
+    try:
+        return _render(files, options, cache)
+    finally:
+        cache.end_render()
+
+
+def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered:
+    render_problems: list[Problem] = []
+    buckets, empty = layers(files, options.paths)
+    for path in empty:
+        render_problems.append(Problem(f"no config files (*.yaml, *.yml, *.json) under the path {path!r}"))
+    positions = FilePositions(files)
+    substitution = Substitution(options.vars, options.secret_lookup)
+    secrets: set[str] = set()
+    loaded: list[Loaded] = []
+    facts: dict[str, FileFacts] = {}
+    unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
+    complete = True  # every file loaded: cross-item checks are meaningful
+    for layer, names in enumerate(buckets):
+        for name in names:
+            data = files[name]
+            if len(data) > options.max_file_size:
+                render_problems.append(Problem(f"the file is {len(data)} bytes, more than max_file_size = "
+                                               f"{options.max_file_size}", Location(name)))
+                complete = False
+                continue
+            parsed: ParsedFile = cache.get(data)
+            if parsed.issues:
+                render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
+                complete = False
+                continue
+            if not parsed.has_templates and not parsed.has_sops:
+                facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
+            for doc in parsed.documents:
+                content = doc.data
+                encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
+                                                                                           dict)
+                if encrypted:
+                    content = _decrypt(name, doc, options, secrets, render_problems)
+                    if content is None:
+                        complete = False
+                        continue
+                if parsed.has_templates or encrypted:
+                    before = len(substitution.problems)
+                    content = substitution.document(content)
+                    for path, message in substitution.problems[before:]:
+                        render_problems.append(_doc_problem(name, doc, content, path, message, positions))
+                        if len(path) >= 2 and isinstance(path[1], int):
+                            unsubstituted.add((name, doc.index, str(path[0]), path[1]))
+                else:
+                    content = copy_plain(content)
+                loaded.append(Loaded(name, layer, doc, content))
+    built = build(loaded)
+    source_map = SourceMap(files, built.sources, positions)
+    problems = built.problems + validate(built.payload, source_map, options, complete, facts,
+                                                unsubstituted)
+    if render_problems or problems:
+        stage = "render" if render_problems else "validate"
+        raise ProblemsError(stage, _sorted(render_problems + problems))
+    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values))

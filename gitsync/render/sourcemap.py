@@ -1,0 +1,116 @@
+"""The source map: from a payload item (kind, index) back to the file, line and column it came from.
+
+Every error about the config repo goes through it — validation here, a gateway
+rejecting "routes at index 42" later, notes on a failed commit. Item positions
+are recorded while parsing (free); a field's position is found lazily by
+re-reading just the one file that holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gitsync.problems import Location, Problem
+from gitsync.render.load import Pos, positions
+
+FieldPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ItemSource:
+    """Where one payload item was written: file, document, index in that document's list, position."""
+
+    file: str
+    doc: int
+    index: int
+    pos: Pos
+    id: str | None
+
+
+def field_text(field: FieldPath) -> str:
+    """``("upstream", "nodes", 0, "host")`` → ``upstream.nodes[0].host``."""
+    text = ""
+    for step in field:
+        if isinstance(step, int):
+            text += f"[{step}]"
+        else:
+            text += f".{step}" if text else str(step)
+    return text
+
+
+class FilePositions:
+    """Lazily built position tables of the files that had an error; one re-read per file at most."""
+
+    def __init__(self, files: Mapping[str, bytes]) -> None:
+        self._files = files
+        self._tables: dict[str, dict[FieldPath, Pos]] = {}
+
+    def location(self, file: str, doc: int, path: FieldPath, fallback: Pos | None = None) -> Location:
+        """The position of the deepest node along ``(doc, *path)`` in `file`."""
+        table = self._tables.get(file)
+        if table is None:
+            data = self._files.get(file)
+            table = positions(data) if data is not None else {}
+            self._tables[file] = table
+        key: FieldPath = (doc, *path)
+        while key:
+            pos = table.get(key)
+            if pos is not None:
+                return Location(file, *pos)
+            key = key[:-1]
+        return Location(file, *(fallback or (0, 0)))
+
+
+class SourceMap:
+    """(kind, index) → where the item was written, and problems located at a field of an item."""
+
+    def __init__(self, files: Mapping[str, bytes], items: Mapping[str, list[ItemSource]],
+                 positions_cache: FilePositions | None = None) -> None:
+        self._items = {kind: list(sources) for kind, sources in items.items()}
+        self._positions = positions_cache or FilePositions(files)
+        self._ids: dict[str, dict[str, int]] = {}
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._items)
+
+    def source(self, kind: str, index: int) -> ItemSource | None:
+        sources = self._items.get(kind)
+        if sources is None or not 0 <= index < len(sources):
+            return None
+        return sources[index]
+
+    def location(self, kind: str, index: int) -> Location | None:
+        source = self.source(kind, index)
+        return None if source is None else Location(source.file, *source.pos)
+
+    def index_of(self, kind: str, item_id: str) -> int | None:
+        if kind not in self._ids:
+            self._ids[kind] = {}
+            for index, source in enumerate(self._items.get(kind, ())):
+                if source.id is not None:
+                    self._ids[kind].setdefault(source.id, index)
+        return self._ids[kind].get(str(item_id))
+
+    def problem(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> Problem:
+        """A problem about item `index` of `kind` (or the kind as a whole), at the field's line when known."""
+        source = None if index is None else self.source(kind, index)
+        if source is None:
+            return Problem(message, None, kind, None, field_text(field) or None)
+        location = Location(source.file, *source.pos)
+        if field:
+            location = self._positions.location(source.file, source.doc, (kind, source.index, *field),
+                                                source.pos)
+            if location.line < source.pos[0]:  # the path left the item (e.g. a key renamed by substitution)
+                location = Location(source.file, *source.pos)
+        return Problem(message, location, kind, source.id, field_text(field) or None)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._items.values())
+
+
+def describe(value: Any) -> str:
+    """A short, secret-free description of a value's type for messages."""
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)

@@ -1,0 +1,416 @@
+"""render(): every error class of issue 4 at its exact file:line:col, layering, substitution, caching."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gitsync import log as gslog
+from gitsync.kinds import KINDS
+from gitsync.problems import ProblemsError
+from gitsync.render import (
+    ParseCache,
+    RenderOptions,
+    mask_secrets,
+    options_from_settings,
+    read_directory,
+    render,
+)
+from gitsync.settings import Settings, SettingsError
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample-repo"
+CERT = (SAMPLE / "certs/example.com.crt").read_text()
+KEY = (SAMPLE / "certs/example.com.key").read_text()
+
+ROUTE = "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n"
+UPSTREAM = "upstreams:\n  - id: u1\n    nodes: {'10.0.0.1:80': 1}\n"
+
+
+def files(**texts: str) -> dict[str, bytes]:
+    """``a__b_yaml="..."`` → ``{"a/b.yaml": b"..."}``."""
+    return {name.replace("__", "/").replace("_yaml", ".yaml").replace("_json", ".json"): text.encode()
+            for name, text in texts.items()}
+
+
+def errors(given: dict[str, bytes], stage: str | None = None, **options: object) -> list[str]:
+    with pytest.raises(ProblemsError) as caught:
+        render(given, RenderOptions(**options))
+    if stage:
+        assert caught.value.stage == stage
+    return [str(p) for p in caught.value.problems]
+
+
+def indent(text: str, spaces: int) -> str:
+    return "".join(" " * spaces + line + "\n" for line in text.strip().splitlines())
+
+
+# --- loading ---------------------------------------------------------------------------------------------
+
+
+def test_syntax_error_duplicate_key_and_alias_each_at_file_line_col():
+    assert errors(files(a_yaml="routes:\n  - id: r1\n    uri: [/a\n", b_yaml=UPSTREAM + "    nodes: {}\n",
+                        c_yaml="x: &a 1\n"), stage="render") == [
+        "a.yaml:4:1: YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence)",
+        "b.yaml:4:5: duplicate key 'nodes' in this mapping",
+        "c.yaml:1:4: YAML anchors and aliases (&name, *name) are not accepted: they can hide a huge "
+        "document; write the value out",
+    ]
+
+
+def test_document_shape_unknown_keys_and_versions():
+    text = ("routes: []\n---\n- not a mapping\n---\nroute:\n  - id: r1\nstreamroutes: []\n"
+            "routes_conf_version: 3\n")
+    assert errors(files(a_yaml=text, b_yaml="services: {id: s1}\n"), stage="validate") == [
+        "a.yaml:3:1: a document must be a mapping of kinds to lists (routes: [...]), not a list",
+        "a.yaml:5:1: unknown top-level key 'route' (did you mean 'routes'?)",
+        "a.yaml:7:1: unknown top-level key 'streamroutes' (did you mean 'stream_routes'?)",
+        "a.yaml:8:1: routes_conf_version does not belong in the repo: versions are chosen by the agent "
+        "from the live gateway; remove it",
+        "b.yaml:1:1: services: expected a list of items, got a mapping",
+    ]
+
+
+def test_file_size_item_count_and_payload_size_limits():
+    big = "routes:\n" + "".join(f"  - {{id: r{i}, uri: /{i}, upstream_id: u1}}\n" for i in range(30))
+    assert errors(files(a_yaml=big, u_yaml=UPSTREAM), max_file_size=100) == [
+        f"a.yaml: the file is {len(big)} bytes, more than max_file_size = 100"]
+    assert errors(files(a_yaml=big, u_yaml=UPSTREAM), max_items=30) == [
+        "31 items, more than max_items = 30"]
+    problems = errors(files(a_yaml=big, u_yaml=UPSTREAM), max_payload_size=1000)
+    assert len(problems) == 1 and problems[0].startswith("the rendered payload is ")
+    assert "more than max_payload_size = 1000 (APISIX keeps its whole config in a 10 MiB shared dict)" \
+        in problems[0]
+
+
+def test_a_path_without_config_files_is_an_error():
+    assert errors(files(base__a_yaml=ROUTE + UPSTREAM), paths=("base", "envs/prdo")) == [
+        "no config files (*.yaml, *.yml, *.json) under the path 'envs/prdo'"]
+
+
+# --- items -----------------------------------------------------------------------------------------------
+
+
+def test_schema_error_positions():
+    text = ("routes:\n  - id: r1\n    uri: 42\n    upstream_id: u1\n    plugins:\n      no-such-plugin: {}\n"
+            + UPSTREAM)
+    assert errors(files(a_yaml=text)) == [
+        'a.yaml:3:5: routes[r1].uri: invalid configuration: property "uri" validation failed: wrong type: '
+        "expected string, got number",
+        "a.yaml:6:7: routes[r1].plugins.no-such-plugin: unknown plugin [no-such-plugin]",
+    ]
+
+
+def test_ids_present_and_well_formed():
+    text = ("routes:\n  - uri: /a\n    upstream_id: u1\n  - id: 'has space'\n    uri: /b\n"
+            f"    upstream_id: u1\n  - id: {'x' * 65}\n    uri: /c\n    upstream_id: u1\n  - id: 0\n"
+            "    uri: /d\n    upstream_id: u1\n"
+            "secrets:\n  - id: vault/a/b\n    uri: http://127.0.0.1:8200\n    prefix: kv\n    token: t\n"
+            "  - uri: http://127.0.0.1:8200\n")
+    assert errors(files(a_yaml=text + UPSTREAM)) == [
+        "a.yaml:2:5: routes.id: missing id: every item needs one (APISIX before 3.17 fails on items without)",
+        "a.yaml:4:5: routes[has space].id: invalid id 'has space': only letters, digits, '-', '_' and '.' "
+        "are allowed",
+        f"a.yaml:7:5: routes[{'x' * 65}].id: invalid id: 65 characters, at most 64 are allowed",
+        "a.yaml:10:5: routes[0].id: an integer id must be 1 or more",
+        "a.yaml:14:5: secrets[vault/a/b].id: invalid secret id: vault/a/b (the name after 'vault/' must be "
+        "one segment of letters, digits, '-', '_' and '.': a $secret:// reference can name no other)",
+        "a.yaml:18:5: secrets.id: missing id: a secret manager's id is <manager>/<name>, e.g. vault/main",
+    ]
+
+
+def test_duplicate_ids_across_files_name_both_places():
+    assert errors(files(a_yaml=ROUTE + UPSTREAM, b__c_yaml="# another\n" + ROUTE)) == [
+        "b/c.yaml:3:5: routes[r1]: duplicate id 'r1' in routes: also at a.yaml:2:5"]
+    consumers = "consumers:\n  - username: jack\n"
+    assert errors(files(a_yaml=consumers, b_yaml=consumers)) == [
+        "b.yaml:2:5: consumers[jack]: duplicate username 'jack' in consumers: also at a.yaml:2:5"]
+
+
+def test_consumer_username_and_credential_rules():
+    text = ("consumers:\n  - username: 'bad name'\n  - username: jack\n    id: john\n"
+            "  - id: jack/credentials/a b\n    plugins: {key-auth: {key: abcdef}}\n"
+            "  - id: nobody/credentials/k1\n    plugins: {key-auth: {key: abcdef}}\n")
+    assert errors(files(a_yaml=text)) == [
+        'a.yaml:2:5: consumers[bad name].username: invalid configuration: property "username" validation '
+        'failed: failed to match pattern "^[a-zA-Z0-9_\\\\-]+$" with "bad name"',
+        "a.yaml:4:5: consumers[john].id: wrong username",
+        'a.yaml:5:5: consumers[jack/credentials/a b].id: invalid configuration: property "id" validation '
+        'failed: failed to match pattern "^[a-zA-Z0-9-_]+/credentials/[a-zA-Z0-9-_.]+$" with '
+        '"jack/credentials/a b"',
+        "a.yaml:7:5: consumers[nobody/credentials/k1].id: credential of an unknown consumer 'nobody'",
+    ]
+
+
+def test_every_reference_is_checked():
+    text = """routes:
+  - {id: r1, uri: /a, upstream_id: u9}
+  - {id: r2, uri: /b, service_id: s9}
+  - {id: r3, uri: /c, upstream_id: u1, plugin_config_id: p9}
+services:
+  - {id: s1, upstream_id: u9}
+consumers:
+  - {username: jack, group_id: g9}
+stream_routes:
+  - {id: t1, upstream_id: u9}
+  - {id: t2, service_id: s9}
+"""
+    assert errors(files(a_yaml=text + UPSTREAM)) == [
+        "a.yaml:2:23: routes[r1].upstream_id: upstream_id 'u9' names no item of upstreams",
+        "a.yaml:3:23: routes[r2].service_id: service_id 's9' names no item of services",
+        "a.yaml:4:40: routes[r3].plugin_config_id: plugin_config_id 'p9' names no item of plugin_configs",
+        "a.yaml:6:14: services[s1].upstream_id: upstream_id 'u9' names no item of upstreams",
+        "a.yaml:8:22: consumers[jack].group_id: group_id 'g9' names no item of consumer_groups",
+        "a.yaml:10:14: stream_routes[t1].upstream_id: upstream_id 'u9' names no item of upstreams",
+        "a.yaml:11:14: stream_routes[t2].service_id: service_id 's9' names no item of services",
+    ]
+
+
+def test_references_into_unmanaged_kinds_are_not_checked():
+    text = "routes:\n  - {id: r1, uri: /a, upstream_id: u1, plugins: {proxy-rewrite: {uri: '$secret://vault/x/a/b'}}}\n"
+    rendered = render(files(a_yaml=text + UPSTREAM), RenderOptions(unmanaged=frozenset({"secrets"})))
+    assert rendered.payload["routes"][0]["upstream_id"] == "u1"
+
+
+def test_secret_references_name_a_declared_manager():
+    text = """secrets:
+  - {id: vault/main, uri: "http://127.0.0.1:8200", prefix: kv, token: root}
+routes:
+  - id: r1
+    uri: /a
+    upstream_id: u1
+    plugins:
+      proxy-rewrite:
+        headers:
+          set: {A: "$secret://vault/main/a/b", B: "$secret://vault/other/a/b", C: "$secret://vault/main"}
+"""
+    assert errors(files(a_yaml=text + UPSTREAM)) == [
+        "a.yaml:10:48: routes[r1].plugins.proxy-rewrite.headers.set.B: '$secret://vault/other/a/b' names no "
+        "item of secrets (declare one with id vault/other)",
+        "a.yaml:10:80: routes[r1].plugins.proxy-rewrite.headers.set.C: malformed secret reference "
+        "'$secret://vault/main': expected $secret://<manager>/<name>/<key>",
+    ]
+
+
+def test_ssl_certificate_key_and_sni_checks():
+    other_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    text = (f"ssls:\n  - id: good\n    snis: [example.com]\n    cert: |\n{indent(CERT, 6)}"
+            f"    key: |\n{indent(KEY, 6)}"
+            f"  - id: mismatch\n    sni: Example.com\n    cert: |\n{indent(CERT, 6)}"
+            f"    key: |\n{indent(other_key, 6)}"
+            f"  - id: broken\n    sni: other.example.com\n    cert: |\n{indent('x' * 200, 6)}"
+            f"    key: |\n{indent(KEY, 6)}"
+            f"  - id: by-reference\n    sni: ref.example.com\n    cert: $secret://vault/main/ssl/cert\n"
+            f"    key: $env://SSL_KEY\n"
+            "secrets:\n  - {id: vault/main, uri: 'http://127.0.0.1:8200', prefix: kv, token: root}\n")
+    lines = text.splitlines()
+    mismatch = lines.index("  - id: mismatch") + 1
+    broken = lines.index("  - id: broken") + 1
+    assert errors(files(a_yaml=text)) == [
+        f"a.yaml:{mismatch + 1}:5: ssls[mismatch].sni: sni 'Example.com' is also served by ssls[good] "
+        "at a.yaml:2:5",
+        f"a.yaml:{mismatch + 15}:5: ssls[mismatch].key: the private key does not match the certificate",
+        f"a.yaml:{broken + 2}:5: ssls[broken].cert: failed to parse cert: PEM_read_bio_X509_AUX() failed",
+    ]
+
+
+# --- substitution ----------------------------------------------------------------------------------------
+
+
+def test_vars_secrets_escapes_and_passthrough():
+    text = """upstreams:
+  - id: u1
+    nodes:
+      "${{ vars.HOST }}:80": 1
+    timeout:
+      connect: ${{ vars.TIMEOUT }}
+      send: 5
+      read: 5
+routes:
+  - id: r1
+    uri: /a
+    upstream_id: u1
+    desc: "${{ vars.TIMEOUT }} is text when quoted"
+    plugins:
+      proxy-rewrite:
+        headers:
+          set:
+            X-Token: Bearer ${{secrets.API_TOKEN}}
+            X-Host: $host ${host} $secret://vault/main/a/b $env://HOME
+            X-Literal: $${{ vars.HOST }}
+secrets:
+  - {id: vault/main, uri: "http://127.0.0.1:8200", prefix: kv, token: "${{ secrets.API_TOKEN }}"}
+"""
+    lookups: list[str] = []
+
+    def lookup(name: str) -> str | None:
+        lookups.append(name)
+        return {"API_TOKEN": "tok-123456"}.get(name)
+
+    rendered = render(files(a_yaml=text), RenderOptions(vars={"HOST": "10.0.0.1", "TIMEOUT": "2.5"},
+                                                        secret_lookup=lookup))
+    upstream = rendered.payload["upstreams"][0]
+    assert upstream["nodes"] == {"10.0.0.1:80": 1}
+    assert upstream["timeout"]["connect"] == 2.5  # unquoted and alone: typed as YAML would
+    route = rendered.payload["routes"][0]
+    assert route["desc"] == "2.5 is text when quoted"
+    assert route["plugins"]["proxy-rewrite"]["headers"]["set"] == {
+        "X-Token": "Bearer tok-123456",
+        "X-Host": "$host ${host} $secret://vault/main/a/b $env://HOME",
+        "X-Literal": "${{ vars.HOST }}",
+    }
+    assert rendered.secret_values == frozenset({"tok-123456"})
+    assert lookups == ["API_TOKEN"]  # looked up once per render
+    assert gslog.redact("x tok-123456 y") == "x *** y"  # registered with the redactor on the spot
+
+
+def test_undefined_names_and_bad_expressions_at_their_line():
+    text = ("upstreams:\n  - id: u1\n    nodes:\n      - host: ${{ vars.NOPE }}\n        port: 80\n"
+            "        weight: 1\n    desc: ${{ secrets.MISSING }} ${{ var.TYPO }} ${{ vars.X\n")
+    assert errors(files(a_yaml=text), stage="render") == [
+        "a.yaml:4:9: upstreams[u1].nodes[0].host: undefined variable vars.NOPE (set it in [render.vars], "
+        "the vars file, or GITSYNC_VAR_NOPE)",
+        "a.yaml:7:5: upstreams[u1].desc: undefined secret secrets.MISSING (no file MISSING in the secrets "
+        "directory, no GITSYNC_SECRET_MISSING)",
+        "a.yaml:7:5: upstreams[u1].desc: unknown expression ${{ var.TYPO }}: expected ${{ vars.NAME }} or "
+        "${{ secrets.NAME }}",
+        "a.yaml:7:5: upstreams[u1].desc: '${{' without a closing '}}' (write '$${{' for a literal)",
+    ]
+
+
+def test_secrets_stay_text_even_when_they_look_like_numbers():
+    text = ("secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
+            "    token: ${{ secrets.T }}\n")
+    rendered = render(files(a_yaml=text), RenderOptions(secret_lookup=lambda name: "123456"))
+    assert rendered.payload["secrets"][0]["token"] == "123456"
+
+
+# --- layering --------------------------------------------------------------------------------------------
+
+
+def test_layering_replaces_whole_items_in_place_and_appends_new_ones():
+    base = ("upstreams:\n  - id: web\n    nodes: {'10.0.0.1:80': 1}\n    retries: 2\n"
+            "  - id: api\n    nodes: {'10.0.0.2:80': 1}\n")
+    prod = ("upstreams:\n  - id: web\n    nodes: {'10.8.0.1:80': 1}\n"
+            "  - id: extra\n    nodes: {'10.8.0.9:80': 1}\n")
+    given = files(base__u_yaml=base, envs__prod__u_yaml=prod, envs__dev__u_yaml=prod)
+    rendered = render(given, RenderOptions(paths=("base", "envs/prod")))
+    assert rendered.payload["upstreams"] == [
+        {"id": "web", "nodes": {"10.8.0.1:80": 1}},  # whole: no `retries` left from base
+        {"id": "api", "nodes": {"10.0.0.2:80": 1}},
+        {"id": "extra", "nodes": {"10.8.0.9:80": 1}},
+    ]
+    assert str(rendered.source_map.location("upstreams", 0)) == "envs/prod/u.yaml:2:5"
+    assert str(rendered.source_map.location("upstreams", 1)) == "base/u.yaml:5:5"
+    # "." plus a nested overlay: the overlay's files belong to the overlay only (envs/dev stays in ".").
+    with pytest.raises(ProblemsError) as caught:
+        render(given, RenderOptions(paths=(".", "envs/prod")))
+    assert [str(p) for p in caught.value.problems] == [
+        "envs/dev/u.yaml:2:5: upstreams[web]: duplicate id 'web' in upstreams: also at base/u.yaml:2:5"]
+
+
+def test_payload_order_and_source_map_lookups():
+    given = files(b_yaml=ROUTE, a_yaml=UPSTREAM + "routes:\n  - {id: r0, uri: /z, upstream_id: u1}\n")
+    rendered = render(given)
+    assert list(rendered.payload) == ["routes", "upstreams"]
+    assert [r["id"] for r in rendered.payload["routes"]] == ["r0", "r1"]  # path order: a.yaml first
+    source_map = rendered.source_map
+    assert source_map.index_of("routes", "r1") == 1
+    assert source_map.index_of("routes", "nope") is None
+    assert source_map.location("routes", 5) is None
+    problem = source_map.problem("routes", 1, "invalid routes at index 1", field=("upstream_id",))
+    assert str(problem) == "b.yaml:4:5: routes[r1].upstream_id: invalid routes at index 1"
+    assert str(source_map.problem("routes", None, "no index")) == "routes: no index"
+
+
+# --- caching ---------------------------------------------------------------------------------------------
+
+
+def test_one_changed_file_parses_one_file():
+    given = {f"routes/r{i}.yaml": f"routes:\n  - {{id: r{i}, uri: /{i}, upstream_id: u1}}\n".encode()
+             for i in range(20)}
+    given["u.yaml"] = UPSTREAM.encode()
+    cache = ParseCache()
+    first = render(given, cache=cache)
+    assert cache.parses == 21
+    given["routes/r7.yaml"] = b"routes:\n  - {id: r7, uri: /seven, upstream_id: u1}\n"
+    second = render(given, cache=cache)
+    assert cache.parses == 22
+    seven = second.source_map.index_of("routes", "r7")
+    assert second.payload["routes"][seven]["uri"] == "/seven"
+    assert first.payload["routes"][seven]["uri"] == "/7"  # earlier results are not shared with the cache
+    second.payload["routes"][0]["uri"] = "/mutated"
+    assert render(given, cache=cache).payload["routes"][0]["uri"] == "/0"
+    assert cache.parses == 22
+
+
+# --- masking, options, directories ----------------------------------------------------------------------
+
+
+def test_mask_secrets_masks_fields_and_values_but_not_references():
+    payload = {
+        "secrets": [{"id": "vault/main", "uri": "http://v", "token": "root-token"}],
+        "ssls": [{"id": "s", "cert": "CERT", "key": "KEY", "keys": ["K2"]}],
+        "consumers": [{"username": "a", "plugins": {"key-auth": {"key": "k-1"},
+                                                    "limit-count": {"key": "remote_addr"}}},
+                      {"username": "b", "plugins": {"basic-auth": {"username": "b", "password": "$env://PW"}}}],
+        "routes": [{"id": "r", "plugins": {"proxy-rewrite": {"headers": {"set": {"A": "Bearer s3cret-v"}}}}}],
+    }
+    masked = mask_secrets(payload, {"s3cret-v"})
+    assert masked["secrets"][0]["token"] == "***"
+    assert masked["ssls"][0] == {"id": "s", "cert": "CERT", "key": "***", "keys": ["***"]}
+    assert masked["consumers"][0]["plugins"] == {"key-auth": {"key": "***"},
+                                                 "limit-count": {"key": "remote_addr"}}
+    assert masked["consumers"][1]["plugins"]["basic-auth"] == {"username": "b", "password": "$env://PW"}
+    assert masked["routes"][0]["plugins"]["proxy-rewrite"]["headers"]["set"]["A"] == "Bearer ***"
+    assert payload["secrets"][0]["token"] == "root-token"  # a copy
+
+
+def test_options_from_settings(tmp_path: Path):
+    vars_file = tmp_path / "vars.yaml"
+    vars_file.write_text("HOST: from-file\nPORT: 8080\nONLY_FILE: yes\n")
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "FROM_DIR").write_text("dir-secret-value\n")
+    settings = Settings(vars={"HOST": "from-settings"}, vars_file=vars_file, secrets_dir=secrets_dir,
+                        paths=("base",), max_items=7, unmanaged=("secrets",))
+    options = options_from_settings(settings, {"GITSYNC_SECRET_FROM_ENV": "env-secret-value",
+                                               "GITSYNC_SECRET_FROM_DIR": "loses"})
+    assert dict(options.vars) == {"HOST": "from-settings", "PORT": "8080", "ONLY_FILE": "yes"}
+    assert options.paths == ("base",) and options.max_items == 7 and options.unmanaged == {"secrets"}
+    assert options.secret_lookup("FROM_DIR") == "dir-secret-value"
+    assert options.secret_lookup("FROM_ENV") == "env-secret-value"
+    assert options.secret_lookup("NOPE") is None
+    assert options.secret_lookup("../etc/passwd") is None
+    assert gslog.redact("dir-secret-value env-secret-value") == "*** ***"
+    vars_file.write_text("- not a mapping\n")
+    with pytest.raises(SettingsError, match=r"vars\.yaml: the vars file must hold one mapping"):
+        options_from_settings(settings, {})
+
+
+def test_read_directory_skips_dot_files_git_and_symlinks(tmp_path: Path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config.yaml").write_text("x: 1\n")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "a.yaml").write_text("x: 1\n")
+    (tmp_path / "routes").mkdir()
+    (tmp_path / "routes" / "a.yaml").write_text(ROUTE)
+    (tmp_path / "routes" / ".draft.yaml").write_text("x: 1\n")
+    (tmp_path / "b.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("x")
+    os.symlink("/etc/hostname", tmp_path / "link.yaml")
+    assert sorted(read_directory(tmp_path)) == ["b.json", "routes/a.yaml"]
+
+
+def test_sample_repo_renders_with_its_one_secret():
+    rendered = render(read_directory(SAMPLE), RenderOptions(secret_lookup={"VAULT_TOKEN": "dev-root"}.get))
+    assert tuple(rendered.payload) == KINDS  # every kind, in order
+    assert rendered.payload["secrets"][0]["token"] == "dev-root"
+    layered = render(read_directory(SAMPLE), RenderOptions(paths=("base", "envs/prod"),
+                                                           secret_lookup={"VAULT_TOKEN": "dev-root"}.get))
+    assert layered.payload == rendered.payload
+    assert rendered.payload["ssls"][0]["cert"] == CERT and rendered.payload["ssls"][0]["key"] == KEY
