@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gitsync.gateway import (
     VALIDATE_LIMIT,
@@ -39,8 +39,10 @@ from gitsync.gateway import (
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import Problem
-from gitsync.reconcile import MANAGE_ALL, Plan, Policy, plan
+from gitsync.reconcile import MANAGE_ALL, ItemChange, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
+
+T = TypeVar("T")
 
 
 class ProblemMapper(Protocol):
@@ -280,16 +282,44 @@ def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], polic
     return result
 
 
+def each_gateway(endpoints: Sequence[Endpoint], work: Callable[[Endpoint], T]) -> list[T]:
+    """Run `work` for every gateway in its own thread; results in the order of `endpoints`."""
+    if not endpoints:
+        return []
+    with ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="gitsync-gateway") as pool:
+        return list(pool.map(work, endpoints))
+
+
 def sync_gateways(endpoints: Sequence[Endpoint], desired: Mapping[str, Sequence[Any]],
                   policy: Policy = MANAGE_ALL, *, source_map: ProblemMapper | None = None,
                   retry: RetryPolicy = DEFAULT_RETRY) -> list[GatewayResult]:
     """Sync every gateway concurrently; one slow or failing gateway delays or blocks no other."""
-    if not endpoints:
-        return []
-    with ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="gitsync-push") as pool:
-        futures = [pool.submit(sync_gateway, e, desired, policy, source_map=source_map, retry=retry)
-                   for e in endpoints]
-        return [f.result() for f in futures]
+    return each_gateway(endpoints, lambda e: sync_gateway(e, desired, policy, source_map=source_map,
+                                                          retry=retry))
+
+
+@dataclass(frozen=True)
+class GatewayDiff:
+    """What a sync would do to one gateway, from its live config; `error` when it could not be read."""
+
+    url: str
+    plan: Plan | None = None
+    live: dict[str, Any] = field(default_factory=dict)
+    changes: tuple[ItemChange, ...] = ()
+    error: str | None = None
+
+
+def diff_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]],
+                 policy: Policy = MANAGE_ALL) -> GatewayDiff:
+    """GET the live config and plan against it, without pushing anything."""
+    try:
+        with Gateway(endpoint) as gateway:
+            live = gateway.get_config()
+    except GatewayError as exc:
+        return GatewayDiff(endpoint.display_url, error=str(exc))
+    the_plan = plan(desired, live.body, policy)
+    return GatewayDiff(endpoint.display_url, the_plan, live.body,
+                       tuple(item_changes(desired, live.body, the_plan)))
 
 
 def policy_from_settings(settings: Settings) -> Policy:
