@@ -37,6 +37,7 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 
 
@@ -89,21 +90,23 @@ def validate(settings: Settings, args: argparse.Namespace) -> int:
 # diff and sync: the rendered payload against each gateway's live config
 
 
+_ABSENT = object()
+
+
 def _value_text(value: Any, limit: int = 80) -> str:
+    if value is _ABSENT:
+        return "(absent)"
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _at(value: Any, path: str) -> Any:
-    """The value at a dotted path of `changed_fields`, or a marker when absent."""
-    for step in path.split("."):
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    """The value at a path of `changed_fields`, or a marker when absent."""
+    for step in path:
         if not isinstance(value, dict) or step not in value:
             return _ABSENT
         value = value[step]
     return value
-
-
-_ABSENT = object()
 
 
 def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
@@ -138,8 +141,8 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
             key = (kp.key, change.id)
             for path in change.fields:
                 before, after = _at(live.get(key), path), _at(wanted.get(key), path)
-                print(f"        {path}: {'(absent)' if before is _ABSENT else _value_text(before)} → "
-                      f"{'(absent)' if after is _ABSENT else _value_text(after)}")
+                print(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
+                      f"{_value_text(after)}")
         if not changes:
             print("    (order of items changed)")
 

@@ -304,25 +304,24 @@ def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: 
     return Plan(tuple(kinds), canonical_json(body), desired_digest(desired, policy), tuple(problems))
 
 
-def changed_fields(live_item: Any, desired_item: Any, prefix: str = "") -> list[str]:
-    """Dotted paths of the fields that differ between two items (``modifiedIndex`` ignored)."""
-    a, b = item_content(live_item), item_content(desired_item)
-    return _diff_paths(a, b, prefix)
+FieldPath = tuple[str, ...]
 
 
-def _diff_paths(a: Any, b: Any, prefix: str) -> list[str]:
+def changed_fields(live_item: Any, desired_item: Any) -> list[FieldPath]:
+    """The paths of the fields that differ between two items (``modifiedIndex`` ignored)."""
+    return _diff_paths(item_content(live_item), item_content(desired_item), ())
+
+
+def _diff_paths(a: Any, b: Any, prefix: FieldPath) -> list[FieldPath]:
     if isinstance(a, dict) and isinstance(b, dict):
-        paths: list[str] = []
+        paths: list[FieldPath] = []
         for key in sorted(set(a) | set(b)):
-            sub = f"{prefix}.{key}" if prefix else key
             if key not in a or key not in b:
-                paths.append(sub)
+                paths.append((*prefix, key))
             else:
-                paths.extend(_diff_paths(a[key], b[key], sub))
+                paths.extend(_diff_paths(a[key], b[key], (*prefix, key)))
         return paths
-    if canonical_json(a) != canonical_json(b):
-        return [prefix or "."]
-    return []
+    return [prefix] if canonical_json(a) != canonical_json(b) else []
 
 
 @dataclass(frozen=True)
@@ -332,7 +331,7 @@ class ItemChange:
     kind: str
     id: str
     action: str  # add | change | remove | prune
-    fields: tuple[str, ...] = field(default=())
+    fields: tuple[FieldPath, ...] = field(default=())
 
 
 def item_changes(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], the_plan: Plan,
