@@ -165,6 +165,16 @@ def test_upstream_one_of_nodes_or_discovery():
         "object matches none of the required")
 
 
+def test_dependencies_and_max_items():
+    cert = "-----BEGIN CERTIFICATE-----" + "A" * 64
+    assert first("upstreams", {**UPSTREAM, "tls": {"client_cert": cert}}) == SchemaIssue(
+        ("tls",), INVALID + 'property "tls" validation failed: failed to validate dependent schema for '
+        '"client_cert": property "client_key" is required')
+    ssl = {"id": "s", "sni": "a.example", "cert": "$env://C", "key": "$env://K"}
+    assert first("ssls", {**ssl, "ssl_protocols": ["TLSv1.1", "TLSv1.2", "TLSv1.3", "TLSv1.3"]}).message == (
+        INVALID + 'property "ssl_protocols" validation failed: expect array to have at most 3 items')
+
+
 def test_upstream_semantic_checks():
     assert first("upstreams", {"id": "u", "nodes": {"127.0.0.1:70000": 1}}) == SchemaIssue(
         ("nodes", "127.0.0.1:70000"), "invalid port 70000")

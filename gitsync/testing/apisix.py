@@ -139,6 +139,8 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  double: ApisixDouble) -> None:
         self.double = double
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         self.open_sockets: set[socket.socket] = set()
         self.sockets_lock = threading.Lock()
         super().__init__(address, handler)
@@ -198,6 +200,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(reply.body)
 
     def read_body(self) -> bytes:
+        """The request body, by Content-Length or chunked transfer coding (nginx accepts both)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length > 0 else b""
 
@@ -245,8 +258,8 @@ class ApisixDouble:
                 continue
             server = _Server((self.host, port), handler, self)
             self._ports[slot] = server.server_address[1]
-            thread = threading.Thread(target=server.serve_forever, name=f"apisix-double-{handler.plane}",
-                                      daemon=True)
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                      name=f"apisix-double-{handler.plane}", daemon=True)
             thread.start()
             self._servers.append(server)
             self._threads.append(thread)
