@@ -152,6 +152,16 @@ def test_the_seed_scenario_in_process(apisix: ApisixDouble) -> None:
     assert "pruned 1 out-of-band secrets: vault/other" in pruned.summary()
 
 
+def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
+    """The double has no status API; its data plane stands in: a route at /status/ready answers 200."""
+    with_status = Endpoint(apisix.url, Secret(KEY), status_url=apisix.proxy_url, timeout=0.3)
+    served = sync_gateway(with_status, {"routes": [route("ready", "/status/ready")]}, retry=FAST)
+    assert served.status is SyncStatus.APPLIED
+    never = sync_gateway(with_status, {"routes": [route("other", "/other")]}, retry=FAST)
+    assert never.status is SyncStatus.FAILED and never.puts == 1
+    assert "not every worker serves it" in (never.error or "") and "404" in (never.error or "")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Rejections map to file:line
 
