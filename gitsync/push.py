@@ -220,7 +220,9 @@ class _Sync:
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
         if not self.plan.changes:
-            return self.result(SyncStatus.UNCHANGED, digest=live.digest)
+            # After a PUT whose answer was lost (timeout, 5xx from a proxy), the content may be ours.
+            status = SyncStatus.APPLIED if self.puts else SyncStatus.UNCHANGED
+            return self.result(status, digest=live.digest)
         if len(self.plan.body) <= VALIDATE_LIMIT:
             checked = self.gateway.validate(self.plan.body)
             if not checked.ok:

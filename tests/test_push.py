@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitsync.gateway import Endpoint
+from gitsync.gateway import Endpoint, Gateway
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
 from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, sync_gateway, sync_gateways
 from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
 from gitsync.render import RenderOptions, read_directory, render
 from gitsync.settings import Secret
-from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.apisix import ApisixDouble, Reply
 from tests.support import run_gitsync
 
 KEY = "test-admin-key"
@@ -150,6 +150,40 @@ def test_the_seed_scenario_in_process(apisix: ApisixDouble) -> None:
     assert pruned.status is SyncStatus.APPLIED and pruned.attempts == 1
     assert pruned.pruned == {"secrets": ("vault/other",)} and "secrets" not in apisix.config()
     assert "pruned 1 out-of-band secrets: vault/other" in pruned.summary()
+
+
+class LostAnswerDouble(ApisixDouble):
+    """The gateway applies the next PUT, but a proxy in front answers 502: the client never knows."""
+
+    def _put(self, h: Any, body: bytes) -> Any:
+        reply = super()._put(h, body)
+        return Reply(502, b"<html>502 Bad Gateway</html>", content_type="text/html") if reply.status == 202 \
+            and len(self.put_bodies) == 1 else reply
+
+
+def test_a_put_whose_answer_is_lost_still_counts_as_applied() -> None:
+    with LostAnswerDouble(KEY) as double:
+        result = sync(double, {"routes": [route("r1", "/a")]})
+        assert result.status is SyncStatus.APPLIED and result.attempts == 2 and result.puts == 1
+        assert [status for method, _, status in double.requests if method == "PUT"] == [502]
+
+
+@pytest.mark.parametrize(("version", "has_head"), [("3.18.0", True), ("3.13.0", False)])
+def test_gateway_client_head_and_get(apisix: ApisixDouble, version: str, has_head: bool) -> None:
+    with ApisixDouble(KEY, version=version) as double, Gateway(endpoint(double)) as gateway:
+        fresh = gateway.get_config()
+        assert set(fresh.versions.values()) == {0} and fresh.digest is None
+        assert (gateway.head_config() is not None) == has_head
+        result = sync(double, {"routes": [route("r1", "/a")]})
+        head = gateway.head_config()
+        live = gateway.get_config()
+        assert "X-Digest" not in live.body and live.versions["routes_conf_version"] == 1
+        if has_head:
+            assert head is not None and head.digest == result.digest == live.digest
+            assert head.last_modified and head.last_modified <= time.time() + 1
+        else:
+            assert head is None and live.digest is None
+        assert gateway.server == f"APISIX/{version}"
 
 
 def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
