@@ -96,6 +96,7 @@ class Reply:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str | None = "application/json"
+    cors: bool = True  # the preflight carries its own CORS set
 
 
 def _error(status: int, message: str) -> Reply:
@@ -117,6 +118,15 @@ class _Live:
 def _object_id(item: Mapping[str, Any], index: int) -> str:
     value = item.get("id")
     return f"arr_{index + 1}" if value is None else lua_tostring(value)
+
+
+def _yaml_load_first(text: str) -> Any:
+    """lyaml's ``load(body, {all = false})``: the first document; timestamps stay strings."""
+    yaml = YAML(typ="safe")
+    yaml.allow_duplicate_keys = True
+    yaml.constructor.add_constructor(
+        "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
+    return next(iter(yaml.load_all(text)), None)
 
 
 def _yaml_text(value: Any) -> str:
@@ -384,18 +394,22 @@ class ApisixDouble:
         if isinstance(fault, int):
             self._answer(h, method, path, _page(fault))
             return
-        self._answer(h, method, path, self._admin_reply(h, method, path, query, body))
+        try:
+            reply = self._admin_reply(h, method, path, query, body)
+        except Exception:  # a crash in the double answers like a Lua error: nginx's 500 page
+            reply = _page(500)
+        self._answer(h, method, path, reply)
 
     def _answer(self, h: _Handler, method: str, path: str, reply: Reply) -> None:
         self.requests.append((method, path, reply.status))
-        h.reply(reply, cors=True)
+        h.reply(reply, cors=reply.cors)
 
     def _admin_reply(self, h: _Handler, method: str, path: str, query: str, body: bytes) -> Reply:
         client = ipaddress.ip_address(h.client_address[0])
         if client.version != 4 or client not in ALLOW_ADMIN:
             return _page(403)
         if method == "OPTIONS" and path.startswith(ADMIN):
-            return Reply(200, headers=_PREFLIGHT, content_type="text/plain")
+            return Reply(200, headers=_PREFLIGHT, content_type="text/plain", cors=False)
         route = self._route(method, path)
         if route is None:
             return _page(404)
@@ -461,7 +475,7 @@ class ApisixDouble:
         content_type = h.headers.get("Content-Type") or "application/json"
         if content_type.startswith("application/yaml"):
             try:
-                data = next(iter(YAML(typ="safe").load_all(body.decode("utf-8", "replace"))), None)
+                data = _yaml_load_first(body.decode("utf-8", "replace"))
             except YAMLError:
                 if for_validate:
                     return _error(400, "invalid request body: invalid yaml request body")
@@ -653,9 +667,10 @@ class ApisixDouble:
         h.reply(reply, cors=False)
 
     def _proxy_reply(self, method: str, path: str, host: str, client: str) -> Reply:
-        route = self._match_route(method, path, host, client)
-        if route is None:
+        matched = self._match_route(method, path, host, client)
+        if matched is None:
             return _error(404, "404 Route Not Found")
+        route_id, route = matched
         service = None
         if route.get("service_id") is not None:
             service_obj = self._running["services"].get(lua_tostring(route["service_id"]))
@@ -681,7 +696,6 @@ class ApisixDouble:
                 break
         if upstream is None:
             return _page(503)
-        route_id = lua_tostring(route.get("id", ""))
         headers = [("X-Route-Id", route_id), ("X-Upstream-Id", upstream_id or "")]
         if service is not None:
             headers.append(("X-Service-Id", lua_tostring(service.get("id", ""))))
@@ -689,9 +703,11 @@ class ApisixDouble:
                   "route": route, "upstream": upstream}
         return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers))
 
-    def _match_route(self, method: str, path: str, host: str, client: str) -> dict[str, Any] | None:
-        candidates: list[tuple[tuple[int, int, float], dict[str, Any]]] = []
-        for live in self._running["routes"].values():
+    def _match_route(self, method: str, path: str, host: str,
+                     client: str) -> tuple[str, dict[str, Any]] | None:
+        """The live route radixtree would pick: exact paths first, then the longest prefix, then priority."""
+        candidates: list[tuple[tuple[int, int, float], tuple[str, dict[str, Any]]]] = []
+        for route_id, live in self._running["routes"].items():
             route = live.item
             if route.get("status", 1) == 0:
                 continue
@@ -716,7 +732,7 @@ class ApisixDouble:
                 best = rank if best is None or rank > best else best
             if best is not None:
                 priority = route.get("priority", 0)
-                candidates.append(((*best, priority if is_number(priority) else 0), route))
+                candidates.append(((*best, priority if is_number(priority) else 0), (route_id, route)))
         if not candidates:
             return None
         return max(candidates, key=lambda pair: pair[0])[1]
