@@ -414,3 +414,48 @@ def test_sample_repo_renders_with_its_one_secret():
                                                            secret_lookup={"VAULT_TOKEN": "dev-root"}.get))
     assert layered.payload == rendered.payload
     assert rendered.payload["ssls"][0]["cert"] == CERT and rendered.payload["ssls"][0]["key"] == KEY
+
+
+def test_an_existing_file_driven_apisix_yaml_works_unchanged():
+    text = ("routes:\n  - id: 1\n    uri: /hello\n    upstream_id: 1\nupstreams:\n  - id: 1\n    nodes:\n"
+            "      \"127.0.0.1:1980\": 1\n    type: roundrobin\n#END\n")
+    rendered = render(files(apisix_yaml=text))
+    assert rendered.payload == {
+        "routes": [{"id": 1, "uri": "/hello", "upstream_id": 1}],
+        "upstreams": [{"id": 1, "nodes": {"127.0.0.1:1980": 1}, "type": "roundrobin"}],
+    }
+    assert errors(files(apisix_yaml=text.replace("#END", "plugins:\n  - name: key-auth\n#END"))) == [
+        "apisix.yaml:10:1: 'plugins' (file-driven APISIX's plugin list) is not managed by gitsync: it has no "
+        "effect in API-driven mode; remove it"]
+
+
+def test_secret_values_never_reach_a_problem():
+    text = "consumers:\n  - username: ${{ secrets.NAME }}\n"
+    problems = errors(files(a_yaml=text), secret_lookup={"NAME": "not a valid name"}.get)
+    assert problems == ['a.yaml:2:5: consumers[***].username: invalid configuration: property "username" '
+                        'validation failed: failed to match pattern "^[a-zA-Z0-9_\\\\-]+$" with "***"']
+
+
+def test_sops_seam_decrypts_registers_and_reports():
+    encrypted = ("secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
+                 "    token: ENC[AES256_GCM,data:abc,iv:x,tag:y,type:str]\nsops:\n  version: 3.9.0\n")
+
+    def decrypt(path: str, doc: dict) -> dict:
+        assert path == "s.sops.yaml"
+        doc["secrets"][0]["token"] = "decrypted-token"
+        return doc
+
+    rendered = render({"s.sops.yaml": encrypted.encode()}, RenderOptions(decrypt=decrypt))
+    assert rendered.payload["secrets"][0]["token"] == "decrypted-token"
+    assert "sops" not in rendered.payload
+    assert rendered.secret_values == frozenset({"decrypted-token"})
+    assert gslog.redact("decrypted-token") == "***"
+    assert errors({"s.sops.yaml": encrypted.encode()}, stage="render") == [
+        "s.sops.yaml:1:1: this file is encrypted with SOPS but no age identity is configured "
+        "(--age-key-file, GITSYNC_AGE_KEY, SOPS_AGE_KEY_FILE)"]
+
+    def failing(path: str, doc: dict) -> dict:
+        raise ValueError("MAC mismatch for decrypted-token")
+
+    assert errors({"s.sops.yaml": encrypted.encode()}, decrypt=failing) == [
+        "s.sops.yaml:1:1: cannot decrypt: MAC mismatch for ***"]

@@ -22,8 +22,8 @@ def test_values_follow_yaml_1_2_and_stay_json_safe():
 def test_item_positions_are_recorded_while_parsing():
     doc = parse(b"# head\nroutes:\n  - id: a\n  -   id: b\n---\nupstreams: [{id: u}]\n").documents
     assert doc[0].key_pos == {"routes": (2, 1)}
-    assert doc[0].item_pos == {"routes": [(3, 5), (4, 7)]}
-    assert doc[1].item_pos == {"upstreams": [(6, 13)]}
+    assert doc[0].item_pos == {"routes": ((3, 5), (4, 7))}
+    assert doc[1].item_pos == {"upstreams": ((6, 13),)}
 
 
 def test_syntax_error_at_its_line_and_column():
@@ -68,7 +68,7 @@ def test_trailing_end_marker_and_json_with_tabs():
     assert parse(b"routes: []\n#END\n").documents[0].data == {"routes": []}
     parsed = parse(b'{\n\t"routes": [\n\t\t{"id": "r1"}\n\t]\n}\n')
     assert parsed.issues == ()
-    assert parsed.documents[0].item_pos == {"routes": [(3, 3)]}
+    assert parsed.documents[0].item_pos == {"routes": ((3, 3),)}
 
 
 def test_positions_table_for_field_lookups():

@@ -70,6 +70,10 @@ def _top_level_problems(loaded: Loaded) -> tuple[list[Problem], list[str]]:
         elif key.endswith(VERSION_SUFFIX) and key[: -len(VERSION_SUFFIX)] in (*KINDS, "plugins"):
             problems.append(Problem(f"{key} does not belong in the repo: versions are chosen by the agent "
                                     "from the live gateway; remove it", at(doc.key_pos.get(key))))
+        elif key in ("plugins", "stream_plugins"):
+            problems.append(Problem(f"{key!r} (file-driven APISIX's plugin list) is not managed by gitsync: "
+                                    "it has no effect in API-driven mode; remove it",
+                                    at(doc.key_pos.get(key))))
         else:
             hint = _hint(key) or f" (expected one of: {', '.join(KINDS)})"
             problems.append(Problem(f"unknown top-level key {key!r}{hint}", at(doc.key_pos.get(key))))

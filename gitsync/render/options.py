@@ -77,13 +77,13 @@ def read_vars_file(path: Path) -> dict[str, str]:
     if parsed.issues:
         issue = parsed.issues[0]
         raise SettingsError(f"{path}:{issue.line}:{issue.col}: {issue.message}")
-    documents = [d for d in parsed.documents if d.data is not None]
+    documents = [d.data for d in parsed.documents if d.data is not None]
     if not documents:
         return {}
-    if len(documents) > 1 or not isinstance(documents[0].data, dict):
+    if len(documents) > 1 or not isinstance(documents[0], dict):
         raise SettingsError(f"{path}: the vars file must hold one mapping of NAME: value")
     try:
-        values = _convert(SPEC_BY_NAME["vars"], documents[0].data, False)
+        values = _convert(SPEC_BY_NAME["vars"], documents[0], False)
     except ValueError as exc:
         raise SettingsError(f"{path}: {exc}") from None
     bad = [name for name in values if not NAME_PATTERN.match(name)]

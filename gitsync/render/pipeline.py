@@ -7,8 +7,9 @@ secret lookup and decrypt callables reaches outside.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitsync.kinds import KINDS, item_id
@@ -19,7 +20,7 @@ from gitsync.render.files import layers
 from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
-from gitsync.render.substitute import Substitution, copy_plain
+from gitsync.render.substitute import Substitution
 from gitsync.render.validate import FileFacts, validate
 
 
@@ -35,6 +36,17 @@ class Rendered:
 def _sorted(problems: list[Problem]) -> list[Problem]:
     """Problems in file order; those without a place (limits) last."""
     return sorted(problems, key=lambda p: (p.location is None, p.location or Location("")))
+
+
+def _redacted(problem: Problem) -> Problem:
+    """A problem safe to log, print or write into a git note: no secret value in any part of it.
+
+    Schema messages quote field values (``failed to match pattern ... with "<value>"``)
+    and a value may have come from ``${{ secrets.* }}`` or a SOPS file.
+    """
+    return replace(problem, message=redact(problem.message),
+                   id=None if problem.id is None else redact(problem.id),
+                   field=None if problem.field is None else redact(problem.field))
 
 
 def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
@@ -65,7 +77,7 @@ def _decrypted_values(encrypted: Any, plain: Any) -> set[str]:
     return found
 
 
-def _decrypt(file: str, doc: Document, options: RenderOptions, secrets: set[str],
+def _decrypt(file: str, doc: Document, encrypted: Any, options: RenderOptions, secrets: set[str],
              problems: list[Problem]) -> Any:
     """The plain document of a SOPS-encrypted one, or None (with a problem) when it cannot be had."""
     where = Location(file, *doc.pos)
@@ -74,11 +86,11 @@ def _decrypt(file: str, doc: Document, options: RenderOptions, secrets: set[str]
                                 "(--age-key-file, GITSYNC_AGE_KEY, SOPS_AGE_KEY_FILE)", where))
         return None
     try:
-        plain = options.decrypt(file, doc.data)
+        plain = options.decrypt(file, copy.deepcopy(encrypted))
     except Exception as exc:  # the decrypt seam: whatever it raises is a problem with this file
         problems.append(Problem(f"cannot decrypt: {redact(str(exc)) or type(exc).__name__}", where))
         return None
-    values = _decrypted_values(doc.data, plain)
+    values = _decrypted_values(encrypted, plain)
     for value in values:
         register_secret(value)
     secrets |= values
@@ -130,7 +142,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
                                                                                            dict)
                 if encrypted:
-                    content = _decrypt(name, doc, options, secrets, render_problems)
+                    content = _decrypt(name, doc, content, options, secrets, render_problems)
                     if content is None:
                         complete = False
                         continue
@@ -141,8 +153,6 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                         render_problems.append(_doc_problem(name, doc, content, path, message, positions))
                         if len(path) >= 2 and isinstance(path[1], int):
                             unsubstituted.add((name, doc.index, str(path[0]), path[1]))
-                else:
-                    content = copy_plain(content)
                 loaded.append(Loaded(name, layer, doc, content))
     built = build(loaded)
     source_map = SourceMap(files, built.sources, positions)
@@ -150,5 +160,5 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                                                 unsubstituted)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
-        raise ProblemsError(stage, _sorted(render_problems + problems))
+        raise ProblemsError(stage, [_redacted(p) for p in _sorted(render_problems + problems)])
     return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values))

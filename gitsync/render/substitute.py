@@ -107,12 +107,3 @@ class Substitution:
         if isinstance(data, list):
             return [self.document(value, (*path, i)) for i, value in enumerate(data)]
         return data
-
-
-def copy_plain(data: Any) -> Any:
-    """A copy of a document that holds no expressions (cheaper than `Substitution.document`)."""
-    if isinstance(data, dict):
-        return {key: copy_plain(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [copy_plain(value) for value in data]
-    return data

@@ -42,7 +42,8 @@ REFERENCES: tuple[tuple[str, str, str], ...] = (
 class FileFacts:
     """What validation may reuse about one file whose items are exactly as parsed (no templates, no SOPS)."""
 
-    schema_issues: dict[Any, list[SchemaIssue]]  # (doc, kind, index) → issues; lives with the parse cache
+    #: (doc, kind, index) → the item's schema issues; lives as long as the file's parse is cached.
+    schema_issues: dict[Any, tuple[SchemaIssue, ...]]
     secret_references: bool  # the bytes contain "$secret://"
 
 
@@ -126,7 +127,7 @@ def check_items(check: Checker) -> None:
             facts, key = check.facts_of(kind, index)
             issues = facts.schema_issues.get(key) if facts is not None else None
             if issues is None:
-                issues = check_item(kind, item)
+                issues = tuple(check_item(kind, item))  # an empty tuple costs the cache nothing
                 if facts is not None:
                     facts.schema_issues[key] = issues
             replaced = {field for _, field in own}

@@ -1,0 +1,93 @@
+"""Property: whatever YAML and whatever item shapes a repo holds, render raises nothing but ProblemsError."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gitsync.kinds import KINDS
+from gitsync.problems import ProblemsError
+from gitsync.render import ParseCache, RenderOptions, mask_secrets, payload_json, render
+
+OPTIONS = RenderOptions(vars={"HOST": "10.0.0.1", "PORT": "8080"},
+                        secret_lookup={"TOKEN": "secret-token-value"}.get,
+                        paths=(".", "envs/prod"), max_payload_size=200_000)
+CACHE = ParseCache()
+PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+FIELDS = ["id", "username", "uri", "uris", "upstream_id", "service_id", "plugin_config_id", "group_id",
+          "plugins", "upstream", "nodes", "host", "port", "weight", "cert", "key", "snis", "sni", "certs",
+          "keys", "type", "token", "prefix", "content", "server_port", "desc", "labels", "key-auth",
+          "proxy-rewrite", "limit-count", "modifiedIndex", "routes_conf_version", "sops", "<<", "route"]
+TEXTS = ["r1", "u1", "s1", "jack", "jack/credentials/k1", "vault/main", "vault/a/b", "${{ vars.HOST }}",
+         "${{ secrets.TOKEN }}", "${{ vars.NOPE }}", "$${{ x }}", "${{ broken", "$secret://vault/main/a/b",
+         "$secret://", "$env://HOME", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+         "", " ", "0", "1.5", "true", "null", "a b", "*", "&x", "%", "#END", "x" * 70, "\u00e9\u2603"]
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+                    st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(TEXTS),
+                    st.text(max_size=12))
+values = st.recursive(scalars, lambda children: st.one_of(
+    st.lists(children, max_size=4),
+    st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), children, max_size=5),
+), max_leaves=25)
+items = st.one_of(values, st.dictionaries(st.sampled_from(FIELDS), values, max_size=6))
+documents = st.one_of(
+    st.dictionaries(st.sampled_from([*KINDS, *FIELDS]), st.one_of(st.lists(items, max_size=4), values),
+                    max_size=4),
+    values,
+)
+
+
+def yaml_text(value: Any, indent: int = 0) -> str:
+    """Block-style YAML of `value` (scalars as JSON, which YAML reads), so block syntax gets exercised."""
+    pad = " " * indent
+    if isinstance(value, dict) and value:
+        return "".join(f"{pad}{json.dumps(str(k))}:\n{yaml_text(v, indent + 2)}" for k, v in value.items())
+    if isinstance(value, list) and value:
+        return "".join(f"{pad}-\n{yaml_text(v, indent + 2)}" for v in value)
+    if isinstance(value, str) and "${{" in value and "\n" not in value:
+        return f"{pad}{value}\n"  # plain, so typed substitution and flow-indicator rules get exercised
+    return f"{pad}{json.dumps(value)}\n"
+
+
+def check(files: dict[str, bytes]) -> None:
+    try:
+        rendered = render(files, OPTIONS, CACHE)
+    except ProblemsError as exc:
+        assert exc.problems
+        for problem in exc.problems:
+            assert "secret-token-value" not in str(problem)
+        return
+    payload_json(rendered.payload)
+    masked = payload_json(mask_secrets(rendered.payload, rendered.secret_values))
+    assert b"secret-token-value" not in masked
+    for kind, kind_items in rendered.payload.items():
+        for index in range(len(kind_items)):
+            assert rendered.source_map.location(kind, index) is not None
+
+
+@PROPERTY
+@given(st.lists(documents, min_size=1, max_size=3), st.booleans())
+def test_generated_documents_and_item_shapes(docs: list[Any], block: bool):
+    if block:
+        text = "---\n".join(yaml_text(doc) for doc in docs)
+    else:
+        text = "\n---\n".join(json.dumps(doc) for doc in docs)
+    check({"a.yaml": text.encode(), "envs/prod/b.yaml": text.encode()})
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from([
+    "routes:", "  - id: r1", "    uri: /a", "  -", "    plugins: {a: 1", "upstreams: [", "- &a x", "- *a",
+    "  key: !!binary aGk=", "? [a, b]", ": c", "%YAML 1.1", "---", "...", "#END", "\t- x",
+    "  ${{ vars.HOST }}",
+    "a: ${{ secrets.TOKEN }}", "b: '${{ secrets.NOPE'", "<<: {x: 1}", "x: .inf", "[[[[[[", "}}}", "'",
+    "\"\\u00", "id: 1", "sops: {mac: x}", "routes_conf_version: 1",
+]), max_size=12), st.binary(max_size=40))
+def test_generated_yaml_lines_and_bytes(lines: list[str], noise: bytes):
+    text = "\n".join(lines).encode()
+    check({"a.yaml": text, "b.json": noise, "c.yml": text + noise})
