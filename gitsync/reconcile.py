@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -142,50 +142,55 @@ def item_content(item: Any) -> Any:
     return normalize(item)
 
 
+def content_bytes(item: Any) -> bytes:
+    """The canonical JSON of an item's content: what equality, indexes and the digest are computed on."""
+    return canonical_json(item_content(item))
+
+
 def items_equal(desired: Sequence[Any], live: Any) -> bool:
     """Whether a kind's desired list equals the live value, in order, ignoring ``modifiedIndex``."""
     live_list = _live_list(live)
-    if live_list is None:
+    if live_list is None or len(desired) != len(live_list):
         return False
-    if len(desired) != len(live_list):
-        return False
-    return all(_same_content(a, b) for a, b in zip(desired, live_list, strict=True))
-
-
-def _same_content(a: Any, b: Any) -> bool:
-    return canonical_json(item_content(a)) == canonical_json(item_content(b))
+    return all(content_bytes(a) == content_bytes(b) for a, b in zip(desired, live_list, strict=True))
 
 
 def _index_of(data: bytes) -> int:
     return int.from_bytes(hashlib.sha256(data).digest()[:8], "big") % (VERSION_LIMIT - 1) + 1
 
 
-def content_indexes(item: Any) -> tuple[int, int]:
+def content_indexes(item: Any, content: bytes | None = None) -> tuple[int, int]:
     """The two ``modifiedIndex`` values gitsync may give this content: the usual one and its stand-in.
 
     The stand-in is used only when the usual one equals the live twin's index while the
     content differs (APISIX would then keep the old object).
     """
-    data = canonical_json(item_content(item))
+    data = content_bytes(item) if content is None else content
     return _index_of(data), _index_of(data + b"\x00")
 
 
-def content_index(item: Any, avoid: Any = None) -> int:
+def content_index(item: Any, avoid: Any = None, content: bytes | None = None) -> int:
     """A ``modifiedIndex`` derived from the item's content, below 10^14 and never equal to `avoid`."""
-    usual, stand_in = content_indexes(item)
+    usual, stand_in = content_indexes(item, content)
     return stand_in if usual == avoid else usual
 
 
-def written_by_gitsync(item: Any) -> bool:
+def written_by_gitsync(item: Any, content: bytes | None = None) -> bool:
     """An item whose ``modifiedIndex`` is the one gitsync derives from its content."""
-    return isinstance(item, Mapping) and item.get(INDEX_FIELD) in content_indexes(item)
+    return isinstance(item, Mapping) and item.get(INDEX_FIELD) in content_indexes(item, content)
+
+
+def _digest(contents: Mapping[str, Sequence[bytes]]) -> str:
+    digest = hashlib.sha256()
+    for kind, items in contents.items():  # canonical JSON holds no raw newline: the separators are safe
+        digest.update(kind.encode() + b"\n" + b"\n".join(items) + b"\n\n")
+    return digest.hexdigest()
 
 
 def desired_digest(desired: Mapping[str, Sequence[Any]], policy: Policy) -> str:
     """SHA-256 of the canonical desired content of the kinds this agent manages."""
-    content = {kind: [item_content(i) for i in desired.get(kind) or ()] for kind in KINDS
-               if policy.manages(kind)}
-    return hashlib.sha256(canonical_json(content)).hexdigest()
+    return _digest({kind: [content_bytes(i) for i in desired.get(kind) or ()] for kind in KINDS
+                    if policy.manages(kind)})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -210,59 +215,62 @@ def live_version_keys(live: Mapping[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: (order.get(k, len(order)), k))
 
 
-def _ids(kind: str, items: Iterable[Any]) -> list[str]:
-    return [i for i in (item_id(kind, item) for item in items) if i is not None]
+@dataclass(frozen=True)
+class _Listed:
+    """A list of items with each one's identity and content bytes, computed once."""
+
+    items: Sequence[Any]
+    ids: list[str | None]
+    contents: list[bytes]
+
+    @classmethod
+    def of(cls, kind: str, items: Sequence[Any]) -> _Listed:
+        return cls(items, [item_id(kind, i) for i in items], [content_bytes(i) for i in items])
+
+    def by_id(self) -> dict[str, tuple[Any, bytes]]:
+        out: dict[str, tuple[Any, bytes]] = {}
+        for key, item, content in zip(self.ids, self.items, self.contents, strict=True):
+            if key is not None:
+                out.setdefault(key, (item, content))
+        return out
 
 
-def _with_indexes(kind: str, desired: Sequence[Any], live_items: Sequence[Any]) -> list[Any]:
+def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes]]) -> list[Any]:
     """The desired list with each item's ``modifiedIndex``: the live twin's when equal, else derived."""
-    twins: dict[str, Any] = {}
-    for item in live_items:
-        key = item_id(kind, item)
-        if key is not None and isinstance(item, Mapping):
-            twins.setdefault(key, item)
     sent = []
-    for item in desired:
+    for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
         if not isinstance(item, Mapping) or kind in UNINDEXED_KINDS:
             sent.append(item)
             continue
         out = {k: v for k, v in item.items() if k != INDEX_FIELD}
-        twin = twins.get(item_id(kind, item) or "")
-        twin_index = twin.get(INDEX_FIELD) if twin is not None else None
-        if twin is not None and _is_number(twin_index) and _same_content(twin, out):
+        twin, twin_content = twins.get(key or "", (None, b""))
+        twin_index = twin.get(INDEX_FIELD) if isinstance(twin, Mapping) else None
+        if _is_number(twin_index) and twin_content == content:
             out[INDEX_FIELD] = twin_index
         else:
-            out[INDEX_FIELD] = content_index(out, avoid=twin_index)
+            out[INDEX_FIELD] = content_index(out, avoid=twin_index, content=content)
         sent.append(out)
     return sent
 
 
-def _changed_kind(kind: str, desired: Sequence[Any], live_items: Sequence[Any], live_v: int | float,
-                  ) -> tuple[KindPlan, list[Any]]:
-    desired_ids = _ids(kind, desired)
-    live_by_id = {}
-    for item in live_items:
-        key = item_id(kind, item)
-        if key is not None:
-            live_by_id.setdefault(key, item)
-    wanted = set(desired_ids)
-    gone = [i for i in live_by_id if i not in wanted]
-    modified = [
-        key for key, item in ((item_id(kind, d), d) for d in desired)
-        if key in live_by_id and not _same_content(item, live_by_id[key])
-    ]
+def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float) -> tuple[KindPlan, list[Any]]:
+    twins = live.by_id()
+    wanted = {key for key in want.ids if key is not None}
+    gone = [key for key in twins if key not in wanted]
+    ours = {key for key in gone if written_by_gitsync(*twins[key])}
     kind_plan = KindPlan(
         key=kind,
         status=KindStatus.CHANGED,
         live_version=live_v,
         version=math.floor(live_v) + 1,
-        count=len(desired),
-        added=tuple(i for i in desired_ids if i not in live_by_id),
-        removed=tuple(i for i in gone if written_by_gitsync(live_by_id[i])),
-        modified=tuple(modified),
-        pruned=tuple(i for i in gone if not written_by_gitsync(live_by_id[i])),
+        count=len(want.items),
+        added=tuple(key for key in want.ids if key is not None and key not in twins),
+        removed=tuple(key for key in gone if key in ours),
+        modified=tuple(key for key, content in zip(want.ids, want.contents, strict=True)
+                       if key is not None and key in twins and twins[key][1] != content),
+        pruned=tuple(key for key in gone if key not in ours),
     )
-    return kind_plan, _with_indexes(kind, desired, live_items)
+    return kind_plan, _with_indexes(kind, want, twins)
 
 
 def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: Policy = MANAGE_ALL) -> Plan:
@@ -270,6 +278,7 @@ def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: 
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
     body: dict[str, Any] = {}
+    wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ())) for kind in KINDS if policy.manages(kind)}
     for key in live_version_keys(live):
         live_v = live[version_key(key)]
         if not _is_number(live_v):
@@ -277,17 +286,18 @@ def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: 
                                     f"{live_v!r}", kind=key))
             continue
         live_items = _live_list(live.get(key))
-        if not policy.manages(key):
+        if key not in wanted:
             status = KindStatus.UNMANAGED if key in KINDS else KindStatus.KEPT
             kinds.append(KindPlan(key, status, live_v, live_v, len(live_items or ())))
             body[version_key(key)] = live_v
             continue
-        want = list(desired.get(key) or ())
-        if items_equal(want, live.get(key)):
-            kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want)))
+        want = wanted[key]
+        current = _Listed.of(key, live_items or [])
+        if live_items is not None and current.contents == want.contents:
+            kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want.items)))
             body[version_key(key)] = live_v
             continue
-        kind_plan, items = _changed_kind(key, want, live_items or [], live_v)
+        kind_plan, items = _changed_kind(key, want, current, live_v)
         if kind_plan.version >= VERSION_LIMIT:
             problems.append(Problem(f"{version_key(key)} is {live_v} on the gateway: no version above it "
                                     "stays below 10^14; restart the gateway to reset its versions",
@@ -295,13 +305,12 @@ def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: 
         kinds.append(kind_plan)
         body[version_key(key)] = kind_plan.version
         body[key] = items
-    reported = {k.key for k in kinds}
-    for kind in KINDS:
-        if desired.get(kind) and kind not in reported and policy.manages(kind) and \
-                version_key(kind) not in live:
+    for kind, want in wanted.items():
+        if want.items and version_key(kind) not in live:
             problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
                                     f"support {kind}", kind=kind))
-    return Plan(tuple(kinds), canonical_json(body), desired_digest(desired, policy), tuple(problems))
+    digest = _digest({kind: want.contents for kind, want in wanted.items()})
+    return Plan(tuple(kinds), canonical_json(body), digest, tuple(problems))
 
 
 FieldPath = tuple[str, ...]
