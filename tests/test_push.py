@@ -325,6 +325,18 @@ def test_two_gateways_one_down_the_other_is_applied(apisix: ApisixDouble) -> Non
     assert results[0].url == down.url and results[1].url == apisix.url
 
 
+def test_a_slow_gateway_does_not_delay_another(apisix: ApisixDouble) -> None:
+    with ApisixDouble(KEY) as slow:
+        slow.set_latency(0.4)
+        try:
+            results = sync_gateways([endpoint(slow, timeout=0.2), endpoint(apisix)],
+                                    {"routes": [route("r1", "/a")]}, retry=FAST)
+        finally:
+            slow.set_latency(0)
+    assert [r.status for r in results] == [SyncStatus.FAILED, SyncStatus.APPLIED]
+    assert results[1].duration < 0.4 < results[0].duration
+
+
 def test_credentials_in_the_url_never_reach_results(apisix: ApisixDouble) -> None:
     url = apisix.url.replace("http://", "http://user:pa55word-xyz@")
     result = sync_gateway(Endpoint(url, Secret(KEY)), {"routes": [route("r1", "/a")]}, retry=FAST)
@@ -471,8 +483,9 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     assert kept.returncode == 0, kept.stderr
     assert kept.stdout == f"{apisix.url}: applied (routes changed)\n"
     assert apisix.config()["secrets"] == [manager] and apisix.config()["routes_conf_version"] == 1720000000006
-    pruned = run_gitsync("sync", "--once", *args)
+    pruned = run_gitsync("sync", "--once", *args, "-vv")
     assert pruned.returncode == 0, pruned.stderr
+    assert "PUT /apisix/admin/configs" in pruned.stderr  # debug logging was on
     assert pruned.stdout == (f"{apisix.url}: applied (secrets changed); pruned 1 out-of-band secrets: "
                              "vault/ops\n")
     assert "secrets" not in apisix.config()
