@@ -306,6 +306,8 @@ def test_layering_replaces_whole_items_in_place_and_appends_new_ones():
     ]
     assert str(rendered.source_map.location("upstreams", 0)) == "envs/prod/u.yaml:2:5"
     assert str(rendered.source_map.location("upstreams", 1)) == "base/u.yaml:5:5"
+    single = render(given, RenderOptions(paths=("base/u.yaml", "envs/prod/u.yaml")))
+    assert single.payload == rendered.payload  # a configured path may also name one file
     # "." plus a nested overlay: the overlay's files belong to the overlay only (envs/dev stays in ".").
     with pytest.raises(ProblemsError) as caught:
         render(given, RenderOptions(paths=(".", "envs/prod")))

@@ -43,7 +43,7 @@ def read_directory(root: Path) -> dict[str, bytes]:
 
 
 def layers(files: Iterable[str], paths: Iterable[str]) -> tuple[list[list[str]], list[str]]:
-    """Split the config files into one sorted list per configured path.
+    """Split the config files into one sorted list per configured path (a directory or one file).
 
     A file under several configured paths belongs to the most specific (longest) one,
     so ``paths = [".", "envs/prod"]`` reads ``envs/prod`` once, as the overlay.
@@ -54,7 +54,7 @@ def layers(files: Iterable[str], paths: Iterable[str]) -> tuple[list[list[str]],
     for file in sorted(f for f in files if is_config_file(f)):
         best = -1
         for i, prefix in enumerate(normalized):
-            if (prefix == "" or file.startswith(prefix + "/")) and (
+            if (prefix in ("", file) or file.startswith(prefix + "/")) and (
                     best < 0 or len(prefix) >= len(normalized[best])):
                 best = i
         if best >= 0:

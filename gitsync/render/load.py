@@ -262,8 +262,8 @@ def parse(data: bytes) -> ParsedFile:
             elif kind is DocumentEndEvent:
                 value, pos = root[0] if root else (None, doc_pos)
                 sops = sops or (isinstance(value, dict) and isinstance(value.get("sops"), dict))
-                positions = {kind: tuple(p) for kind, p in item_pos.items()}
-                documents.append(Document(doc_index, value, pos, key_pos, positions, keep_objects=templates))
+                items_at = {name: tuple(at) for name, at in item_pos.items()}
+                documents.append(Document(doc_index, value, pos, key_pos, items_at, keep_objects=templates))
     except YAMLError as exc:
         issues.append(_yaml_issue(exc, data))
     except _Stop:
