@@ -1,4 +1,4 @@
-"""One-shot commands: ``gitsync render`` and ``gitsync validate`` (see DESIGN.md §8).
+"""One-shot commands: ``gitsync render``, ``validate``, ``diff`` and ``sync`` (see DESIGN.md §8).
 
 Each takes the resolved settings and the parsed arguments and returns the exit
 status: 0 fine, 1 the config repo has problems (each on stderr as
@@ -9,11 +9,24 @@ in git notes), 2 a usage or settings error.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from typing import Any
 
+from gitsync.gateway import endpoints_from_settings
+from gitsync.kinds import item_id
 from gitsync.log import redact
 from gitsync.problems import ProblemsError
+from gitsync.push import (
+    GatewayDiff,
+    RetryPolicy,
+    diff_gateway,
+    each_gateway,
+    policy_from_settings,
+    sync_gateways,
+)
+from gitsync.reconcile import KindStatus
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -24,6 +37,7 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 
 
@@ -70,3 +84,107 @@ def validate(settings: Settings, args: argparse.Namespace) -> int:
     counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
     print(f"valid: {counts or 'no items'}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# diff and sync: the rendered payload against each gateway's live config
+
+
+_ABSENT = object()
+
+
+def _value_text(value: Any, limit: int = 80) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    """The value at a path of `changed_fields`, or a marker when absent."""
+    for step in path:
+        if not isinstance(value, dict) or step not in value:
+            return _ABSENT
+        value = value[step]
+    return value
+
+
+def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
+    return {(kind, item_id(kind, item)): item for kind, items in payload.items() if isinstance(items, list)
+            for item in items}
+
+
+def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
+                show_secrets: bool) -> None:
+    """Per kind and item what a sync would do; values masked unless asked."""
+    assert diff.plan is not None
+    live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
+    wanted = _by_id(desired_shown)
+    live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
+    changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
+    print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
+    for kp in diff.plan.kinds:
+        if kp.status is KindStatus.UNMANAGED and kp.count:
+            print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
+        if kp.status is not KindStatus.CHANGED:
+            continue
+        print(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
+        changes = [c for c in diff.changes if c.kind == kp.key]
+        for change in changes:
+            subject = f"{change.kind}[{change.id}]"
+            if change.action != "change":
+                mark, note = {"add": ("+", ""), "remove": ("-", ""),
+                              "prune": ("!", "  (written out of band; pruned)")}[change.action]
+                print(f"    {mark} {subject}{note}")
+                continue
+            print(f"    ~ {subject}")
+            key = (kp.key, change.id)
+            for path in change.fields:
+                before, after = _at(live.get(key), path), _at(wanted.get(key), path)
+                print(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
+                      f"{_value_text(after)}")
+        if not changes:
+            print("    (order of items changed)")
+
+
+def diff(settings: Settings, args: argparse.Namespace) -> int:
+    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error."""
+    rendered = _render_source(settings, "diff")
+    if isinstance(rendered, int):
+        return 2
+    policy = policy_from_settings(settings)
+    diffs = each_gateway(endpoints_from_settings(settings),
+                         lambda e: diff_gateway(e, rendered.payload, policy))
+    show = bool(getattr(args, "show_secrets", False))
+    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values)
+    status = 0
+    for one in diffs:
+        if one.error is not None or one.plan is None:
+            print(f"gitsync diff: {one.url}: {one.error}", file=sys.stderr)
+            status = 2
+            continue
+        if one.plan.problems:
+            for problem in one.plan.problems:
+                print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
+            status = 2
+        if one.plan.changes:
+            _print_diff(one, desired_shown, rendered.secret_values, show)
+            status = max(status, 1)
+        else:
+            print(f"{one.url}: no changes")
+    return status
+
+
+def sync(settings: Settings, args: argparse.Namespace) -> int:
+    """One sync of every gateway to the source: exit 0 applied or already live, 1 failed."""
+    rendered = _render_source(settings, "sync")
+    if isinstance(rendered, int):
+        return rendered
+    results = sync_gateways(endpoints_from_settings(settings), rendered.payload,
+                            policy_from_settings(settings), source_map=rendered.source_map,
+                            retry=RetryPolicy.from_settings(settings))
+    for result in results:
+        print(result.summary())
+        for problem in result.problems:
+            print(redact(str(problem)), file=sys.stderr)
+    return 0 if all(r.ok for r in results) else 1

@@ -1,0 +1,328 @@
+"""The push loop: make each gateway hold the desired payload, and say what happened.
+
+Per gateway: GET live → plan → validate (when the gateway can and the body fits) → PUT →
+read back and re-plan (nothing left to change means it is live) → `/status/ready` when
+configured → `GatewayResult`. Reconcile stays pure and the gateway client thin; the
+decisions about retrying live here:
+
+- a stale-version 400 or a read-back that differs means another writer raced us: GET again,
+  re-plan, retry soon (short backoff with jitter);
+- a connection error, timeout or 5xx: retry with a longer backoff, then fail; nothing was
+  changed by a request that never reached the gateway or that it answered with 5xx;
+- a validation 400, 401/403, or an answer not understood: fail at once, nothing retried.
+
+Gateways are independent: each runs in its own thread on its own live state.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from gitsync.gateway import (
+    VALIDATE_LIMIT,
+    Endpoint,
+    Gateway,
+    GatewayAuthError,
+    GatewayError,
+    GatewayRejected,
+    GatewayUnavailable,
+    ItemError,
+    LiveConfig,
+    ReadyResult,
+)
+from gitsync.kinds import KINDS, item_id
+from gitsync.log import logger, redact
+from gitsync.problems import Problem
+from gitsync.reconcile import MANAGE_ALL, ItemChange, Plan, Policy, item_changes, plan
+from gitsync.settings import Settings
+
+T = TypeVar("T")
+
+
+class ProblemMapper(Protocol):
+    """Render's source map: (kind, index in the payload list) → a `Problem` at file:line."""
+
+    def problem(self, kind: str, index: int, message: str, field: tuple[str, ...] = ()) -> Problem: ...
+
+
+class SyncStatus(StrEnum):
+    APPLIED = "applied"  # a PUT made the gateway hold the desired config
+    UNCHANGED = "unchanged"  # it already did: no PUT
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Attempts per gateway and the backoff between them (full jitter: uniform in 0..ceiling).
+
+    A race needs only a fresh GET, so it backs off briefly; an unavailable gateway gets
+    time to come back. With the defaults a dead gateway fails in at most 7.5 s.
+    """
+
+    attempts: int = 5
+    race_base: float = 0.05
+    unavailable_base: float = 0.5
+    cap: float = 5.0
+
+    def delay(self, attempt: int, *, race: bool) -> float:
+        base = self.race_base if race else self.unavailable_base
+        return random.uniform(0, min(self.cap, base * 2 ** (attempt - 1)))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetryPolicy:
+        return cls(attempts=max(1, settings.push_attempts), cap=min(cls.cap, settings.max_backoff))
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class GatewayResult:
+    """What one sync did to one gateway."""
+
+    url: str  # without credentials
+    status: SyncStatus
+    versions: dict[str, int | float] = field(default_factory=dict)  # as sent (or live, when unchanged)
+    digest: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)  # items per kind after the sync
+    pruned: dict[str, tuple[str, ...]] = field(default_factory=dict)  # out-of-band items dropped
+    problems: tuple[Problem, ...] = ()
+    error: str | None = None
+    attempts: int = 0
+    puts: int = 0
+    bytes_sent: int = 0
+    duration: float = 0.0
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not SyncStatus.FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for status files and JSON output (no plan, problems as text)."""
+        data = asdict(self)
+        data.pop("plan")
+        data["status"] = str(self.status)
+        data["problems"] = [str(p) for p in self.problems]
+        data["pruned"] = {k: list(v) for k, v in self.pruned.items()}
+        return data
+
+    def summary(self) -> str:
+        """One line for humans."""
+        if self.status is SyncStatus.FAILED:
+            return f"{self.url}: failed: {self.error or 'see problems'}"
+        changed = [k.key for k in self.plan.kinds if k.status == "changed"] if self.plan else []
+        text = f"{self.url}: {self.status}"
+        if self.status is SyncStatus.APPLIED:
+            text += f" ({', '.join(changed) or 'nothing'} changed)"
+        for kind, ids in self.pruned.items():
+            text += f"; pruned {len(ids)} out-of-band {kind}: {', '.join(ids)}"
+        return text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One gateway
+
+
+def item_problems(items: Sequence[ItemError], desired: Mapping[str, Sequence[Any]],
+                  source_map: ProblemMapper | None) -> list[Problem]:
+    """Gateway item errors as `Problem`s at file:line (the index is the item's place in the sent list)."""
+    problems = []
+    for err in items:
+        kind, index, ident = err.kind, err.index, err.id
+        listed = list(desired.get(kind) or ()) if kind else []
+        if index is None and ident is not None:
+            matches = [i for i, item in enumerate(listed) if item_id(kind or "", item) == ident]
+            index = matches[-1] if matches else None  # a duplicate: the later one is the extra
+        if ident is None and index is not None and 0 <= index < len(listed):
+            ident = item_id(kind or "", listed[index])
+        message = redact(err.message)
+        if source_map is not None and kind and index is not None and 0 <= index < len(listed):
+            problems.append(source_map.problem(kind, index, message))
+        else:
+            problems.append(Problem(message, kind=kind, id=ident))
+    return problems
+
+
+class _Sync:
+    """The state of one gateway's sync while it runs."""
+
+    def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy: Policy,
+                 source_map: ProblemMapper | None, retry: RetryPolicy,
+                 sleep: Callable[[float], None]) -> None:
+        self.gateway = gateway
+        self.desired = desired
+        self.policy = policy
+        self.source_map = source_map
+        self.retry = retry
+        self.sleep = sleep
+        self.started = time.monotonic()
+        self.attempts = 0
+        self.puts = 0
+        self.bytes_sent = 0
+        self.plan: Plan | None = None
+
+    def result(self, status: SyncStatus, *, error: str | None = None, problems: Sequence[Problem] = (),
+               digest: str | None = None) -> GatewayResult:
+        p = self.plan
+        counts = {k.key: k.count for k in p.kinds if k.key in KINDS} if p else {}
+        return GatewayResult(
+            url=self.gateway.url, status=status, versions=p.versions if p else {},
+            digest=digest or (p.digest if p else None), counts=counts, pruned=p.pruned if p else {},
+            problems=tuple(problems), error=redact(error) if error else None, attempts=self.attempts,
+            puts=self.puts, bytes_sent=self.bytes_sent, duration=round(time.monotonic() - self.started, 3),
+            plan=p,
+        )
+
+    def failed(self, error: str, problems: Sequence[Problem] = ()) -> GatewayResult:
+        return self.result(SyncStatus.FAILED, error=error, problems=problems)
+
+    def run(self) -> GatewayResult:
+        last_error = "no attempt made"
+        while self.attempts < self.retry.attempts:
+            self.attempts += 1
+            try:
+                outcome = self.attempt()
+            except GatewayRejected as exc:
+                if exc.stale is None:
+                    problems = item_problems(exc.items, self.desired, self.source_map)
+                    return self.failed(f"the gateway rejected the config: {exc}", problems)
+                last_error = f"another writer raced this push: {exc}"
+                race = True
+            except GatewayAuthError as exc:
+                return self.failed(str(exc))
+            except GatewayUnavailable as exc:
+                last_error = str(exc)
+                race = False
+            except GatewayError as exc:
+                return self.failed(str(exc))
+            else:
+                if isinstance(outcome, GatewayResult):
+                    return outcome
+                last_error, race = outcome, True
+            if self.attempts < self.retry.attempts:
+                delay = self.retry.delay(self.attempts, race=race)
+                logger.info("gateway {}: {}; retrying in {:.2f}s (attempt {}/{})", self.gateway.url,
+                            last_error, delay, self.attempts + 1, self.retry.attempts)
+                self.sleep(delay)
+        return self.failed(f"gave up after {self.attempts} attempts: {last_error}")
+
+    def attempt(self) -> GatewayResult | str:
+        """One GET → plan → validate → PUT → read back. A string means: raced, try again."""
+        live = self.gateway.get_config()
+        self.plan = plan(self.desired, live.body, self.policy)
+        if self.plan.problems:
+            return self.failed("this gateway cannot take the config", self.plan.problems)
+        if not self.plan.changes:
+            # After a PUT whose answer was lost (timeout, 5xx from a proxy), the content may be ours.
+            status = SyncStatus.APPLIED if self.puts else SyncStatus.UNCHANGED
+            return self.result(status, digest=live.digest)
+        if len(self.plan.body) <= VALIDATE_LIMIT:
+            checked = self.gateway.validate(self.plan.body)
+            if not checked.ok:
+                problems = item_problems(checked.items, self.desired, self.source_map)
+                error = checked.message or "the gateway rejected the config"
+                return self.failed(f"{error} (validate)", problems)
+        digest = self._digest_for(live)
+        self.puts += 1
+        self.bytes_sent += len(self.plan.body)
+        put = self.gateway.put_config(self.plan.body, digest)
+        back = self.gateway.get_config()
+        if back.digest is not None and back.digest != digest:
+            return "the config changed right after the push (another writer)"
+        if plan(self.desired, back.body, self.policy).changes:
+            why = "the gateway kept its digest but not our content" if put.already_live else \
+                "the config read back differs from the push (another writer)"
+            return why
+        ready = self._wait_ready()
+        if ready is not None and not ready.ready:
+            return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
+        return self.result(SyncStatus.APPLIED, digest=digest)
+
+    def _digest_for(self, live: LiveConfig) -> str:
+        """The plan's digest, unless the gateway already carries it while holding other content.
+
+        APISIX answers 204 to a known digest without looking at the body, so a digest
+        that cannot be right any more gets a suffix that makes the push go through.
+        """
+        assert self.plan is not None
+        if live.digest != self.plan.digest:
+            return self.plan.digest
+        return f"{self.plan.digest}-{int(time.time() * 1000)}"
+
+    def _wait_ready(self) -> ReadyResult | None:
+        """Poll ``/status/ready`` (when configured) until every worker serves the config, or time out."""
+        deadline = time.monotonic() + self.gateway.endpoint.timeout
+        while True:
+            ready = self.gateway.ready()
+            if ready is None or ready.ready or time.monotonic() >= deadline:
+                return ready
+            self.sleep(0.1)
+
+
+def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], policy: Policy = MANAGE_ALL, *,
+                 source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
+                 sleep: Callable[[float], None] = time.sleep) -> GatewayResult:
+    """Make one gateway hold `desired` for every kind `policy` manages."""
+    try:
+        with Gateway(endpoint) as gateway:
+            result = _Sync(gateway, desired, policy, source_map, retry, sleep).run()
+    except Exception as exc:  # a bug or a bad TLS file must not take other gateways down
+        logger.exception("gateway {}: sync crashed", endpoint.display_url)
+        return GatewayResult(endpoint.display_url, SyncStatus.FAILED,
+                             error=redact(f"{type(exc).__name__}: {exc}"))
+    log = logger.info if result.ok else logger.error
+    log("gateway {}: {}", result.url, result.summary().split(": ", 1)[1])
+    for problem in result.problems:
+        logger.error("{}", problem)
+    return result
+
+
+def each_gateway(endpoints: Sequence[Endpoint], work: Callable[[Endpoint], T]) -> list[T]:
+    """Run `work` for every gateway in its own thread; results in the order of `endpoints`."""
+    if not endpoints:
+        return []
+    with ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="gitsync-gateway") as pool:
+        return list(pool.map(work, endpoints))
+
+
+def sync_gateways(endpoints: Sequence[Endpoint], desired: Mapping[str, Sequence[Any]],
+                  policy: Policy = MANAGE_ALL, *, source_map: ProblemMapper | None = None,
+                  retry: RetryPolicy = DEFAULT_RETRY) -> list[GatewayResult]:
+    """Sync every gateway concurrently; one slow or failing gateway delays or blocks no other."""
+    return each_gateway(endpoints, lambda e: sync_gateway(e, desired, policy, source_map=source_map,
+                                                          retry=retry))
+
+
+@dataclass(frozen=True)
+class GatewayDiff:
+    """What a sync would do to one gateway, from its live config; `error` when it could not be read."""
+
+    url: str
+    plan: Plan | None = None
+    live: dict[str, Any] = field(default_factory=dict)
+    changes: tuple[ItemChange, ...] = ()
+    error: str | None = None
+
+
+def diff_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]],
+                 policy: Policy = MANAGE_ALL) -> GatewayDiff:
+    """GET the live config and plan against it, without pushing anything."""
+    try:
+        with Gateway(endpoint) as gateway:
+            live = gateway.get_config()
+    except GatewayError as exc:
+        return GatewayDiff(endpoint.display_url, error=str(exc))
+    the_plan = plan(desired, live.body, policy)
+    return GatewayDiff(endpoint.display_url, the_plan, live.body,
+                       tuple(item_changes(desired, live.body, the_plan)))
+
+
+def policy_from_settings(settings: Settings) -> Policy:
+    return Policy(frozenset(settings.unmanaged))

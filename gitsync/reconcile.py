@@ -1,0 +1,360 @@
+"""Reconcile: choose every ``*_conf_version`` and ``modifiedIndex`` from the live config.
+
+Pure: `plan(desired, live, policy)` takes the rendered payload and the body of a
+fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules are
+DESIGN.md §4; they make a stale-version rejection impossible by construction,
+because no version sent is ever below the live one read just before:
+
+- every version key the gateway reports is in the body (a missing one wipes its kind);
+- a managed kind equal to live (ignoring ``modifiedIndex``, ``{}`` ≡ ``[]``) is sent at
+  the live version without its list, so APISIX keeps it as it is;
+- a managed kind that differs is sent at ``live + 1`` with the full desired list;
+- unmanaged kinds, ``plugins`` and version keys this gitsync does not know keep the live
+  version and no list;
+- an item keeps its live twin's ``modifiedIndex`` when its content is equal, and gets a
+  content-derived one otherwise (APISIX keeps the old data-plane object when the index is equal).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, item_id, version_key
+from gitsync.problems import Problem
+
+#: Versions and indexes stay below this: APISIX round-trips numbers with 14 significant digits.
+VERSION_LIMIT = 10**14
+
+#: Kinds whose items get no ``modifiedIndex``: a plugin's ``metadata_schema`` may refuse the extra field.
+UNINDEXED_KINDS: frozenset[str] = frozenset({"plugin_metadata"})
+
+INDEX_FIELD = "modifiedIndex"
+
+
+class KindStatus(StrEnum):
+    UNCHANGED = "unchanged"  # managed, equal to live: live version, no list
+    CHANGED = "changed"  # managed, different: live + 1 and the full list
+    UNMANAGED = "unmanaged"  # the policy keeps whatever is live
+    KEPT = "kept"  # `plugins` or a version key this gitsync does not know
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What this agent owns on a gateway: every kind except the `unmanaged` ones."""
+
+    unmanaged: frozenset[str] = frozenset()
+
+    def manages(self, kind: str) -> bool:
+        return kind in KINDS and kind not in self.unmanaged
+
+
+#: The default policy: every kind is the repo's.
+MANAGE_ALL = Policy()
+
+
+@dataclass(frozen=True)
+class KindPlan:
+    """What the push does to one versioned key of the gateway."""
+
+    key: str
+    status: KindStatus
+    live_version: int | float
+    version: int | float
+    count: int  # items after the push: desired items when managed, live items otherwise
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()  # items gitsync wrote before and the repo no longer has
+    modified: tuple[str, ...] = ()
+    pruned: tuple[str, ...] = ()  # items written out of band (not by gitsync), now dropped
+
+    @property
+    def version_key(self) -> str:
+        return version_key(self.key)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The PUT for one gateway, and what it does per kind."""
+
+    kinds: tuple[KindPlan, ...]
+    body: bytes  # canonical JSON
+    digest: str  # X-Digest: SHA-256 of the canonical desired content of the managed kinds
+    problems: tuple[Problem, ...] = ()  # reasons this plan must not be pushed
+
+    @property
+    def changes(self) -> bool:
+        """True when something differs from live: nothing to change means no PUT at all."""
+        return any(k.status is KindStatus.CHANGED for k in self.kinds)
+
+    @property
+    def versions(self) -> dict[str, int | float]:
+        return {k.version_key: k.version for k in self.kinds}
+
+    def kind(self, key: str) -> KindPlan | None:
+        return next((k for k in self.kinds if k.key == key), None)
+
+    @property
+    def pruned(self) -> dict[str, tuple[str, ...]]:
+        return {k.key: k.pruned for k in self.kinds if k.pruned}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Content: normal form, equality, digest, modifiedIndex
+
+
+def normalize(value: Any) -> Any:
+    """The form in which two values are compared: what APISIX would give back for what it was sent.
+
+    Empty objects and arrays are the same (GET renders ``[]`` as ``{}``), and numbers are
+    rounded the way cjson stores them (14 significant digits; integral floats are ints).
+    """
+    if isinstance(value, Mapping):
+        return {str(k): normalize(v) for k, v in value.items()} if value else []
+    if isinstance(value, list | tuple):
+        return [normalize(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            return value
+        if abs(value) >= VERSION_LIMIT or isinstance(value, float):
+            rounded = float(f"{value:.14g}")
+            return int(rounded) if rounded.is_integer() and abs(rounded) < 2**53 else rounded
+        return value
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def item_content(item: Any) -> Any:
+    """An item's normal form without its ``modifiedIndex`` (which is bookkeeping, not content)."""
+    if isinstance(item, Mapping):
+        item = {k: v for k, v in item.items() if k != INDEX_FIELD}
+    return normalize(item)
+
+
+def content_bytes(item: Any) -> bytes:
+    """The canonical JSON of an item's content: what equality, indexes and the digest are computed on."""
+    return canonical_json(item_content(item))
+
+
+def items_equal(desired: Sequence[Any], live: Any) -> bool:
+    """Whether a kind's desired list equals the live value, in order, ignoring ``modifiedIndex``."""
+    live_list = _live_list(live)
+    if live_list is None or len(desired) != len(live_list):
+        return False
+    return all(content_bytes(a) == content_bytes(b) for a, b in zip(desired, live_list, strict=True))
+
+
+def _index_of(data: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big") % (VERSION_LIMIT - 1) + 1
+
+
+def content_indexes(item: Any, content: bytes | None = None) -> tuple[int, int]:
+    """The two ``modifiedIndex`` values gitsync may give this content: the usual one and its stand-in.
+
+    The stand-in is used only when the usual one equals the live twin's index while the
+    content differs (APISIX would then keep the old object).
+    """
+    data = content_bytes(item) if content is None else content
+    return _index_of(data), _index_of(data + b"\x00")
+
+
+def content_index(item: Any, avoid: Any = None, content: bytes | None = None) -> int:
+    """A ``modifiedIndex`` derived from the item's content, below 10^14 and never equal to `avoid`."""
+    usual, stand_in = content_indexes(item, content)
+    return stand_in if usual == avoid else usual
+
+
+def written_by_gitsync(item: Any, content: bytes | None = None) -> bool:
+    """An item whose ``modifiedIndex`` is the one gitsync derives from its content."""
+    return isinstance(item, Mapping) and item.get(INDEX_FIELD) in content_indexes(item, content)
+
+
+def _digest(contents: Mapping[str, Sequence[bytes]]) -> str:
+    digest = hashlib.sha256()
+    for kind, items in contents.items():  # canonical JSON holds no raw newline: the separators are safe
+        digest.update(kind.encode() + b"\n" + b"\n".join(items) + b"\n\n")
+    return digest.hexdigest()
+
+
+def desired_digest(desired: Mapping[str, Sequence[Any]], policy: Policy) -> str:
+    """SHA-256 of the canonical desired content of the kinds this agent manages."""
+    return _digest({kind: [content_bytes(i) for i in desired.get(kind) or ()] for kind in KINDS
+                    if policy.manages(kind)})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The plan
+
+
+def _live_list(value: Any) -> list[Any] | None:
+    """A live kind as a list: absent or ``{}`` is empty; any other non-list shape is unknown (None)."""
+    if value is None or (isinstance(value, Mapping) and not value):
+        return []
+    return list(value) if isinstance(value, list) else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def live_version_keys(live: Mapping[str, Any]) -> list[str]:
+    """The keys with a ``*_conf_version`` on the gateway, known kinds first in their usual order."""
+    keys = [k[: -len(VERSION_SUFFIX)] for k in live if k.endswith(VERSION_SUFFIX) and k not in METADATA_KEYS]
+    order = {k: i for i, k in enumerate((*KINDS, "plugins"))}
+    return sorted(keys, key=lambda k: (order.get(k, len(order)), k))
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A list of items with each one's identity and content bytes, computed once."""
+
+    items: Sequence[Any]
+    ids: list[str | None]
+    contents: list[bytes]
+
+    @classmethod
+    def of(cls, kind: str, items: Sequence[Any]) -> _Listed:
+        return cls(items, [item_id(kind, i) for i in items], [content_bytes(i) for i in items])
+
+    def by_id(self) -> dict[str, tuple[Any, bytes]]:
+        out: dict[str, tuple[Any, bytes]] = {}
+        for key, item, content in zip(self.ids, self.items, self.contents, strict=True):
+            if key is not None:
+                out.setdefault(key, (item, content))
+        return out
+
+
+def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes]]) -> list[Any]:
+    """The desired list with each item's ``modifiedIndex``: the live twin's when equal, else derived."""
+    sent = []
+    for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
+        if not isinstance(item, Mapping) or kind in UNINDEXED_KINDS:
+            sent.append(item)
+            continue
+        out = {k: v for k, v in item.items() if k != INDEX_FIELD}
+        twin, twin_content = twins.get(key or "", (None, b""))
+        twin_index = twin.get(INDEX_FIELD) if isinstance(twin, Mapping) else None
+        if _is_number(twin_index) and twin_content == content:
+            out[INDEX_FIELD] = twin_index
+        else:
+            out[INDEX_FIELD] = content_index(out, avoid=twin_index, content=content)
+        sent.append(out)
+    return sent
+
+
+def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float) -> tuple[KindPlan, list[Any]]:
+    twins = live.by_id()
+    wanted = {key for key in want.ids if key is not None}
+    gone = [key for key in twins if key not in wanted]
+    ours = {key for key in gone if written_by_gitsync(*twins[key])}
+    kind_plan = KindPlan(
+        key=kind,
+        status=KindStatus.CHANGED,
+        live_version=live_v,
+        version=math.floor(live_v) + 1,
+        count=len(want.items),
+        added=tuple(key for key in want.ids if key is not None and key not in twins),
+        removed=tuple(key for key in gone if key in ours),
+        modified=tuple(key for key, content in zip(want.ids, want.contents, strict=True)
+                       if key is not None and key in twins and twins[key][1] != content),
+        pruned=tuple(key for key in gone if key not in ours),
+    )
+    return kind_plan, _with_indexes(kind, want, twins)
+
+
+def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: Policy = MANAGE_ALL) -> Plan:
+    """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone."""
+    problems: list[Problem] = []
+    kinds: list[KindPlan] = []
+    body: dict[str, Any] = {}
+    wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ())) for kind in KINDS if policy.manages(kind)}
+    for key in live_version_keys(live):
+        live_v = live[version_key(key)]
+        if not _is_number(live_v):
+            problems.append(Problem(f"the gateway reports a {version_key(key)} that is not a number: "
+                                    f"{live_v!r}", kind=key))
+            continue
+        live_items = _live_list(live.get(key))
+        if key not in wanted:
+            status = KindStatus.UNMANAGED if key in KINDS else KindStatus.KEPT
+            kinds.append(KindPlan(key, status, live_v, live_v, len(live_items or ())))
+            body[version_key(key)] = live_v
+            continue
+        want = wanted[key]
+        current = _Listed.of(key, live_items or [])
+        if live_items is not None and current.contents == want.contents:
+            kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want.items)))
+            body[version_key(key)] = live_v
+            continue
+        kind_plan, items = _changed_kind(key, want, current, live_v)
+        if kind_plan.version >= VERSION_LIMIT:
+            problems.append(Problem(f"{version_key(key)} is {live_v} on the gateway: no version above it "
+                                    "stays below 10^14; restart the gateway to reset its versions",
+                                    kind=key))
+        kinds.append(kind_plan)
+        body[version_key(key)] = kind_plan.version
+        body[key] = items
+    for kind, want in wanted.items():
+        if want.items and version_key(kind) not in live:
+            problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
+                                    f"support {kind}", kind=kind))
+    digest = _digest({kind: want.contents for kind, want in wanted.items()})
+    return Plan(tuple(kinds), canonical_json(body), digest, tuple(problems))
+
+
+FieldPath = tuple[str, ...]
+
+
+def changed_fields(live_item: Any, desired_item: Any) -> list[FieldPath]:
+    """The paths of the fields that differ between two items (``modifiedIndex`` ignored)."""
+    return _diff_paths(item_content(live_item), item_content(desired_item), ())
+
+
+def _diff_paths(a: Any, b: Any, prefix: FieldPath) -> list[FieldPath]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        paths: list[FieldPath] = []
+        for key in sorted(set(a) | set(b)):
+            if key not in a or key not in b:
+                paths.append((*prefix, key))
+            else:
+                paths.extend(_diff_paths(a[key], b[key], (*prefix, key)))
+        return paths
+    return [prefix] if canonical_json(a) != canonical_json(b) else []
+
+
+@dataclass(frozen=True)
+class ItemChange:
+    """One line of `gitsync diff`: what a push does to one item."""
+
+    kind: str
+    id: str
+    action: str  # add | change | remove | prune
+    fields: tuple[FieldPath, ...] = field(default=())
+
+
+def item_changes(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], the_plan: Plan,
+                 ) -> list[ItemChange]:
+    """Per item, what `the_plan` adds, changes, removes or prunes (in plan order)."""
+    changes: list[ItemChange] = []
+    for kp in the_plan.kinds:
+        if kp.status is not KindStatus.CHANGED:
+            continue
+        live_by_id = {item_id(kp.key, i): i for i in reversed(_live_list(live.get(kp.key)) or [])}
+        want_by_id = {item_id(kp.key, i): i for i in reversed(list(desired.get(kp.key) or ()))}
+        changes += [ItemChange(kp.key, i, "add") for i in kp.added]
+        changes += [ItemChange(kp.key, i, "change", tuple(changed_fields(live_by_id[i], want_by_id[i])))
+                    for i in kp.modified]
+        changes += [ItemChange(kp.key, i, "remove") for i in kp.removed]
+        changes += [ItemChange(kp.key, i, "prune") for i in kp.pruned]
+    return changes
