@@ -289,6 +289,13 @@ def _peeled_or_none(repo: Repo, sha: bytes) -> Commit | None:
         return None
 
 
+def _unreachable(exc: BaseException | None) -> bool:
+    """Whether an OSError says the remote could not be reached. A connection cut short is not
+    that: servers also hang up on a want they refuse."""
+    return isinstance(exc, OSError) and not isinstance(
+        exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError)
+
+
 def _recorded_url(repo: Repo) -> str | None:
     try:
         return repo.get_config().get((b"gitsync",), b"url").decode()
@@ -501,9 +508,9 @@ class Source:
         except GitProtocolError as exc:  # dulwich wraps a failed read's OSError in one
             if isinstance(exc.__cause__, TimeoutError) or "timed out" in str(exc).lower():
                 raise failed(f"no answer within {self.timeout:g}s") from None
-            raise failed(_first_lines(str(exc)), unreachable=isinstance(exc.__cause__, OSError)) from None
+            raise failed(_first_lines(str(exc)), unreachable=_unreachable(exc.__cause__)) from None
         except OSError as exc:
-            raise failed(exc.strerror or str(exc)) from None
+            raise failed(exc.strerror or str(exc), unreachable=_unreachable(exc)) from None
         except Exception as exc:  # a remote that breaks the protocol in a way dulwich does not name
             logger.opt(exception=True).debug("unexpected error from {}", self.url)
             raise failed(f"{type(exc).__name__}: {_first_lines(str(exc))}", unreachable=False) from None
