@@ -32,11 +32,11 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
-            "gitsync.commands:render", ("source",)),
+            "gitsync.commands:render", ("source", "state")),
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
-            "gitsync.commands:validate", ("source",)),
+            "gitsync.commands:validate", ("source", "state")),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
-            "gitsync.commands:diff", ("source", "gateway"), ("gateways", "admin_key")),
+            "gitsync.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key")),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed)",
             "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key")),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",

@@ -9,14 +9,18 @@ in git notes), 2 a usage or settings error.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from gitsync.gateway import endpoints_from_settings
 from gitsync.kinds import item_id
-from gitsync.log import redact
+from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push import (
     GatewayDiff,
@@ -39,20 +43,37 @@ from gitsync.render import (
 )
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
+from gitsync.source import SourceError, read_input, writable_dir
+
+
+def _read_files(settings: Settings, command: str) -> dict[str, bytes] | int:
+    """The config files of ``--dir`` or of the ``--repo`` commit, or print why not and return 2."""
+    if settings.dir is not None:
+        try:
+            return read_directory(settings.dir)
+        except OSError as exc:
+            print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+            return 2
+    if not settings.repo:
+        print(f"gitsync {command}: no source: give --dir PATH or --repo URL", file=sys.stderr)
+        return 2
+    try:
+        commit = read_input(settings)
+    except SourceError as exc:
+        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
+    return commit.files
 
 
 def _render_source(settings: Settings, command: str) -> Rendered | int:
     """Render the configured source, or print why not and return the exit status."""
-    if settings.dir is None:
-        if settings.repo:
-            print(f"gitsync {command}: --repo is not available yet; use --dir", file=sys.stderr)
-        else:
-            print(f"gitsync {command}: no source: give --dir PATH", file=sys.stderr)
-        return 2
+    files = _read_files(settings, command)
+    if isinstance(files, int):
+        return files
     try:
-        files = read_directory(settings.dir)
         options = options_from_settings(settings, os.environ)
-    except (OSError, SettingsError) as exc:
+    except SettingsError as exc:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
@@ -176,7 +197,14 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
-    """One sync of every gateway to the source: exit 0 applied or already live, 1 failed."""
+    """One sync of every gateway to the source: exit 0 applied or already live, 1 failed.
+
+    With ``--repo`` this is the daemon's own pipeline, once: the mirror, last good commit and
+    write-back live in the state dir (a temporary one when it is not writable). With ``--dir``
+    there is no commit: the directory is rendered and pushed.
+    """
+    if settings.dir is None and settings.repo:
+        return _sync_repo(settings)
     rendered = _render_source(settings, "sync")
     if isinstance(rendered, int):
         return rendered
@@ -188,3 +216,35 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
         for problem in result.problems:
             print(redact(str(problem)), file=sys.stderr)
     return 0 if all(r.ok for r in results) else 1
+
+
+def _sync_repo(settings: Settings) -> int:
+    from gitsync.agent import Agent
+    from gitsync.state import StateDir, StateError
+
+    with contextlib.ExitStack() as stack:
+        if not writable_dir(settings.state_dir):
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gitsync-sync-"))
+            logger.warning("state dir {} is not writable: using a temporary one (nothing is remembered)",
+                           settings.state_dir)
+            settings = dataclasses.replace(settings, state_dir=Path(tmp))
+        state_dir = StateDir(settings.state_dir)
+        try:
+            stack.enter_context(state_dir.locked())
+            agent = Agent(settings, state_dir=state_dir)
+        except (StateError, SourceError, SettingsError) as exc:
+            print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
+            return 1
+        stack.callback(agent.close)
+        outcome = agent.sync_once("cli")
+    for result in outcome.gateways:
+        print(result.summary())
+    if outcome.ok:
+        print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
+        return 0
+    print(f"gitsync sync: {outcome.result} at {outcome.stage or '?'}: {outcome.commit or '-'}",
+          file=sys.stderr)
+    for problem in outcome.problems:
+        print(redact(problem), file=sys.stderr)
+    return 1
+

@@ -925,7 +925,8 @@ def _first_lines(text: str, limit: int = 3) -> str:
 # One-shot commands
 
 
-def _writable(directory: Path) -> bool:
+def writable_dir(directory: Path) -> bool:
+    """Create `directory` if needed; True when this process can write in it."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -941,7 +942,7 @@ def read_input(settings: Settings) -> CommitFiles:
     remote (the daemon's) is left alone: a one-shot for another repo uses a temp dir too.
     """
     source = Source.from_settings(settings)
-    if _writable(settings.state_dir) and source.mirror_url() in (None, source.url):
+    if writable_dir(settings.state_dir) and source.mirror_url() in (None, source.url):
         return _fetch_verify_read(source)
     with tempfile.TemporaryDirectory(prefix="gitsync-") as tmp:
         logger.debug("using a temporary mirror: {} is not writable or mirrors another remote",

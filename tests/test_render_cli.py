@@ -63,11 +63,23 @@ def test_render_prints_deterministic_masked_json(tmp_path: Path):
     assert json.loads(shown.stdout)["secrets"][0]["token"] == TOKEN
 
 
-def test_repo_source_is_not_available_yet():
-    for command in ("render", "validate"):
-        result = run_gitsync(command, "--repo", "https://git.example.com/x.git")
-        assert result.returncode == 2
-        assert result.stderr.strip() == f"gitsync {command}: --repo is not available yet; use --dir"
+def test_render_and_validate_read_a_commit_with_repo(tmp_path: Path, git_daemon, remote_repo):
+    """`--repo` reads the commit from a real git remote (git daemon), with the same output as `--dir`."""
+    files = {str(p.relative_to(SAMPLE)): p.read_bytes() for p in SAMPLE.rglob("*") if p.is_file()}
+    remote_repo.commit(files, "sample")
+    url = git_daemon.url(remote_repo.path.name)
+    state = ["--state-dir", str(tmp_path / "state")]
+    from_repo = run_gitsync("render", "--repo", url, *state, env=WITH_TOKEN)
+    from_dir = run_gitsync("render", "--dir", str(SAMPLE), env=WITH_TOKEN)
+    assert from_repo.returncode == 0, from_repo.stderr
+    assert from_repo.stdout == from_dir.stdout
+    broken = files["base/routes/api.yaml"].replace(b"uri: /", b"uri: 42 #", 1)
+    remote_repo.commit({"base/routes/api.yaml": broken}, "break a route")
+    result = run_gitsync("validate", "--repo", url, *state, env=WITH_TOKEN)
+    assert result.returncode == 1
+    assert "base/routes/api.yaml:" in result.stderr and "routes[" in result.stderr
+    missing = run_gitsync("validate", "--repo", git_daemon.url("nope.git"), *state)
+    assert missing.returncode == 2 and "gitsync validate: error:" in missing.stderr
 
 
 def test_the_double_accepts_the_rendered_sample_payload():
