@@ -69,8 +69,9 @@ def write_tree(root: Path, files: dict[str, bytes]) -> None:
 
 
 def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main") -> None:
-    """A repo whose first commit holds the whole config and each later commit changes one route file."""
-    subprocess.run(["git", "init", "-q", "-b", branch, str(repo)], check=True)
+    """A bare repo (a remote to serve) whose first commit holds the whole config and each later
+    commit changes one route file."""
+    subprocess.run(["git", "init", "-q", "--bare", "-b", branch, str(repo)], check=True)
     stream: list[bytes] = []
     base = config_files(routes)
     files_n = max(1, (routes + ROUTES_PER_FILE - 1) // ROUTES_PER_FILE)
@@ -94,7 +95,6 @@ def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main")
             stream.append(blob(route_file(i, revision=c)))
         stream.append(b"\n")
     subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True)
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-f", branch], check=True)
 
 
 def add_commits(repo: Path, routes: int, count: int, start_revision: int) -> None:
@@ -118,4 +118,3 @@ def add_commits(repo: Path, routes: int, count: int, start_revision: int) -> Non
         stream.append(b"M 100644 inline routes/r%05d.yaml\n" % i)
         stream.append(b"data %d\n%s\n\n" % (len(data), data))
     subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True)
-    subprocess.run(["git", "-C", str(repo), "reset", "-q", "--hard", branch], check=True)
