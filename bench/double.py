@@ -8,7 +8,8 @@ Times are `time.monotonic()` (CLOCK_MONOTONIC: one clock for every process of th
 - ``mark``: remember where the request log ends (what `wait_put` waits beyond);
 - ``restart``: mark, then `ApisixDouble.restart()` (memory gone, connections cut); ``{"at"}``
   is when restart() was called;
-- ``wait_put``: wait for the first PUT accepted after the mark; ``{"at", "routes"}``;
+- ``wait_put [TIMEOUT]``: wait for the first PUT accepted after the mark; ``{"at", "routes"}``,
+  ``at`` null on timeout;
 - ``quit``: stop and exit.
 
 `DoubleProcess` is the parent's side.
@@ -59,8 +60,9 @@ def serve(admin_key: str) -> int:
             mark = len(double.requests)
             reply = {"at": time.monotonic()}
             double.restart()
-        elif command == "wait_put":
-            at = _accepted_put_after(double, mark, WAIT_TIMEOUT)
+        elif command.startswith("wait_put"):
+            _, _, timeout = command.partition(" ")
+            at = _accepted_put_after(double, mark, float(timeout or WAIT_TIMEOUT))
             routes = double.config().get("routes") or []
             reply = {"at": at, "routes": len(routes) if isinstance(routes, list) else 0}
         else:
@@ -95,12 +97,11 @@ class DoubleProcess:
         """Restart the gateway (it forgets its config); when restart() was called."""
         return self._ask("restart")["at"]
 
-    def wait_put(self) -> tuple[float, int]:
-        """When the first PUT after the last mark or restart was accepted, and the routes then held."""
-        reply = self._ask("wait_put")
-        if reply["at"] is None:
-            raise RuntimeError(f"no PUT reached the gateway within {WAIT_TIMEOUT:g}s")
-        return reply["at"], reply["routes"]
+    def wait_put(self, timeout: float = WAIT_TIMEOUT) -> tuple[float, int] | None:
+        """When the first PUT after the last mark or restart was accepted, and the routes then held;
+        None when none came within `timeout` seconds."""
+        reply = self._ask(f"wait_put {timeout}")
+        return None if reply["at"] is None else (reply["at"], reply["routes"])
 
     def stop(self) -> None:
         if self.proc.poll() is None:

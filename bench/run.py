@@ -1,0 +1,595 @@
+"""The benchmark runner: what a sync costs as the config grows, each scenario against its floor.
+
+Every figure is a median of several repetitions, and every floor is measured in the same run
+on the same machine, so the ratio means something on a noisy, shared host. See bench/README.md
+for what each floor is and why.
+
+Processes: the git remote is ``git daemon`` on 127.0.0.1; each gateway is the Admin API double
+in a child process (bench/double.py); the agent runs in this process (scenarios 1–3) or as a
+real ``gitsync`` subprocess (``run`` for 5–7, ``sync --once`` for 7). The floors' HTTP goes from
+this process to a second double that receives exactly the same bodies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import dulwich
+import httpx
+from ruamel.yaml import YAML
+
+from bench.double import DoubleProcess
+from bench.generate import add_commits, make_history
+from gitsync import log as gslog
+from gitsync.agent import Agent
+from gitsync.reconcile import plan
+from gitsync.render import ParseCache, render
+from gitsync.settings import Settings, load
+from gitsync.source import Source
+from tests.gitservers import GitDaemon, free_port, git, stop_process, wait_for_port
+from tests.support import gitsync_env
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+ADMIN_KEY = "bench-admin-key"
+WEBHOOK_SECRET = "bench-webhook-secret"
+HISTORY = 20  # commits in each repo before the run
+FETCH_BATCH = 50  # commits per incremental fetch (scenario 4)
+REFILL_DEADLINE = 30.0  # seconds a restarted gateway is given to be refilled by the drift watch
+DAEMON_SIZE = 1000  # routes of the webhook and daemon-memory scenarios (6, 7)
+CONFIGS = "/apisix/admin/configs"
+REFSPEC = "+refs/heads/main:refs/heads/main"
+MB = 1024 * 1024
+
+#: (title, target, how the target reads). Ratios are gitsync ÷ floor; "max" targets are absolute.
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "cold_render": ("1 cold render", "render ÷ ruamel C loader ≤ 2×"),
+    "change_applied": ("2 one-file change → applied", "÷ httpx GET+PUT ≤ 1.5× at 10,000"),
+    "noop_poll": ("3 no-op poll", "÷ ref advertisement ≤ 1.2×"),
+    "incremental_fetch": ("4 fetch of 50 commits", "÷ git fetch (no target)"),
+    "restart_refill": ("5 restart → refilled", "÷ restart+GET+PUT (no target)"),
+    "webhook_live": ("6 webhook → live p50", "p50 ≤ 300 ms"),
+    "sync_once_rss": ("7 sync --once peak RSS", "≤ 150 MB at 10,000"),
+    "daemon_rss": ("7 daemon RSS, 100 syncs", "no growth"),
+}
+
+
+@dataclass
+class Result:
+    """One scenario at one size: gitsync's median, the floor's median, and the target."""
+
+    scenario: str
+    routes: int
+    value: float
+    unit: str  # "s" or "MB"
+    floor: float | None = None
+    target: float | None = None
+    target_kind: str = "ratio"  # "ratio": value/floor ≤ target; "max": value ≤ target
+    samples: list[float] = field(default_factory=list)
+    floor_samples: list[float] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.value / self.floor if self.floor else None
+
+    @property
+    def met(self) -> bool | None:
+        if self.target is None:
+            return None
+        measured = self.ratio if self.target_kind == "ratio" else self.value
+        return measured is not None and measured <= self.target
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": _round(self.ratio), "met": self.met}
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def median(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------------------------------------
+# The world of one size: a served repo, two gateways, settings
+
+
+class Fixture:
+    """A repo of `routes` routes served by git daemon, with a counter of the commits added since."""
+
+    def __init__(self, routes: int, work: Path, daemon: GitDaemon) -> None:
+        self.routes = routes
+        self.work = work
+        self.repo = daemon.base_path / f"config-{routes}.git"
+        make_history(self.repo, routes, HISTORY)
+        self.revision = HISTORY
+        self.url = daemon.url(self.repo.name)
+        self.port = daemon.port
+        self.key_file = work / "admin-key"
+        self.key_file.write_text(ADMIN_KEY)
+        self.webhook_file = work / "webhook-secret"
+        self.webhook_file.write_text(WEBHOOK_SECRET)
+
+    def commit(self, count: int = 1) -> str:
+        """`count` new commits on the remote, each changing one route file; the new tip."""
+        add_commits(self.repo, self.routes, count, self.revision)
+        self.revision += count
+        return git("rev-parse", "refs/heads/main", cwd=self.repo)
+
+    def settings(self, gateway: str, state_dir: Path) -> Settings:
+        return load({"repo": self.url, "gateways": [gateway], "admin_key_file": str(self.key_file),
+                     "state_dir": str(state_dir), "writeback": "off"}, env={}, config=os.devnull)
+
+    def gitsync_args(self, gateway: str, state_dir: Path) -> list[str]:
+        return ["--repo", self.url, "--gateway", gateway, "--admin-key-file", str(self.key_file),
+                "--state-dir", str(state_dir), "--no-writeback"]
+
+
+class FloorClient:
+    """The floors' plain HTTP client: one keep-alive httpx connection to a gateway."""
+
+    def __init__(self, url: str) -> None:
+        self.client = httpx.Client(base_url=url, headers={"X-API-KEY": ADMIN_KEY}, timeout=120)
+
+    def get_put(self, body: bytes, digest: str) -> None:
+        """GET the live config (read, parsed: a client needs the live versions), PUT `body`."""
+        self.client.get(CONFIGS).raise_for_status().json()
+        response = self.client.put(CONFIGS, content=body,
+                                   headers={"Content-Type": "application/json", "X-Digest": digest})
+        if response.status_code != 202:
+            raise RuntimeError(f"floor PUT answered {response.status_code}: {response.text[:200]}")
+
+    def live(self) -> dict[str, Any]:
+        return self.client.get(CONFIGS).raise_for_status().json()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def ref_advertisement(port: int, path: str) -> bytes:
+    """The remote's ref advertisement alone (git protocol v0, one round trip), over a raw socket."""
+    request = b"git-upload-pack /%s\0host=127.0.0.1:%d\0" % (path.encode(), port)
+    chunks: list[bytes] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(b"%04x%s" % (len(request) + 4, request))
+        data = b""
+        while not data.endswith(b"0000"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        chunks.append(data)
+        conn.sendall(b"0000")  # no wants: the server ends the conversation
+    return b"".join(chunks)
+
+
+class DaemonProcess:
+    """``gitsync run`` as a real subprocess; its metrics and memory read from outside."""
+
+    def __init__(self, fixture: Fixture, gateway: str, state_dir: Path, *, drift_interval: float,
+                 webhook: bool) -> None:
+        self.port = free_port()
+        args = [sys.executable, "-m", "gitsync", "run", *fixture.gitsync_args(gateway, state_dir),
+                "--listen", f"127.0.0.1:{self.port}", "--interval", "3600", "--jitter", "0",
+                "--drift-interval", str(drift_interval)]
+        if webhook:
+            args += ["--webhook-secret-file", str(fixture.webhook_file)]
+        self.log = (fixture.work / f"daemon-{self.port}.log").open("w")
+        self.proc = subprocess.Popen(args, env=gitsync_env(), stdout=subprocess.DEVNULL, stderr=self.log,
+                                     start_new_session=True)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
+        if not wait_for_port(self.port, self.proc, timeout=30):
+            self.stop()
+            raise RuntimeError(f"gitsync run did not start; see {self.log.name}")
+
+    def syncs(self) -> dict[str, float]:
+        """gitsync_syncs_total by result, from /metrics."""
+        text = self.http.get("/metrics").text
+        return {m[1]: float(m[2]) for m in re.finditer(r'^gitsync_syncs_total\{result="(\w+)"\} (\S+)$',
+                                                       text, re.M)}
+
+    def wait_syncs(self, result: str, count: float, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while self.syncs().get(result, 0) < count:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the daemon did not reach {count:g} {result} syncs; see {self.log.name}")
+            time.sleep(0.01)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while self.http.get("/readyz").status_code != 200:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the daemon never became ready; see {self.log.name}")
+            time.sleep(0.05)
+
+    def webhook(self) -> None:
+        body = b'{"ref": "refs/heads/main"}'
+        signature = hmac.new(WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        response = self.http.post("/hooks/generic", content=body,
+                                  headers={"X-Gitsync-Signature-256": f"sha256={signature}"})
+        if response.status_code != 202:
+            raise RuntimeError(f"webhook answered {response.status_code}")
+
+    def rss_mb(self) -> float:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        assert match is not None
+        return int(match[1]) / 1024
+
+    def stop(self) -> None:
+        self.http.close()
+        stop_process(self.proc, grace=30)
+        self.log.close()
+
+    def __enter__(self) -> DaemonProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def peak_rss_mb(args: list[str], log: Path) -> tuple[float, int]:
+    """Run a process to its end; its own peak RSS (wait4's rusage: this child only) and exit status."""
+    with log.open("w") as err:
+        proc = subprocess.Popen(args, env=gitsync_env(), stdout=subprocess.DEVNULL, stderr=err)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss / 1024, proc.returncode
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scenarios
+
+
+@dataclass
+class Reps:
+    """Repetitions for one size."""
+
+    reps: int  # of the slow scenarios (1, 2, 4, 5)
+    fast_reps: int  # of the no-op poll
+    rss_reps: int
+    webhook_commits: int
+    daemon_syncs: int
+
+
+def in_process(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Reps) -> list[Result]:
+    """Scenarios 1–3 with one `Agent` in this process, as the daemon holds it between syncs."""
+    agent = Agent(fx.settings(gw.url, fx.work / "agent-state"))
+    try:
+        first = agent.sync_once("bench")
+        if first.result != "applied":
+            raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
+        result = first.gateways[0]
+        floor.get_put(result.plan.body, result.digest)  # the floor gateway starts where gw is
+        return [cold_render(fx, agent, reps), change_applied(fx, agent, floor, reps),
+                noop_poll(fx, agent, reps)]
+    finally:
+        agent.close()
+
+
+def cold_render(fx: Fixture, agent: Agent, reps: Reps) -> Result:
+    """render() of every file with an empty parse cache vs ruamel's C safe loader over the same bytes."""
+    tip = agent.source.local_sha()
+    assert tip is not None
+    files = agent.source.read(tip).files
+    yaml = YAML(typ="safe", pure=False)
+    if "clib" not in yaml.Parser.__module__:
+        raise RuntimeError("ruamel.yaml's C loader is not installed: the floor would be wrong")
+
+    def parse_only() -> None:
+        for data in files.values():
+            list(yaml.load_all(data))
+
+    ours, floors = [], []
+    for _ in range(reps.reps):
+        floors.append(timed(parse_only))
+        ours.append(timed(lambda: render(files, agent.render_options, ParseCache())))
+    return Result("cold_render", fx.routes, median(ours), "s", median(floors), 2.0, samples=ours,
+                  floor_samples=floors, details={"files": len(files),
+                                                 "yaml_bytes": sum(len(d) for d in files.values())})
+
+
+def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) -> Result:
+    """A commit changing one route file, synced (check, fetch, render, plan, PUT, read-back) vs the
+    same PUT body sent by plain httpx (GET + PUT) to a second gateway in the same state."""
+    ours, floors = [], []
+    body_bytes = 0
+    for _ in range(reps.reps):
+        fx.commit()
+        started = time.perf_counter()
+        outcome = agent.sync_once("bench")
+        ours.append(time.perf_counter() - started)
+        if outcome.result != "applied":
+            raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+        result = outcome.gateways[0]
+        body_bytes = len(result.plan.body)
+        floors.append(timed(lambda r=result: floor.get_put(r.plan.body, r.digest)))
+    return Result("change_applied", fx.routes, median(ours), "s", median(floors),
+                  1.5 if fx.routes >= 10_000 else None, samples=ours, floor_samples=floors,
+                  details={"put_bytes": body_bytes})
+
+
+def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
+    """Agent.sync_once with nothing new vs the ref advertisement alone; `git ls-remote` for reference."""
+    tip = agent.source.local_sha()
+    assert tip is not None
+    path = fx.repo.name
+    ours, floors, ls_remote = [], [], []
+    for _ in range(reps.fast_reps):
+        floors.append(timed(lambda: ref_advertisement(fx.port, path)))
+        started = time.perf_counter()
+        outcome = agent.sync_once("bench")
+        ours.append(time.perf_counter() - started)
+        if outcome.result != "noop":
+            raise RuntimeError(f"no-op poll: {outcome.result}")
+        ls_remote.append(timed(lambda: git("ls-remote", fx.url, "refs/heads/main")))
+    if tip.encode() not in ref_advertisement(fx.port, path):
+        raise RuntimeError("the ref advertisement does not carry the tip: the floor is wrong")
+    return Result("noop_poll", fx.routes, median(ours), "s", median(floors), 1.2, samples=ours,
+                  floor_samples=floors, details={"git_ls_remote_s": median(ls_remote)})
+
+
+def incremental_fetch(fx: Fixture, reps: Reps) -> Result:
+    """gitsync's Source.fetch of 50 new commits vs `git fetch` of the same into a bare clone."""
+    source = Source(fx.url, state_dir=fx.work / "fetch-state")
+    cli = fx.work / "fetch-cli.git"
+    first = timed(source.fetch)
+    first_git = timed(lambda: git("clone", "--bare", "--quiet", fx.url, str(cli)))
+    ours, floors = [], []
+    for rep in range(reps.reps):
+        tip = fx.commit(FETCH_BATCH)
+        pair = [(ours, source.fetch), (floors, lambda: git("fetch", "--quiet", "origin", REFSPEC, cwd=cli))]
+        for samples, action in pair if rep % 2 == 0 else reversed(pair):
+            samples.append(timed(action))
+        if not source.local_sha() == tip == git("rev-parse", "refs/heads/main", cwd=cli):
+            raise RuntimeError("the two fetches did not reach the same tip")
+    return Result("incremental_fetch", fx.routes, median(ours), "s", median(floors), samples=ours,
+                  floor_samples=floors, details={"first_fetch_s": first, "git_clone_s": first_git})
+
+
+def sync_once_rss(fx: Fixture, gw: DoubleProcess, reps: Reps) -> Result:
+    """Peak RSS of `gitsync sync --once` from an empty state dir (clone, render, push a change)."""
+    samples = []
+    for rep in range(reps.rss_reps):
+        fx.commit()
+        state = fx.work / f"once-{rep}"
+        rss, status = peak_rss_mb([sys.executable, "-m", "gitsync", "sync", "--once",
+                                   *fx.gitsync_args(gw.url, state)], fx.work / f"once-{rep}.log")
+        if status != 0:
+            raise RuntimeError(f"gitsync sync --once exited {status}; see {fx.work}/once-{rep}.log")
+        samples.append(rss)
+    imports, _ = peak_rss_mb([sys.executable, "-c", "import gitsync.agent, gitsync.commands, gitsync.cli"],
+                             fx.work / "imports.log")
+    return Result("sync_once_rss", fx.routes, median(samples), "MB", None,
+                  150.0 if fx.routes >= 10_000 else None, "max", samples=samples,
+                  details={"python_and_imports_mb": imports})
+
+
+def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: FloorClient,
+                   reps: Reps) -> Result:
+    """From the gateway's restart() to it holding the config again, healed by a running daemon's
+    drift watch (drift_interval 0.1 s) vs restart() then GET + PUT of the full payload by httpx.
+
+    A refill that does not come within REFILL_DEADLINE is reported (value = the deadline, and
+    ``healed: false``), not waited for: the next poll would heal it, an interval later."""
+    ours, floors = [], []
+    healed = True
+    with DaemonProcess(fx, gw.url, fx.work / "refill-state", drift_interval=0.1, webhook=False) as daemon:
+        daemon.wait_ready()
+        for rep in range(reps.reps):
+            started = gw.restart()
+            done = gw.wait_put(REFILL_DEADLINE)
+            if done is None:
+                healed = False
+                ours.append(REFILL_DEADLINE)
+                break
+            if done[1] != fx.routes:
+                raise RuntimeError(f"refilled with {done[1]} routes, not {fx.routes}")
+            ours.append(done[0] - started)
+            daemon.wait_syncs("healed", rep + 1)
+        rss = daemon.rss_mb()
+    fl.restart()
+    source = Source(fx.url, state_dir=fx.work / "fetch-state")
+    payload = render(source.read(source.fetch()).files).payload
+    full = plan(payload, floor.live())
+    for _ in range(reps.reps):
+        started = fl.restart()
+        floor.get_put(full.body, full.digest)
+        floors.append(time.monotonic() - started)
+    return Result("restart_refill", fx.routes, median(ours), "s", median(floors), samples=ours,
+                  floor_samples=floors, details={"drift_interval_s": 0.1, "put_bytes": len(full.body),
+                                                 "healed": healed, "daemon_rss_mb": rss})
+
+
+def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Result]:
+    """Scenario 6 (webhook → the gateway accepts the new commit) and the daemon's memory over many
+    syncs (scenario 7): every sync applies a new one-file commit, announced by a signed webhook."""
+    latencies: list[float] = []
+    rss: list[float] = []
+    with DaemonProcess(fx, gw.url, fx.work / "webhook-state", drift_interval=10, webhook=True) as daemon:
+        daemon.wait_ready()
+        applied = daemon.syncs().get("applied", 0)
+        for n in range(reps.daemon_syncs):
+            fx.commit()
+            gw.mark()
+            started = time.monotonic()
+            daemon.webhook()
+            live = gw.wait_put()
+            if live is None:
+                raise RuntimeError(f"webhook: no PUT came; see {daemon.log.name}")
+            daemon.wait_syncs("applied", applied + n + 1)
+            if n < reps.webhook_commits:
+                latencies.append(live[0] - started)
+            rss.append(daemon.rss_mb())
+    ordered = sorted(latencies)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    warm = rss[min(9, len(rss) - 1)]
+    half = rss[len(rss) // 2]
+    growth = rss[-1] - half
+    webhook = Result("webhook_live", fx.routes, median(latencies), "s", None, 0.3, "max", samples=latencies,
+                     details={"p95_s": p95, "commits": len(latencies)})
+    memory = Result("daemon_rss", fx.routes, rss[-1], "MB", None, None, "max", samples=rss,
+                    details={"syncs": len(rss), "rss_after_10_mb": warm, "rss_at_half_mb": half,
+                             "growth_second_half_mb": growth, "no_growth": growth <= max(2.0, 0.02 * half)})
+    return [webhook, memory]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The run
+
+
+def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon_memory: bool,
+             say: Callable[[str], None]) -> list[Result]:
+    fx = Fixture(routes, work, daemon)
+    results: list[Result] = []
+    with DoubleProcess(ADMIN_KEY) as gw, DoubleProcess(ADMIN_KEY) as fl:
+        floor = FloorClient(fl.url)
+        try:
+            say(f"{routes} routes: render, one-file change, no-op poll")
+            results += in_process(fx, gw, floor, reps)
+            say(f"{routes} routes: incremental fetch")
+            results.append(incremental_fetch(fx, reps))
+            say(f"{routes} routes: sync --once memory")
+            results.append(sync_once_rss(fx, gw, reps))
+            say(f"{routes} routes: restart refill")
+            results.append(restart_refill(fx, gw, fl, floor, reps))
+            if with_daemon_memory:
+                say(f"{routes} routes: webhook latency and daemon memory")
+                results += webhook_and_memory(fx, gw, reps)
+        finally:
+            floor.close()
+    return results
+
+
+def plan_for(routes: int, quick: bool, reps: int | None) -> Reps:
+    slow = reps or (3 if quick else 7 if routes <= 100 else 5 if routes <= 1000 else 3)
+    return Reps(reps=slow, fast_reps=10 if quick else 25, rss_reps=1 if quick else 2,
+                webhook_commits=5 if quick else 20, daemon_syncs=10 if quick else 100)
+
+
+def machine() -> dict[str, Any]:
+    def out(*args: str) -> str:
+        return subprocess.run(args, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    dirty = bool(out("git", "status", "--porcelain", "--untracked-files=no"))
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": out("git", "rev-parse", "--short", "HEAD") + ("+dirty" if dirty else ""),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "git": out("git", "--version"),
+            "dulwich": ".".join(map(str, dulwich.__version__))}
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "MB":
+        return f"{value:.0f} MB"
+    return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.2f} s"
+
+
+def table(results: Sequence[Result]) -> str:
+    lines = [f"{'scenario':<28} {'routes':>7} {'gitsync':>10} {'floor':>10} {'ratio':>7}  target",
+             "-" * 96]
+    for r in sorted(results, key=lambda r: (list(SCENARIOS).index(r.scenario), r.routes)):
+        title, target = SCENARIOS[r.scenario]
+        ratio = f"{r.ratio:.2f}×" if r.ratio is not None else "-"
+        verdict = {True: "met", False: "MISSED", None: ""}[r.met]
+        if r.scenario == "daemon_rss":
+            verdict = "met" if r.details["no_growth"] else "MISSED"
+            ratio = f"{r.details['growth_second_half_mb']:+.1f} MB"
+        if r.scenario == "restart_refill" and not r.details["healed"]:
+            verdict = f"NOT REFILLED within {REFILL_DEADLINE:g} s"
+        if r.scenario == "webhook_live":
+            ratio = f"p95 {r.details['p95_s'] * 1000:.0f} ms"
+        lines.append(f"{title:<28} {r.routes:>7,} {fmt(r.value, r.unit):>10} {fmt(r.floor, r.unit):>10} "
+                     f"{ratio:>7}  {target} {verdict}".rstrip())
+    return "\n".join(lines)
+
+
+def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, out: Path = OUT,
+        keep: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every scenario at every size; write the JSON report; return it."""
+    started = time.monotonic()
+    gslog.setup(verbose=0, stream=open(os.devnull, "w"))  # noqa: SIM115 - the in-process agent's logs
+    daemon_size = DAEMON_SIZE if DAEMON_SIZE in sizes else min(sizes)
+    report: dict[str, Any] = {"machine": machine(), "sizes": list(sizes), "quick": quick,
+                              "daemon_routes": daemon_size, "results": []}
+    results: list[Result] = []
+    tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-"))
+    try:
+        served = tmp / "served"
+        served.mkdir()
+        with GitDaemon(served) as daemon:
+            for routes in sizes:
+                work = tmp / f"work-{routes}"
+                work.mkdir()
+                results += run_size(routes, plan_for(routes, quick, reps), daemon, work,
+                                    routes == daemon_size, say)
+    finally:
+        if keep:
+            say(f"work files kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    report["results"] = [r.to_dict() for r in results]
+    report["table"] = table(results)
+    report["seconds"] = round(time.monotonic() - started, 1)
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for name in (f"bench-{stamp}.json", "latest.json"):
+        (out / name).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [int(part.replace("_", "").replace(",", "")) for part in text.split(",") if part.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100,1000,10000", help="route counts, comma-separated "
+                        "(default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="100 routes only, fewer repetitions "
+                        "(the smoke test)")
+    parser.add_argument("--reps", type=int, help="repetitions of the slow scenarios (default by size)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+    parser.add_argument("--keep", action="store_true", help="keep the work files (repos, daemon logs)")
+    args = parser.parse_args(argv)
+    sizes = [100] if args.quick else parse_sizes(args.sizes)
+
+    def say(message: str) -> None:
+        print(f"… {message}", file=sys.stderr, flush=True)
+
+    report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, say=say)
+    m = report["machine"]
+    print(f"gitsync {m['commit']} on {m['cpus']} CPUs, Python {m['python']}, {m['git']}, dulwich "
+          f"{m['dulwich']}; {m['date']}; {report['seconds']:.0f} s; medians")
+    print(report["table"])
+    return 0
+
