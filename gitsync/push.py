@@ -39,7 +39,7 @@ from gitsync.gateway import (
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import Problem
-from gitsync.reconcile import MANAGE_ALL, ItemChange, Plan, Policy, item_changes, plan
+from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
 
 T = TypeVar("T")
@@ -158,6 +158,7 @@ class _Sync:
                  sleep: Callable[[float], None]) -> None:
         self.gateway = gateway
         self.desired = desired
+        self.prepared = Desired.of(desired, policy)  # shared by the plan and the read-back's
         self.policy = policy
         self.source_map = source_map
         self.retry = retry
@@ -216,7 +217,7 @@ class _Sync:
     def attempt(self) -> GatewayResult | str:
         """One GET → plan → validate → PUT → read back. A string means: raced, try again."""
         live = self.gateway.get_config()
-        self.plan = plan(self.desired, live.body, self.policy)
+        self.plan = plan(self.prepared, live.body, self.policy)
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
         if not self.plan.changes:
@@ -236,7 +237,7 @@ class _Sync:
         back = self.gateway.get_config()
         if back.digest is not None and back.digest != digest:
             return "the config changed right after the push (another writer)"
-        if plan(self.desired, back.body, self.policy).changes:
+        if plan(self.prepared, back.body, self.policy).changes:
             why = "the gateway kept its digest but not our content" if put.already_live else \
                 "the config read back differs from the push (another writer)"
             return why

@@ -292,12 +292,38 @@ def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float) 
     return kind_plan, _with_indexes(kind, want, twins)
 
 
-def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: Policy = MANAGE_ALL) -> Plan:
-    """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone."""
+@dataclass(frozen=True)
+class Desired:
+    """The desired side of plans, prepared once: each managed kind's items with their ids and
+    canonical content, and the digest. A sync plans against the same desired config at least
+    twice (before the PUT and on the read-back); this is the half of the work they share."""
+
+    payload: Mapping[str, Sequence[Any]]
+    policy: Policy
+    wanted: dict[str, _Listed]
+    digest: str
+
+    @classmethod
+    def of(cls, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL) -> Desired:
+        if isinstance(desired, Desired):
+            if desired.policy == policy:
+                return desired
+            desired = desired.payload
+        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ())) for kind in KINDS
+                  if policy.manages(kind)}
+        return cls(desired, policy, wanted, _digest({kind: want.contents for kind, want in wanted.items()}))
+
+
+def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any],
+         policy: Policy = MANAGE_ALL) -> Plan:
+    """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone.
+
+    `desired` is the rendered payload, or a `Desired` prepared from it for several plans."""
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
     body: dict[str, Any] = {}
-    wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ())) for kind in KINDS if policy.manages(kind)}
+    prepared = Desired.of(desired, policy)
+    wanted = prepared.wanted
     for key in live_version_keys(live):
         live_v = live[version_key(key)]
         if not _is_number(live_v):
@@ -328,8 +354,7 @@ def plan(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: 
         if want.items and version_key(kind) not in live:
             problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
                                     f"support {kind}", kind=kind))
-    digest = _digest({kind: want.contents for kind, want in wanted.items()})
-    return Plan(tuple(kinds), canonical_json(body), digest, tuple(problems))
+    return Plan(tuple(kinds), canonical_json(body), prepared.digest, tuple(problems))
 
 
 FieldPath = tuple[str, ...]
