@@ -23,12 +23,14 @@ only set a "run again" flag and wake it, so a trigger that arrives during a sync
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +54,24 @@ from gitsync.state import AgentState, GatewayState, StateDir, StateError
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection for the duration (of a sync).
+
+    A sync at 10,000 routes allocates about a million containers (two GET bodies, the plans)
+    that live until it ends; each full collection walks all of them, and they set off several:
+    0.46 s of a 3.8 s sync. Reference counting frees nearly all of it when the sync ends; the
+    collector, back on, takes what is left.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Backoff:
@@ -160,7 +180,8 @@ class Agent:
     def sync_once(self, reason: str = "cli") -> SyncOutcome:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
-        outcome = self._sync(reason)
+        with gc_paused():
+            outcome = self._sync(reason)
         outcome.duration = time.monotonic() - started
         self._record(outcome)
         return outcome
