@@ -39,7 +39,7 @@ from ruamel.yaml import YAML
 from bench.double import DoubleProcess
 from bench.generate import add_commits, make_history
 from gitsync import log as gslog
-from gitsync.agent import Agent
+from gitsync.agent import Agent, gc_paused
 from gitsync.reconcile import plan
 from gitsync.render import ParseCache, render
 from gitsync.settings import Settings, load
@@ -158,10 +158,14 @@ class FloorClient:
         self.client = httpx.Client(base_url=url, headers={"X-API-KEY": ADMIN_KEY}, timeout=120)
 
     def get_put(self, body: bytes, digest: str) -> None:
-        """GET the live config (read, parsed: a client needs the live versions), PUT `body`."""
-        self.client.get(CONFIGS).raise_for_status().json()
-        response = self.client.put(CONFIGS, content=body,
-                                   headers={"Content-Type": "application/json", "X-Digest": digest})
+        """GET the live config (read, parsed: a client needs the live versions), PUT `body`.
+
+        Without cyclic GC, as gitsync's syncs run: this process also holds the in-process agent's
+        data, which a full collection would walk, billing the floor for gitsync's heap."""
+        with gc_paused():
+            self.client.get(CONFIGS).raise_for_status().json()
+            response = self.client.put(CONFIGS, content=body,
+                                       headers={"Content-Type": "application/json", "X-Digest": digest})
         if response.status_code != 202:
             raise RuntimeError(f"floor PUT answered {response.status_code}: {response.text[:200]}")
 
@@ -464,22 +468,30 @@ def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Resul
 # The run
 
 
-def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon_memory: bool,
-             say: Callable[[str], None]) -> list[Result]:
+#: Scenario groups, in the order they run (``--only`` picks some; the JSON of a full run has all).
+GROUPS = ("agent", "fetch", "memory", "refill", "daemon")
+
+
+def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon: bool,
+             say: Callable[[str], None], only: Sequence[str] = GROUPS) -> list[Result]:
     fx = Fixture(routes, work, daemon)
     results: list[Result] = []
     with DoubleProcess(ADMIN_KEY) as gw, DoubleProcess(ADMIN_KEY) as fl:
         floor = FloorClient(fl.url)
         try:
-            say(f"{routes} routes: render, one-file change, no-op poll")
-            results += in_process(fx, gw, floor, reps)
-            say(f"{routes} routes: incremental fetch")
-            results.append(incremental_fetch(fx, reps))
-            say(f"{routes} routes: sync --once memory")
-            results.append(sync_once_rss(fx, gw, reps))
-            say(f"{routes} routes: restart refill")
-            results.append(restart_refill(fx, gw, fl, floor, reps))
-            if with_daemon_memory:
+            if "agent" in only:
+                say(f"{routes} routes: render, one-file change, no-op poll")
+                results += in_process(fx, gw, floor, reps)
+            if "fetch" in only:
+                say(f"{routes} routes: incremental fetch")
+                results.append(incremental_fetch(fx, reps))
+            if "memory" in only:
+                say(f"{routes} routes: sync --once memory")
+                results.append(sync_once_rss(fx, gw, reps))
+            if "refill" in only:
+                say(f"{routes} routes: restart refill")
+                results.append(restart_refill(fx, gw, fl, floor, reps))
+            if with_daemon and "daemon" in only:
                 say(f"{routes} routes: webhook latency and daemon memory")
                 results += webhook_and_memory(fx, gw, reps)
         finally:
@@ -533,12 +545,13 @@ def table(results: Sequence[Result]) -> str:
 
 
 def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, out: Path = OUT,
-        keep: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
+        keep: bool = False, only: Sequence[str] = GROUPS, say: Callable[[str], None] = print,
+        ) -> dict[str, Any]:
     """Run every scenario at every size; write the JSON report; return it."""
     started = time.monotonic()
     gslog.setup(verbose=0, stream=open(os.devnull, "w"))  # noqa: SIM115 - the in-process agent's logs
     daemon_size = DAEMON_SIZE if DAEMON_SIZE in sizes else min(sizes)
-    report: dict[str, Any] = {"machine": machine(), "sizes": list(sizes), "quick": quick,
+    report: dict[str, Any] = {"machine": machine(), "sizes": list(sizes), "quick": quick, "only": list(only),
                               "daemon_routes": daemon_size, "results": []}
     results: list[Result] = []
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-"))
@@ -550,7 +563,7 @@ def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, o
                 work = tmp / f"work-{routes}"
                 work.mkdir()
                 results += run_size(routes, plan_for(routes, quick, reps), daemon, work,
-                                    routes == daemon_size, say)
+                                    routes == daemon_size, say, only)
     finally:
         if keep:
             say(f"work files kept in {tmp}")
@@ -580,13 +593,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="repetitions of the slow scenarios (default by size)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
     parser.add_argument("--keep", action="store_true", help="keep the work files (repos, daemon logs)")
+    parser.add_argument("--only", default=",".join(GROUPS), help="scenario groups to run, comma-separated: "
+                        "agent (1-3), fetch (4), memory (7, sync --once), refill (5), daemon (6, 7)")
     args = parser.parse_args(argv)
     sizes = [100] if args.quick else parse_sizes(args.sizes)
+    only = [group.strip() for group in args.only.split(",") if group.strip()]
+    unknown = [group for group in only if group not in GROUPS]
+    if unknown:
+        parser.error(f"unknown group {unknown[0]!r}: choose from {', '.join(GROUPS)}")
 
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
 
-    report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, say=say)
+    report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, only=only,
+                 say=say)
     m = report["machine"]
     print(f"gitsync {m['commit']} on {m['cpus']} CPUs, Python {m['python']}, {m['git']}, dulwich "
           f"{m['dulwich']}; {m['date']}; {report['seconds']:.0f} s; medians")
