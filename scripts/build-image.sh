@@ -14,6 +14,8 @@
 # Env:    GITSYNC_IMAGE_CACHE   where the base rootfs tarball is kept (default /var/tmp/gitsync-image)
 #         DEBIAN_MIRROR         (default http://deb.debian.org/debian)
 #         BASE_IMAGE            an existing local base to use instead of building one
+#         EXTRA_CA_DIR          *.crt files the base trusts too (default: the host's own local CAs in
+#                               /usr/local/share/ca-certificates, e.g. an egress proxy's; empty: none)
 # Not part of the test suite: a first run takes minutes (debootstrap), later ones reuse the base.
 set -euo pipefail
 
@@ -23,7 +25,9 @@ TAG=${1:-localhost/gitsync:$VERSION}
 CACHE=${GITSYNC_IMAGE_CACHE:-/var/tmp/gitsync-image}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE=${BASE_IMAGE:-localhost/gitsync-base:bookworm}
+EXTRA_CA_DIR=${EXTRA_CA_DIR-/usr/local/share/ca-certificates}
 STORAGE=(--storage-driver=vfs)
+mkdir -p "$CACHE"
 
 say() { printf '%s [%4ds] %s\n' "$(date +%T)" "$SECONDS" "$*"; }
 die() { say "error: $*" >&2; exit 1; }
@@ -39,7 +43,6 @@ if podman "${STORAGE[@]}" image exists "$BASE"; then
 else
   [ -n "${BASE_IMAGE:-}" ] && die "BASE_IMAGE=$BASE_IMAGE is not in local storage"
   command -v debootstrap >/dev/null || die "debootstrap is missing"
-  mkdir -p "$CACHE"
   tarball="$CACHE/bookworm-python3.tar"
   if [ ! -s "$tarball" ]; then
     rootfs="$CACHE/rootfs"
@@ -49,6 +52,11 @@ else
       bookworm "$rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
       || { tail -n 20 "$CACHE/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE/debootstrap.log)"; }
     rm -f "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
+    if [ -n "$EXTRA_CA_DIR" ] && compgen -G "$EXTRA_CA_DIR/*.crt" >/dev/null; then
+      say "the base trusts the host's local CAs too: $(cd "$EXTRA_CA_DIR" && echo *.crt)"
+      cp "$EXTRA_CA_DIR"/*.crt "$rootfs/usr/local/share/ca-certificates/"
+      chroot "$rootfs" update-ca-certificates >/dev/null
+    fi
     chroot "$rootfs" apt-get clean
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
     say "packing the rootfs"
