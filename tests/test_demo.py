@@ -25,7 +25,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.gitservers import git
-from tests.support import gitsync_env, run_gitsync
+from tests.support import ROOT, gitsync_env, run_gitsync
 
 STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] commit", "[4] the gateway restarts",
          "[5] status branch gitsync/status: agents/demo.yaml")
@@ -227,3 +227,41 @@ def test_workdir_must_be_empty(tmp_path):
     result = run_gitsync("demo", "--workdir", str(tmp_path), timeout=60)
     assert result.returncode == 1
     assert f"--workdir {tmp_path} is not empty" in result.stderr
+
+
+def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
+    """`pip install .` then `gitsync demo`, outside the source tree: the sample repo comes from the wheel."""
+    clean = {k: v for k, v in gitsync_env().items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                    str(ROOT)], check=True, capture_output=True, env=clean, timeout=300)
+    wheel = next((tmp_path / "dist").glob("gitsync-*.whl"))
+    # The runtime dependencies are this interpreter's; only gitsync itself comes from the wheel.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")],
+                   check=True, timeout=120)
+    python, gitsync = tmp_path / "venv" / "bin" / "python", tmp_path / "venv" / "bin" / "gitsync"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
+                   capture_output=True, env=clean, timeout=300)
+    probe = "from gitsync.demo import sample_repo_dir; print(sample_repo_dir())"
+    where = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean,
+                           cwd=tmp_path).stdout.strip()
+    assert where.startswith(str(tmp_path / "venv")) and where.endswith("gitsync/_sample_repo")
+    result = subprocess.run([str(gitsync), "demo"], capture_output=True, text=True, env=clean, cwd=tmp_path,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    _check_narration(result.stdout)
+
+
+def test_readme_first_screen_and_doc_links():
+    """Exactly two set-up commands on the README's first screen; every relative doc link resolves."""
+    readme = (ROOT / "README.md").read_text()
+    first_screen = "\n".join(readme.splitlines()[:30])
+    block = re.search(r"```sh\n(.*?)```", first_screen, re.S)
+    assert block, "a shell block on the first screen"
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    assert commands == ["pip install . && gitsync demo", "pip install -e '.[test]' && python -m pytest"]
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+    for doc in ("operations.md", "repo-format.md", "configuration.md", "security.md"):
+        assert f"(docs/{doc})" in readme
