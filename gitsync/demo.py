@@ -302,20 +302,21 @@ def _workdir(path: str | None) -> Iterator[Path]:
     yield workdir
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
-def _until_signal() -> Iterator[threading.Event]:
-    """An event set by SIGINT or SIGTERM, with the previous handlers restored afterwards."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM acts like Ctrl-C, so either one unwinds the demo through its clean-up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        yield stop
+        yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_demo(settings: Settings, args: argparse.Namespace) -> int:
@@ -324,7 +325,7 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
                 level=("WARNING", "INFO", "DEBUG", "TRACE")[min(settings.verbose, 3)])
     workdir_arg = getattr(args, "workdir", None)
     try:
-        with _workdir(workdir_arg) as workdir, contextlib.ExitStack() as stack:
+        with _sigterm_interrupts(), _workdir(workdir_arg) as workdir, contextlib.ExitStack() as stack:
             print(f"gitsync {__version__} demo: the whole loop on the embedded sample repo, on 127.0.0.1 "
                   f"only\nworking in {workdir}" + (" (kept)" if workdir_arg else " (removed at the end)"),
                   flush=True)
@@ -511,10 +512,11 @@ class Demo:
               f"  curl {self.listen_url}/metrics\n"
               f"READY data_plane={self.double.proxy_url} admin={self.double.url} agent={self.listen_url}",
               flush=True)
-        with _until_signal() as stop:
-            while not stop.wait(0.2):
-                pass
-        print("stopping: the agent, the gateway double, the git server", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping: the agent, the gateway double, the git server", flush=True)
 
 
 def _status_naming(text: str | None, commit: str, result: str) -> str | None:
