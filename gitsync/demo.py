@@ -6,8 +6,8 @@ It needs nothing but the package, so a newcomer sees the loop work right after `
   served over ``git://`` by dulwich's own server on a free loopback port — a real network remote
   the agent fetches from and writes back to, with no git binary needed;
 * the gateway: the Admin API double with its data plane (`gitsync.testing.apisix`);
-* the agent: gitsync's own `Daemon`, run in this process exactly as ``gitsync run`` runs it, with
-  a webhook secret and a fast drift watch; the sample's ``${{ secrets.VAULT_TOKEN }}`` comes from
+* the agent: the `Daemon` that ``gitsync run`` runs, started in this process with a webhook secret
+  and a fast drift watch; the sample's ``${{ secrets.VAULT_TOKEN }}`` comes from
   a demo token in a secrets directory, as a systemd credential would.
 
 Each step is narrated on stdout as it happens, with what was measured; the agent's own log lines
@@ -338,6 +338,9 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
             demo.finish()
             if getattr(args, "keep_running", False):
                 demo.keep_running()
+            if workdir_arg:
+                print(f"kept {workdir}: git -C {workdir / 'remote.git'} log --notes=gitsync main; "
+                      f"gitsync status --state-dir {workdir / 'state'}", flush=True)
     except DemoError as exc:
         print(f"gitsync demo: error: {gslog.redact(str(exc))}", file=sys.stderr)
         return 1
