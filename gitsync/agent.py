@@ -410,14 +410,15 @@ class Fleet:
               desired: Callable[[], Rendered] | None = None) -> bool | None:
         """Does the gateway still hold what was pushed? HEAD's digest (3.14+), else GET and plan.
 
-        Without `desired`, only the digest is looked at: None means "cannot tell that way".
+        Without `desired`, only HEAD is looked at: a HEAD without any digest where we recorded one
+        is a restarted, emptied gateway (False); None means "cannot tell that way" (3.13: no HEAD).
         """
         with Gateway(self.endpoints[url]) as gateway:
             head = gateway.head_config()
             if head is not None and head.digest is not None and state.digest:
                 return head.digest == state.digest
             if desired is None:
-                return None
+                return False if head is not None and state.digest else None
             live = gateway.get_config()
         return not plan(desired().payload, live.body, self.policy).changes
 

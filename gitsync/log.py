@@ -74,11 +74,14 @@ def _human_format(record: dict) -> str:
     )
 
 
-def setup(*, verbose: int = 0, json_lines: bool = False, stream: TextIO | None = None) -> None:
-    """Configure the one loguru sink: stderr (or `stream`), INFO by default, DEBUG with -v."""
-    level = "DEBUG" if verbose >= 1 else "INFO"
-    if verbose >= 2:
-        level = "TRACE"
+def setup(*, verbose: int = 0, json_lines: bool = False, stream: TextIO | None = None,
+          level: str | None = None) -> None:
+    """Configure the one loguru sink: stderr (or `stream`), INFO by default, DEBUG with -v.
+
+    `level` overrides the level `verbose` implies (the demo keeps its narration clear at WARNING).
+    """
+    if level is None:
+        level = "TRACE" if verbose >= 2 else "DEBUG" if verbose >= 1 else "INFO"
     logger.remove()
     sink = _ScrubbingSink(stream or sys.stderr)
     if json_lines:
