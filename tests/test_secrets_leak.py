@@ -1,0 +1,316 @@
+"""The leak test: one canary value, in a SOPS file, a secrets directory and an environment variable,
+goes through every command and the daemon; it appears nowhere but in what the gateway received.
+
+The canary holds a ``/`` (cjson writes ``\\/``) and is also made to show up in error paths: a
+``host`` that fails its schema pattern (the schema error quotes the value), a gateway that echoes a
+refused value in its 400, and an out-of-band consumer on the gateway that holds it (GET returns it).
+Each place is searched for the value and for every 10-character run of it (`tests.leaks`), so a
+truncated copy counts too: command output, daemon logs (-vv, human and JSON lines), /metrics and
+/readyz, every file and git object of the state dir, and every object of the remote (status commits
+and notes).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gitsync.testing.apisix import ApisixDouble, Reply, json_body
+from tests.gitservers import BareRepo, GitDaemon, free_port, git
+from tests.leaks import Canary, git_objects
+from tests.sopsfiles import AgeKey, encrypt
+from tests.support import gitsync_env, run_gitsync
+
+CANARY = Canary(f"cnry/{secrets.token_hex(6)}+{secrets.token_hex(6)}")
+UPSTREAM = "    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
+CONSUMERS = """\
+consumers:
+  - username: alice
+    plugins:
+      key-auth:
+        key: "${{ secrets.LEAK_FILE }}"
+  - username: bob
+    plugins:
+      basic-auth:
+        username: bob
+        password: "${{ secrets.LEAK_ENV }}"
+"""
+
+
+def routes(*extra: str, uri: str = "/a") -> str:
+    return ("routes:\n  - id: r1\n    uri: " + uri + "\n    plugins:\n      key-auth: {}\n"
+            "      proxy-rewrite: {headers: {set: {X-Api-Key: \"$secret://vault/main/app/key\"}}}\n"
+            + UPSTREAM + "".join(extra))
+
+
+#: A route whose host is the canary (fails the host pattern, which quotes the value), and an
+#: unrelated schema error in the same commit.
+BAD_ROUTES = ("  - id: r2\n    uri: /b\n    host: \"${{ secrets.LEAK_ENV }}\"\n" + UPSTREAM
+              + "  - id: r3\n    uri: /c\n    methods: [FETCH]\n" + UPSTREAM)
+
+
+class EchoingGateway(ApisixDouble):
+    """A gateway with a check this gitsync does not model (a newer APISIX, a custom plugin).
+
+    While `strict`, it refuses basic-auth passwords holding a ``/`` and, as APISIX's schema
+    errors do, quotes the refused value in its answer (cjson-escaped).
+    """
+
+    strict = False
+
+    def _echo(self, body: bytes) -> tuple[int, str] | None:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        for index, item in enumerate(data.get("consumers") or [] if self.strict else []):
+            password = ((item.get("plugins") or {}).get("basic-auth") or {}).get("password")
+            if isinstance(password, str) and "/" in password:
+                return index, ('invalid configuration: property "password" validation failed: failed to '
+                               f'match pattern "^[^/]*$" with "{password}"')
+        return None
+
+    def _validate(self, h: Any, body: bytes) -> Reply:
+        echo = self._echo(body)
+        if echo is None:
+            return super()._validate(h, body)
+        index, message = echo
+        return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": [
+            {"resource_type": "consumers", "index": index, "resource_id": "bob", "error": message}]}))
+
+    def _put(self, h: Any, body: bytes) -> Reply:
+        echo = self._echo(body)
+        if echo is None:
+            return super()._put(h, body)
+        return Reply(400, json_body({"error_msg": echo[1]}))
+
+
+@dataclass
+class Leaky:
+    """A config repo whose secrets are all the canary, served by git daemon, and one gateway."""
+
+    repo: BareRepo
+    url: str
+    gateway: EchoingGateway
+    tmp: Path
+    sealed: str  # the SOPS file: vault/main, its token the canary
+    env: dict[str, str]
+    source_args: tuple[str, ...]
+    gateway_args: tuple[str, ...]
+    outputs: list[tuple[str, str]] = field(default_factory=list)  # (what, text) to search at the end
+
+    @property
+    def state(self) -> Path:
+        return self.tmp / "state"
+
+    def commit(self, routes_text: str, message: str, bob: str = "") -> str:
+        """The three files; `bob`: a description of bob (a change to the consumers)."""
+        consumers = CONSUMERS + (f"    desc: {bob}\n" if bob else "")
+        return self.repo.commit({"secrets/vault.sops.yaml": self.sealed, "consumers.yaml": consumers,
+                                 "routes.yaml": routes_text}, message)
+
+    def run(self, *args: str, expect: int) -> subprocess.CompletedProcess[str]:
+        """`gitsync ARGS`, its output kept for the final search."""
+        result = run_gitsync(*args, env=self.env)
+        self.outputs.append((" ".join(args[:2]), result.stdout + result.stderr))
+        assert result.returncode == expect, f"{args}: {result.returncode}\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def put_bodies(self) -> list[bytes]:
+        return list(self.gateway.put_bodies)
+
+    def assert_nowhere(self) -> None:
+        """The canary in no output, no state file, no remote object; only in PUT bodies."""
+        for what, text in self.outputs:
+            CANARY.assert_absent(what, [text])
+        assert CANARY.leaks_in_tree(self.state) == {}
+        CANARY.assert_absent("the remote's objects", [git_objects(self.repo.path)])
+
+
+@pytest.fixture(scope="module")
+def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[AgeKey, str]:
+    key = AgeKey.generate()
+    text = encrypt(tmp_path_factory.mktemp("sops"), "vault.sops.yaml",
+                   f"secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:9\n    prefix: kv/apisix\n"
+                   f"    token: {CANARY.value}\n", "--encrypted-regex", "^token$", recipients=key.recipient)
+    assert CANARY.found_in(text) == []
+    return key, text
+
+
+@pytest.fixture
+def leaky(tmp_path: Path, sealed: tuple[AgeKey, str], remote_repo: BareRepo,
+          git_daemon: GitDaemon) -> Iterator[Leaky]:
+    key, text = sealed
+    secrets_dir = tmp_path / "credentials"
+    secrets_dir.mkdir()
+    (secrets_dir / "LEAK_FILE").write_text(CANARY.value + "\n")
+    admin_key = tmp_path / "admin.key"
+    url = git_daemon.url(remote_repo.path.name)
+    with EchoingGateway("leak-test-admin-key") as gateway:
+        admin_key.write_text(gateway.admin_key)
+        yield Leaky(
+            repo=remote_repo, url=url, gateway=gateway, tmp=tmp_path, sealed=text,
+            env={"GITSYNC_SECRET_LEAK_ENV": CANARY.value},
+            source_args=("--repo", url, "--secrets-dir", str(secrets_dir),
+                         "--age-key-file", str(key.write(tmp_path / "age.key")),
+                         "--state-dir", str(tmp_path / "state")),
+            gateway_args=("--gateway", gateway.url, "--admin-key-file", str(admin_key)),
+        )
+
+
+def mallory() -> dict[str, Any]:
+    """A consumer written on the gateway by hand, holding the canary as its key."""
+    return {"username": "mallory", "plugins": {"key-auth": {"key": CANARY.value}}}
+
+
+def test_commands_show_the_canary_nowhere(leaky: Leaky):
+    leaky.commit(routes(), "good")
+    src, gw = leaky.source_args, leaky.gateway_args
+
+    shown = leaky.run("render", *src, "--show-secrets", expect=0)
+    assert shown.stdout.count(CANARY.value) == 3  # the control: token, key and password all rendered
+    leaky.outputs.pop()  # asked for in clear: the one output allowed to hold it
+    masked = json.loads(leaky.run("render", *src, expect=0).stdout)
+    assert masked["secrets"][0]["token"] == "***"
+    assert masked["consumers"][0]["plugins"]["key-auth"]["key"] == "***"
+    assert masked["consumers"][1]["plugins"]["basic-auth"]["password"] == "***"
+    leaky.run("validate", *src, "-vv", expect=0)
+
+    # The gateway holds an older alice and mallory (both with the canary): GET brings it back.
+    leaky.gateway.out_of_band("consumers", [mallory(), {"username": "alice", "desc": "old",
+                                                        "plugins": {"key-auth": {"key": CANARY.value}}}])
+    diff = leaky.run("diff", *src, *gw, "-vv", expect=1)
+    assert "! consumers[mallory]" in diff.stdout and "~ consumers[alice]" in diff.stdout
+    leaky.run("diff", *src, *gw, "--log-json", "-vv", expect=1)
+
+    leaky.commit(routes(BAD_ROUTES), "bad: the canary as a host, and an unknown method")
+    for command in ("render", "validate"):
+        refused = leaky.run(command, *src, "-vv", expect=1)
+        assert 'routes[r2].host: invalid configuration: property "host" validation failed: failed to ' \
+               'match pattern' in refused.stderr and 'with "***"' in refused.stderr  # the echo, masked
+    leaky.run("diff", *src, *gw, "-vv", expect=2)
+    assert leaky.put_bodies() == []
+    leaky.assert_nowhere()
+
+
+def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
+    src, gw = leaky.source_args, leaky.gateway_args
+    sync = ("sync", "--once", *src, *gw, "--writeback", "on", "-vv")
+
+    leaky.commit(routes(), "good")
+    leaky.run(*sync, expect=0)
+    assert CANARY.value in leaky.put_bodies()[-1].decode()
+
+    schema_bad = leaky.commit(routes(BAD_ROUTES), "bad: the canary as a host")
+    refused = leaky.run(*sync, expect=1)
+    assert "routes.yaml:10:5: routes[r2].host:" in refused.stderr
+
+    leaky.gateway.strict = True  # the gateway quotes bob's password in its 400
+    echoed = leaky.commit(routes(), "refused by the gateway", bob="rotated")
+    refused = leaky.run(*sync, "--log-json", expect=1)
+    assert ('consumers.yaml:6:5: consumers[bob]: invalid configuration: property "password" validation '
+            'failed: failed to match pattern "^[^/]*$" with "***"') in refused.stderr.splitlines()
+    leaky.gateway.strict = False
+
+    leaky.gateway.out_of_band("consumers", [*leaky.gateway.config()["consumers"], mallory()])
+    conflicting = leaky.commit(routes(uri="/a3"), "alice's key is also mallory's, live")
+    refused = leaky.run(*sync, expect=1)
+    assert "duplicate key of plugin key-auth found with consumer: mallory" in refused.stderr
+
+    leaky.run("status", "--state-dir", str(leaky.state), expect=0)
+    leaky.run("status", "--fleet", "--repo", leaky.url, expect=0)
+    for sha in (schema_bad, echoed, conflicting):
+        note = git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=leaky.repo.path)
+        assert "errors:" in note
+    assert len(leaky.put_bodies()) == 1
+    leaky.assert_nowhere()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the daemon
+
+
+class Daemon:
+    """`gitsync run` as a real process, its output in files, stopped by its pid."""
+
+    def __init__(self, leaky: Leaky, *flags: str) -> None:
+        self.leaky = leaky
+        self.port = free_port()
+        name = "json" if "--log-json" in flags else "human"
+        self.stdout = leaky.tmp / f"daemon-{name}.out"
+        self.stderr = leaky.tmp / f"daemon-{name}.err"
+        args = [sys.executable, "-m", "gitsync", "run", *leaky.source_args, *leaky.gateway_args,
+                "--writeback", "on", "--interval", "0.2", "--jitter", "0", "--drift-interval", "0.5",
+                "--listen", f"127.0.0.1:{self.port}", *flags]
+        with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
+            self.process = subprocess.Popen(args, env=gitsync_env(leaky.env), stdout=out, stderr=err,
+                                            stdin=subprocess.DEVNULL)
+
+    def state(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.leaky.state / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while not check(self.state()):
+            assert self.process.poll() is None, self.stderr.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"daemon: no {what}: {self.stderr.read_text()[-3000:]}"
+            time.sleep(0.05)
+
+    def scrape(self) -> str:
+        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", trust_env=False, timeout=5) as client:
+            return "\n".join(client.get(path).text for path in ("/metrics", "/readyz", "/healthz"))
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            raise
+
+    def output(self) -> str:
+        return self.stdout.read_text() + self.stderr.read_text()
+
+
+@pytest.mark.parametrize("log_flags", [("-vv",), ("-vv", "--log-json")], ids=["human", "json"])
+def test_the_daemon_leaks_nothing(leaky: Leaky, log_flags: tuple[str, ...]):
+    first = leaky.commit(routes(), "good")
+    daemon = Daemon(leaky, *log_flags)
+    try:
+        daemon.wait_for("first apply", lambda s: s.get("last_good") == first)
+        bad = leaky.commit(routes(BAD_ROUTES), "bad: the canary as a host")
+        daemon.wait_for("refusal at validate", lambda s: bad in s.get("bad", {}))
+        leaky.gateway.strict = True
+        echoed = leaky.commit(routes(), "refused by the gateway", bob="rotated")
+        daemon.wait_for("refusal at push", lambda s: echoed in s.get("bad", {}))
+        leaky.gateway.strict = False
+        fixed = leaky.commit(routes(uri="/a3"), "good again", bob="rotated")
+        daemon.wait_for("second apply", lambda s: s.get("last_good") == fixed)
+        leaky.outputs.append(("/metrics /readyz /healthz", daemon.scrape()))
+    finally:
+        status = daemon.stop()
+    assert status == 0, daemon.output()[-3000:]
+    logs = daemon.output()
+    leaky.outputs.append((f"gitsync run {' '.join(log_flags)}", logs))
+    assert "TRACE" in logs and "DEBUG" in logs  # really at -vv
+    assert 'failed to match pattern \\"^[^/]*$\\" with \\"***\\"' in logs if "--log-json" in log_flags \
+        else 'failed to match pattern "^[^/]*$" with "***"' in logs  # the gateway's echo, masked
+    assert len(leaky.put_bodies()) == 2 and all(CANARY.value in b.decode() for b in leaky.put_bodies())
+    for sha in (bad, echoed):
+        assert "errors:" in git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=leaky.repo.path)
+    leaky.assert_nowhere()
