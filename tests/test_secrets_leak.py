@@ -314,3 +314,29 @@ def test_the_daemon_leaks_nothing(leaky: Leaky, log_flags: tuple[str, ...]):
     for sha in (bad, echoed):
         assert "errors:" in git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=leaky.repo.path)
     leaky.assert_nowhere()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# redaction review: error texts cut short
+
+
+class LongWindedGateway(ApisixDouble):
+    """A proxy in front of the gateway that refuses every PUT with a long text quoting a value."""
+
+    def _put(self, h: Any, body: bytes) -> Reply:
+        password = json.loads(body)["consumers"][1]["plugins"]["basic-auth"]["password"]
+        text = "bad gateway; upstream said: " + "." * 250 + f'password "{password}"'  # cut at 300
+        return Reply(502, text.encode(), content_type="text/plain")
+
+
+def test_an_error_text_is_redacted_before_it_is_cut(leaky: Leaky):
+    """The error quotes at most 300 characters of the answer: a secret across that limit must not
+    leave its first characters behind (cut after redaction, never before)."""
+    leaky.commit(routes(), "good")
+    src = leaky.source_args
+    with LongWindedGateway("leak-test-admin-key") as gateway:
+        failed = leaky.run("sync", "--once", *src, "--gateway", gateway.url, "--admin-key-file",
+                           leaky.gateway_args[-1], "--push-attempts", "1", expect=1)
+        assert 'answered 502: bad gateway; upstream said: ....' in failed.stderr
+        assert gateway.put_bodies and all(CANARY.value in b.decode() for b in gateway.put_bodies)
+    leaky.assert_nowhere()
