@@ -9,8 +9,11 @@ wherever it appears: message, ``extra`` fields, tracebacks.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
+import traceback
+from types import TracebackType
 from typing import TextIO
 
 from loguru import logger
@@ -88,4 +91,54 @@ def setup(*, verbose: int = 0, json_lines: bool = False, stream: TextIO | None =
                    colorize=False)
 
 
-__all__ = ["MASK", "forget_secrets", "logger", "redact", "register_secret", "setup"]
+class _StdlibBridge(logging.Handler):
+    """Records of libraries that log through `logging` (dulwich, httpx, APScheduler), sent to the
+    loguru sink so that they are scrubbed like gitsync's own. Without it Python's last-resort
+    handler prints them on stderr as they are (dulwich quotes a malformed ``http.extraHeader``
+    value, token included; APScheduler prints the traceback of a job that raised)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not lose the record
+            message = str(record.msg)
+        logger.patch(lambda r: r.update(name=record.name)).opt(exception=record.exc_info).log(
+            level, "{}", message)
+
+
+_BRIDGE = _StdlibBridge(level=logging.WARNING)
+
+
+def _print_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
+    sys.stderr.flush()
+
+
+def _print_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    sys.stderr.write(redact(f"Exception in thread {name}:\n" + "".join(
+        traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))))
+    sys.stderr.flush()
+
+
+def guard_process() -> None:
+    """Make the whole process's error output go through the redactor (the command line calls it).
+
+    Third-party `logging` records (WARNING and above) go to the loguru sink, and the traceback of
+    an uncaught exception, in the main thread or any other, is printed redacted: an exception
+    message quoting a secret value is otherwise written to stderr by Python itself.
+    """
+    root = logging.getLogger()
+    if _BRIDGE not in root.handlers:
+        root.addHandler(_BRIDGE)
+    sys.excepthook = _print_uncaught
+    threading.excepthook = _print_uncaught_in_thread
+
+
+__all__ = ["MASK", "forget_secrets", "guard_process", "logger", "redact", "register_secret", "setup"]

@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 from loguru import logger
 
 from gitsync import log as gslog
+from tests.support import gitsync_env
 
 CANARY = "canary-7f3a9e1b2c4d"
 
@@ -65,3 +68,35 @@ def test_longest_secret_masked_whole():
     gslog.register_secret("token-1234")
     gslog.register_secret("token-1234-extended")
     assert gslog.redact("x token-1234-extended y") == "x *** y"
+
+
+GUARDED = f"""
+import logging, threading
+from gitsync import log
+log.setup()
+log.guard_process()
+log.register_secret({CANARY!r})
+logging.getLogger("dulwich.client").warning(
+    "Ignoring invalid http.extraHeader value %r (missing ': ' separator)", b"Authorization:Bearer {CANARY}")
+logging.getLogger("apscheduler.executors.default").info("not shown: below WARNING {CANARY}")
+def job():
+    raise RuntimeError("job failed with {CANARY}")
+thread = threading.Thread(target=job, name="sync-worker")
+thread.start()
+thread.join()
+raise ValueError("uncaught: {CANARY}")
+"""
+
+
+def test_library_logs_and_uncaught_exceptions_are_scrubbed():
+    """Python itself prints these on stderr: the guard routes them through the redactor."""
+    result = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=60,
+                            env=gitsync_env())
+    assert result.returncode == 1
+    assert CANARY not in result.stderr
+    assert "WARNING dulwich.client Ignoring invalid http.extraHeader value b'Authorization:Bearer ***'" \
+        in result.stderr
+    assert "not shown" not in result.stderr
+    assert "Exception in thread sync-worker:" in result.stderr
+    assert "RuntimeError: job failed with ***" in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: uncaught: ***")
