@@ -32,8 +32,10 @@ def register_secret(value: str | bytes | None) -> None:
         return
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     variants = {text, text.strip()}
-    # A value that went through JSON (serialized logs, payload echoes) is escaped.
-    variants |= {json.dumps(v)[1:-1] for v in list(variants)}
+    # APISIX's cjson writes "/" as "\/" (a gateway answer shown as it came), and a value that went
+    # through JSON (serialized logs, payload echoes) is escaped, once more in JSON log lines.
+    variants |= {v.replace("/", "\\/") for v in variants if "/" in v}
+    variants |= {json.dumps(v, ensure_ascii=ascii)[1:-1] for v in list(variants) for ascii in (True, False)}
     global _ordered
     with _lock:
         added = {v for v in variants if len(v) >= MIN_SECRET_LENGTH} - _secrets

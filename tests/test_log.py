@@ -100,3 +100,16 @@ def test_library_logs_and_uncaught_exceptions_are_scrubbed():
     assert "Exception in thread sync-worker:" in result.stderr
     assert "RuntimeError: job failed with ***" in result.stderr
     assert result.stderr.rstrip().endswith("ValueError: uncaught: ***")
+
+
+def test_cjson_spelling_of_a_secret_is_scrubbed_in_both_log_modes():
+    """APISIX's cjson writes '/' as '\\/': a gateway answer quoted as it came is still masked."""
+    secret = "tok/en-é-1234"
+    gslog.register_secret(secret)
+    escaped = secret.replace("/", "\\/")
+    assert gslog.redact(f'answer {{"message":"{escaped}"}}') == 'answer {"message":"***"}'
+    for json_lines in (False, True):
+        out = io.StringIO()
+        gslog.setup(stream=out, json_lines=json_lines)
+        logger.warning("gateway said {}", escaped)
+        assert "tok" not in out.getvalue() and "gateway said ***" in out.getvalue()

@@ -320,23 +320,31 @@ def test_the_daemon_leaks_nothing(leaky: Leaky, log_flags: tuple[str, ...]):
 # redaction review: error texts cut short
 
 
-class LongWindedGateway(ApisixDouble):
-    """A proxy in front of the gateway that refuses every PUT with a long text quoting a value."""
+class QuotingGateway(ApisixDouble):
+    """A proxy in front of the gateway that refuses every PUT quoting a value of the body: in a long
+    text (cut at 300 characters in the error), or in JSON without ``error_msg`` (shown as sent,
+    cjson-escaped: ``/`` as ``\\/``)."""
+
+    answer = "text"
 
     def _put(self, h: Any, body: bytes) -> Reply:
         password = json.loads(body)["consumers"][1]["plugins"]["basic-auth"]["password"]
+        if self.answer == "json":
+            return Reply(502, json_body({"message": f'password "{password}" refused'}))
         text = "bad gateway; upstream said: " + "." * 250 + f'password "{password}"'  # cut at 300
         return Reply(502, text.encode(), content_type="text/plain")
 
 
-def test_an_error_text_is_redacted_before_it_is_cut(leaky: Leaky):
-    """The error quotes at most 300 characters of the answer: a secret across that limit must not
-    leave its first characters behind (cut after redaction, never before)."""
+@pytest.mark.parametrize("answer", ["text", "json"])
+def test_a_quoted_secret_is_redacted_however_the_answer_spells_it(leaky: Leaky, answer: str):
+    """A secret across the 300-character limit must not leave its start behind (cut after
+    redaction, never before); cjson's ``\\/`` spelling of it is redacted as well."""
     leaky.commit(routes(), "good")
     src = leaky.source_args
-    with LongWindedGateway("leak-test-admin-key") as gateway:
+    with QuotingGateway("leak-test-admin-key") as gateway:
+        gateway.answer = answer
         failed = leaky.run("sync", "--once", *src, "--gateway", gateway.url, "--admin-key-file",
                            leaky.gateway_args[-1], "--push-attempts", "1", expect=1)
-        assert 'answered 502: bad gateway; upstream said: ....' in failed.stderr
+        assert "PUT /apisix/admin/configs answered 502: " in failed.stderr
         assert gateway.put_bodies and all(CANARY.value in b.decode() for b in gateway.put_bodies)
     leaky.assert_nowhere()
