@@ -237,6 +237,46 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     leaky.assert_nowhere()
 
 
+@pytest.mark.parametrize("source", ["sops", "secrets-dir", "env"])
+def test_each_source_alone_registers_the_canary(tmp_path: Path, sealed: tuple[AgeKey, str], source: str):
+    """The canary from one source only, in a field masked by value alone (a description) and in
+    one that quotes it in a schema error (a host): each source registers it before anything prints."""
+    key, _ = sealed
+    repo = tmp_path / "repo"
+    key_file = key.write(tmp_path / "age.key")
+    env: dict[str, str] = {}
+    value = "${{ secrets.LEAK }}"
+    if source == "secrets-dir":
+        (tmp_path / "credentials").mkdir()
+        (tmp_path / "credentials" / "LEAK").write_text(CANARY.value)
+    elif source == "env":
+        env["GITSYNC_SECRET_LEAK"] = CANARY.value
+    else:
+        value = CANARY.value
+
+    def write(field: str) -> None:
+        text = f"routes:\n  - id: r1\n    uri: /a\n    {field}: \"{value}\"\n" + UPSTREAM
+        if source == "sops":
+            (repo / "routes.yaml").unlink(missing_ok=True)
+            encrypt(repo, "routes.yaml", text, "--encrypted-regex", f"^{field}$", recipients=key.recipient)
+        else:
+            repo.mkdir(exist_ok=True)
+            (repo / "routes.yaml").write_text(text)
+
+    args = ("--dir", str(repo), "--age-key-file", str(key_file),
+            "--secrets-dir", str(tmp_path / "credentials"))
+    write("desc")
+    shown = run_gitsync("render", *args, "--show-secrets", env=env)
+    assert json.loads(shown.stdout)["routes"][0]["desc"] == CANARY.value, shown.stderr  # the control
+    masked = run_gitsync("render", *args, "-vv", env=env)
+    assert masked.returncode == 0 and json.loads(masked.stdout)["routes"][0]["desc"] == "***"
+    write("host")
+    refused = run_gitsync("validate", *args, "-vv", env=env)
+    assert refused.returncode == 1 and 'with "***"' in refused.stderr
+    CANARY.assert_absent(f"render/validate, the canary from {source}",
+                         [masked.stdout + masked.stderr, refused.stdout + refused.stderr])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the daemon
 
