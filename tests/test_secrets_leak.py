@@ -49,8 +49,10 @@ consumers:
 
 
 def routes(*extra: str, uri: str = "/a") -> str:
+    """r1 sends the canary upstream in a header whose name says nothing: masked by its value only."""
     return ("routes:\n  - id: r1\n    uri: " + uri + "\n    plugins:\n      key-auth: {}\n"
-            "      proxy-rewrite: {headers: {set: {X-Api-Key: \"$secret://vault/main/app/key\"}}}\n"
+            "      proxy-rewrite: {headers: {set: {X-Api-Key: \"$secret://vault/main/app/key\",\n"
+            "                                      X-Upstream: \"${{ secrets.LEAK_FILE }}\"}}}\n"
             + UPSTREAM + "".join(extra))
 
 
@@ -179,19 +181,23 @@ def test_commands_show_the_canary_nowhere(leaky: Leaky):
     src, gw = leaky.source_args, leaky.gateway_args
 
     shown = leaky.run("render", *src, "--show-secrets", expect=0)
-    assert shown.stdout.count(CANARY.value) == 3  # the control: token, key and password all rendered
+    assert shown.stdout.count(CANARY.value) == 4  # the control: token, key, password, header rendered
     leaky.outputs.pop()  # asked for in clear: the one output allowed to hold it
     masked = json.loads(leaky.run("render", *src, expect=0).stdout)
     assert masked["secrets"][0]["token"] == "***"
     assert masked["consumers"][0]["plugins"]["key-auth"]["key"] == "***"
     assert masked["consumers"][1]["plugins"]["basic-auth"]["password"] == "***"
+    assert masked["routes"][0]["plugins"]["proxy-rewrite"]["headers"]["set"]["X-Upstream"] == "***"
     leaky.run("validate", *src, "-vv", expect=0)
 
     # The gateway holds an older alice and mallory (both with the canary): GET brings it back.
     leaky.gateway.out_of_band("consumers", [mallory(), {"username": "alice", "desc": "old",
                                                         "plugins": {"key-auth": {"key": CANARY.value}}}])
+    leaky.gateway.out_of_band("routes", [{"id": "r1", "uri": "/a", "plugins": {
+        "proxy-rewrite": {"headers": {"set": {"X-Upstream": "old-value"}}}}}])
     diff = leaky.run("diff", *src, *gw, "-vv", expect=1)
     assert "! consumers[mallory]" in diff.stdout and "~ consumers[alice]" in diff.stdout
+    assert 'plugins.proxy-rewrite.headers.set.X-Upstream: "old-value" → "***"' in diff.stdout
     leaky.run("diff", *src, *gw, "--log-json", "-vv", expect=1)
 
     leaky.commit(routes(BAD_ROUTES), "bad: the canary as a host, and an unknown method")
@@ -214,7 +220,7 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
 
     schema_bad = leaky.commit(routes(BAD_ROUTES), "bad: the canary as a host")
     refused = leaky.run(*sync, expect=1)
-    assert "routes.yaml:10:5: routes[r2].host:" in refused.stderr
+    assert "routes.yaml:11:5: routes[r2].host:" in refused.stderr
 
     leaky.gateway.strict = True  # the gateway quotes bob's password in its 400
     echoed = leaky.commit(routes(), "refused by the gateway", bob="rotated")
