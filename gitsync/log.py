@@ -12,7 +12,6 @@ import json
 import logging
 import sys
 import threading
-import traceback
 from types import TracebackType
 from typing import TextIO
 
@@ -115,32 +114,34 @@ class _StdlibBridge(logging.Handler):
 _BRIDGE = _StdlibBridge(level=logging.WARNING)
 
 
-def _print_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
-    sys.stderr.flush()
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """sys.excepthook: the traceback as a log record (one JSON line with --log-json), scrubbed."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, exc, tb)
+        return
+    logger.opt(exception=(kind, exc, tb)).critical("uncaught exception")
 
 
-def _print_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
-    if args.exc_type is SystemExit:
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
         return
     name = args.thread.name if args.thread is not None else "?"
-    sys.stderr.write(redact(f"Exception in thread {name}:\n" + "".join(
-        traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))))
-    sys.stderr.flush()
+    logger.opt(exception=(args.exc_type, args.exc_value, args.exc_traceback)).critical(
+        "uncaught exception in thread {}", name)
 
 
 def guard_process() -> None:
     """Make the whole process's error output go through the redactor (the command line calls it).
 
-    Third-party `logging` records (WARNING and above) go to the loguru sink, and the traceback of
-    an uncaught exception, in the main thread or any other, is printed redacted: an exception
-    message quoting a secret value is otherwise written to stderr by Python itself.
+    Third-party `logging` records (WARNING and above) and the traceback of an uncaught exception,
+    in the main thread or any other, go to the loguru sink: Python itself would print them on
+    stderr as they are, an exception message quoting a secret value included.
     """
     root = logging.getLogger()
     if _BRIDGE not in root.handlers:
         root.addHandler(_BRIDGE)
-    sys.excepthook = _print_uncaught
-    threading.excepthook = _print_uncaught_in_thread
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
 
 
 __all__ = ["MASK", "forget_secrets", "guard_process", "logger", "redact", "register_secret", "setup"]

@@ -97,8 +97,9 @@ def test_library_logs_and_uncaught_exceptions_are_scrubbed():
     assert "WARNING dulwich.client Ignoring invalid http.extraHeader value b'Authorization:Bearer ***'" \
         in result.stderr
     assert "not shown" not in result.stderr
-    assert "Exception in thread sync-worker:" in result.stderr
+    assert "CRITICAL gitsync.log uncaught exception in thread sync-worker" in result.stderr
     assert "RuntimeError: job failed with ***" in result.stderr
+    assert "CRITICAL gitsync.log uncaught exception" in result.stderr
     assert result.stderr.rstrip().endswith("ValueError: uncaught: ***")
 
 
