@@ -7,7 +7,7 @@ refused value in its 400, and an out-of-band consumer on the gateway that holds 
 Each place is searched for the value and for every 10-character run of it (`tests.leaks`), so a
 truncated copy counts too: command output, daemon logs (-vv, human and JSON lines), /metrics and
 /readyz, every file and git object of the state dir, and every object of the remote (status commits
-and notes).
+and notes). The admin key and the age identity are hunted for in the same places.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tests.sopsfiles import AgeKey, encrypt
 from tests.support import gitsync_env, run_gitsync
 
 CANARY = Canary(f"cnry/{secrets.token_hex(6)}+{secrets.token_hex(6)}")
+ADMIN_KEY = Canary(f"admin-{secrets.token_hex(10)}")  # the gateway's key: the X-API-KEY header only
 UPSTREAM = "    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
 CONSUMERS = """\
 consumers:
@@ -107,6 +108,7 @@ class Leaky:
     gateway: EchoingGateway
     tmp: Path
     sealed: str  # the SOPS file: vault/main, its token the canary
+    identity: Canary  # the random part of the age identity
     env: dict[str, str]
     source_args: tuple[str, ...]
     gateway_args: tuple[str, ...]
@@ -133,11 +135,14 @@ class Leaky:
         return list(self.gateway.put_bodies)
 
     def assert_nowhere(self) -> None:
-        """The canary in no output, no state file, no remote object; only in PUT bodies."""
-        for what, text in self.outputs:
-            CANARY.assert_absent(what, [text])
-        assert CANARY.leaks_in_tree(self.state) == {}
-        CANARY.assert_absent("the remote's objects", [git_objects(self.repo.path)])
+        """The canary, the admin key and the age identity in no output, no state file, no remote
+        object: the canary only in PUT bodies."""
+        remote = git_objects(self.repo.path)
+        for secret in (CANARY, ADMIN_KEY, self.identity):
+            for what, text in self.outputs:
+                secret.assert_absent(what, [text])
+            assert secret.leaks_in_tree(self.state) == {}
+            secret.assert_absent("the remote's objects", [remote])
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +164,11 @@ def leaky(tmp_path: Path, sealed: tuple[AgeKey, str], remote_repo: BareRepo,
     (secrets_dir / "LEAK_FILE").write_text(CANARY.value + "\n")
     admin_key = tmp_path / "admin.key"
     url = git_daemon.url(remote_repo.path.name)
-    with EchoingGateway("leak-test-admin-key") as gateway:
+    with EchoingGateway(ADMIN_KEY.value) as gateway:
         admin_key.write_text(gateway.admin_key)
         yield Leaky(
             repo=remote_repo, url=url, gateway=gateway, tmp=tmp_path, sealed=text,
+            identity=Canary(key.identity.removeprefix("AGE-SECRET-KEY-1")),
             env={"GITSYNC_SECRET_LEAK_ENV": CANARY.value},
             source_args=("--repo", url, "--secrets-dir", str(secrets_dir),
                          "--age-key-file", str(key.write(tmp_path / "age.key")),
@@ -387,7 +393,7 @@ def test_a_quoted_secret_is_redacted_however_the_answer_spells_it(leaky: Leaky, 
     redaction, never before); cjson's ``\\/`` spelling of it is redacted as well."""
     leaky.commit(routes(), "good")
     src = leaky.source_args
-    with QuotingGateway("leak-test-admin-key") as gateway:
+    with QuotingGateway(ADMIN_KEY.value) as gateway:
         gateway.answer = answer
         failed = leaky.run("sync", "--once", *src, "--gateway", gateway.url, "--admin-key-file",
                            leaky.gateway_args[-1], "--push-attempts", "1", expect=1)
