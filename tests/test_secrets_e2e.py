@@ -37,8 +37,9 @@ def route(rid: str, uri: str, reference: str = REFERENCE) -> str:
 
 @dataclass
 class Setup:
+    """The repo on git daemon, the gateway double, and the flags of every `gitsync sync --once`."""
+
     repo: BareRepo
-    url: str
     double: ApisixDouble
     token: str  # the decrypted vault token: only ever inside a PUT body
     value: str  # what the reference resolves to in the real server
@@ -47,7 +48,7 @@ class Setup:
 
     def sync(self, *extra: str) -> Any:
         result = run_gitsync("sync", "--once", *self.args, *extra)
-        assert self.token not in result.stdout + result.stderr
+        Canary(self.token).assert_absent("gitsync sync --once", [result.stdout + result.stderr])
         return result
 
 
@@ -72,8 +73,7 @@ def setup(tmp_path: Path, vault_server: VaultServer, apisix: ApisixDouble, remot
     args = ("--repo", git_daemon.url(remote_repo.path.name), "--gateway", apisix.url,
             "--admin-key-file", str(admin_key), "--age-key-file", str(key.write(tmp_path / "age.key")),
             "--state-dir", str(tmp_path / "state"), "--writeback", "on")
-    return Setup(remote_repo, git_daemon.url(remote_repo.path.name), apisix, token, value, tmp_path / "state",
-                 args)
+    return Setup(remote_repo, apisix, token, value, tmp_path / "state", args)
 
 
 def last_put(double: ApisixDouble) -> dict[str, Any]:
