@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command: Command = args._command
     gslog.setup(verbose=args.verbose or 0, json_lines=bool(args.log_json))
+    gslog.guard_process()
     try:
         settings: Settings = load(_flags(args), config=args.config, require=command.require)
     except SettingsError as exc:
