@@ -356,6 +356,8 @@ class Agent:
     def drift_suspects(self) -> list[str]:
         """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides)."""
         good = self.state.last_good
+        rendered = self._rendered.get(good) if good else None  # read-only: the worker owns the cache
+        desired = (lambda: rendered[0]) if rendered else None
         suspects = []
         for url in self.pool.urls:
             state = self.state.gateways.get(url)
@@ -364,7 +366,7 @@ class Agent:
                     suspects.append(url)
                 continue
             try:
-                if self.pool.holds(url, state) is False:
+                if self.pool.holds(url, state, desired) is False:
                     suspects.append(url)
             except GatewayError as exc:
                 logger.debug("drift watch: {}: {}", url, exc)
@@ -410,14 +412,15 @@ class Fleet:
               desired: Callable[[], Rendered] | None = None) -> bool | None:
         """Does the gateway still hold what was pushed? HEAD's digest (3.14+), else GET and plan.
 
-        Without `desired`, only the digest is looked at: None means "cannot tell that way".
+        Without `desired`, only HEAD is looked at: a HEAD without any digest where we recorded one
+        is a restarted, emptied gateway (False); None means "cannot tell that way" (3.13: no HEAD).
         """
         with Gateway(self.endpoints[url]) as gateway:
             head = gateway.head_config()
             if head is not None and head.digest is not None and state.digest:
                 return head.digest == state.digest
             if desired is None:
-                return None
+                return False if head is not None and state.digest else None
             live = gateway.get_config()
         return not plan(desired().payload, live.body, self.policy).changes
 
