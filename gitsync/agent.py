@@ -195,9 +195,9 @@ class Agent:
             logger.debug("remote {} is a known bad commit ({}); keeping {}", _short(remote),
                          self.state.bad[remote], _short(self.state.last_good))
             outcome = self._converge(self.state.last_good, reason, new=False)
-            if outcome.result == "noop":
-                outcome.result = "skipped"
-                outcome.commit = remote
+            if outcome.result == "noop":  # say which commit was skipped and why, not the live one's subject
+                outcome = SyncOutcome(reason, "skipped", remote, stage="known bad",
+                                      problems=[self.state.bad[remote]])
             return outcome
         return self._converge(remote, reason, new=remote != self.state.last_good)
 
