@@ -46,7 +46,7 @@ from gitsync.reconcile import Policy, plan
 from gitsync.render import ParseCache, Rendered, options_from_settings, render
 from gitsync.sdnotify import Notifier
 from gitsync.server import Metrics, Readiness, StatusServer
-from gitsync.settings import Settings, SettingsError, load
+from gitsync.settings import Settings, load
 from gitsync.source import Source, SourceError
 from gitsync.state import AgentState, GatewayState, StateDir, StateError
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
@@ -168,7 +168,9 @@ class Agent:
     def _sync(self, reason: str) -> SyncOutcome:
         remote: str | None = None
         fetch_error: str | None = None
-        if self.fetch_backoff.ready():
+        # A webhook means the remote has just been written to: worth trying even during a backoff.
+        attempt = self.fetch_backoff.ready() or reason.startswith("webhook") or ",webhook" in reason
+        if attempt:
             try:
                 remote = self.source.check()
             except SourceError as exc:
@@ -177,7 +179,7 @@ class Agent:
             fetch_error = "git remote in backoff after earlier failures"
 
         if fetch_error is not None:
-            if self.fetch_backoff.ready():
+            if attempt:
                 delay = self.fetch_backoff.failed()
                 self.metrics.fetch_failures.inc()
                 logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}",
@@ -522,10 +524,18 @@ class Daemon:
                 return
             if not reasons:
                 continue
+            if "reload" in reasons:
+                self._apply_reload()
             agent = self.agent
             assert agent is not None
-            outcome = agent.sync_once(",".join(dict.fromkeys(reasons)))
-            self._beat = time.monotonic()
+            try:
+                outcome = agent.sync_once(",".join(dict.fromkeys(reasons)))
+            except Exception as exc:  # a bug must not end the worker: the next trigger tries again
+                logger.opt(exception=exc).error("sync ({}) crashed: {}", ",".join(reasons), redact(str(exc)))
+                self.metrics.syncs.labels("error").inc()
+                continue
+            finally:
+                self._beat = time.monotonic()
             self.notifier.status(f"{outcome.result} {_short(outcome.commit)}; last good "
                                  f"{_short(agent.state.last_good)}")
 
@@ -553,29 +563,28 @@ class Daemon:
         return self.agent.readiness() if self.agent else Readiness(False, "starting")
 
     def reload(self) -> None:
-        """SIGHUP: re-read the settings; keep the old ones if the new ones are bad."""
+        """SIGHUP: the worker re-reads the settings before its next sync (never during one)."""
+        self.triggers.request("reload")
+
+    def _apply_reload(self) -> None:
+        """In the worker, between syncs: new settings, a new agent on the same state; bad ones are refused."""
         if self._reload_settings is None:
             return
         try:
             settings = self._reload_settings()
-        except SettingsError as exc:
+            agent = Agent(settings, metrics=self.metrics, state_dir=self.state_dir)
+        except Exception as exc:  # whatever is wrong with them, the running settings stay
             logger.error("reload refused, keeping the running settings: {}", redact(str(exc)))
             return
-        self.triggers.request("reload")
-        self._pending_settings = settings
-
-    def _apply_reload(self) -> None:
-        settings = getattr(self, "_pending_settings", None)
-        if settings is None:
-            return
-        self._pending_settings = None
-        old = self.agent
-        self.settings = settings
-        self.agent = Agent(settings, metrics=self.metrics, state_dir=self.state_dir)
+        old, self.agent, self.settings = self.agent, agent, settings
         if old is not None:
             old.close()
+            if settings.listen != old.settings.listen:
+                logger.warning("listen = {} takes effect at the next restart", settings.listen)
+        if self.server is not None:
+            self.server.webhook_secret = settings.webhook_secret
         self._schedule()
-        logger.info("settings reloaded")
+        logger.info("settings reloaded: {} gateway(s)", len(settings.gateways))
 
     def stop(self) -> None:
         """Let the sync in flight finish (bounded), then stop everything."""
@@ -603,9 +612,8 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, on_signal)
         self.start()
-        while not stop.wait(0.2):
-            if getattr(self, "_pending_settings", None) is not None and not self.triggers.stopping:
-                self._apply_reload()
+        while not stop.wait(1.0):
+            pass
         self.stop()
         return 0
 
