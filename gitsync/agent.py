@@ -169,7 +169,7 @@ class Agent:
         remote: str | None = None
         fetch_error: str | None = None
         # A webhook means the remote has just been written to: worth trying even during a backoff.
-        attempt = self.fetch_backoff.ready() or reason.startswith("webhook") or ",webhook" in reason
+        attempt = self.fetch_backoff.ready() or any(r.startswith("webhook") for r in reason.split(","))
         if attempt:
             try:
                 remote = self.source.check()
@@ -369,6 +369,9 @@ class Agent:
                 continue
             try:
                 if self.pool.holds(url, state, desired) is False:
+                    # It answers and has lost our config (a restart): refill it now, whatever
+                    # backoff its failures while it was down had built up.
+                    self.pool.backoff[url].succeeded()
                     suspects.append(url)
             except GatewayError as exc:
                 logger.debug("drift watch: {}: {}", url, exc)

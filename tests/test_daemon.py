@@ -262,6 +262,21 @@ def test_a_restarted_gateway_is_refilled_by_the_drift_watch_with_the_remote_down
     assert agent.state()["last_good"] == first
 
 
+def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_backoff(
+        spawn, git_daemon, remote_repo, apisix):
+    remote_repo.commit(config_files(1), "v1")
+    agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", "--push-attempts", "1",
+                  gateways=[apisix.url])
+    wait_for(lambda: live_uri(apisix) == "/v1", 10, "the first commit live")
+    apisix.stop()  # APISIX down (an upgrade, a crash loop) ...
+    # Failures 1-3 wait 0.5-1, 1-2, 2-4 s: after the fourth, the next try is 4-8 s away.
+    wait_for(lambda: agent.log().count("next attempt in") >= 4, 12, "four failed pushes")
+    apisix.restart()  # ... and back, empty
+    started = time.monotonic()
+    wait_for(lambda: live_uri(apisix) == "/v1", 3, "the gateway refilled")
+    assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the backoff
+
+
 def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applies(
         spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -304,6 +319,23 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
     wait_for(lambda: live_uri(apisix) == "/v2", 2 + 1 + 2, "the commit pushed during the outage live")
     wait_for(lambda: agent.state().get("last_good") == second, 2, "state.json naming it")
     wait_for(lambda: agent.get("/readyz").status_code == 200, 3, "ready again")
+
+
+def test_a_webhook_tries_the_remote_at_once_even_during_a_long_backoff(
+        spawn, own_daemon, remote_repo, apisix):
+    remote_repo.commit(config_files(1), "v1")
+    agent = spawn(repo_url(own_daemon, remote_repo), "--interval", "200ms", "--max-backoff", "1h",
+                  gateways=[apisix.url])
+    wait_for(lambda: live_uri(apisix) == "/v1", 10, "the first commit live")
+    own_daemon.stop()
+    # Failures 1-4 wait 0.1-0.2, 0.2-0.4, 0.4-0.8, 0.8-1.6 s: the fifth waits 1.6-3.2 s.
+    wait_for(lambda: agent.metric("gitsync_fetch_failures_total") >= 5, 8, "five failed polls")
+    own_daemon.start()
+    remote_repo.commit(config_files(2), "v2")
+    started = time.monotonic()
+    assert agent.hook() == 202
+    wait_for(lambda: live_uri(apisix) == "/v2", 1, "the webhook's commit live in spite of the backoff")
+    assert time.monotonic() - started < 1
 
 
 def test_sigkill_at_random_moments_never_corrupts_state_and_a_restart_converges(
