@@ -248,7 +248,9 @@ class Agent:
         if refused and target != self.state.last_good:
             problems = [str(p) for r in refused for p in r.problems]
             return self._refuse(target, reason, "push", problems, gateways=results)
-        if all(url in self.state.gateways and self.state.gateways[url].commit == target
+        # Accepted by a gateway and refused by none: the commit to heal with from now on. A gateway
+        # that was down gets it when it is back (it is behind); it never takes the others back.
+        if any(url in self.state.gateways and self.state.gateways[url].commit == target
                for url in self.pool.urls):
             self.state.last_good, self.state.last_good_subject = target, subject
         result = "failed" if failed else ("applied" if new else "healed")
@@ -356,27 +358,32 @@ class Agent:
             self.metrics.writeback_failures.inc(getattr(self.writeback, "failures", 0) - before)
 
     def drift_suspects(self) -> list[str]:
-        """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides)."""
+        """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides).
+
+        A gateway in backoff is left alone unless it answers again and lacks the last good commit
+        (restarted, or back after an outage): then its backoff ends and it is refilled now.
+        """
         good = self.state.last_good
         rendered = self._rendered.get(good) if good else None  # read-only: the worker owns the cache
         desired = (lambda: rendered[0]) if rendered else None
         suspects = []
         for url in self.pool.urls:
             state = self.state.gateways.get(url)
-            if state is None or state.commit != good:
-                if self.pool.backoff[url].ready():
-                    suspects.append(url)
-                continue
+            backoff = self.pool.backoff[url]
             try:
-                if self.pool.holds(url, state, desired) is False:
-                    # It answers and has lost our config (a restart): refill it now, whatever
-                    # backoff its failures while it was down had built up.
-                    self.pool.backoff[url].succeeded()
-                    suspects.append(url)
+                if state is None or state.commit != good:  # behind: a probe only while it waits
+                    answered = not backoff.ready() and self.pool.answers(url)
+                elif self.pool.holds(url, state, desired) is False:
+                    answered = True
+                else:
+                    continue
             except GatewayError as exc:
                 logger.debug("drift watch: {}: {}", url, exc)
-                if self.pool.backoff[url].ready():
-                    suspects.append(url)
+                answered = False
+            if answered:
+                backoff.succeeded()
+            if backoff.ready():
+                suspects.append(url)
         return suspects
 
     def readiness(self) -> Readiness:
@@ -428,6 +435,12 @@ class Fleet:
                 return False if head is not None and state.digest else None
             live = gateway.get_config()
         return not plan(desired().payload, live.body, self.policy).changes
+
+    def answers(self, url: str) -> bool:
+        """Does the gateway's Admin API answer at all? (HEAD; raises `GatewayError` when it does not)."""
+        with Gateway(self.endpoints[url]) as gateway:
+            gateway.head_config()
+        return True
 
     def not_holding(self, target: str, states: Mapping[str, GatewayState],
                     desired: Callable[[], Rendered]) -> tuple[list[str], list[str]]:

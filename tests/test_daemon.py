@@ -277,6 +277,28 @@ def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_
     assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the backoff
 
 
+def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
+        spawn, git_daemon, remote_repo, apisix):
+    """Neither a bad commit nor the down gateway's return may take the others back to an older commit."""
+    remote_repo.commit(config_files(1), "v1")
+    with ApisixDouble(ADMIN_KEY) as other:
+        agent = spawn(repo_url(git_daemon, remote_repo), "--push-attempts", "1",
+                      gateways=[apisix.url, other.url])
+        wait_for(lambda: live_uri(apisix) == live_uri(other) == "/v1", 10, "v1 live on both gateways")
+        other.stop()
+        second = remote_repo.commit(config_files(2), "v2")
+        wait_for(lambda: live_uri(apisix) == "/v2", 5, "v2 live on the gateway that is up")
+        wait_for(lambda: agent.state().get("last_good") == second, 3, "v2 recorded as the last good commit")
+        bad = remote_repo.commit(config_files(3, bad=True), "bad")
+        wait_for(lambda: bad in agent.state().get("bad", {}), 5, "the bad commit refused")
+        time.sleep(0.5)
+        assert live_uri(apisix) == "/v2"
+
+        other.restart()  # back, empty, with the remote's tip a bad commit: it gets v2
+        wait_for(lambda: live_uri(other) == "/v2", 1 + 1, "the gateway back from its outage refilled")
+        assert live_uri(apisix) == "/v2"
+
+
 def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applies(
         spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
