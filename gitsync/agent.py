@@ -311,7 +311,9 @@ class Agent:
             self.state_dir.save(self.state)
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
-        level = "INFO" if outcome.result in ("applied", "healed") else ("DEBUG" if ok else "WARNING")
+        # A failed fetch and a refused commit were logged where they happened: no second warning per poll.
+        quiet = ok or outcome.result in ("fetch_failed", "skipped")
+        level = "INFO" if outcome.result in ("applied", "healed") else ("DEBUG" if quiet else "WARNING")
         logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result,
                    _short(outcome.commit), outcome.duration,
                    f" — {outcome.problems[0]}" if outcome.problems else "")
@@ -609,6 +611,8 @@ class Daemon:
         self.scheduler.shutdown(wait=False)
         if self._worker.is_alive():
             self._worker.join(STOP_GRACE)
+            if self._worker.is_alive():
+                logger.warning("the sync in flight did not end within {:.0f}s; exiting anyway", STOP_GRACE)
         if self.server is not None:
             self.server.stop()
         if self.agent is not None:
