@@ -47,7 +47,7 @@ class GatewayState:
 class AgentState:
     """Everything the agent must remember across restarts."""
 
-    last_good: str | None = None  # last commit applied to every gateway
+    last_good: str | None = None  # newest commit a gateway accepted and none refused: what heals
     last_good_subject: str = ""
     gateways: dict[str, GatewayState] = field(default_factory=dict)
     bad: dict[str, str] = field(default_factory=dict)  # commit SHA → why it was refused

@@ -799,6 +799,13 @@ def summary_text(result: Mapping[str, Any], now: datetime) -> str:
                      + (f"  [{versions}]" if versions else ""))
         if gateway.get("error"):
             lines.append(f"  error:  {gateway['error']}")
+    if result.get("last_good") and result.get("last_good") != result.get("commit"):
+        lines.append(f"live:     {result['last_good']}  (last good)")
+    problems = list(result.get("problems") or [])
+    for problem in problems[:10]:
+        lines.append(f"problem:  {result.get('stage') or '?'}: {problem}")
+    if len(problems) > 10:
+        lines.append(f"problem:  ... and {len(problems) - 10} more")
     return redact("\n".join(lines) + "\n")
 
 
