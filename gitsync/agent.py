@@ -239,7 +239,7 @@ class Agent:
         for r in results:
             if r.ok:
                 self.state.gateways[r.url] = GatewayState(target, r.digest or "", dict(r.versions),
-                                                          time.time())
+                                                          time.time(), sorted(self.pool.policy.unmanaged))
                 if r.url in drifted:
                     self.metrics.drift_heals.labels(r.url).inc()
                     logger.info("drift healed on {}: {} re-applied", r.url, _short(target))
@@ -456,8 +456,8 @@ class Fleet:
             if not self.backoff[url].ready():
                 continue
             state = states.get(url)
-            if state is None or state.commit != target:
-                stale.append(url)
+            if state is None or state.commit != target or state.unmanaged != sorted(self.policy.unmanaged):
+                stale.append(url)  # not pushed yet, or pushed under another `unmanaged` policy
                 continue
             try:
                 if self.holds(url, state, desired):

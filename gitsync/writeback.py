@@ -815,7 +815,7 @@ def status_command(settings: Settings, args: argparse.Namespace) -> int:
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):
-        print(summary_text(StateDir(settings.state_dir).load().last_result, now), end="")
+        print(summary_text(StateDir(settings.state_dir).load(repair=False).last_result, now), end="")
         return 0
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
