@@ -48,7 +48,7 @@ from gitsync.reconcile import Policy, plan
 from gitsync.render import ParseCache, Rendered, options_from_settings, render
 from gitsync.sdnotify import Notifier
 from gitsync.server import Metrics, Readiness, StatusServer
-from gitsync.settings import Settings, SettingsError, load
+from gitsync.settings import Settings, load
 from gitsync.source import Source, SourceError
 from gitsync.state import AgentState, GatewayState, StateDir, StateError
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
@@ -189,7 +189,9 @@ class Agent:
     def _sync(self, reason: str) -> SyncOutcome:
         remote: str | None = None
         fetch_error: str | None = None
-        if self.fetch_backoff.ready():
+        # A webhook means the remote has just been written to: worth trying even during a backoff.
+        attempt = self.fetch_backoff.ready() or any(r.startswith("webhook") for r in reason.split(","))
+        if attempt:
             try:
                 remote = self.source.check()
             except SourceError as exc:
@@ -198,7 +200,7 @@ class Agent:
             fetch_error = "git remote in backoff after earlier failures"
 
         if fetch_error is not None:
-            if self.fetch_backoff.ready():
+            if attempt:
                 delay = self.fetch_backoff.failed()
                 self.metrics.fetch_failures.inc()
                 logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}",
@@ -216,9 +218,9 @@ class Agent:
             logger.debug("remote {} is a known bad commit ({}); keeping {}", _short(remote),
                          self.state.bad[remote], _short(self.state.last_good))
             outcome = self._converge(self.state.last_good, reason, new=False)
-            if outcome.result == "noop":
-                outcome.result = "skipped"
-                outcome.commit = remote
+            if outcome.result == "noop":  # say which commit was skipped and why, not the live one's subject
+                outcome = SyncOutcome(reason, "skipped", remote, stage="known bad",
+                                      problems=[self.state.bad[remote]])
             return outcome
         return self._converge(remote, reason, new=remote != self.state.last_good)
 
@@ -258,7 +260,7 @@ class Agent:
         for r in results:
             if r.ok:
                 self.state.gateways[r.url] = GatewayState(target, r.digest or "", dict(r.versions),
-                                                          time.time())
+                                                          time.time(), sorted(self.pool.policy.unmanaged))
                 if r.url in drifted:
                     self.metrics.drift_heals.labels(r.url).inc()
                     logger.info("drift healed on {}: {} re-applied", r.url, _short(target))
@@ -267,7 +269,9 @@ class Agent:
         if refused and target != self.state.last_good:
             problems = [str(p) for r in refused for p in r.problems]
             return self._refuse(target, reason, "push", problems, gateways=results)
-        if all(url in self.state.gateways and self.state.gateways[url].commit == target
+        # Accepted by a gateway and refused by none: the commit to heal with from now on. A gateway
+        # that was down gets it when it is back (it is behind); it never takes the others back.
+        if any(url in self.state.gateways and self.state.gateways[url].commit == target
                for url in self.pool.urls):
             self.state.last_good, self.state.last_good_subject = target, subject
         result = "failed" if failed else ("applied" if new else "healed")
@@ -328,7 +332,9 @@ class Agent:
             self.state_dir.save(self.state)
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
-        level = "INFO" if outcome.result in ("applied", "healed") else ("DEBUG" if ok else "WARNING")
+        # A failed fetch and a refused commit were logged where they happened: no second warning per poll.
+        quiet = ok or outcome.result in ("fetch_failed", "skipped")
+        level = "INFO" if outcome.result in ("applied", "healed") else ("DEBUG" if quiet else "WARNING")
         logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result,
                    _short(outcome.commit), outcome.duration,
                    f" — {outcome.problems[0]}" if outcome.problems else "")
@@ -375,22 +381,32 @@ class Agent:
             self.metrics.writeback_failures.inc(getattr(self.writeback, "failures", 0) - before)
 
     def drift_suspects(self) -> list[str]:
-        """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides)."""
+        """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides).
+
+        A gateway in backoff is left alone unless it answers again and lacks the last good commit
+        (restarted, or back after an outage): then its backoff ends and it is refilled now.
+        """
         good = self.state.last_good
+        rendered = self._rendered.get(good) if good else None  # read-only: the worker owns the cache
+        desired = (lambda: rendered[0]) if rendered else None
         suspects = []
         for url in self.pool.urls:
             state = self.state.gateways.get(url)
-            if state is None or state.commit != good:
-                if self.pool.backoff[url].ready():
-                    suspects.append(url)
-                continue
+            backoff = self.pool.backoff[url]
             try:
-                if self.pool.holds(url, state) is False:
-                    suspects.append(url)
+                if state is None or state.commit != good:  # behind: a probe only while it waits
+                    answered = not backoff.ready() and self.pool.answers(url)
+                elif self.pool.holds(url, state, desired) is False:
+                    answered = True
+                else:
+                    continue
             except GatewayError as exc:
                 logger.debug("drift watch: {}: {}", url, exc)
-                if self.pool.backoff[url].ready():
-                    suspects.append(url)
+                answered = False
+            if answered:
+                backoff.succeeded()
+            if backoff.ready():
+                suspects.append(url)
         return suspects
 
     def readiness(self) -> Readiness:
@@ -431,16 +447,23 @@ class Fleet:
               desired: Callable[[], Rendered] | None = None) -> bool | None:
         """Does the gateway still hold what was pushed? HEAD's digest (3.14+), else GET and plan.
 
-        Without `desired`, only the digest is looked at: None means "cannot tell that way".
+        Without `desired`, only HEAD is looked at: a HEAD without any digest where we recorded one
+        is a restarted, emptied gateway (False); None means "cannot tell that way" (3.13: no HEAD).
         """
         with Gateway(self.endpoints[url]) as gateway:
             head = gateway.head_config()
             if head is not None and head.digest is not None and state.digest:
                 return head.digest == state.digest
             if desired is None:
-                return None
+                return False if head is not None and state.digest else None
             live = gateway.get_config()
         return not plan(desired().payload, live.body, self.policy).changes
+
+    def answers(self, url: str) -> bool:
+        """Does the gateway's Admin API answer at all? (HEAD; raises `GatewayError` when it does not)."""
+        with Gateway(self.endpoints[url]) as gateway:
+            gateway.head_config()
+        return True
 
     def not_holding(self, target: str, states: Mapping[str, GatewayState],
                     desired: Callable[[], Rendered]) -> tuple[list[str], list[str]]:
@@ -454,8 +477,8 @@ class Fleet:
             if not self.backoff[url].ready():
                 continue
             state = states.get(url)
-            if state is None or state.commit != target:
-                stale.append(url)
+            if state is None or state.commit != target or state.unmanaged != sorted(self.policy.unmanaged):
+                stale.append(url)  # not pushed yet, or pushed under another `unmanaged` policy
                 continue
             try:
                 if self.holds(url, state, desired):
@@ -540,10 +563,18 @@ class Daemon:
                 return
             if not reasons:
                 continue
+            if "reload" in reasons:
+                self._apply_reload()
             agent = self.agent
             assert agent is not None
-            outcome = agent.sync_once(",".join(dict.fromkeys(reasons)))
-            self._beat = time.monotonic()
+            try:
+                outcome = agent.sync_once(",".join(dict.fromkeys(reasons)))
+            except Exception as exc:  # a bug must not end the worker: the next trigger tries again
+                logger.opt(exception=exc).error("sync ({}) crashed: {}", ",".join(reasons), redact(str(exc)))
+                self.metrics.syncs.labels("error").inc()
+                continue
+            finally:
+                self._beat = time.monotonic()
             self.notifier.status(f"{outcome.result} {_short(outcome.commit)}; last good "
                                  f"{_short(agent.state.last_good)}")
 
@@ -571,29 +602,28 @@ class Daemon:
         return self.agent.readiness() if self.agent else Readiness(False, "starting")
 
     def reload(self) -> None:
-        """SIGHUP: re-read the settings; keep the old ones if the new ones are bad."""
+        """SIGHUP: the worker re-reads the settings before its next sync (never during one)."""
+        self.triggers.request("reload")
+
+    def _apply_reload(self) -> None:
+        """In the worker, between syncs: new settings, a new agent on the same state; bad ones are refused."""
         if self._reload_settings is None:
             return
         try:
             settings = self._reload_settings()
-        except SettingsError as exc:
+            agent = Agent(settings, metrics=self.metrics, state_dir=self.state_dir)
+        except Exception as exc:  # whatever is wrong with them, the running settings stay
             logger.error("reload refused, keeping the running settings: {}", redact(str(exc)))
             return
-        self.triggers.request("reload")
-        self._pending_settings = settings
-
-    def _apply_reload(self) -> None:
-        settings = getattr(self, "_pending_settings", None)
-        if settings is None:
-            return
-        self._pending_settings = None
-        old = self.agent
-        self.settings = settings
-        self.agent = Agent(settings, metrics=self.metrics, state_dir=self.state_dir)
+        old, self.agent, self.settings = self.agent, agent, settings
         if old is not None:
             old.close()
+            if settings.listen != old.settings.listen:
+                logger.warning("listen = {} takes effect at the next restart", settings.listen)
+        if self.server is not None:
+            self.server.webhook_secret = settings.webhook_secret
         self._schedule()
-        logger.info("settings reloaded")
+        logger.info("settings reloaded: {} gateway(s)", len(settings.gateways))
 
     def stop(self) -> None:
         """Let the sync in flight finish (bounded), then stop everything."""
@@ -602,6 +632,8 @@ class Daemon:
         self.scheduler.shutdown(wait=False)
         if self._worker.is_alive():
             self._worker.join(STOP_GRACE)
+            if self._worker.is_alive():
+                logger.warning("the sync in flight did not end within {:.0f}s; exiting anyway", STOP_GRACE)
         if self.server is not None:
             self.server.stop()
         if self.agent is not None:
@@ -621,9 +653,8 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, on_signal)
         self.start()
-        while not stop.wait(0.2):
-            if getattr(self, "_pending_settings", None) is not None and not self.triggers.stopping:
-                self._apply_reload()
+        while not stop.wait(1.0):
+            pass
         self.stop()
         return 0
 

@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--fleet", action="store_true", help="every agent's status from the status branch")
         if command.name == "demo":
             p.add_argument("--keep-running", action="store_true", help="stay up after the last step")
+            p.add_argument("--workdir", metavar="DIR", default=None,
+                           help="an empty directory for the demo's remote, state and keys, kept afterwards "
+                                "(default: a temporary directory, removed at the end)")
     return parser
 
 
@@ -111,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command: Command = args._command
     gslog.setup(verbose=args.verbose or 0, json_lines=bool(args.log_json))
+    gslog.guard_process()
     try:
         settings: Settings = load(_flags(args), config=args.config, require=command.require)
     except SettingsError as exc:

@@ -415,4 +415,5 @@ def _snippet(response: httpx.Response, limit: int = 300) -> str:
     except ValueError:
         if text.lstrip().startswith("<"):
             text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)).strip()
-    return redact(text[:limit] + ("…" if len(text) > limit else "")) or "(empty body)"
+    text = redact(text)  # before cutting: a secret across the limit would leave its start behind
+    return text[:limit] + ("…" if len(text) > limit else "") or "(empty body)"

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gitsync.kinds import KINDS
 from gitsync.log import register_secret
@@ -548,6 +549,11 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
+    for name in ("gateways", "status_urls"):
+        for url in values.get(name, ()):
+            problem = _url_problem(url)
+            if problem:
+                raise SettingsError(f"{merged[name].origin}: {problem}")
     unknown = [k for k in values.get("unmanaged", ()) if k not in KINDS]
     if unknown:
         origin = merged["unmanaged"].origin
@@ -562,6 +568,19 @@ def load(
                    "in the settings file")
         raise SettingsError(f"{spec.name} is required: set {how}")
     return settings
+
+
+def _url_problem(url: str) -> str | None:
+    """Why `url` cannot be a gateway's base URL (without echoing a password it may carry)."""
+    parts = urlsplit(url)
+    shown = url.replace(f":{parts.password}@", ":***@") if parts.password else url
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{shown!r} is not an http:// or https:// URL"
+    try:
+        parts.port  # noqa: B018 - urllib checks the port when it is read
+    except ValueError:
+        return f"{shown!r} has an invalid port"
+    return None
 
 
 def _resolve_secret(

@@ -41,13 +41,14 @@ class GatewayState:
     digest: str
     versions: dict[str, int] = field(default_factory=dict)
     applied_at: float = 0.0
+    unmanaged: list[str] = field(default_factory=list)  # the policy it was pushed under
 
 
 @dataclass
 class AgentState:
     """Everything the agent must remember across restarts."""
 
-    last_good: str | None = None  # last commit applied to every gateway
+    last_good: str | None = None  # newest commit a gateway accepted and none refused: what heals
     last_good_subject: str = ""
     gateways: dict[str, GatewayState] = field(default_factory=dict)
     bad: dict[str, str] = field(default_factory=dict)  # commit SHA → why it was refused
@@ -146,8 +147,9 @@ class StateDir:
         finally:
             self.release()
 
-    def load(self) -> AgentState:
-        """The saved state; a missing file is a fresh start, an unreadable one is set aside and logged."""
+    def load(self, *, repair: bool = True) -> AgentState:
+        """The saved state; a missing file is a fresh start, an unreadable one is logged and (when
+        `repair`, as the agent that owns the directory does) set aside as ``state.corrupt``."""
         try:
             raw = self.state_file.read_bytes()
         except FileNotFoundError:
@@ -155,6 +157,9 @@ class StateDir:
         try:
             return AgentState.from_json(json.loads(raw))
         except (ValueError, TypeError, AttributeError) as exc:
+            if not repair:
+                logger.error("state file {} is unreadable: {}", self.state_file, exc)
+                return AgentState()
             aside = self.state_file.with_suffix(".corrupt")
             os.replace(self.state_file, aside)
             logger.error("state file {} is unreadable ({}); kept as {} and starting fresh",

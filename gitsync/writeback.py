@@ -799,6 +799,13 @@ def summary_text(result: Mapping[str, Any], now: datetime) -> str:
                      + (f"  [{versions}]" if versions else ""))
         if gateway.get("error"):
             lines.append(f"  error:  {gateway['error']}")
+    if result.get("last_good") and result.get("last_good") != result.get("commit"):
+        lines.append(f"live:     {result['last_good']}  (last good)")
+    problems = list(result.get("problems") or [])
+    for problem in problems[:10]:
+        lines.append(f"problem:  {result.get('stage') or '?'}: {problem}")
+    if len(problems) > 10:
+        lines.append(f"problem:  ... and {len(problems) - 10} more")
     return redact("\n".join(lines) + "\n")
 
 
@@ -808,7 +815,7 @@ def status_command(settings: Settings, args: argparse.Namespace) -> int:
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):
-        print(summary_text(StateDir(settings.state_dir).load().last_result, now), end="")
+        print(summary_text(StateDir(settings.state_dir).load(repair=False).last_result, now), end="")
         return 0
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)

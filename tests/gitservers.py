@@ -250,9 +250,11 @@ class GitDaemon:
         return f"git://{LOCALHOST}:{self.port}/{name}"
 
     def start(self) -> GitDaemon:
+        """Listen; a daemon started again after `stop()` takes its old port (clients keep their URL)."""
         # git daemon cannot listen on port 0: pick a free port and retry if someone took it.
+        reuse = self.port
         for _attempt in range(5):
-            port = free_port()
+            port = reuse or free_port()
             args = ["git", "daemon", "--reuseaddr", f"--listen={LOCALHOST}", f"--port={port}",
                     f"--base-path={self.base_path}", "--export-all", "--informative-errors"]
             if self.receive_pack:

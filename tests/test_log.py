@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 from loguru import logger
 
 from gitsync import log as gslog
+from tests.support import gitsync_env
 
 CANARY = "canary-7f3a9e1b2c4d"
 
@@ -65,3 +68,49 @@ def test_longest_secret_masked_whole():
     gslog.register_secret("token-1234")
     gslog.register_secret("token-1234-extended")
     assert gslog.redact("x token-1234-extended y") == "x *** y"
+
+
+GUARDED = f"""
+import logging, threading
+from gitsync import log
+log.setup()
+log.guard_process()
+log.register_secret({CANARY!r})
+logging.getLogger("dulwich.client").warning(
+    "Ignoring invalid http.extraHeader value %r (missing ': ' separator)", b"Authorization:Bearer {CANARY}")
+logging.getLogger("apscheduler.executors.default").info("not shown: below WARNING {CANARY}")
+def job():
+    raise RuntimeError("job failed with {CANARY}")
+thread = threading.Thread(target=job, name="sync-worker")
+thread.start()
+thread.join()
+raise ValueError("uncaught: {CANARY}")
+"""
+
+
+def test_library_logs_and_uncaught_exceptions_are_scrubbed():
+    """Python itself prints these on stderr: the guard routes them through the redactor."""
+    result = subprocess.run([sys.executable, "-c", GUARDED], capture_output=True, text=True, timeout=60,
+                            env=gitsync_env())
+    assert result.returncode == 1
+    assert CANARY not in result.stderr
+    assert "WARNING dulwich.client Ignoring invalid http.extraHeader value b'Authorization:Bearer ***'" \
+        in result.stderr
+    assert "not shown" not in result.stderr
+    assert "CRITICAL gitsync.log uncaught exception in thread sync-worker" in result.stderr
+    assert "RuntimeError: job failed with ***" in result.stderr
+    assert "CRITICAL gitsync.log uncaught exception" in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: uncaught: ***")
+
+
+def test_cjson_spelling_of_a_secret_is_scrubbed_in_both_log_modes():
+    """APISIX's cjson writes '/' as '\\/': a gateway answer quoted as it came is still masked."""
+    secret = "tok/en-é-1234"
+    gslog.register_secret(secret)
+    escaped = secret.replace("/", "\\/")
+    assert gslog.redact(f'answer {{"message":"{escaped}"}}') == 'answer {"message":"***"}'
+    for json_lines in (False, True):
+        out = io.StringIO()
+        gslog.setup(stream=out, json_lines=json_lines)
+        logger.warning("gateway said {}", escaped)
+        assert "tok" not in out.getvalue() and "gateway said ***" in out.getvalue()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -370,6 +371,33 @@ def test_mask_secrets_masks_fields_and_values_but_not_references():
     assert masked["consumers"][1]["plugins"]["basic-auth"] == {"username": "b", "password": "$env://PW"}
     assert masked["routes"][0]["plugins"]["proxy-rewrite"]["headers"]["set"]["A"] == "Bearer ***"
     assert payload["secrets"][0]["token"] == "root-token"  # a copy
+
+
+def test_mask_secrets_covers_every_kind_of_credential():
+    """Manager tokens and keys, SSL keys, auth plugin keys and passwords, headers, URL passwords."""
+    payload = {
+        "secrets": [{"id": "aws/a", "access_key_id": "S3CR-AKIA-1", "secret_access_key": "S3CR-sak-1",
+                     "session_token": "S3CR-st-1", "region": "eu-west-1"},
+                    {"id": "gcp/a", "auth_config": {"client_email": "e@x", "private_key": "S3CR-pk-1",
+                                                    "project_id": "p"}}],
+        "upstreams": [{"id": "u", "tls": {"client_cert": "CERT", "client_key": "S3CR-ck-1"}}],
+        "consumers": [{"username": "a", "plugins": {
+            "jwt-auth": {"key": "S3CR-jk-1", "secret": "S3CR-js-1"},
+            "hmac-auth": {"key_id": "kid", "secret_key": "S3CR-hs-1"}}}],
+        "routes": [{"id": "r", "plugins": {
+            "proxy-rewrite": {"headers": {"set": {"Authorization": "Bearer S3CR-b-1",
+                                                  "X-Api-Key": "S3CR-xk-1", "X-Auth-Token": "S3CR-xt-1",
+                                                  "X-Trace": "keep"}}},
+            "http-logger": {"uri": "https://user:S3CR-up-1@logs.example/in?x=1", "auth_header": "S3CR-ah-1"},
+            "csrf": {"key": "S3CR-csrf-1"}, "limit-count": {"key": "remote_addr"},
+            "aws-lambda": {"authorization": {"iam": {"accesskey": "S3CR-ak-2", "secretkey": "S3CR-sk-2"}}},
+            "redirect": {"uri": "mailto:ops@example.org"}}}],
+    }
+    masked = json.dumps(mask_secrets(payload, []))
+    assert "S3CR" not in masked
+    for value in ("eu-west-1", "e@x", "CERT", "kid", "keep", "remote_addr", "https://user:***@logs.example/in",
+                  "mailto:ops@example.org"):
+        assert value in masked
 
 
 def test_options_from_settings(tmp_path: Path):

@@ -141,3 +141,12 @@ def test_settings_errors_exit_2_through_the_cli(tmp_path):
 
 def test_configuration_docs_are_generated_from_the_specs():
     assert (ROOT / "docs" / "configuration.md").read_text() == gs.render_docs()
+
+
+def test_gateway_urls_are_checked_without_echoing_a_password():
+    expected = r"^--gateway: 'http://u:\*\*\*@host:notaport' has an invalid port"
+    with pytest.raises(SettingsError, match=expected):
+        load({"gateways": ["http://u:pw-1234@host:notaport"]}, config="/dev/null", env={})
+    with pytest.raises(SettingsError, match="is not an http:// or https:// URL"):
+        load(config="/dev/null", env={"GITSYNC_GATEWAYS": "127.0.0.1:9180"})
+    assert load({"gateways": ["https://gw:9180"]}, config="/dev/null", env={}).gateways == ("https://gw:9180",)

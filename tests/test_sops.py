@@ -6,15 +6,11 @@ import base64
 import copy
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-import pyrage
 import pytest
 from loguru import logger
 from ruamel.yaml import YAML
@@ -22,24 +18,9 @@ from ruamel.yaml import YAML
 from gitsync import log as gslog
 from gitsync.render import sops
 from gitsync.settings import load as load_settings
+from tests.sopsfiles import AgeKey, encrypt, sops_cli
 
 CANARY = "canary-sops-5e1f0c9a7b"
-SOPS = str(Path(sys.executable).with_name("sops")) if Path(sys.executable).with_name("sops").exists() \
-    else shutil.which("sops")
-
-
-@dataclass(frozen=True)
-class AgeKey:
-    identity: str
-    recipient: str
-
-    @classmethod
-    def generate(cls) -> AgeKey:
-        identity = pyrage.x25519.Identity.generate()
-        return cls(str(identity), str(identity.to_public()))
-
-    def parsed(self) -> list[sops.Identity]:
-        return sops.parse_identities(self.identity, "test key")
 
 
 @pytest.fixture(scope="module")
@@ -50,35 +31,6 @@ def key() -> AgeKey:
 @pytest.fixture(scope="module")
 def other_key() -> AgeKey:
     return AgeKey.generate()
-
-
-def sops_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SOPS_")}
-    env["SOPS_DISABLE_VERSION_CHECK"] = "1"
-    env.update(extra)
-    return env
-
-
-def encrypt(directory: Path, name: str, text: str, *args: str, recipients: str | None = None,
-            config: str | None = None) -> str:
-    """Encrypt `text` as file `name` with the real sops (`config`: the directory's .sops.yaml)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    if config is not None:
-        (directory / ".sops.yaml").write_text(config)
-    (directory / name).write_text(text)
-    recipient_args = ["--age", recipients] if recipients else []
-    result = subprocess.run([SOPS, "encrypt", *recipient_args, *args, name], cwd=directory, env=sops_env(),
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    (directory / name).write_text(result.stdout)  # the repo holds the encrypted file
-    return result.stdout
-
-
-def sops_cli(directory: Path, key: AgeKey, *args: str) -> str:
-    result = subprocess.run([SOPS, *args], cwd=directory, env=sops_env(SOPS_AGE_KEY=key.identity),
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def load(text: str) -> list[dict]:

@@ -24,6 +24,8 @@ def test_fresh_and_corrupt_state(tmp_path):
     sd = StateDir(tmp_path)
     assert sd.load() == AgentState()
     sd.state_file.write_text('{"last_good": ')
+    assert sd.load(repair=False) == AgentState()
+    assert sd.state_file.exists()  # a reader (gitsync status) leaves it in place
     assert sd.load() == AgentState()
     assert (tmp_path / "state.corrupt").read_text() == '{"last_good": '
 

@@ -172,11 +172,16 @@ def _check_route(conf: dict[str, Any], _id: Any) -> Issues:
     return issues + schema_issues + _plugins(conf, PLUGINS)
 
 
-def _check_service(conf: dict[str, Any], _id: Any) -> Issues:
-    issues = _schema(defs.SERVICE, conf)
+def _with_inline_upstream(schema: defs.Schema, conf: dict[str, Any], plugins: frozenset[str]) -> Issues:
+    """Schema, then the inline upstream's semantic checks, then the plugins (service, stream route)."""
+    issues = _schema(schema, conf)
     if not issues:
         issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
-    return issues + _plugins(conf, PLUGINS)
+    return issues + _plugins(conf, plugins)
+
+
+def _check_service(conf: dict[str, Any], _id: Any) -> Issues:
+    return _with_inline_upstream(defs.SERVICE, conf, PLUGINS)
 
 
 def _check_upstream(conf: dict[str, Any], _id: Any) -> Issues:
@@ -243,10 +248,7 @@ def _check_proto(conf: dict[str, Any], _id: Any) -> Issues:
 
 
 def _check_stream_route(conf: dict[str, Any], _id: Any) -> Issues:
-    issues = _schema(defs.STREAM_ROUTE, conf)
-    if not issues:
-        issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
-    return issues + _plugins(conf, STREAM_PLUGINS)
+    return _with_inline_upstream(defs.STREAM_ROUTE, conf, STREAM_PLUGINS)
 
 
 def _check_plugin_metadata(conf: dict[str, Any], item_id: Any) -> Issues:

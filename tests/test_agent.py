@@ -1,0 +1,66 @@
+"""The agent in-process: decisions that need no daemon around them (policy changes, drift = report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gitsync.agent import Agent
+from gitsync.settings import load
+from gitsync.testing.apisix import ApisixDouble
+
+ROUTES = """\
+routes:
+  - id: r1
+    uri: /a
+    upstream:
+      type: roundrobin
+      nodes: {"127.0.0.1:1980": 1}
+"""
+MANAGER = {"id": "vault/ops", "uri": "http://127.0.0.1:8200", "prefix": "kv", "token": "ops-token-1"}
+
+
+@pytest.fixture
+def agent_for(tmp_path: Path, apisix: ApisixDouble, remote_repo):
+    remote_repo.commit({"apisix.yaml": ROUTES}, "routes")
+    key = tmp_path / "admin_key"
+    key.write_text("test-admin-key")
+
+    def make(**flags: object) -> Agent:
+        settings = load({"repo": str(remote_repo.path), "gateways": [apisix.url], "admin_key_file": str(key),
+                         "state_dir": str(tmp_path / "state"), "writeback": "off", **flags},
+                        config="/dev/null", env={})
+        return Agent(settings)
+
+    return make
+
+
+def test_a_changed_unmanaged_policy_is_applied_without_a_new_commit(agent_for, apisix: ApisixDouble):
+    apisix.out_of_band("secrets", [MANAGER])
+    kept = agent_for(unmanaged=["secrets"])
+    assert kept.sync_once().result == "applied"
+    assert apisix.config()["secrets"] == [MANAGER]
+    assert kept.sync_once().result == "noop"
+    kept.close()
+    # Same commit, same gateway digest, but the operator now wants secrets managed: prune them.
+    managing = agent_for()
+    outcome = managing.sync_once()
+    assert outcome.result == "healed"
+    assert outcome.gateways[0].pruned == {"secrets": ("vault/ops",)}
+    assert "secrets" not in apisix.config()
+    assert managing.sync_once().result == "noop"
+    managing.close()
+
+
+def test_drift_report_only_reports(agent_for, apisix: ApisixDouble):
+    agent = agent_for(drift="report")
+    assert agent.sync_once().result == "applied"
+    puts = len(apisix.put_bodies)
+    apisix.restart()  # the gateway comes back empty
+    outcome = agent.sync_once("drift")
+    assert outcome.result == "drift_reported"
+    assert outcome.problems == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
+    assert len(apisix.put_bodies) == puts and "routes" not in apisix.config()
+    assert agent.metrics.drift_detected.labels(apisix.url)._value.get() == 1
+    agent.close()

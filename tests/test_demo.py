@@ -1,0 +1,267 @@
+"""`gitsync demo` as a user runs it: a real subprocess, every narrated step checked against evidence.
+
+The demo's own JSON summary is one witness; the others are independent of it: with `--keep-running`
+and `--workdir`, the test asks the still-running gateway double (data plane and Admin API) and the
+agent's /metrics, reads the temp remote with the git CLI (the note on the broken commit, the status
+branch), pushes a revert to it with `git push` and sees the agent apply it, then stops the demo
+with SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from ruamel.yaml import YAML
+
+from tests.gitservers import git
+from tests.support import ROOT, gitsync_env, run_gitsync
+
+STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] commit", "[4] the gateway restarts",
+         "[5] status branch gitsync/status: agents/demo.yaml")
+BROKEN_AT = "base/routes/api.yaml:7:5: routes[api-orders].upstream_id: upstream_id 'order' names no item"
+DEMO_TOKEN = "demo-vault-token"
+
+
+def _summary(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("DEMO-SUMMARY ")]
+    assert len(lines) == 1, stdout
+    return json.loads(lines[0][len("DEMO-SUMMARY "):])
+
+
+def _check_narration(stdout: str) -> dict:
+    """Each step narrated, in order, with what it claims; return the summary."""
+    positions = [stdout.find(step) for step in STEPS]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), stdout
+    assert "through the data plane → 200, route api-orders" in stdout
+    assert "before: GET /api/v2/orders/42 → 404" in stdout
+    assert re.search(r"applied \d+\.\d\ds after the webhook \(sync reason: webhook:github\): "
+                     r"GET /api/v2/orders/42 → 200, route api-orders", stdout)
+    assert "refused at validate" in stdout and BROKEN_AT in stdout
+    assert "comes back empty: GET /api/v2/orders/42 → 404" in stdout
+    assert re.search(r"the drift watch refilled it in \d+\.\d\ds \(sync reason: drift\)", stdout)
+    assert re.search(r"\| demo +[0-9a-f]{7} +healed", stdout), "the fleet table"
+    summary = _summary(stdout)
+    commits = summary["commits"]
+    assert set(commits) == {"first", "change", "broken"}
+    # Fixed authors and times: the same SHAs on every run.
+    assert commits["first"].startswith("e64995c"), "the sample repo or the demo commit changed"
+    assert summary["first_answer"] == [200, "api-orders"]
+    assert summary["before_change_answer"] == 404
+    assert summary["webhook_sync_reason"] == "webhook:github"
+    assert summary["webhook_apply_seconds"] < 1.0
+    assert summary["refused_stage"] == "validate"
+    assert [p for p in summary["refused_problems"] if p.startswith(BROKEN_AT)]
+    _check_note(summary["note"])
+    assert summary["emptied_answer"] == 404
+    assert summary["drift_sync_reason"] == "drift"
+    status = YAML(typ="safe").load(summary["status_file"])
+    assert (status["agent"], status["commit"], status["result"]) == ("demo", commits["change"], "healed")
+    gateway = summary["gateway"]
+    assert gateway["routes"] == ["api-orders", "api-users", "legacy", "www"]
+    # Refilled after the restart: every managed kind at version 1 again, plugins untouched at 0.
+    assert gateway["versions"]["routes_conf_version"] == 1
+    assert gateway["versions"]["plugins_conf_version"] == 0
+    return summary
+
+
+def _check_note(text: str) -> None:
+    """The note on the broken commit: one YAML section by this agent, naming file:line:col."""
+    sections = list(YAML(typ="safe").load_all(text))
+    assert [(s["agent"], s["stage"]) for s in sections] == [("demo", "validate")]
+    assert [e for e in sections[0]["errors"] if e.startswith(BROKEN_AT)], sections
+
+
+def test_demo_runs_every_step_and_cleans_up():
+    started = time.monotonic()
+    result = run_gitsync("demo", timeout=60)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = _check_narration(result.stdout)
+    assert took < 15 and summary["seconds"] < 15
+    workdir = re.search(r"^working in (\S+) \(removed at the end\)$", result.stdout, re.M)
+    assert workdir and not Path(workdir.group(1)).exists()
+    # Logs at WARNING: the refusal and the drift, nothing at INFO; no secret value anywhere.
+    assert "ERROR   gitsync.agent commit" in result.stderr and " INFO " not in result.stderr
+    assert DEMO_TOKEN not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+class _Lines:
+    """A child's stdout read line by line in a thread, so the test can wait with a timeout."""
+
+    def __init__(self, stream) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def until(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line starting {prefix!r} in time:\n" + "".join(self.seen)) from None
+            if line is None:
+                raise AssertionError(f"stdout closed before {prefix!r}:\n" + "".join(self.seen))
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+    def rest(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while (line := self._queue.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            self.seen.append(line)
+        return "".join(self.seen)
+
+
+def _wait(what: str, probe, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def kept_demo(tmp_path):
+    """`gitsync demo --workdir DIR --keep-running`, stopped by SIGINT (by pid) after the test."""
+    workdir = tmp_path / "demo"
+    stderr = (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "gitsync", "demo", "--workdir", str(workdir),
+                             "--keep-running"], env=gitsync_env(), stdout=subprocess.PIPE, stderr=stderr,
+                            text=True)
+    lines = _Lines(proc.stdout)
+    try:
+        yield proc, lines, workdir, stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stderr.close()
+
+
+def test_demo_keep_running_leaves_real_evidence(kept_demo):
+    proc, lines, workdir, stderr = kept_demo
+    ready = lines.until("READY ", timeout=30)
+    urls = dict(part.split("=", 1) for part in ready.split()[1:])
+    summary = _check_narration("".join(lines.seen))
+    commits = summary["commits"]
+    admin_key = (workdir / "admin-key").read_text().strip()
+    remote = workdir / "remote.git"
+
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        # The gateway double, still up: the data plane serves the changed route, the Admin API holds it.
+        answer = http.get(urls["data_plane"] + "/api/v2/orders/42", headers={"Host": "api.example.com"})
+        assert answer.status_code == 200 and answer.headers["X-Route-Id"] == "api-orders"
+        live = http.get(urls["admin"] + "/apisix/admin/configs", headers={"X-API-KEY": admin_key}).json()
+        orders = next(r for r in live["routes"] if r["id"] == "api-orders")
+        assert "/api/v2/orders/*" in orders["uris"] and orders["upstream_id"] == "orders"
+        # The agent's metrics: two accepted webhooks, one refusal, one drift healed.
+        metrics = http.get(urls["agent"] + "/metrics").text
+        assert 'gitsync_webhook_requests_total{provider="github",result="accepted"} 2.0' in metrics
+        assert 'gitsync_syncs_total{result="failed"} 1.0' in metrics
+        assert re.search(r'gitsync_drift_heals_total\{gateway="[^"]+"\} 1\.0', metrics)
+
+        # The temp remote, read with the git CLI: three commits, the note, the status branch.
+        subjects = git("-C", str(remote), "log", "--format=%s", "main").splitlines()
+        assert subjects == ["routes: move api-orders to the new upstream", "routes: serve /api/v2/orders too",
+                            "sample: the embedded sample config repo"]
+        note = git("-C", str(remote), "notes", "--ref=gitsync", "show", commits["broken"])
+        _check_note(note)
+        status = YAML(typ="safe").load(git("-C", str(remote), "show", "gitsync/status:agents/demo.yaml"))
+        assert (status["commit"], status["result"]) == (commits["change"], "healed")
+
+        # Recovering from the bad commit as a user would: clone, revert, push; the agent polls it in.
+        clone = workdir.parent / "clone"
+        git("clone", "-q", ready_remote(lines), str(clone))
+        git("-C", str(clone), "revert", "--no-edit", "HEAD")
+        git("-C", str(clone), "push", "-q", "origin", "main")
+        reverted = git("-C", str(clone), "rev-parse", "HEAD")
+        _wait("the revert in the status branch", lambda: f"commit: {reverted}" in git(
+            "-C", str(remote), "show", "gitsync/status:agents/demo.yaml"))
+        live = http.get(urls["admin"] + "/apisix/admin/configs", headers={"X-API-KEY": admin_key}).json()
+        assert next(r for r in live["routes"] if r["id"] == "api-orders")["upstream_id"] == "orders"
+
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=15) == 0
+    out = lines.rest(timeout=5)
+    assert "stopping: the agent, the gateway double, the git server" in out
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(urls["data_plane"] + "/", timeout=2, trust_env=False)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(urls["agent"] + "/healthz", timeout=2, trust_env=False)
+    assert remote.is_dir(), "--workdir keeps the remote"
+    stderr.seek(0)
+    logs = stderr.read()
+    assert admin_key not in out + logs and DEMO_TOKEN not in out + logs
+    assert "Traceback" not in logs
+
+
+def ready_remote(lines: _Lines) -> str:
+    """The demo's git:// URL, from its set-up narration."""
+    match = re.search(r"config repo +(git://\S+)", "".join(lines.seen))
+    assert match
+    return match.group(1)
+
+
+def test_workdir_must_be_empty(tmp_path):
+    (tmp_path / "something").write_text("x")
+    result = run_gitsync("demo", "--workdir", str(tmp_path), timeout=60)
+    assert result.returncode == 1
+    assert f"--workdir {tmp_path} is not empty" in result.stderr
+
+
+def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
+    """`pip install .` then `gitsync demo`, outside the source tree: the sample repo comes from the wheel."""
+    clean = {k: v for k, v in gitsync_env().items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                    str(ROOT)], check=True, capture_output=True, env=clean, timeout=300)
+    wheel = next((tmp_path / "dist").glob("gitsync-*.whl"))
+    # The runtime dependencies are this interpreter's; only gitsync itself comes from the wheel.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")],
+                   check=True, timeout=120)
+    python, gitsync = tmp_path / "venv" / "bin" / "python", tmp_path / "venv" / "bin" / "gitsync"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
+                   capture_output=True, env=clean, timeout=300)
+    probe = "from gitsync.demo import sample_repo_dir; print(sample_repo_dir())"
+    where = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean,
+                           cwd=tmp_path).stdout.strip()
+    assert where.startswith(str(tmp_path / "venv")) and where.endswith("gitsync/_sample_repo")
+    result = subprocess.run([str(gitsync), "demo"], capture_output=True, text=True, env=clean, cwd=tmp_path,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    _check_narration(result.stdout)
+
+
+def test_readme_first_screen_and_doc_links():
+    """Exactly two set-up commands on the README's first screen; every relative doc link resolves."""
+    readme = (ROOT / "README.md").read_text()
+    first_screen = "\n".join(readme.splitlines()[:30])
+    block = re.search(r"```sh\n(.*?)```", first_screen, re.S)
+    assert block, "a shell block on the first screen"
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    assert commands == ["pip install . && gitsync demo", "pip install -e '.[test]' && python -m pytest"]
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+    for doc in ("operations.md", "repo-format.md", "configuration.md", "security.md"):
+        assert f"(docs/{doc})" in readme
