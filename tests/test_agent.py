@@ -64,3 +64,15 @@ def test_drift_report_only_reports(agent_for, apisix: ApisixDouble):
     assert len(apisix.put_bodies) == puts and "routes" not in apisix.config()
     assert agent.metrics.drift_detected.labels(apisix.url)._value.get() == 1
     agent.close()
+
+
+def test_a_poll_asks_each_gateway_once_and_heals_one_that_lost_the_config(agent_for, apisix: ApisixDouble):
+    agent = agent_for()
+    assert agent.sync_once().result == "applied"
+    before = len(apisix.requests)
+    assert agent.sync_once().result == "noop"
+    assert [(m, status) for m, _, status in apisix.requests[before:]] == [("HEAD", 200)]  # the probe alone
+    apisix.restart()  # the probe's HEAD now carries no digest: the config is gone
+    outcome = agent.sync_once()
+    assert outcome.result == "healed" and [r["id"] for r in apisix.config()["routes"]] == ["r1"]
+    agent.close()
