@@ -176,21 +176,39 @@ class FloorClient:
         self.client.close()
 
 
+def _pkt(data: bytes) -> bytes:
+    return b"%04x%s" % (len(data) + 4, data)
+
+
+def _read_to_flush(conn: socket.socket) -> bytes:
+    """Read pkt-lines up to a flush-pkt (bytes end with ``0000``, good enough for these answers)."""
+    data = b""
+    while not data.endswith(b"0000"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def ref_advertisement(port: int, path: str) -> bytes:
-    """The remote's ref advertisement alone (git protocol v0, one round trip), over a raw socket."""
-    request = b"git-upload-pack /%s\0host=127.0.0.1:%d\0" % (path.encode(), port)
-    chunks: list[bytes] = []
+    """The floor of a poll: the remote's ref advertisement alone (git protocol v0, one round trip),
+    over a raw socket, nothing parsed."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-        conn.sendall(b"%04x%s" % (len(request) + 4, request))
-        data = b""
-        while not data.endswith(b"0000"):
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        chunks.append(data)
+        conn.sendall(_pkt(b"git-upload-pack /%s\0host=127.0.0.1:%d\0" % (path.encode(), port)))
+        data = _read_to_flush(conn)
         conn.sendall(b"0000")  # no wants: the server ends the conversation
-    return b"".join(chunks)
+    return data
+
+
+def ls_refs_v2(port: int, path: str, ref: bytes = b"refs/heads/main") -> bytes:
+    """For reference: the same question in protocol v2 (capabilities, then ``ls-refs`` with a
+    ref-prefix), as gitsync asks it: two round trips, and only the asked ref comes back."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(_pkt(b"git-upload-pack /%s\0host=127.0.0.1:%d\0\0version=2\0" % (path.encode(), port)))
+        _read_to_flush(conn)
+        conn.sendall(_pkt(b"command=ls-refs\n") + b"0001" + _pkt(b"ref-prefix " + ref + b"\n") + b"0000")
+        return _read_to_flush(conn)
 
 
 class DaemonProcess:
@@ -340,11 +358,12 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
-    """Agent.sync_once with nothing new vs the ref advertisement alone; `git ls-remote` for reference."""
+    """Agent.sync_once with nothing new vs the ref advertisement alone; protocol v2's ``ls-refs``
+    and `git ls-remote` for reference."""
     tip = agent.source.local_sha()
     assert tip is not None
     path = fx.repo.name
-    ours, floors, ls_remote = [], [], []
+    ours, floors, v2, ls_remote = [], [], [], []
     for _ in range(reps.fast_reps):
         floors.append(timed(lambda: ref_advertisement(fx.port, path)))
         started = time.perf_counter()
@@ -352,11 +371,14 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
         ours.append(time.perf_counter() - started)
         if outcome.result != "noop":
             raise RuntimeError(f"no-op poll: {outcome.result}")
+        v2.append(timed(lambda: ls_refs_v2(fx.port, path)))
         ls_remote.append(timed(lambda: git("ls-remote", fx.url, "refs/heads/main")))
-    if tip.encode() not in ref_advertisement(fx.port, path):
-        raise RuntimeError("the ref advertisement does not carry the tip: the floor is wrong")
+    answers = (ref_advertisement(fx.port, path), ls_refs_v2(fx.port, path))
+    if not all(tip.encode() in answer for answer in answers):
+        raise RuntimeError("an answer does not carry the tip: the floor is wrong")
     return Result("noop_poll", fx.routes, median(ours), "s", median(floors), 1.2, samples=ours,
-                  floor_samples=floors, details={"git_ls_remote_s": median(ls_remote)})
+                  floor_samples=floors,
+                  details={"ls_refs_v2_s": median(v2), "git_ls_remote_s": median(ls_remote)})
 
 
 def incremental_fetch(fx: Fixture, reps: Reps) -> Result:
