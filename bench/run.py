@@ -276,13 +276,20 @@ class DaemonProcess:
         self.stop()
 
 
+TIME = "/usr/bin/time"
+
+
 def peak_rss_mb(args: list[str], log: Path) -> tuple[float, int]:
-    """Run a process to its end; its own peak RSS (wait4's rusage: this child only) and exit status."""
+    """Run a process to its end under GNU time; its peak RSS (MB) and exit status.
+
+    Not this process's wait4(): a child spawned straight from here starts its maximum-RSS
+    account at this (big) process's, which Linux carries over the exec. time(1) is small.
+    """
+    report = log.with_suffix(".maxrss")
     with log.open("w") as err:
-        proc = subprocess.Popen(args, env=gitsync_env(), stdout=subprocess.DEVNULL, stderr=err)
-        _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss / 1024, proc.returncode
+        status = subprocess.run([TIME, "-f", "%M", "-o", str(report), *args], env=gitsync_env(),
+                                stdout=subprocess.DEVNULL, stderr=err, check=False).returncode
+    return int(report.read_text().split()[-1]) / 1024, status
 
 
 # ---------------------------------------------------------------------------------------------------
