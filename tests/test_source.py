@@ -17,7 +17,7 @@ import pytest
 
 from gitsync import log as gslog
 from gitsync.settings import Secret, Settings
-from gitsync.source import GitAuth, Source, SourceError, read_input
+from gitsync.source import MAX_PACKS, GitAuth, Source, SourceError, _packs_to_merge, read_input
 from tests.gitservers import (
     BareRepo,
     GitDaemon,
@@ -111,6 +111,29 @@ def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote
     files = source.read(second)
     assert files.sha == second and files.subject == "commit 9"
     assert files.files == files_at(remote_repo, second)
+
+
+def test_many_incremental_fetches_leave_few_packs_and_all_readable(remote_repo, git_daemon, tmp_path):
+    first = remote_repo.fast_import(1, 50)
+    source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon})
+    source.fetch()
+    tips = [first]
+    for _ in range(40):  # one pack per fetch, merged geometrically past MAX_PACKS
+        tips.append(remote_repo.fast_import(1, 50))
+        assert source.fetch() == tips[-1]
+        assert len(list((source.mirror_path / "objects" / "pack").glob("*.pack"))) <= MAX_PACKS + 1
+    assert objects_in(source.mirror_path) == objects_in(remote_repo.path)
+    for tip in (tips[0], tips[17], tips[-1]):
+        assert source.read(tip).files == files_at(remote_repo, tip)
+    assert git("fsck", "--strict", cwd=source.mirror_path) == ""
+
+
+def test_packs_to_merge_is_geometric():
+    assert _packs_to_merge([1000]) == 0
+    assert _packs_to_merge([5, 5, 5, 5, 1000]) == 4  # the small ones, merged: 20 and 1000
+    assert _packs_to_merge([1, 1, 1, 1, 20, 1000]) == 4  # 4 then 20: already geometric
+    assert _packs_to_merge([1] * 16 + [20, 1000]) == 17  # 16 ones make 16, which the 20 joins
+    assert _packs_to_merge([10, 30, 100, 1000]) == 0
 
 
 def posts(server: HttpGitServer) -> list[str]:
