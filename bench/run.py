@@ -551,7 +551,7 @@ def fmt(value: float | None, unit: str) -> str:
         return "-"
     if unit == "MB":
         return f"{value:.0f} MB"
-    return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.2f} s"
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def table(results: Sequence[Result]) -> str:
@@ -562,6 +562,7 @@ def table(results: Sequence[Result]) -> str:
         ratio = f"{r.ratio:.2f}×" if r.ratio is not None else "-"
         verdict = {True: "met", False: "MISSED", None: ""}[r.met]
         if r.scenario == "daemon_rss":
+            title = f"7 daemon RSS, {r.details['syncs']} syncs"
             verdict = "met" if r.details["no_growth"] else "MISSED"
             ratio = f"{r.details['growth_second_half_mb']:+.1f} MB"
         if r.scenario == "restart_refill" and not r.details["healed"]:
