@@ -490,8 +490,10 @@ def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Resul
     ordered = sorted(latencies)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     warm = rss[min(9, len(rss) - 1)]
-    half = rss[len(rss) // 2]
-    growth = rss[-1] - half
+    window = max(1, len(rss) // 10)  # RSS samples jitter by ~1 MB: compare medians of windows
+    middle = len(rss) // 2
+    half = median(rss[middle - window // 2:middle - window // 2 + window])
+    growth = median(rss[-window:]) - half
     webhook = Result("webhook_live", fx.routes, median(latencies), "s", None, 0.3, "max", samples=latencies,
                      details={"p95_s": p95, "commits": len(latencies)})
     memory = Result("daemon_rss", fx.routes, rss[-1], "MB", None, None, "max", samples=rss,
