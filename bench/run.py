@@ -89,7 +89,15 @@ class Result:
 
     @property
     def ratio(self) -> float | None:
-        return self.value / self.floor if self.floor else None
+        """The median of the per-repetition ratios: each run sits next to its floor's run, so a
+        burst of load from elsewhere mostly hits both sides of a pair. (Ratio of medians when the
+        runs are not paired.)"""
+        if not self.floor:
+            return None
+        if len(self.samples) == len(self.floor_samples) and all(self.floor_samples):
+            pairs = zip(self.samples, self.floor_samples, strict=True)
+            return median([ours / floor for ours, floor in pairs])
+        return self.value / self.floor
 
     @property
     def met(self) -> bool | None:
@@ -433,6 +441,10 @@ def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: Flo
     ``healed: false``), not waited for: the next poll would heal it, an interval later."""
     ours, floors = [], []
     healed = True
+    source = Source(fx.url, state_dir=fx.work / "fetch-state")
+    payload = render(source.read(source.fetch()).files).payload
+    fl.restart()
+    full = plan(payload, floor.live())  # what an emptied gateway needs: every kind at live + 1
     with DaemonProcess(fx, gw.url, fx.work / "refill-state", drift_interval=0.1, webhook=False) as daemon:
         daemon.wait_ready()
         for rep in range(reps.reps):
@@ -446,15 +458,10 @@ def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: Flo
                 raise RuntimeError(f"refilled with {done[1]} routes, not {fx.routes}")
             ours.append(done[0] - started)
             daemon.wait_syncs("healed", rep + 1)
+            started = fl.restart()
+            floor.get_put(full.body, full.digest)
+            floors.append(time.monotonic() - started)
         rss = daemon.rss_mb()
-    fl.restart()
-    source = Source(fx.url, state_dir=fx.work / "fetch-state")
-    payload = render(source.read(source.fetch()).files).payload
-    full = plan(payload, floor.live())
-    for _ in range(reps.reps):
-        started = fl.restart()
-        floor.get_put(full.body, full.digest)
-        floors.append(time.monotonic() - started)
     return Result("restart_refill", fx.routes, median(ours), "s", median(floors), samples=ours,
                   floor_samples=floors, details={"drift_interval_s": 0.1, "put_bytes": len(full.body),
                                                  "healed": healed, "daemon_rss_mb": rss})
@@ -529,7 +536,7 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
 
 
 def plan_for(routes: int, quick: bool, reps: int | None) -> Reps:
-    slow = reps or (3 if quick else 7 if routes <= 100 else 5 if routes <= 1000 else 3)
+    slow = reps or (3 if quick else 7 if routes <= 1000 else 5)
     return Reps(reps=slow, fast_reps=10 if quick else 25, rss_reps=1 if quick else 2,
                 webhook_commits=5 if quick else 20, daemon_syncs=10 if quick else 100)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -155,8 +155,9 @@ class _Sync:
 
     def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy: Policy,
                  source_map: ProblemMapper | None, retry: RetryPolicy,
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], live: Future[LiveConfig] | None = None) -> None:
         self.gateway = gateway
+        self.live = live  # this sync's GET, already under way: the first attempt's live config
         self.desired = desired
         self.prepared = Desired.of(desired, policy)  # shared by the plan and the read-back's
         self.policy = policy
@@ -215,7 +216,8 @@ class _Sync:
 
     def attempt(self) -> GatewayResult | str:
         """One GET → plan → PUT → read back. A string means: raced, try again."""
-        live = self.gateway.get_config()
+        prefetched, self.live = self.live, None  # used once: a retry reads afresh
+        live = prefetched.result() if prefetched is not None else self.gateway.get_config()
         self.plan = plan(self.prepared, live.body, self.policy)
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
@@ -280,11 +282,15 @@ class _Sync:
 
 def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], policy: Policy = MANAGE_ALL, *,
                  source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
-                 sleep: Callable[[float], None] = time.sleep) -> GatewayResult:
-    """Make one gateway hold `desired` for every kind `policy` manages."""
+                 sleep: Callable[[float], None] = time.sleep,
+                 live: Future[LiveConfig] | None = None) -> GatewayResult:
+    """Make one gateway hold `desired` for every kind `policy` manages.
+
+    `live`: a GET of the gateway's config this sync started earlier (`read_live`), so that it
+    overlaps the fetch and render; the first attempt plans on it, a retry reads afresh."""
     try:
         with Gateway(endpoint) as gateway:
-            result = _Sync(gateway, desired, policy, source_map, retry, sleep).run()
+            result = _Sync(gateway, desired, policy, source_map, retry, sleep, live).run()
     except Exception as exc:  # a bug or a bad TLS file must not take other gateways down
         logger.exception("gateway {}: sync crashed", endpoint.display_url)
         return GatewayResult(endpoint.display_url, SyncStatus.FAILED,
@@ -294,6 +300,12 @@ def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], polic
     for problem in result.problems:
         logger.error("{}", problem)
     return result
+
+
+def read_live(endpoint: Endpoint) -> LiveConfig:
+    """One ``GET /apisix/admin/configs`` on a connection of its own (for `sync_gateway`'s `live`)."""
+    with Gateway(endpoint) as gateway:
+        return gateway.get_config()
 
 
 def each_gateway(endpoints: Sequence[Endpoint], work: Callable[[Endpoint], T]) -> list[T]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitsync.gateway import Endpoint, Gateway
+from gitsync.gateway import Endpoint, Gateway, LiveConfig
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, sync_gateway, sync_gateways
+from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, read_live, sync_gateway, sync_gateways
 from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
 from gitsync.render import RenderOptions, read_directory, render
 from gitsync.settings import Secret
@@ -194,6 +195,19 @@ def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
     never = sync_gateway(with_status, {"routes": [route("other", "/other")]}, retry=FAST)
     assert never.status is SyncStatus.FAILED and never.puts == 1
     assert "not every worker serves it" in (never.error or "") and "404" in (never.error or "")
+
+
+def test_a_live_config_read_earlier_is_planned_on_once_and_a_retry_reads_afresh(apisix: ApisixDouble) -> None:
+    earlier: Future[LiveConfig] = Future()
+    earlier.set_result(read_live(endpoint(apisix)))  # as the agent starts it, before rendering
+    apisix.out_of_band("routes", [route("oob", "/oob")], version=7)  # another writer, in between
+    before = len(apisix.requests)
+    result = sync(apisix, {"routes": [route("r1", "/a")]}, live=earlier)
+    assert result.status is SyncStatus.APPLIED and result.attempts == 2
+    assert [(m, status) for m, _, status in apisix.requests[before:]] == [
+        ("PUT", 400),  # planned on the earlier read: routes_conf_version 1 < 7, refused whole
+        ("GET", 200), ("PUT", 202), ("GET", 200)]  # the retry reads afresh
+    assert [r["id"] for r in apisix.config()["routes"]] == ["r1"]
 
 
 # ---------------------------------------------------------------------------------------------------------
