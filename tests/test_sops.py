@@ -16,7 +16,8 @@ from loguru import logger
 from ruamel.yaml import YAML
 
 from gitsync import log as gslog
-from gitsync.render import sops
+from gitsync.problems import ProblemsError
+from gitsync.render import RenderOptions, render, sops
 from gitsync.settings import load as load_settings
 from tests.sopsfiles import AgeKey, encrypt, sops_cli
 
@@ -118,6 +119,12 @@ def test_multi_document_yaml_is_decrypted_as_one_file(tmp_path, key):
     # One document alone is not the whole file: its MAC covers both.
     with pytest.raises(sops.SopsError, match="MAC mismatch"):
         sops.decrypt_document(docs[1], key.parsed(), path="multi.sops.yaml")
+    # In a config repo such a file is refused by name, not with a misleading MAC error.
+    with pytest.raises(ProblemsError) as refused:
+        render({"multi.sops.yaml": text.encode()}, RenderOptions(decrypt=sops.decryptor(key.parsed())))
+    assert [str(p) for p in refused.value.problems] == [
+        "multi.sops.yaml: a SOPS file with several YAML documents is not supported: keep one document per "
+        "encrypted file"]
 
 
 def test_values_in_clear_are_hashed_as_go_prints_them(tmp_path, key):

@@ -137,6 +137,12 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 continue
             if not parsed.has_templates and not parsed.has_sops:
                 facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
+            if parsed.has_sops and len(parsed.documents) > 1:
+                # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
+                render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "
+                                               "keep one document per encrypted file", Location(name)))
+                complete = False
+                continue
             for doc in parsed.documents:
                 content = doc.data
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
