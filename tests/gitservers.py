@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Self
 
 LOCALHOST = "127.0.0.1"
 START_TIMEOUT = 10.0
@@ -237,7 +238,27 @@ class BareRepo:
 # git daemon
 
 
-class GitDaemon:
+class _ServerProcess:
+    """A server run as a child process: `start()` sets `proc`; stopped by pid; a context manager."""
+
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+            self.proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class GitDaemon(_ServerProcess):
     """``git daemon`` serving every repo under `base_path` as ``git://127.0.0.1:PORT/<name>``."""
 
     def __init__(self, base_path: Path, *, receive_pack: bool = False) -> None:
@@ -267,17 +288,6 @@ class GitDaemon:
                 return self
             stop_process(proc)
         raise RuntimeError("git daemon did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
-
-    def __enter__(self) -> GitDaemon:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -453,7 +463,7 @@ def ssh_keygen(path: Path, comment: str = "gitsync-test") -> Path:
     return path
 
 
-class SshGitServer:
+class SshGitServer(_ServerProcess):
     """``sshd -D`` on 127.0.0.1 with its own host key; the client key in `client_key` may log in.
 
     `known_hosts` holds the right host key; `wrong_known_hosts` another key for the same host.
@@ -511,17 +521,6 @@ class SshGitServer:
                 return self
             stop_process(proc)
         raise RuntimeError("sshd did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
-
-    def __enter__(self) -> SshGitServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _current_user() -> str:
