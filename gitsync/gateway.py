@@ -185,15 +185,14 @@ class Endpoint:
 
 
 def display_url(url: str) -> str:
-    """The URL without user name or password, for logs, results and status files."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    """The URL without user name or password, for logs, results and status files (never raises)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
         return url.rstrip("/")
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)).rstrip("/")
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])).rstrip("/")
 
 
 def endpoints_from_settings(settings: Settings) -> list[Endpoint]:

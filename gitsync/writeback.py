@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from dulwich.file import FileLocked
 from dulwich.gc import maybe_auto_gc
@@ -50,6 +50,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
+from gitsync.gateway import display_url
 from gitsync.log import logger, redact
 from gitsync.source import SHA_RE, GitAuth, Source, SourceError
 
@@ -90,7 +91,7 @@ class GatewayStatus:
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
-            "url": strip_userinfo(self.url),
+            "url": display_url(self.url),
             "status": self.status,
             "versions": {str(k): int(v) for k, v in self.versions.items()},
             "digest": self.digest,
@@ -173,17 +174,6 @@ def parse_time(text: Any) -> datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def strip_userinfo(url: str) -> str:
-    """The URL without ``user:password@``: a status file must never carry credentials."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if not parts.netloc or "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def scrub(value: Any) -> Any:

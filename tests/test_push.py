@@ -546,3 +546,12 @@ def test_cli_sync_failure_exit_code_and_problem_lines(tmp_path: Path, apisix: Ap
     assert failed.stdout.startswith(f"{apisix.url}: failed: ")
     assert ("rules.yaml:2:5: global_rules[metrics]: plugin 'prometheus' already exists in global rule "
             "with id 'legacy'") in failed.stderr.splitlines()
+
+
+def test_display_url_drops_credentials_and_never_raises() -> None:
+    from gitsync.gateway import display_url
+
+    assert display_url("http://admin:pw-1@127.0.0.1:9180/") == "http://127.0.0.1:9180"
+    assert display_url("https://token-1@[::1]:9180/x") == "https://[::1]:9180/x"
+    assert display_url("http://127.0.0.1:9180") == "http://127.0.0.1:9180"
+    assert display_url("http://u:pw-1@host:notaport") == "http://host:notaport"  # no ValueError
