@@ -752,6 +752,19 @@ class Source:
             return None
         return Repo(str(self.mirror_path))
 
+    @contextlib.contextmanager
+    def _mirror_commit(self, stage: str, sha: str) -> Iterator[tuple[Repo, Commit]]:
+        """The open mirror and commit `sha` in it, or a SourceError of `stage` saying which is missing."""
+        repo = self._open()
+        if repo is None:
+            raise SourceError(stage, f"no mirror at {self.mirror_path}: fetch first")
+        with repo:
+            try:
+                commit = _peel(repo, sha.encode())
+            except KeyError:
+                raise SourceError(stage, f"commit {sha} is not in the mirror") from None
+            yield repo, commit
+
     def _local_commit(self, sha: str) -> bool:
         repo = self._open()
         if repo is None:
@@ -778,14 +791,7 @@ class Source:
 
     def read(self, sha: str) -> CommitFiles:
         """The files under the configured paths at commit `sha`, from the mirror's object store."""
-        repo = self._open()
-        if repo is None:
-            raise SourceError("read", f"no mirror at {self.mirror_path}: fetch first")
-        with repo:
-            try:
-                commit = _peel(repo, sha.encode())
-            except KeyError:
-                raise SourceError("read", f"commit {sha} is not in the mirror") from None
+        with self._mirror_commit("read", sha) as (repo, commit):
             files: dict[str, bytes] = {}
             blob_ids: dict[str, str] = {}
             store = repo.object_store
@@ -824,14 +830,7 @@ class Source:
         """Apply the signature policy to commit `sha`; SourceError if it must not be applied."""
         if self.verify_policy == "none":
             return
-        repo = self._open()
-        if repo is None:
-            raise SourceError("verify", f"no mirror at {self.mirror_path}: fetch first")
-        with repo:
-            try:
-                commit = _peel(repo, sha.encode())
-            except KeyError:
-                raise SourceError("verify", f"commit {sha} is not in the mirror") from None
+        with self._mirror_commit("verify", sha) as (_repo, commit):
             payload, signature, _ = commit.extract_signature()
         if not signature:
             raise SourceError("verify", f"commit {sha} is not signed (verify = {self.verify_policy})")
