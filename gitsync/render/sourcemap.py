@@ -8,7 +8,7 @@ re-reading just the one file that holds it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,18 @@ class ItemSource:
     index: int
     pos: Pos
     id: str | None
+
+
+def string_leaves(value: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
+    """Every string inside `value` (mappings and lists walked), with its path from `value`."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, child in value.items():
+            yield from string_leaves(child, (*path, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from string_leaves(child, (*path, i))
 
 
 def field_text(field: FieldPath) -> str:

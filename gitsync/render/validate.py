@@ -17,7 +17,7 @@ from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
 from gitsync.render.certs import key_matches
 from gitsync.render.options import RenderOptions
-from gitsync.render.sourcemap import FieldPath, SourceMap, describe
+from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import SchemaIssue, check_item
 
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_.]+$")
@@ -160,17 +160,6 @@ def check_references(check: Checker) -> None:
     _check_secret_references(check, declared["secrets"])
 
 
-def _strings(value: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, child in value.items():
-            yield from _strings(child, (*path, key))
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            yield from _strings(child, (*path, i))
-
-
 def _check_secret_references(check: Checker, declared: set[str]) -> None:
     unmanaged = "secrets" in check.options.unmanaged
     for kind in check.payload:
@@ -178,7 +167,7 @@ def _check_secret_references(check: Checker, declared: set[str]) -> None:
             facts, _ = check.facts_of(kind, index)
             if facts is not None and not facts.secret_references:
                 continue
-            for path, text in _strings(item):
+            for path, text in string_leaves(item):
                 if not text.startswith("$secret://"):
                     continue
                 match = SECRET_REFERENCE.match(text)

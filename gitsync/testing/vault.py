@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from gitsync.log import redact, register_secret
+from gitsync.render.sourcemap import string_leaves
 
 SECRET_PREFIX = "$secret://"
 ENV_PREFIX = "$env://"
@@ -197,17 +198,9 @@ def _error_lines(errors: object) -> list[str]:
     return lines
 
 
-def find_references(node: object, where: tuple[str | int, ...] = ()) -> Iterator[
-        tuple[tuple[str | int, ...], str]]:
+def find_references(node: object) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """Every secret reference string inside `node`, with its path (kind, index, field, ...)."""
-    if isinstance(node, Mapping):
-        for name, value in node.items():
-            yield from find_references(value, (*where, name))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from find_references(value, (*where, index))
-    elif is_reference(node):
-        yield where, node
+    return ((where, text) for where, text in string_leaves(node) if is_reference(text))
 
 
 def resolve_all(payload: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
