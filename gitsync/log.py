@@ -28,11 +28,11 @@ MASK = "***"
 #: secret by name (settings, ``${{ secrets.NAME }}``); a shorter value decrypted from a SOPS file is
 #: masked only where it stands as a whole quoted value.
 MIN_SECRET_LENGTH = 4
-#: Where a text may have been cut, besides its start and end: what follows a secret's first characters
-#: when the rest was cut off (or precedes its last ones when the start was). An ellipsis or a line
-#: break, plain or as JSON writes them. (Quotes are not: ``"AGE-SECRET-KEY-1"`` would be masked in
-#: every message that names the format.)
-CUT_MARKERS = ("…", "...", "\n", "\\n", "\\u2026")
+#: How a cut text is marked: a value's first characters followed by one of these (or its last ones
+#: preceded by one) are masked as the value. An ellipsis only, plain or as JSON writes it: gitsync
+#: marks every cut (`clip`), and the end of a text or line is no sign of one (an agent named
+#: ``gitsync-demo`` is not a cut ``gitsync-demo-key``).
+CUT_MARKERS = ("…", "...", "\\u2026")
 _CUT = re.compile("|".join(re.escape(marker) for marker in CUT_MARKERS))
 
 
@@ -162,13 +162,15 @@ class Redactor:
         if ends is None:
             return text
         markers = [(m.start(), m.end()) for m in _CUT.finditer(text)]
-        cut_before = sorted({len(text), *(begin for begin, _ in markers)})  # a marker (or the end) follows
-        cut_after = sorted({0, *(end for _, end in markers)})  # a marker (or the start) precedes
-        befores, afters = set(cut_before), set(cut_after)
-        # A cut value lies within one spelling's length of a cut: only there is it looked for.
+        if not markers:
+            return text
+        befores = {begin for begin, _ in markers}  # a marker follows
+        afters = {end for _, end in markers}  # a marker precedes
+        # A cut value lies within one spelling's length of a marker: only there is it looked for.
         reach = self._longest
-        regions = _merged([(max(0, c - reach), c) for c in cut_before]
-                          + [(c, min(len(text), c + reach)) for c in cut_after])
+        regions = _merged([(max(0, c - reach), c) for c in befores] + [(c, c + reach) for c in afters])
+        cut_before = sorted(befores | {len(text) + 1})  # with sentinels: a bisect never runs off the end
+        cut_after = sorted(afters | {-1})
         spans: list[tuple[int, int]] = []
         for low, high in regions:
             for found in ends.finditer(text, low, high):
