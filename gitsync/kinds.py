@@ -43,10 +43,13 @@ def is_credential(kind: str, item: Any) -> bool:
 
 
 def item_id(kind: str, item: Any) -> str | None:
-    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text)."""
+    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text, a boolean
+    as JSON writes it: ``routes[true]``, never Python's ``True``)."""
     if not isinstance(item, dict):
         return None
     value = item.get("id")
     if value is None and kind == "consumers":
         value = item.get("username")
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return None if value is None else str(value)

@@ -16,7 +16,7 @@ from gitsync.kinds import KINDS, item_id
 from gitsync.log import Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Loaded, build
-from gitsync.render.files import layers
+from gitsync.render.files import ConfigFiles, layers
 from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
@@ -148,7 +148,8 @@ def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
 
 def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered:
     render_problems: list[Problem] = []
-    buckets, empty = layers(files, options.paths)
+    oversized = files.oversized if isinstance(files, ConfigFiles) else {}
+    buckets, empty = layers([*files, *oversized], options.paths)
     for path in empty:
         render_problems.append(Problem(f"no config files (*.yaml, *.yml, *.json) under the path {path!r}"))
     positions = FilePositions(files)
@@ -158,19 +159,22 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     facts: dict[str, FileFacts] = {}
     unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
     secret_fields: SecretFields = {}
-    complete = True  # every file loaded: cross-item checks are meaningful
+    #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
+    #: searched) or None (never read, or encrypted: they may declare anything).
+    unknown: dict[str, bytes | None] = {}
     for layer, names in enumerate(buckets):
         for name in names:
-            data = files[name]
-            if len(data) > options.max_file_size:
-                render_problems.append(Problem(f"the file is {len(data)} bytes, more than max_file_size = "
+            data = files.get(name)
+            size = oversized[name] if data is None else len(data)
+            if data is None or size > options.max_file_size:
+                render_problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
                                                f"{options.max_file_size}", Location(name)))
-                complete = False
+                unknown[name] = None
                 continue
             parsed: ParsedFile = cache.get(data)
             if parsed.issues:
                 render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
-                complete = False
+                unknown[name] = data
                 continue
             if not parsed.has_templates and not parsed.has_sops:
                 facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
@@ -178,7 +182,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
                 render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "
                                                "keep one document per encrypted file", Location(name)))
-                complete = False
+                unknown[name] = None
                 continue
             for doc in parsed.documents:
                 content = doc.data
@@ -187,7 +191,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 if encrypted:
                     content = _decrypt(name, doc, content, options, secrets, render_problems, secret_fields)
                     if content is None:
-                        complete = False
+                        unknown[name] = None
                         continue
                 if parsed.has_templates or encrypted:
                     before, leaves_before = len(substitution.problems), len(substitution.secret_leaves)
@@ -200,8 +204,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 loaded.append(Loaded(name, layer, doc, content))
     built = build(loaded)
     source_map = SourceMap(files, built.sources, positions)
-    problems = built.problems + validate(built.payload, source_map, options, complete, facts,
-                                                unsubstituted)
+    problems = built.problems + validate(built.payload, source_map, options, unknown, facts, unsubstituted)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
         redactors: dict[frozenset[str], Redactor] = {}
