@@ -27,7 +27,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitsync.agent import Backoff, Triggers
+from gitsync.backoff import Backoff
+from gitsync.daemon import Triggers
 from gitsync.testing.apisix import ApisixDouble
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.support import free_port, gitsync_env
@@ -277,6 +278,40 @@ def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_
     assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the backoff
 
 
+def test_a_gateway_back_during_a_retry_pause_is_refilled_at_once(spawn, git_daemon, remote_repo, apisix):
+    """The push loop's pause before its next attempt ends when the gateway answers again."""
+    remote_repo.commit(config_files(1), "v1")
+    agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", gateways=[apisix.url])
+    wait_for(lambda: live_uri(apisix) == "/v1", 10, "the first commit live")
+    apisix.stop()
+    # Attempts 1-4 have failed; the pause before the fifth is 2-4 s long.
+    wait_for(lambda: "(attempt 5/5)" in agent.log(), 15, "the last retry's pause")
+    apisix.restart()  # back, and empty
+    started = time.monotonic()
+    wait_for(lambda: live_uri(apisix) == "/v1", 3, "the gateway refilled")
+    assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the rest of the pause
+    assert "answers again; retrying now" in agent.log()
+
+
+def test_a_hung_gateway_delays_neither_the_others_nor_a_webhook(spawn, git_daemon, remote_repo, apisix):
+    remote_repo.commit(config_files(1), "v1")
+    with ApisixDouble(ADMIN_KEY) as hung:
+        hung.set_latency(30)  # answers nothing within any deadline
+        agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", "--gateway-timeout", "3s",
+                      gateways=[hung.url, apisix.url])
+        wait_for(lambda: live_uri(apisix) == "/v1", 5, "the first commit live on the healthy gateway")
+        remote_repo.commit(config_files(2), "v2")
+        started = time.monotonic()
+        assert agent.hook() == 202
+        wait_for(lambda: live_uri(apisix) == "/v2", 5, "the webhook's commit live on the healthy gateway")
+        # Well within one deadline of the hung gateway, whose pushes go on on their own worker.
+        assert time.monotonic() - started < 3
+        assert "still running; the agent moves on" in agent.log()
+        ready = agent.get("/readyz")
+        assert ready.status_code == 503 and hung.url in ready.json()["reason"]
+        hung.set_latency(0)
+
+
 def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         spawn, git_daemon, remote_repo, apisix):
     """Neither a bad commit nor the down gateway's return may take the others back to an older commit."""
@@ -319,10 +354,15 @@ def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applie
                             env=agent.env, capture_output=True, text=True, timeout=30)
     assert status.returncode == 0, status.stderr
     assert bad in status.stdout and "routes[r1].uri" in status.stdout, status.stdout
+    # Ready: the gateway serves the last good commit; the refused tip is its own condition.
+    ready = agent.get("/readyz")
+    assert ready.status_code == 200 and f"the tip {bad[:7]} is refused" in ready.json()["reason"]
+    assert agent.metric("gitsync_tip_refused") == 1
 
     good = remote_repo.commit(config_files(3), "v3")
     wait_for(lambda: live_uri(apisix) == "/v3", 5, "the next good commit live")
     wait_for(lambda: agent.state().get("last_good") == good, 2, "state.json naming the good commit")
+    wait_for(lambda: agent.metric("gitsync_tip_refused") == 0, 2, "the tip no longer refused")
 
 
 def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon, remote_repo, apisix):
@@ -335,7 +375,8 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
     wait_for(lambda: agent.log().count("retrying in") >= 2, 8, "two failed polls, logged with their backoff")
     assert agent.metric("gitsync_fetch_failures_total") >= 2
     assert agent.healthy() and live_uri(apisix) == "/v1"
-    assert agent.get("/readyz").status_code == 503
+    # Ready: every gateway serves the last good commit; the remote's outage shows in the metrics.
+    assert agent.get("/readyz").status_code == 200
 
     own_daemon.start()
     wait_for(lambda: live_uri(apisix) == "/v2", 2 + 1 + 2, "the commit pushed during the outage live")
