@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gitsync.backoff import backoff_delay
+from gitsync.checks import ChecksVerdict
 from gitsync.gateway import (
     VALIDATE_LIMIT,
     Endpoint,
@@ -102,10 +103,17 @@ class GatewayResult:
     bytes_sent: int = 0
     duration: float = 0.0
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    checks: ChecksVerdict | None = None  # the repo's health checks on this gateway after the push
+    rollback: GatewayResult | None = None  # the last good commit given back after a failed check
 
     @property
     def ok(self) -> bool:
         return self.status is not SyncStatus.FAILED
+
+    @property
+    def unhealthy(self) -> bool:
+        """The push went through but a health check failed on this gateway afterwards."""
+        return self.checks is not None and not self.checks.ok
 
     @property
     def refused(self) -> bool:
@@ -116,6 +124,8 @@ class GatewayResult:
         """Plain data for status files and JSON output (no plan, problems as text)."""
         data = asdict(self)
         data.pop("plan")
+        data["checks"] = self.checks.to_dict() if self.checks is not None else None
+        data["rollback"] = self.rollback.summary() if self.rollback is not None else None
         data["status"] = str(self.status)
         data["problems"] = [str(p) for p in self.problems]
         data["pruned"] = {k: list(v) for k, v in self.pruned.items()}
@@ -131,6 +141,11 @@ class GatewayResult:
             text += f" ({', '.join(changed) or 'nothing'} changed)"
         for kind, ids in self.pruned.items():
             text += f"; pruned {len(ids)} out-of-band {kind}: {', '.join(ids)}"
+        if self.checks is not None:
+            text += f"; checks: {len(self.checks.results) - len(self.checks.failed)} passed"
+            text += f", {len(self.checks.failed)} failed" if self.checks.failed else ""
+        if self.rollback is not None:
+            text += f"; rolled back: {self.rollback.status}"
         return text
 
 

@@ -185,6 +185,10 @@ class Settings:
                                            "(`/status/ready`), one per gateway, in the same order; empty to "
                                            "skip the readiness check.", groups=(GATEWAY,),
                                            flag="--status-url", metavar="URL")
+    proxy_urls: tuple[str, ...] = setting("gateways", "list", (), "Data-plane base URLs (APISIX's proxy "
+                                          "port), one per gateway, in the same order: where the repo's "
+                                          "health checks run after a push.", groups=(GATEWAY,),
+                                          flag="--proxy-url", metavar="URL")
     gateway_timeout: float = setting("gateways", "duration", 10.0, "Deadline of each Admin API request, from "
                                      "connect to the last byte of the answer.", groups=(GATEWAY,),
                                      minimum=0.1)
@@ -198,6 +202,17 @@ class Settings:
                                            groups=(GATEWAY,), must_exist=True)
     tls_verify: bool = setting("gateways", "bool", True, "Verify the gateways' TLS certificates.",
                                groups=(GATEWAY,))
+    # [rollout]
+    on_check_failure: str = setting("rollout", "enum", "rollback", "When a health check still fails after "
+                                    "its retries: give that gateway the last good commit back and refuse the "
+                                    "commit, or only report it.", choices=("rollback", "report"),
+                                    groups=(GATEWAY,))
+    rollout: str = setting("rollout", "enum", "all", "How a new commit reaches this agent's gateways: all "
+                           "at once, or the first gateway first (`canary`), then, once its checks pass and "
+                           "`soak` has passed, the others.", choices=("all", "canary"), groups=(GATEWAY,))
+    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run on the canary "
+                          "(rollout = canary), its checks passed, before the other gateways get it.",
+                          groups=(GATEWAY,), minimum=0)
     # [agent]
     interval: float = setting("agent", "duration", 30.0, "Poll interval of the git remote.", groups=(DAEMON,),
                               minimum=0.1)
@@ -584,7 +599,7 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
-    for name in ("gateways", "status_urls"):
+    for name in ("gateways", "status_urls", "proxy_urls"):
         for url in values.get(name, ()):
             problem = _url_problem(url)
             if problem:

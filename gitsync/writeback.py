@@ -84,6 +84,8 @@ class GatewayStatus:
     counts: Mapping[str, int]
     pruned: Mapping[str, Sequence[str]]
     error: str | None = None
+    checks: Mapping[str, Any] | None = None  # {passed: N, failed: [...]} when the repo declares checks
+    rolled_back: bool = False  # a failed check gave this gateway the last good commit back
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -96,6 +98,10 @@ class GatewayStatus:
         }
         if self.error:
             doc["error"] = self.error
+        if self.checks is not None:
+            doc["checks"] = dict(self.checks)
+        if self.rolled_back:
+            doc["rolled_back"] = True
         return doc
 
 
