@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from gitsync import __version__
 from gitsync.backoff import Backoff
@@ -35,7 +35,9 @@ from gitsync.decide import Canary, Decision, GatewayView, Holding, Probe, Remote
 from gitsync.gateway import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import SourceError
+from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
+from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
@@ -103,7 +105,7 @@ class Agent:
         self.interrupted = interrupted
         self.wake = wake
         self._lock = threading.Lock()  # state.gateways, between the sync worker and the drift watch
-        self._rendered: dict[str, tuple[Rendered, str]] = {}  # commit → (payload, subject): target, last good
+        self._rendered: dict[str, RenderedCommit] = {}  # the last good commit and the latest others
         # url → the push an earlier sync left running: (commit, drifted?, advances last good?, future)
         self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
         self.tip: str | None = None  # the remote's commit at the last check
@@ -195,7 +197,7 @@ class Agent:
                                wake_at=decision.wake_at)
         lives = self.gateways.read_live((*decision.push, *decision.keep))  # overlap the fetch and render
         try:
-            rendered, subject = self._render(target, fetch=decision.new)
+            commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
             return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems])
         except SourceError as exc:
@@ -203,10 +205,13 @@ class Agent:
                 return self._refuse(target, reason, Stage.VERIFY, [exc.reason])
             logger.error("commit {}: {} failed: {}", short(target), exc.stage, exc.reason)
             return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
+        rendered, subject = commit.rendered, commit.subject
         good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
+        guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
         release = Release(rendered.payload, rendered.source_map, rendered.checks,
                           fallback=good.payload if good is not None and decision.new else None,
-                          rollback=self.settings.on_check_failure == "rollback")
+                          rollback=self.settings.on_check_failure == "rollback", guard=guard,
+                          managed=frozenset(k for k in KINDS if self.policy.manages(k)))
         jobs = {url: (target, release) for url in decision.push}
         if good is not None and self.state.last_good:
             kept = Release(good.payload, good.source_map)
@@ -224,7 +229,7 @@ class Agent:
         if not self.state.last_good:
             return None
         try:
-            return self._render(self.state.last_good, fetch=False)[0]
+            return self._render(self.state.last_good, fetch=False).rendered
         except (ProblemsError, SourceError) as exc:
             logger.error("the last good commit {} cannot be rendered again: {}", short(self.state.last_good),
                          exc)
@@ -241,6 +246,9 @@ class Agent:
         if refused and new:
             return self._refuse(target, reason, Stage.PUSH, [str(p) for r in refused for p in r.problems],
                                 results)
+        guarded = [f"{r.url}: {line}" for r in results if r.guard is not None for line in r.guard.problems]
+        if guarded and new:
+            return self._refuse(target, reason, Stage.GUARD, guarded, results)
         unhealthy = [f"{r.url}: {check.describe()}" for r in results if r.unhealthy and r.checks is not None
                      for check in r.checks.failed]
         if unhealthy and new and self.settings.on_check_failure == "rollback":
@@ -269,7 +277,7 @@ class Agent:
         stage = Stage.PUSH if failed else Stage.HEALTH if unhealthy else None
         return SyncOutcome(reason, result, target, subject, stage, problems + unhealthy, results)
 
-    def _render(self, sha: str, *, fetch: bool) -> tuple[Rendered, str]:
+    def _render(self, sha: str, *, fetch: bool) -> RenderedCommit:
         """The rendered payload of `sha`, from memory, or read from the mirror (fetching if asked).
 
         Kept in memory: the last good commit and the two commits rendered most recently."""
@@ -281,7 +289,7 @@ class Agent:
         self.source.verify(sha)
         commit = self.source.read(sha)
         rendered = render(commit.files, self.render_options, cache=self.cache)
-        self._rendered[sha] = (rendered, commit.subject)
+        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self._rendered[old]
@@ -335,8 +343,12 @@ class Agent:
                             result.summary().split(": ", 1)[1])
                 self._applied(commit, result, drifted=drifted)
                 ended.setdefault((commit, advance), []).append(result)
-        return [self._settle(reason, commit, self._rendered.get(commit, (None, ""))[1], results,
-                             advance=advance) for (commit, advance), results in ended.items()]
+        return [self._settle(reason, commit, self._subject(commit), results, advance=advance)
+                for (commit, advance), results in ended.items()]
+
+    def _subject(self, sha: str) -> str:
+        known = self._rendered.get(sha)
+        return known.subject if known is not None else ""
 
     def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
         """A git note on `sha` saying why it failed (in the background)."""
@@ -418,7 +430,7 @@ class Agent:
         (restarted, or back after an outage): then its backoff ends and it is refilled now.
         """
         good = self.state.last_good
-        rendered = self._rendered.get(good) if good else None
+        known = self._rendered.get(good) if good else None
         with self._lock:
             pushed = dict(self.state.gateways)
         suspects = []
@@ -429,7 +441,7 @@ class Agent:
             if state is None or state.commit != good:  # behind: a probe only while it waits
                 answered = not worker.backoff.ready() and self.gateways.answers(url)
             else:
-                held = self._holds(url, state, rendered[0] if rendered else None)
+                held = self._holds(url, state, known.rendered if known else None)
                 if held is Holding.HOLDS or held is Holding.UNKNOWN:
                     continue
                 answered = held is Holding.DRIFTED
@@ -485,6 +497,14 @@ class Agent:
         self._writeback_queue.close()
         self.gateways.close()
         self.proxy.close()
+
+
+class RenderedCommit(NamedTuple):
+    """A commit as the agent keeps it in memory: its payload, subject, and what its author allows."""
+
+    rendered: Rendered
+    subject: str
+    allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
 
 
 class WriteBackQueue:

@@ -35,6 +35,7 @@ class Stage(StrEnum):
     VERIFY = "verify"
     RENDER = "render"
     VALIDATE = "validate"
+    GUARD = "guard"  # the deletion guard refused the commit
     PUSH = "push"
     HEALTH = "health"  # a health check failed after the push
     DRIFT = "drift"
@@ -43,7 +44,7 @@ class Stage(StrEnum):
     @property
     def refuses_commit(self) -> bool:
         """A failure at this stage is the commit's own: it is marked bad and not retried."""
-        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.PUSH, Stage.HEALTH)
+        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.GUARD, Stage.PUSH, Stage.HEALTH)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from gitsync.gateway import (
     LiveConfig,
     ReadyResult,
 )
+from gitsync.guard import GuardVerdict
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import Problem
@@ -103,6 +104,7 @@ class GatewayResult:
     bytes_sent: int = 0
     duration: float = 0.0
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    guard: GuardVerdict | None = None  # the deletion guard's verdict, when it refused the push
     checks: ChecksVerdict | None = None  # the repo's health checks on this gateway after the push
     rollback: GatewayResult | None = None  # the last good commit given back after a failed check
 
@@ -125,6 +127,7 @@ class GatewayResult:
         data = asdict(self)
         data.pop("plan")
         data["checks"] = self.checks.to_dict() if self.checks is not None else None
+        data["guard"] = self.guard.problems if self.guard is not None else None
         data["rollback"] = self.rollback.summary() if self.rollback is not None else None
         data["status"] = str(self.status)
         data["problems"] = [str(p) for p in self.problems]

@@ -10,11 +10,13 @@ agent then refuses the commit (stage ``health``) and heals every other gateway t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gitsync.checks import Check, run_checks
-from gitsync.gateway import Gateway, LiveConfig
+from gitsync.gateway import Gateway, GatewayError, LiveConfig
+from gitsync.guard import GuardPolicy, check_deletions
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push import GatewayResult, ProblemMapper, RetryPolicy, SyncStatus, push
@@ -32,6 +34,8 @@ class Release:
     checks: tuple[Check, ...] = ()
     fallback: Payload | None = None  # the last good commit's payload: what a rollback pushes
     rollback: bool = True  # on_check_failure = "rollback"
+    guard: GuardPolicy | None = None  # a new commit passes the deletion guard first
+    managed: frozenset[str] = frozenset()  # the kinds the guard looks at
 
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
@@ -39,6 +43,19 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
             ) -> GatewayResult:
     """Push `what` to one gateway, check it, and roll it back if a check fails (see the module)."""
     options: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
+    if what.guard is not None:
+        try:
+            current = live.result() if live is not None else client.get_config()
+        except GatewayError:
+            current = None  # the push reports the gateway's state, and retries
+        if current is not None:
+            verdict = check_deletions(what.payload, current.body, what.managed, what.guard)
+            if verdict.refused:
+                for line in verdict.problems:
+                    logger.error("gateway {}: deletion guard: {}", client.url, line)
+                return GatewayResult(client.url, SyncStatus.FAILED, error="refused by the deletion guard",
+                                     guard=verdict)
+            live = _done(current)
     result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live, **options)
     if not what.checks or result.status is not SyncStatus.APPLIED or not result.puts:
         return result
@@ -60,12 +77,10 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
     return replace(result, rollback=back)
 
 
-def proxy_for(gateways: Sequence[str], proxies: Sequence[str], url: str) -> str | None:
-    """The data-plane URL paired with a gateway URL by position (like status_urls)."""
-    for gateway, proxy in zip(gateways, proxies, strict=False):
-        if gateway.rstrip("/") == url.rstrip("/"):
-            return proxy
-    return None
+def _done(value: LiveConfig) -> Future[LiveConfig]:
+    future: Future[LiveConfig] = Future()
+    future.set_result(value)
+    return future
 
 
-__all__ = ["LiveConfig", "Release", "proxy_for", "release"]
+__all__ = ["Release", "release"]
