@@ -156,7 +156,7 @@ NODES: Schema = {
     ],
 }
 
-CERTIFICATE: Schema = {"type": "string", "minLength": 64, "maxLength": 64 * 1024}
+CERTIFICATE: Schema = {"type": "string", "minLength": 128, "maxLength": 64 * 1024}  # 128: recorded on 3.18
 PRIVATE_KEY: Schema = {"type": "string", "minLength": 64, "maxLength": 64 * 1024}
 
 UPSTREAM: Schema = {
@@ -413,7 +413,7 @@ GLOBAL_RULE: Schema = {
     "additionalProperties": False,
 }
 
-SNI_PATTERN = r"^\*?[0-9a-zA-Z-._\[\]:]+$"
+SNI_PATTERN = HOST_PATTERN  # recorded on 3.18: a lone "*" is a valid SNI too
 SSL: Schema = {
     "type": "object",
     "properties": {

@@ -45,6 +45,7 @@ from ruamel.yaml.constructor import SafeConstructor
 
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
 from gitsync.schema import check_payload
+from gitsync.schema.checks import APISIX_HOME, CONFIG_VALIDATE, PayloadIssue
 from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
 from gitsync.testing.cjson import CJsonError, decode, empty_arrays_as_objects, round_numbers
 
@@ -80,10 +81,18 @@ Headers = list[tuple[str, str]]
 
 
 def nginx_page(status: int) -> bytes:
-    """nginx's own error page, which APISIX sends for unrouted paths and crashes."""
+    """nginx's own error page, as APISIX sends it for unrouted paths and crashes (its footer added)."""
     title = f"{status} {_NGINX_REASONS.get(status, 'Error')}"
     return (f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1>"
-            "</center>\r\n<hr><center>openresty</center>\r\n</body>\r\n</html>\r\n").encode()
+            "</center>\r\n<hr><center>openresty</center>\r\n"
+            '<p><em>Powered by <a href="https://apisix.apache.org/">APISIX</a>.</em></p></body>\r\n'
+            "</html>\r\n").encode()
+
+
+#: nginx's ``charset utf-8`` adds the charset to these types (the admin JSON has none).
+HTML, TEXT = "text/html; charset=utf-8", "text/plain; charset=utf-8"
+_CHARSET_TYPES = ("text/html", "text/xml", "text/plain", "text/vnd.wap.wml", "application/javascript",
+                  "application/rss+xml")  # nginx's default charset_types
 
 
 def json_body(value: Mapping[str, Any]) -> bytes:
@@ -104,8 +113,12 @@ def _error(status: int, message: str) -> Reply:
     return Reply(status, json_body({"error_msg": message}))
 
 
+def _validation_failed(errors: list[dict[str, Any]]) -> Reply:
+    return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": errors}))
+
+
 def _page(status: int) -> Reply:
-    return Reply(status, nginx_page(status), content_type="text/html")
+    return Reply(status, nginx_page(status), content_type=HTML)
 
 
 @dataclass
@@ -114,6 +127,53 @@ class _Live:
 
     item: dict[str, Any]
     modified_index: Any
+
+
+class _Workers:
+    """The gateway's workers: each accepted config reaches the data plane `delay` seconds after its PUT.
+
+    `publish` hands them the objects a commit built; `served` is what they run now.
+    APISIX 3.19's ``PUT ?wait=`` asks whether every worker applied a config in time.
+    """
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.delay = 0.0
+        self.served: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
+        self._applied = threading.Condition(lock)
+        self._published = 0
+        self._applied_seq = 0
+        self._generation = 0  # a restart: timers of the old generation apply nothing
+
+    def reset(self) -> None:
+        self.served = {kind: {} for kind in KINDS}
+        self._generation += 1
+        self._published = self._applied_seq = 0
+
+    def publish(self, running: Mapping[str, dict[str, _Live]]) -> int:
+        """Hand the workers this commit's objects; its sequence number, for `wait_applied`."""
+        self._published += 1
+        snapshot = {kind: dict(objects) for kind, objects in running.items()}
+        if self.delay <= 0:
+            self._apply(self._generation, self._published, snapshot)
+        else:
+            timer = threading.Timer(self.delay, self._apply, (self._generation, self._published, snapshot))
+            timer.daemon = True
+            timer.start()
+        return self._published
+
+    def _apply(self, generation: int, seq: int, snapshot: dict[str, dict[str, _Live]]) -> None:
+        with self._applied:
+            if generation == self._generation and seq > self._applied_seq:
+                self.served, self._applied_seq = snapshot, seq
+                self._applied.notify_all()
+
+    def wait_applied(self, seq: int, timeout: float) -> bool:
+        """True once every worker runs commit `seq` (or a later one), False when `timeout` passes first."""
+        with self._applied:
+            generation = self._generation
+            return self._applied.wait_for(
+                lambda: self._applied_seq >= seq or self._generation != generation, timeout) \
+                and generation == self._generation
 
 
 def _object_id(item: Mapping[str, Any], index: int) -> str:
@@ -252,9 +312,12 @@ class ApisixDouble:
         self._ports = [port, proxy_port if proxy else None]
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
+        if self._features >= (3, 21) and (admin_key == "" or viewer_key == ""):
+            raise ValueError("APISIX 3.21 refuses to start with an empty admin_key entry")
         self._lock = threading.RLock()
         self._stored: dict[str, Any] | None = None
         self._running: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
+        self._workers = _Workers(self._lock)
         self._oob_count = 0
         self.put_bodies: list[bytes] = []
         self.requests: list[tuple[str, str, int]] = []
@@ -303,6 +366,7 @@ class ApisixDouble:
         with self._lock:
             self._stored = None
             self._running = {kind: {} for kind in KINDS}
+            self._workers.reset()
         self.start()
 
     def __enter__(self) -> ApisixDouble:
@@ -328,12 +392,16 @@ class ApisixDouble:
     def running(self, kind: str) -> dict[str, dict[str, Any]]:
         """What the data plane runs for `kind` (id → content), after the modifiedIndex rule."""
         with self._lock:
-            return {oid: deepcopy(obj.item) for oid, obj in self._running[kind].items()}
+            return {oid: deepcopy(obj.item) for oid, obj in self._workers.served[kind].items()}
 
     # ---------------------------------------------------------------- fault knobs
 
     def set_latency(self, seconds: float) -> None:
         self._latency = seconds
+
+    def set_worker_delay(self, seconds: float) -> None:
+        """How long the workers take to apply an accepted config (the data plane serves the old one until then)."""
+        self._workers.delay = seconds
 
     def fail_next(self, n: int, status: int = 503) -> None:
         with self._lock:
@@ -368,6 +436,7 @@ class ApisixDouble:
                 new[LAST_MODIFIED] = int(time.time())
                 new[DIGEST] = f"out-of-band-{self._oob_count}"
             self._commit(old, new)
+            self._workers.publish(self._running)
 
     def _take_fault(self) -> str | int | None:
         with self._lock:
@@ -418,7 +487,7 @@ class ApisixDouble:
         if client.version != 4 or client not in ALLOW_ADMIN:
             return _page(403)
         if method == "OPTIONS" and path.startswith(ADMIN):
-            return Reply(200, headers=_PREFLIGHT, content_type="text/plain", cors=False)
+            return Reply(200, headers=_PREFLIGHT, content_type=TEXT, cors=False)
         route = self._route(method, path)
         if route is None:
             return _page(404)
@@ -475,7 +544,7 @@ class ApisixDouble:
             config = self.config()
             headers = self._metadata_headers()
         if accept.startswith("application/yaml"):
-            text = _yaml_text(empty_arrays_as_objects(config))
+            text = _yaml_text(config)  # lyaml keeps empty arrays as [] (recorded on 3.18)
             return Reply(200, text.encode(), headers, "application/yaml")
         return Reply(200, cjson_encode(empty_arrays_as_objects(config)).encode(), headers)
 
@@ -500,9 +569,8 @@ class ApisixDouble:
             return {}  # Lua indexes an array or a string to nothing
         if not isinstance(data, dict):
             if for_validate and self._features >= (3, 17):
-                error = f"attempt to index local 'req_body' (a {lua_type(data)} value)"
-                return Reply(400, json_body({"error_msg": "Configuration validation failed",
-                                             "errors": [{"error": error}]}))
+                return _validation_failed([{"error": f"{CONFIG_VALIDATE}:129: attempt to index local "
+                                                     f"'req_body' (a {lua_type(data)} value)"}])
             return _page(500)
         return data
 
@@ -541,6 +609,9 @@ class ApisixDouble:
             issues = check_payload(data, live=self._stored)
         if not issues:
             return Reply(200, b"{}\n" if self._features >= (3, 17) else b"")
+        if issues[0].lua_line is not None:
+            return _validation_failed([{"error": issues[0].lua_error}]) if self._features >= (3, 17) \
+                else _page(500)  # ≤3.16 has no pcall around the checks
         errors = []
         for issue in issues:
             entry: dict[str, Any] = {"resource_type": issue.kind}
@@ -550,7 +621,7 @@ class ApisixDouble:
             if issue.index is not None and self._features >= (3, 17):
                 entry["resource_id"] = self._raw_resource_id(data, issue.kind, issue.index)
             errors.append(entry)
-        return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": errors}))
+        return _validation_failed(errors)
 
     @staticmethod
     def _raw_resource_id(data: Mapping[str, Any], kind: str | None, index: int) -> Any:
@@ -579,6 +650,8 @@ class ApisixDouble:
             if self._idless_crash(data):
                 return _page(500)
             problem = self._refusal(data, old)
+            if isinstance(problem, PayloadIssue):
+                return _page(500)  # a Lua error outside the per-item guard: PUT has no pcall around it
             if problem:
                 return _error(400, problem)
             new = self._next_config(data, old)
@@ -586,14 +659,18 @@ class ApisixDouble:
                 new[LAST_MODIFIED] = int(time.time())
                 new[DIGEST] = digests[0]
             if len(cjson_encode(new)) > SHARED_DICT_BYTES:
-                return Reply(500, b"failed to save config to shared dict: no memory", content_type=None)
+                # core.response.exit(500, err) with a string: plain text under the admin JSON type
+                return Reply(500, b"failed to save config to shared dict: no memory")
             self._commit(old, new)
+            self._workers.publish(self._running)
             return Reply(202, headers=self._metadata_headers())
 
-    def _refusal(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
-        """The 400 message for this body, in the order the gateway's version checks it."""
+    def _refusal(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | PayloadIssue | None:
+        """The 400 message for this body, in the order the gateway's version checks it (an issue: a crash)."""
         if self._features >= (3, 15):
             issues = check_payload(data, collect_all=False, live=old if self._features >= (3, 17) else None)
+            if issues and issues[0].lua_line is not None:
+                return issues[0]
             if issues:
                 return self._legacy_message(issues[0].kind, issues[0].index, issues[0].message)
             return self._stale_version(data, old, self._keys)
@@ -607,6 +684,8 @@ class ApisixDouble:
                 return stale
             if sent is False or sent != self._live_version(old, key):
                 issues = check_payload({key: data.get(key, False)}, collect_all=False)
+                if issues and issues[0].lua_line is not None:
+                    return issues[0]
                 if issues and issues[0].index is not None:
                     return self._legacy_message(key, issues[0].index, issues[0].message)
         return None
@@ -678,23 +757,26 @@ class ApisixDouble:
     def _proxy_reply(self, method: str, path: str, host: str, client: str) -> Reply:
         matched = self._match_route(method, path, host, client)
         if matched is None:
-            return _error(404, "404 Route Not Found")
+            return Reply(404, json_body({"error_msg": "404 Route Not Found"}), content_type=TEXT)
         route_id, route = matched
         service = None
         if route.get("service_id") is not None:
-            service_obj = self._running["services"].get(lua_tostring(route["service_id"]))
+            service_obj = self._workers.served["services"].get(lua_tostring(route["service_id"]))
             if service_obj is None:
                 return _page(404)
             service = service_obj.item
         if route.get("plugin_config_id") is not None and \
-                lua_tostring(route["plugin_config_id"]) not in self._running["plugin_configs"]:
+                lua_tostring(route["plugin_config_id"]) not in self._workers.served["plugin_configs"]:
             return _page(503)
+        mock = self._mocking(route, service)
+        if mock is not None:
+            return mock  # the access phase answers before any upstream is looked up
         upstream_id: Any = None
         upstream: dict[str, Any] | None = None
         for source in (route, service or {}):
             if source.get("upstream_id") is not None:
                 upstream_id = lua_tostring(source["upstream_id"])
-                live = self._running["upstreams"].get(upstream_id)
+                live = self._workers.served["upstreams"].get(upstream_id)
                 if live is None:
                     return _page(502)
                 upstream = live.item
@@ -712,11 +794,37 @@ class ApisixDouble:
                   "route": route, "upstream": upstream}
         return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers))
 
+    def _mocking(self, route: Mapping[str, Any], service: Mapping[str, Any] | None) -> Reply | None:
+        """The ``mocking`` plugin of the route (or its service or plugin config): its canned answer.
+
+        ``response_example`` is answered as is; a ``response_schema`` alone gets ``{}``
+        (APISIX would generate an example) and ``delay`` is not slept.
+        """
+        sources: list[Mapping[str, Any]] = [route]
+        config_id = route.get("plugin_config_id")
+        if config_id is not None:
+            sources.append(self._workers.served["plugin_configs"][lua_tostring(config_id)].item)
+        sources.append(service or {})
+        for source in sources:
+            plugins = source.get("plugins")
+            conf = plugins.get("mocking") if isinstance(plugins, dict) else None
+            if not isinstance(conf, dict) or (isinstance(conf.get("_meta"), dict) and conf["_meta"].get("disable")):
+                continue
+            content_type = str(conf.get("content_type", "application/json;charset=utf8"))
+            if content_type.split(";")[0].strip() in _CHARSET_TYPES and "charset" not in content_type:
+                content_type += "; charset=utf-8"
+            headers = [(str(k), str(v)) for k, v in (conf.get("response_headers") or {}).items()]
+            if conf.get("with_mock_header", True):
+                headers.append(("x-mock-by", f"APISIX/{self.version}"))
+            body = conf.get("response_example", "{}")
+            return Reply(int(conf.get("response_status", 200)), str(body).encode(), tuple(headers), content_type)
+        return None
+
     def _match_route(self, method: str, path: str, host: str,
                      client: str) -> tuple[str, dict[str, Any]] | None:
         """The live route radixtree would pick: exact paths first, then the longest prefix, then priority."""
         candidates: list[tuple[tuple[int, int, float], tuple[str, dict[str, Any]]]] = []
-        for route_id, live in self._running["routes"].items():
+        for route_id, live in self._workers.served["routes"].items():
             route = live.item
             if route.get("status", 1) == 0:
                 continue
@@ -750,7 +858,7 @@ class ApisixDouble:
         hosts = route.get("hosts") if isinstance(route.get("hosts"), list) else (
             [route["host"]] if isinstance(route.get("host"), str) else None)
         if hosts is None and route.get("service_id") is not None:
-            service = self._running["services"].get(lua_tostring(route["service_id"]))
+            service = self._workers.served["services"].get(lua_tostring(route["service_id"]))
             if service is not None and isinstance(service.item.get("hosts"), list):
                 hosts = service.item["hosts"]
         if not hosts:
