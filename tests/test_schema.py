@@ -36,7 +36,8 @@ VALID_ITEMS = {
                                                         "discovery_type": "dns"}],
     "consumers": [{"username": "jack", "plugins": {"key-auth": {"key": "k"}}},
                   {"id": "jill", "username": "jill"},
-                  {"id": "jack/credentials/cred-1", "plugins": {"basic-auth": {"username": "j", "password": "p"}}}],
+                  {"id": "jack/credentials/cred-1",
+                   "plugins": {"basic-auth": {"username": "j", "password": "p"}}}],
     "consumer_groups": [{"id": "g1", "plugins": {"limit-count": {"count": 1, "time_window": 60}}}],
     "ssls": [{"id": "s1", "sni": "a.example", "cert": CERT_REF, "key": KEY_REF}],
     "global_rules": [{"id": "g1", "plugins": {"prometheus": {}}}],
@@ -239,8 +240,9 @@ def test_ssl_needs_sni_cert_key_and_parses_pem():
 
 
 def test_secret_references_skip_certificate_parsing_but_not_the_length_check():
-    assert check_item("ssls", {"id": "s", "sni": "a.example", "cert": CERT_REF, "key": "$ENV://" + "K" * 57}) == []
-    assert first("ssls", {"id": "s", "sni": "a.example", "cert": "$secret://vault/1/c", "key": KEY_REF}).message == (
+    ssl = {"id": "s", "sni": "a.example", "cert": CERT_REF, "key": "$ENV://" + "K" * 57}
+    assert check_item("ssls", ssl) == []
+    assert first("ssls", {**ssl, "cert": "$secret://vault/1/c"}).message == (
         INVALID + 'property "cert" validation failed: string too short, expected at least 128, got 19')
 
 

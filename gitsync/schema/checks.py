@@ -30,8 +30,8 @@ from gitsync.schema.jsonschema import (
 )
 from gitsync.schema.lua import compile_problem
 from gitsync.schema.plugin_schemas import META, PLUGIN_SCHEMAS
-from gitsync.schema.proto import unknown_type
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, AUTH_PLUGINS, PLUGINS, STREAM_PLUGINS
+from gitsync.schema.proto import unknown_type
 
 INVALID = "invalid configuration: "
 #: APISIX's install prefix, in the Lua error texts that name its source files (the default install).
@@ -107,7 +107,7 @@ def _without_secret_refs(schema: Mapping[str, Any], conf: Any) -> tuple[Mapping[
 
 
 def plugin_conf_problem(name: str, conf: Any, place: str = ROUTE) -> str | None:
-    """Why the plugin's own ``check_schema`` refuses `conf` (None: accepted, or not a plugin gitsync checks)."""
+    """Why the plugin's ``check_schema`` refuses `conf` (None: accepted, or a plugin not checked here)."""
     known = PLUGIN_SCHEMAS.get(name)
     if known is None:
         return None
@@ -503,8 +503,8 @@ def _length_error(items: object) -> PayloadIssue | None:
         return PayloadIssue(None, None, None, message, lua_line=150) if items else None
     if isinstance(items, dict | list) or items is False:
         return None
-    return PayloadIssue(None, None, None, f"attempt to get length of local 'items' (a {lua_type(items)} value)",
-                        lua_line=145)
+    message = f"attempt to get length of local 'items' (a {lua_type(items)} value)"
+    return PayloadIssue(None, None, None, message, lua_line=145)
 
 
 def _item_crash(kind: str, item: object) -> PayloadIssue | None:

@@ -28,7 +28,7 @@ def _compile_expr(rule: list[Any]) -> str | None:
             return "bad 'not' expression"
         left, op, right = rule[0], rule[2], rule[3]
     else:
-        left, op, right = (rule + [None, None, None])[:3]
+        left, op, right = [*rule, None, None, None][:3]
     if isinstance(op, str):
         op = op.lower()
     if right is None and op not in _OPERATORS:

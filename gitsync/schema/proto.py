@@ -16,10 +16,11 @@ SCALARS = frozenset({
     "double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64",
     "sfixed32", "sfixed64", "bool", "string", "bytes",
 })
-_TOKEN = re.compile(r'\s+|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|[A-Za-z_.][\w.]*|\d[\w.]*|.',
-                    re.S)
+_TOKEN = re.compile(r'\s+|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\''
+                    r"|[A-Za-z_.][\w.]*|\d[\w.]*|.", re.S)
 _LABELS = frozenset({"repeated", "optional", "required"})
-_SKIPPED_STATEMENTS = frozenset({"syntax", "package", "import", "option", "reserved", "extensions", "edition"})
+_SKIPPED_STATEMENTS = frozenset({"syntax", "package", "import", "option", "reserved", "extensions",
+                                  "edition"})
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from ruamel.yaml.constructor import SafeConstructor
 
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
 from gitsync.schema import check_payload
-from gitsync.schema.checks import APISIX_HOME, CONFIG_VALIDATE, PayloadIssue
+from gitsync.schema.checks import CONFIG_VALIDATE, PayloadIssue
 from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
 from gitsync.testing.cjson import CJsonError, decode, empty_arrays_as_objects, round_numbers
 
@@ -400,7 +400,7 @@ class ApisixDouble:
         self._latency = seconds
 
     def set_worker_delay(self, seconds: float) -> None:
-        """How long the workers take to apply an accepted config (the data plane serves the old one until then)."""
+        """Seconds the workers take to apply an accepted config (the data plane serves the old meanwhile)."""
         self._workers.delay = seconds
 
     def fail_next(self, n: int, status: int = 503) -> None:
@@ -808,7 +808,8 @@ class ApisixDouble:
         for source in sources:
             plugins = source.get("plugins")
             conf = plugins.get("mocking") if isinstance(plugins, dict) else None
-            if not isinstance(conf, dict) or (isinstance(conf.get("_meta"), dict) and conf["_meta"].get("disable")):
+            meta = conf.get("_meta") if isinstance(conf, dict) else None
+            if not isinstance(conf, dict) or (isinstance(meta, dict) and meta.get("disable")):
                 continue
             content_type = str(conf.get("content_type", "application/json;charset=utf8"))
             if content_type.split(";")[0].strip() in _CHARSET_TYPES and "charset" not in content_type:
@@ -817,7 +818,8 @@ class ApisixDouble:
             if conf.get("with_mock_header", True):
                 headers.append(("x-mock-by", f"APISIX/{self.version}"))
             body = conf.get("response_example", "{}")
-            return Reply(int(conf.get("response_status", 200)), str(body).encode(), tuple(headers), content_type)
+            status = int(conf.get("response_status", 200))
+            return Reply(status, str(body).encode(), tuple(headers), content_type)
         return None
 
     def _match_route(self, method: str, path: str, host: str,
