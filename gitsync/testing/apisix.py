@@ -27,6 +27,7 @@ import contextlib
 import http.cookies
 import ipaddress
 import json
+import re
 import signal
 import socket
 import sys
@@ -111,6 +112,50 @@ class Reply:
 
 def _error(status: int, message: str) -> Reply:
     return Reply(status, json_body({"error_msg": message}))
+
+
+#: APISIX 3.19 refuses a body of the wrong shape (apache/apisix#13886) and takes ``?wait=`` (#13904).
+#: Neither the exact texts below nor the 400 for a bad ``wait`` were confirmed from the sources:
+#: the status codes are; the wording is the double's own (docs/apisix-versions.md).
+SHAPE_BODY = "invalid request body: the configuration must be an object"
+WAIT_MAX_MS = 60000
+_INVALID_PLUGIN_CONF = re.compile(r"invalid plugin conf .* for plugin \[", re.S)
+
+
+def _shape_problems(data: Mapping[str, Any]) -> list[tuple[str, int | None, str]]:
+    """3.19+: every kind a list (an empty object passes) and every item an object."""
+    problems: list[tuple[str, int | None, str]] = []
+    for kind in VERSIONED_KEYS:
+        items = data.get(kind)
+        if items is None or items == {}:
+            continue
+        if not isinstance(items, list):
+            problems.append((kind, None, f"invalid configuration: {kind} must be an array"))
+            continue
+        problems += [(kind, index, f"invalid configuration: {kind}[{index}] must be an object")
+                     for index, item in enumerate(items) if not isinstance(item, dict)]
+    return problems
+
+
+def _entry(kind: str, index: int | None, message: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"resource_type": kind, "error": message}
+    if index is not None:
+        entry.update(index=index, resource_id=ApisixDouble._raw_resource_id(data, kind, index))
+    return entry
+
+
+def _wait_ms(query: str) -> int | Reply | None:
+    """3.19's ``?wait=<ms>``: None when absent, the 400 reply when it is not a whole number up to 60000."""
+    values = parse_qs(query, keep_blank_values=True).get("wait")
+    if not values:
+        return None
+    try:
+        wait = int(values[0])
+    except ValueError:
+        wait = -1
+    if not 0 <= wait <= WAIT_MAX_MS:
+        return _error(400, f"invalid wait: must be an integer from 0 to {WAIT_MAX_MS} (milliseconds)")
+    return wait
 
 
 def _validation_failed(errors: list[dict[str, Any]]) -> Reply:
@@ -307,7 +352,7 @@ class ApisixDouble:
         self.admin_key = admin_key
         self.viewer_key = viewer_key
         self.host = host
-        self.version = version
+        self.version = version if version.count(".") >= 2 else version + ".0"
         self._features = tuple(int(part) for part in version.split(".")[:2])
         self._ports = [port, proxy_port if proxy else None]
         self._servers: list[_Server] = []
@@ -525,7 +570,7 @@ class ApisixDouble:
         if token is None:
             cookie = http.cookies.SimpleCookie(h.headers.get("Cookie") or "")
             token = cookie["x_api_key"].value if "x_api_key" in cookie else None
-        if token is None:
+        if token is None or (token == "" and self._features >= (3, 21)):
             return "missing apikey"
         if token == self.admin_key:
             return None
@@ -565,6 +610,8 @@ class ApisixDouble:
                 data = decode(body)
             except CJsonError as exc:
                 return _error(400, f"invalid request body: {exc}")
+        if self._features >= (3, 19) and not isinstance(data, dict):
+            return _error(400, SHAPE_BODY)
         if isinstance(data, list | str):
             return {}  # Lua indexes an array or a string to nothing
         if not isinstance(data, dict):
@@ -575,7 +622,13 @@ class ApisixDouble:
         return data
 
     def _legacy_message(self, kind: str | None, index: int | None, message: str) -> str:
-        """Before 3.17 item errors carry ``invalid <key> at index N, err: `` (3.13: runtime wording)."""
+        """A 3.18 message in this version's words.
+
+        Before 3.17 item errors carry ``invalid <key> at index N, err: `` (3.13: runtime
+        wording); 3.21 no longer echoes the value of an invalid plugin configuration.
+        """
+        if self._features >= (3, 21):
+            message = _INVALID_PLUGIN_CONF.sub("invalid plugin conf for plugin [", message)
         if self._features >= (3, 17) or index is None or message.startswith("found duplicate "):
             return message
         if self._features < (3, 14):
@@ -605,6 +658,8 @@ class ApisixDouble:
             return data
         if self._idless_crash(data):
             return _page(500)
+        if self._features >= (3, 19) and (shape := _shape_problems(data)):
+            return _validation_failed([_entry(kind, index, message, data) for kind, index, message in shape])
         with self._lock:
             issues = check_payload(data, live=self._stored)
         if not issues:
@@ -638,6 +693,11 @@ class ApisixDouble:
         digests = h.headers.get_all("X-Digest") or []
         if with_digest and not digests:
             return _error(400, "missing digest header")
+        wait = None
+        if self._features >= (3, 19):
+            wait = _wait_ms(h.path.partition("?")[2])
+            if isinstance(wait, Reply):
+                return wait
         if not body:
             return _error(400, "invalid request body: empty request body")
         data = self._parse(h, body, for_validate=False)
@@ -649,6 +709,9 @@ class ApisixDouble:
                 return Reply(204)
             if self._idless_crash(data):
                 return _page(500)
+            problem = _shape_problems(data)[:1] if self._features >= (3, 19) else None
+            if problem:
+                return _error(400, problem[0][2])
             problem = self._refusal(data, old)
             if isinstance(problem, PayloadIssue):
                 return _page(500)  # a Lua error outside the per-item guard: PUT has no pcall around it
@@ -662,8 +725,11 @@ class ApisixDouble:
                 # core.response.exit(500, err) with a string: plain text under the admin JSON type
                 return Reply(500, b"failed to save config to shared dict: no memory")
             self._commit(old, new)
-            self._workers.publish(self._running)
-            return Reply(202, headers=self._metadata_headers())
+            applied = self._workers.publish(self._running)
+            headers = self._metadata_headers()
+        if wait is not None and self._workers.wait_applied(applied, wait / 1000):
+            return Reply(200, headers=headers)  # 3.19: every worker applied it within the wait
+        return Reply(202, headers=headers)
 
     def _refusal(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | PayloadIssue | None:
         """The 400 message for this body, in the order the gateway's version checks it (an issue: a crash)."""
@@ -901,15 +967,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--viewer-key", help="a viewer role's key (GET only)")
     parser.add_argument("--proxy-listen", help="data plane address, e.g. 127.0.0.1:9080")
     parser.add_argument("--version", default="3.18.0", dest="apisix_version",
-                        help="APISIX version to emulate (3.13.0 … 3.18.0, default %(default)s)")
+                        help="APISIX version to emulate (3.13 … 3.21, default %(default)s)")
     args = parser.parse_args(argv)
     host, port = _address(args.listen)
     proxy_host, proxy_port = _address(args.proxy_listen) if args.proxy_listen else (host, 0)
     if args.proxy_listen and proxy_host != host:
         parser.error("--proxy-listen must use the same host as --listen")
-    double = ApisixDouble(args.admin_key, viewer_key=args.viewer_key, host=host, port=port,
-                          proxy=bool(args.proxy_listen), proxy_port=proxy_port,
-                          version=args.apisix_version).start()
+    try:
+        double = ApisixDouble(args.admin_key, viewer_key=args.viewer_key, host=host, port=port,
+                              proxy=bool(args.proxy_listen), proxy_port=proxy_port,
+                              version=args.apisix_version).start()
+    except ValueError as exc:
+        parser.error(str(exc))
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
