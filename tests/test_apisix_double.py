@@ -1,4 +1,8 @@
-"""The APISIX double answers as APISIX 3.18 does (apisix-standalone.md §10), over real loopback HTTP."""
+"""The APISIX double answers as APISIX 3.18 (and 3.13–3.21) does, over real loopback HTTP.
+
+tests/test_golden.py replays the recorded 3.18 answers; these tests cover what a recording
+cannot: versions, fault knobs, the data plane's timing.
+"""
 
 from __future__ import annotations
 

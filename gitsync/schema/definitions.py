@@ -2,7 +2,8 @@
 
 With the standalone patches of ``apisix/admin/standalone.lua``: an integer
 ``modifiedIndex`` on every resource schema but secrets and plugin metadata, and
-the credential ``id`` pattern. ../shared/apisix-standalone.md §5 lists them.
+the credential ``id`` pattern. Where the recorded 3.18 answers differ from the source
+(``tests/data/golden``), the recording wins (docs/apisix-versions.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,22 @@
-"""A test double of APISIX's Admin API in API-driven standalone mode (3.17+/3.18), plus a data plane.
+"""A test double of APISIX's Admin API in API-driven standalone mode (3.13 … 3.21), plus a data plane.
 
 Every integration test of gitsync (and a user's CI) talks to this instead of a
-real gateway, so it follows ../shared/apisix-standalone.md to the letter:
-routing before auth, the 401/400/404 bodies, ``X-Digest`` and 204, validation
-(the shared `gitsync.schema`) before the per-kind version algorithm, storage
-as sent plus metadata keys, GET's empty-array quirk, YAML, restart → empty.
-A minimal data plane on a second port serves the last accepted routes and
-honours the ``modifiedIndex`` rule (§2.8). Fault knobs (latency, 5xx, dropped
-connections, a body limit, another writer) serve the reliability tests.
+real gateway, so it answers as a real APISIX 3.18 does, byte for byte where the
+recorded answers in tests/data/golden show it (tests/test_golden.py replays them):
+routing before auth, the 401/400/404 bodies and nginx pages, ``X-Digest`` and
+204, validation (the shared `gitsync.schema`) before the per-kind version
+algorithm, storage as sent plus metadata keys, GET's empty-array quirk, YAML,
+restart → empty. Other versions differ as docs/apisix-versions.md lists (3.19's
+``?wait`` and shape checks, 3.21's key rules). A minimal data plane on a second
+port serves the last applied routes (the ``modifiedIndex`` rule, the ``mocking``
+plugin); its workers apply a config `set_worker_delay` seconds after the PUT.
+Fault knobs (latency, 5xx, dropped connections, a body limit, another writer)
+serve the reliability tests.
 
 Run it standalone::
 
     python -m gitsync.testing.apisix --listen 127.0.0.1:9180 --admin-key KEY \\
-        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18.0]
+        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18]
 
 or from Python::
 
