@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from copy import deepcopy
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from gitsync.kinds import VERSIONED_KEYS, is_credential, version_key
@@ -80,13 +81,19 @@ def _schema(schema: Mapping[str, Any], value: Any, base: Path = (), prefix: str 
 CONSUMER, ROUTE = "consumer", "route"  # which of a plugin's schemas applies to a body
 
 
+def _has_secret_ref(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_secret_ref(v) for v in value.values())
+    return is_secret_ref(value)
+
+
 def _without_secret_refs(schema: Mapping[str, Any], conf: Any) -> tuple[Mapping[str, Any], Any]:
     """3.17+: a plugin body's ``$secret://``/``$env://`` strings skip every constraint (resolved later).
 
     APISIX checks a copy of the body without those fields against a copy of the
     schema that neither declares nor requires them.
     """
-    if not isinstance(conf, dict) or not isinstance(schema, Mapping):
+    if not isinstance(conf, dict) or not isinstance(schema, Mapping) or not _has_secret_ref(conf):
         return schema, conf
     refs = {key for key, value in conf.items() if is_secret_ref(value)}
     properties = dict(schema.get("properties") or {})
@@ -106,14 +113,20 @@ def _without_secret_refs(schema: Mapping[str, Any], conf: Any) -> tuple[Mapping[
     return stripped, kept
 
 
+@cache
+def _plugin_schema(name: str, place: str) -> Mapping[str, Any]:
+    """The plugin's schema for that place, with the injected ``_meta`` property."""
+    known = PLUGIN_SCHEMAS[name]
+    schema = known.consumer if place == CONSUMER and known.consumer is not None else known.schema
+    return dict(schema, properties={**schema.get("properties", {}), "_meta": META})
+
+
 def plugin_conf_problem(name: str, conf: Any, place: str = ROUTE) -> str | None:
     """Why the plugin's ``check_schema`` refuses `conf` (None: accepted, or a plugin not checked here)."""
     known = PLUGIN_SCHEMAS.get(name)
     if known is None:
         return None
-    schema = known.consumer if place == CONSUMER and known.consumer is not None else known.schema
-    schema = dict(schema, properties={**schema.get("properties", {}), "_meta": META})
-    schema, conf = _without_secret_refs(schema, deepcopy(conf))
+    schema, conf = _without_secret_refs(_plugin_schema(name, place), deepcopy(conf))
     error = first_error(schema, conf)
     if error is not None:
         return error[1]

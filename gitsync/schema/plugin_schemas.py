@@ -110,18 +110,23 @@ def _limit_count_rules(conf: dict[str, Any]) -> str | None:
     return None
 
 
+#: What limit-req and limit-conn share: the key, where counters live, and the refusal.
+_LIMIT_COMMON: Schema = {
+    "key": {"type": "string"},
+    "key_type": {"type": "string", "enum": ["var", "var_combination"], "default": "var"},
+    "policy": {"type": "string", "enum": ["redis", "redis-cluster", "local"], "default": "local"},
+    "rejected_code": _REJECTED_CODE,
+    "rejected_msg": {"type": "string", "minLength": 1},
+    "allow_degradation": {"type": "boolean", "default": False},
+}
+
 LIMIT_REQ: Schema = {
     "type": "object",
     "properties": {
         "rate": {"type": "number", "exclusiveMinimum": 0},
         "burst": {"type": "number", "minimum": 0},
-        "key": {"type": "string"},
-        "key_type": {"type": "string", "enum": ["var", "var_combination"], "default": "var"},
-        "policy": {"type": "string", "enum": ["redis", "redis-cluster", "local"], "default": "local"},
-        "rejected_code": _REJECTED_CODE,
-        "rejected_msg": {"type": "string", "minLength": 1},
+        **_LIMIT_COMMON,
         "nodelay": {"type": "boolean", "default": False},
-        "allow_degradation": {"type": "boolean", "default": False},
     },
     "required": ["rate", "burst", "key"],
     **_BY_POLICY,
@@ -134,12 +139,7 @@ LIMIT_CONN: Schema = {
         "burst": {"type": "integer", "minimum": 0},
         "default_conn_delay": {"type": "number", "exclusiveMinimum": 0},
         "only_use_default_delay": {"type": "boolean", "default": False},
-        "key": {"type": "string"},
-        "key_type": {"type": "string", "enum": ["var", "var_combination"], "default": "var"},
-        "policy": {"type": "string", "enum": ["redis", "redis-cluster", "local"], "default": "local"},
-        "rejected_code": _REJECTED_CODE,
-        "rejected_msg": {"type": "string", "minLength": 1},
-        "allow_degradation": {"type": "boolean", "default": False},
+        **_LIMIT_COMMON,
     },
     "required": ["conn", "burst", "default_conn_delay", "key"],
     **_BY_POLICY,
