@@ -671,7 +671,7 @@ def test_command_line_entry_point():
     admin_port, proxy_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "gitsync.testing.apisix", "--listen", f"127.0.0.1:{admin_port}",
-         "--admin-key", "cli-key", "--proxy-listen", f"127.0.0.1:{proxy_port}"],
+         "--admin-key", "cli-key", "--proxy-listen", f"127.0.0.1:{proxy_port}", "--worker-delay", "0.4"],
         env=gitsync_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -680,6 +680,12 @@ def test_command_line_entry_point():
         response = httpx.get(f"http://127.0.0.1:{admin_port}{CONFIGS}", headers={"X-API-KEY": "cli-key"})
         assert response.json() == FRESH
         assert httpx.get(f"http://127.0.0.1:{proxy_port}/x").status_code == 404
+        body = {"routes": [ROUTE], "upstreams": [UPSTREAM]}
+        headers = {"X-API-KEY": "cli-key", "X-Digest": "d"}
+        httpx.put(f"http://127.0.0.1:{admin_port}{CONFIGS}", json=body, headers=headers)
+        assert httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 404  # not applied yet
+        time.sleep(0.6)
+        assert httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 200
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0

@@ -16,7 +16,7 @@ serve the reliability tests.
 Run it standalone::
 
     python -m gitsync.testing.apisix --listen 127.0.0.1:9180 --admin-key KEY \\
-        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18]
+        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18] [--worker-delay 0.1]
 
 or from Python::
 
@@ -118,9 +118,10 @@ def _error(status: int, message: str) -> Reply:
     return Reply(status, json_body({"error_msg": message}))
 
 
-#: APISIX 3.19 refuses a body of the wrong shape (apache/apisix#13886) and takes ``?wait=`` (#13904).
-#: Neither the exact texts below nor the 400 for a bad ``wait`` were confirmed from the sources:
-#: the status codes are; the wording is the double's own (docs/apisix-versions.md).
+#: APISIX 3.19 refuses a body of the wrong shape (apache/apisix#13886) and takes ``?wait=`` (#13904);
+#: 3.21 stops echoing an invalid plugin configuration. The status codes are from those sources; the
+#: texts below, the 400 for a bad ``wait`` and the empty 200 body are the double's own: they could
+#: not be confirmed (docs/apisix-versions.md).
 SHAPE_BODY = "invalid request body: the configuration must be an object"
 WAIT_MAX_MS = 60000
 _INVALID_PLUGIN_CONF = re.compile(r"invalid plugin conf .* for plugin \[", re.S)
@@ -970,6 +971,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admin-key", required=True, help="the admin role's key")
     parser.add_argument("--viewer-key", help="a viewer role's key (GET only)")
     parser.add_argument("--proxy-listen", help="data plane address, e.g. 127.0.0.1:9080")
+    parser.add_argument("--worker-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="how long the workers take to apply an accepted config (default 0)")
     parser.add_argument("--version", default="3.18.0", dest="apisix_version",
                         help="APISIX version to emulate (3.13 … 3.21, default %(default)s)")
     args = parser.parse_args(argv)
@@ -983,6 +986,7 @@ def main(argv: list[str] | None = None) -> int:
                               version=args.apisix_version).start()
     except ValueError as exc:
         parser.error(str(exc))
+    double.set_worker_delay(args.worker_delay)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
