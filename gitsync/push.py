@@ -122,6 +122,11 @@ class GatewayResult:
         """The gateway refused the config itself (the commit is bad), not just failed to answer."""
         return self.status is SyncStatus.FAILED and bool(self.problems)
 
+    @property
+    def unreachable(self) -> bool:
+        """Failed for the gateway's sake (no answer, 5xx, auth), not the config's: worth a backoff."""
+        return self.status is SyncStatus.FAILED and not self.problems and self.guard is None
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data for status files and JSON output (no plan, problems as text)."""
         data = asdict(self)

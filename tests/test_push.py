@@ -501,7 +501,12 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     assert kept.returncode == 0, kept.stderr
     assert kept.stdout == f"{apisix.url}: applied (routes changed)\n"
     assert apisix.config()["secrets"] == [manager] and apisix.config()["routes_conf_version"] == 1720000000006
-    pruned = run_gitsync("sync", "--once", *args, "-vv")
+    # Managed secrets now: the manager would be pruned, which empties the kind. The deletion guard asks
+    # for an explicit allowance; with it, the out-of-band manager goes.
+    guarded = run_gitsync("sync", "--once", *args)
+    assert guarded.returncode == 1 and "secrets: 1 → 0 (−100 %)" in guarded.stdout + guarded.stderr
+    assert apisix.config()["secrets"] == [manager]
+    pruned = run_gitsync("sync", "--once", *args, "-vv", "--allow-delete", "secrets")
     assert pruned.returncode == 0, pruned.stderr
     assert "PUT /apisix/admin/configs" in pruned.stderr  # debug logging was on
     assert pruned.stdout == (f"{apisix.url}: applied (secrets changed); pruned 1 out-of-band secrets: "
