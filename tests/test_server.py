@@ -4,12 +4,14 @@ import contextlib
 import hashlib
 import hmac
 import io
+import json
 import select
 import socket
 import struct
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from gitsync import log as gslog
 from gitsync.server import Metrics, Readiness, StatusServer
 from gitsync.settings import Secret
+from tests.agents import config_files, repo_url, wait_for
 
 SECRET = "hook-secret-5b1d"
 BODY = b'{"ref": "refs/heads/main"}'
@@ -268,3 +271,69 @@ def test_a_malformed_request_is_a_4xx_and_one_record(strict, log, request_bytes,
     reply = answer(connect(strict, request_bytes))
     assert reply.split(b" ", 2)[1] == status
     assert log.getvalue().count("listener: 127.0.0.1 ") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a real agent process
+
+
+def test_the_listener_holds_against_stuck_clients_and_odd_requests(spawn, git_daemon, remote_repo, apisix):
+    """A real `gitsync run --log-json`: 300 connections that send only a request line start at most
+    the cap of threads (32), the rest get 503 at once; a non-ASCII signature is a counted 401; a client
+    that resets mid-body is one record; every line the agent writes stays JSON, no traceback."""
+    remote_repo.commit(config_files(1), "v1")
+    agent = spawn(repo_url(git_daemon, remote_repo), "--log-json", gateways=[apisix.url])
+    wait_for(lambda: agent.get("/readyz").status_code == 200, 10, "the first sync")
+    assert agent.proc is not None
+    status = Path(f"/proc/{agent.proc.pid}/status")
+
+    def threads() -> int:
+        lines = status.read_text().splitlines()
+        return int(next(line.split()[1] for line in lines if line.startswith("Threads:")))
+
+    def messages() -> list[str]:
+        return [json.loads(line)["record"]["message"] for line in agent.log().splitlines()]
+
+    before = most = threads()
+    socks = []
+    for _ in range(300):
+        sock = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+        sock.sendall(b"POST /hooks/github HTTP/1.1\r\n")
+        socks.append(sock)
+        most = max(most, threads())
+    waiting, refused = set(socks), 0
+    deadline = time.monotonic() + 5  # before the held ones' 10 s header deadline
+    while refused < 268 and time.monotonic() < deadline:
+        for sock in select.select(list(waiting), [], [], 0.1)[0]:
+            assert sock.recv(65536).startswith(b"HTTP/1.0 503 ")
+            refused += 1
+            waiting.discard(sock)
+            sock.close()
+    most = max(most, threads())
+    assert refused == 268 and len(waiting) == 32
+    assert most <= before + 32 + 4, (before, most)  # + the scheduler's own workers, which come and go
+    for sock in waiting:
+        sock.close()  # gone mid-request: dropped, not acted on
+    wait_for(lambda: messages().count("listener: 127.0.0.1 went away before the end of its request headers")
+             == 32, 5, "the held connections to be dropped")
+
+    def raw(request: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", agent.port), timeout=10) as sock:
+            sock.sendall(request)
+            return b"".join(iter(lambda: sock.recv(65536), b""))
+
+    non_ascii = b"X-Hub-Signature-256: sha256=\xe9\r\nContent-Length: 2\r\n\r\n{}"
+    assert raw(b"POST /hooks/github HTTP/1.1\r\n" + non_ascii).startswith(b"HTTP/1.0 401 ")
+    assert raw(b"POST /hooks/github HTTP/1.1\r\nContent-Length: -1\r\n\r\n").startswith(b"HTTP/1.0 400 ")
+    gone = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+    gone.sendall(b"POST /hooks/github HTTP/1.1\r\nContent-Length: 100\r\n\r\n0123456789")
+    gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    gone.close()
+    wait_for(lambda: any("ConnectionResetError" in m for m in messages()), 5, "the record of the client gone")
+    assert agent.metric("gitsync_webhook_requests_total", provider="github", result="unauthorized") == 1
+    assert agent.metric("gitsync_webhook_requests_total", provider="github", result="bad_request") == 1
+    assert agent.metric("gitsync_listener_refused_connections_total") == 268
+    records = [json.loads(line) for line in agent.log().splitlines()]  # every line is JSON
+    assert sum("connection(s) refused with 503" in m for m in messages()) == 1
+    assert sum("went away: ConnectionResetError" in m for m in messages()) == 1
+    assert not any("Traceback" in r["text"] for r in records)
