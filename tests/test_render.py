@@ -531,7 +531,7 @@ consumers:
   - {username: jack}
 ssls:
   - {id: s1, type: client, cert: "$env://CERT", key: "$env://KEY"}
-"""
+""".replace("CERT", "C" * 130).replace("KEY", "K" * 70)  # the lengths APISIX requires of a reference
     standalone = ("client_cert_id 's1': a standalone gateway cannot use it (APISIX looks the ssl up in "
                   "etcd, which standalone mode has not, and refuses the config); give the certificate inline "
                   "as tls.client_cert and tls.client_key")
