@@ -49,6 +49,11 @@ def _cjson_body(text: str) -> str:
     return _json_body(text).replace("/", "\\/")
 
 
+def _slashed_ascii_body(text: str) -> str:
+    """JSON with both ``\\/`` and ``\\uXXXX`` (PHP's and other encoders' default)."""
+    return _json_ascii_body(text).replace("/", "\\/")
+
+
 def _lua_body(text: str) -> str:
     from gitsync.schema.jsonschema import lua_quote  # imported late: the schema package logs
 
@@ -67,8 +72,8 @@ def _one_line(text: str) -> str:
 
 
 #: Each way gitsync (or a gateway, or a library) may write a value inside a longer text.
-_ESCAPES = (_json_body, _json_ascii_body, _cjson_body, _lua_body, _one_line, lambda t: ascii(t)[1:-1],
-            lambda t: quote(t, safe=""), quote, quote_plus)
+_ESCAPES = (_json_body, _json_ascii_body, _cjson_body, _slashed_ascii_body, _lua_body, _one_line,
+            lambda t: ascii(t)[1:-1], lambda t: quote(t, safe=""), quote, quote_plus)
 #: What gitsync applies to a whole text that may already hold an escaped value: a JSON log line,
 #: a JSON state file, one problem per line.
 _WRAPPERS = (_json_body, _json_ascii_body, _one_line)
