@@ -35,6 +35,7 @@ from loguru import logger
 from gitsync import log as gslog
 from gitsync.problems import Problem, ProblemsError
 from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.schema.jsonschema import lua_quote
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from gitsync.writeback import FailureNote, render_section, summary_text
 from tests.gitservers import BareRepo, GitDaemon, git
@@ -91,7 +92,7 @@ class EchoingGateway(ApisixDouble):
             password = ((item.get("plugins") or {}).get("basic-auth") or {}).get("password")
             if isinstance(password, str) and "/" in password:
                 return index, ('invalid configuration: property "password" validation failed: failed to '
-                               f'match pattern "^[^/]*$" with "{password}"')
+                               f'match pattern "^[^/]*$" with {lua_quote(password)}')
         return None
 
     def _validate(self, h: Any, body: bytes) -> Reply:
@@ -534,46 +535,62 @@ def test_a_secret_rejected_anywhere_is_in_no_message(json_lines: bool):
 TRICKY = {
     "multi-line": 'first-line\nsecond "quoted" line\\ with/slash é',
     "url-chars": "pa%2Fss wörd/ü+&=?#x-1234",
-    "controls": "x\ty\r\nz€\U0001f600 \"'-tail",
+    "controls": "x\ty\r\nz€\U0001f600 \"'/-tail",
 }
 
 
 @pytest.mark.parametrize("value", TRICKY.values(), ids=TRICKY.keys())
 def test_a_tricky_secret_leaks_nowhere_end_to_end(tmp_path: Path, remote_repo: BareRepo,
-                                                 git_daemon: GitDaemon, apisix: ApisixDouble, value: str):
-    """The value from a secrets file and from the environment, refused by the schema in three places:
-    `validate`, `sync --once` (human and JSON logs, write-back on) and `status` show it nowhere, and
-    neither does the state dir or any object of the remote (the note on the commit, the status branch)."""
+                                                 git_daemon: GitDaemon, value: str):
+    """The value from a secrets file and from the environment, refused by the schema in three places,
+    then by a gateway quoting it as APISIX's schema does (Lua's %q): `validate`, `sync --once` (human
+    and JSON logs, write-back on) and `status` show it nowhere, and neither does the state dir or any
+    object of the remote (the notes on the commits, the status branch)."""
     canary = Canary(value)
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     (credentials / "LEAK_FILE").write_text(value + "\n")
     env = {"GITSYNC_SECRET_LEAK_ENV": value}
-    admin_key = tmp_path / "admin.key"
-    admin_key.write_text(apisix.admin_key)
     url = git_daemon.url(remote_repo.path.name)
     routes = ('routes:\n  - id: r1\n    uri: /a\n    host: "${{ secrets.LEAK_FILE }}"\n' + UPSTREAM
               + '  - id: r2\n    uri: /b\n    plugins: {proxy-rewrite: "${{ secrets.LEAK_ENV }}"}\n'
               + UPSTREAM
               + '  - id: r3\n    uri: /c\n'
               + '    plugins: {proxy-rewrite: {uri: "$secret://${{ secrets.LEAK_FILE }}"}}\n' + UPSTREAM)
-    refused = remote_repo.commit({"routes.yaml": routes}, "refused: the secret where the schema quotes it")
     state = tmp_path / "state"
     source = ("--repo", url, "--secrets-dir", str(credentials), "--state-dir", str(state))
-    sync = ("sync", "--once", *source, "--gateway", apisix.url, "--admin-key-file", str(admin_key),
-            "--writeback", "on", "-vv")
     outputs = []
-    for args, expect in (
-            (("validate", *source, "-vv"), 1), (sync, 1), ((*sync, "--log-json"), 1),
-            (("status", "--state-dir", str(state)), 0), (("status", "--fleet", "--repo", url), 0)):
-        result = run_gitsync(*args, env=env)
-        assert result.returncode == expect, (args, result.stdout, result.stderr)
-        outputs.append(result.stdout + result.stderr)
+    with EchoingGateway(ADMIN_KEY.value) as gateway:
+        admin_key = tmp_path / "admin.key"
+        admin_key.write_text(gateway.admin_key)
+        sync = ("sync", "--once", *source, "--gateway", gateway.url, "--admin-key-file", str(admin_key),
+                "--writeback", "on", "-vv")
+        schema = remote_repo.commit({"routes.yaml": routes}, "refused: the secret where the schema quotes it")
+        for args, expect in ((("validate", *source, "-vv"), 1), (sync, 1), ((*sync, "--log-json"), 1)):
+            result = run_gitsync(*args, env=env)
+            assert result.returncode == expect, (args, result.stdout, result.stderr)
+            outputs.append(result.stdout + result.stderr)
+        assert not gateway.put_bodies
+        gateway.strict = True  # it quotes bob's password, Lua-style, in its 400
+        good_routes = "routes:\n  - id: r1\n    uri: /a\n    plugins: {key-auth: {}}\n" + UPSTREAM
+        echoed = remote_repo.commit({"routes.yaml": good_routes, "consumers.yaml": CONSUMERS},
+                                    "refused by the gateway, which quotes it")
+        for args, expect in ((sync, 1), (("status", "--state-dir", str(state)), 0),
+                             (("status", "--fleet", "--repo", url), 0)):
+            result = run_gitsync(*args, env=env)
+            assert result.returncode == expect, (args, result.stdout, result.stderr)
+            outputs.append(result.stdout + result.stderr)
+        sent = [json.loads(body)["consumers"][1]["plugins"]["basic-auth"]["password"]
+                for body in gateway.put_bodies]
+        assert sent and all(password == value for password in sent)  # the control: it got the value
     assert 'routes.yaml:4:5: routes[r1].host: invalid configuration: property "host" validation failed: ' \
            'failed to match pattern' in outputs[0] and 'with "***"' in outputs[0]  # refused, masked
-    note = git("notes", "--ref", "refs/notes/gitsync", "show", refused, cwd=remote_repo.path)
-    assert "routes[r2].plugins.proxy-rewrite: invalid plugin conf" in note  # the control: a note was written
+    assert 'consumers[bob]: invalid configuration: property "password" validation failed: failed to match ' \
+           'pattern "^[^/]*$" with "***"' in outputs[3]
+    notes = [git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=remote_repo.path)
+             for sha in (schema, echoed)]
+    assert "routes[r2].plugins.proxy-rewrite: invalid plugin conf" in notes[0]  # the controls: noted
+    assert "consumers[bob]" in notes[1]
     canary.assert_absent("command output", outputs)
     assert canary.leaks_in_tree(state) == {}
-    canary.assert_absent("the remote's objects", [git_objects(remote_repo.path), note])
-    assert not any(method == "PUT" for method, _, _ in apisix.requests)
+    canary.assert_absent("the remote's objects", [git_objects(remote_repo.path), *notes])
