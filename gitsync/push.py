@@ -104,6 +104,9 @@ class GatewayResult:
     bytes_sent: int = 0
     duration: float = 0.0
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    #: After a PUT: True when the gateway confirmed every worker applies it (3.19's ?wait, or
+    #: /status/ready); None when it only accepted it (nothing asked could tell).
+    on_every_worker: bool | None = None
     guard: GuardVerdict | None = None  # the deletion guard's verdict, when it refused the push
     checks: ChecksVerdict | None = None  # the repo's health checks on this gateway after the push
     rollback: GatewayResult | None = None  # the last good commit given back after a failed check
@@ -147,6 +150,8 @@ class GatewayResult:
         text = f"{self.url}: {self.status}"
         if self.status is SyncStatus.APPLIED:
             text += f" ({', '.join(changed) or 'nothing'} changed)"
+            if self.puts:
+                text += ", on every worker" if self.on_every_worker else ", accepted"
         for kind, ids in self.pruned.items():
             text += f"; pruned {len(ids)} out-of-band {kind}: {', '.join(ids)}"
         if self.checks is not None:
@@ -201,7 +206,7 @@ class GatewayPush:
         self.plan: Plan | None = None
 
     def result(self, status: SyncStatus, *, error: str | None = None, problems: Sequence[Problem] = (),
-               digest: str | None = None) -> GatewayResult:
+               digest: str | None = None, workers: bool | None = None) -> GatewayResult:
         p = self.plan
         counts = {k.key: k.count for k in p.kinds if k.key in KINDS} if p else {}
         return GatewayResult(
@@ -209,7 +214,7 @@ class GatewayPush:
             digest=digest or (p.digest if p else None), counts=counts, pruned=p.pruned if p else {},
             problems=tuple(problems), error=redact(error) if error else None, attempts=self.attempts,
             puts=self.puts, bytes_sent=self.bytes_sent, duration=round(time.monotonic() - self.started, 3),
-            plan=p,
+            plan=p, on_every_worker=workers,
         )
 
     def failed(self, error: str, problems: Sequence[Problem] = ()) -> GatewayResult:
@@ -274,10 +279,12 @@ class GatewayPush:
         if plan(self.desired, back.body, self.desired.policy).changes:
             raise Raced("the gateway kept its digest but not our content" if put.already_live else
                         "the config read back differs from the push")
+        if put.on_every_worker:
+            return self.result(SyncStatus.APPLIED, digest=digest, workers=True)
         ready = self._wait_ready()
         if ready is not None and not ready.ready:
             return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
-        return self.result(SyncStatus.APPLIED, digest=digest)
+        return self.result(SyncStatus.APPLIED, digest=digest, workers=True if ready is not None else None)
 
     def refused(self, exc: GatewayRejected) -> GatewayResult:
         """A PUT the gateway refused (all or nothing: it changed nothing), with every item error.

@@ -189,6 +189,33 @@ def test_gateway_client_head_and_get(apisix: ApisixDouble, version: str, has_hea
         assert gateway.server == f"APISIX/{version}"
 
 
+@pytest.mark.parametrize(("version", "wait_sent"), [("3.18.0", False), ("3.19.0", True), ("3.21.0", True)])
+def test_a_gateway_with_wait_confirms_every_worker(version: str, wait_sent: bool) -> None:
+    with ApisixDouble(KEY, version=version) as double:
+        result = sync(double, {"routes": [route("r1", "/a")]}, timeout=5.0)
+        assert result.status is SyncStatus.APPLIED
+        assert result.on_every_worker is (True if wait_sent else None)
+        assert result.summary().endswith("on every worker" if wait_sent else "accepted")
+        # 200 only answers a PUT that asked to wait (3.19+); without ?wait every version answers 202.
+        puts = [status for method, _, status in double.requests if method == "PUT"]
+        assert puts == [200 if wait_sent else 202]
+
+
+@pytest.mark.parametrize(("delay", "confirmed"), [(1.6, True), (6.0, False)])
+def test_a_wait_that_runs_out_falls_back_to_readiness(delay: float, confirmed: bool) -> None:
+    """The PUT may wait 1 s (a 2 s deadline); the workers take longer. 202 after the wait, so the
+    status API (the data plane serves /status/ready once the config is applied) decides."""
+    with ApisixDouble(KEY, version="3.19.0") as double:
+        double.set_worker_delay(delay)
+        with_status = Endpoint(double.url, Secret(KEY), status_url=double.proxy_url, timeout=2.0)
+        result = sync_gateway(with_status, {"routes": [route("ready", "/status/ready")]}, retry=FAST)
+        assert [status for method, _, status in double.requests if method == "PUT"] == [202]
+        if confirmed:
+            assert result.status is SyncStatus.APPLIED and result.on_every_worker is True
+        else:
+            assert result.status is SyncStatus.FAILED and "not every worker serves it" in (result.error or "")
+
+
 def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
     """The double has no status API; its data plane stands in: a route at /status/ready answers 200."""
     with_status = Endpoint(apisix.url, Secret(KEY), status_url=apisix.proxy_url, timeout=0.3)
@@ -499,7 +526,7 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     apisix.out_of_band("routes", [], version=1720000000005)  # someone wiped the routes
     kept = run_gitsync("sync", "--once", *args, "--unmanaged", "secrets")
     assert kept.returncode == 0, kept.stderr
-    assert kept.stdout == f"{apisix.url}: applied (routes changed)\n"
+    assert kept.stdout == f"{apisix.url}: applied (routes changed), accepted\n"  # 3.18: not confirmed
     assert apisix.config()["secrets"] == [manager] and apisix.config()["routes_conf_version"] == 1720000000006
     # Managed secrets now: the manager would be pruned, which empties the kind. The deletion guard asks
     # for an explicit allowance; with it, the out-of-band manager goes.
@@ -509,8 +536,8 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     pruned = run_gitsync("sync", "--once", *args, "-vv", "--allow-delete", "secrets")
     assert pruned.returncode == 0, pruned.stderr
     assert "PUT /apisix/admin/configs" in pruned.stderr  # debug logging was on
-    assert pruned.stdout == (f"{apisix.url}: applied (secrets changed); pruned 1 out-of-band secrets: "
-                             "vault/ops\n")
+    assert pruned.stdout == (f"{apisix.url}: applied (secrets changed), accepted; pruned 1 out-of-band "
+                             "secrets: vault/ops\n")
     assert "secrets" not in apisix.config()
     assert httpx.get(apisix.proxy_url + "/a").headers.get("X-Route-Id") == "r1"
     assert "ops-token-1" not in kept.stdout + kept.stderr + pruned.stdout + pruned.stderr
