@@ -46,7 +46,7 @@ from ruamel.yaml.constructor import SafeConstructor
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
 from gitsync.schema import check_payload
 from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
-from gitsync.testing.cjson import CJsonError, decode, empty_arrays_as_objects, round_numbers
+from gitsync.testing.cjson import CJsonError, as_double, decode, empty_arrays_as_objects, round_numbers
 
 LAST_MODIFIED, DIGEST = METADATA_KEYS
 ADMIN = "/apisix/admin"
@@ -620,18 +620,22 @@ class ApisixDouble:
         for key in keys:
             sent = data.get(version_key(key), False)
             live = self._live_version(old, key)
-            if sent is not False and sent < live:
+            if is_number(sent) and as_double(sent) < live:
                 return f"{version_key(key)} must be greater than or equal to ({lua_number(live)})"
         return None
 
     def _next_config(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-        """§2.3: absent → live+1 and emptied; equal → live content kept; higher → the sent list."""
+        """§2.3: absent → live+1 and emptied; equal → live content kept; higher → the sent list.
+
+        Versions compare as the doubles cjson reads (``100000000000000001`` equals a stored
+        ``1e+17``) and are stored with 14 significant digits, as every number is.
+        """
         new: dict[str, Any] = {}
         for key in self._keys:
             vkey = version_key(key)
             live = self._live_version(old, key)
             sent = data.get(vkey, False)
-            version = live + 1 if sent is False else sent
+            version = live + 1 if sent is False else as_double(sent)
             new[vkey] = version
             items = data.get(key)
             if version == live:
@@ -642,7 +646,14 @@ class ApisixDouble:
         return round_numbers(new)
 
     def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> None:
-        """Store `new` and let the data plane apply every kind whose version changed (§2.8)."""
+        """Store `new` and let the data plane apply every kind whose stored version changed (§2.8).
+
+        Stored means rounded to 14 significant digits: a higher version that rounds to the
+        stored one changes what GET shows, but not what the data plane serves.
+        """
+        for key in self._keys:
+            if is_number(new.get(version_key(key))):
+                new[version_key(key)] = round_numbers(new[version_key(key)])
         self._stored = new
         for kind in KINDS:
             vkey = version_key(kind)
