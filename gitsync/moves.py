@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitsync.kinds import item_id
-from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
+from gitsync.reconcile import MANAGE_ALL, KindStatus, Plan, Policy, items_equal
 from gitsync.schema.checks import live_conflict
 from gitsync.schema.plugins import AUTH_KEY_FIELDS
 
@@ -121,31 +121,47 @@ def _refused_parts(kind: str, item: Any, live: Mapping[str, Any],
 
 
 def first_step(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any],
-               policy: Policy = MANAGE_ALL) -> FirstStep | None:
+               policy: Policy = MANAGE_ALL, the_plan: Plan | None = None) -> FirstStep | None:
     """The config to push before `desired` so that APISIX takes its moves, or None when none is needed.
 
     None too when the desired config itself gives a part to two owners: two steps cannot
-    help, and the push is refused with the gateway's own message."""
-    kinds = [kind for kind in CHECKED_KINDS
-             if policy.manages(kind) and not items_equal(list(desired.get(kind) or ()), live.get(kind))]
+    help, and the push is refused with the gateway's own message. `the_plan`, the plan of
+    `desired` on `live` when there is one, saves finding out which kinds the push sends."""
     payload = dict(desired)
     moves: list[Move] = []
-    for kind in kinds:
-        owners = _owners(kind, live)
-        listed = []
-        for item in desired.get(kind) or ():
-            refused = _refused_parts(kind, item, live, owners) if owners else []
-            if refused:
-                names = {name for name, _ in refused}
-                item = {**item, "plugins": {n: c for n, c in item["plugins"].items() if n not in names}}
-                moves += [Move(kind, item_id(kind, item) or "", name, refusal) for name, refusal in refused]
-            listed.append(item)
-        payload[kind] = listed
+    for kind in CHECKED_KINDS:
+        if not _sent(kind, desired, live, policy, the_plan):
+            continue  # a kind the push does not send is not checked
+        payload[kind], found = _without_refused_parts(kind, desired.get(kind) or (), live)
+        moves += found
     if not moves:
         return None
-    after = {**live, **{kind: payload[kind] for kind in kinds}}  # the gateway once it holds the first step
-    for kind in kinds:
-        owners = _owners(kind, after)
-        if any(_refused_parts(kind, item, after, owners) for item in desired.get(kind) or ()):
-            return None
+    after = {**live, **{kind: payload[kind] for kind in {move.kind for move in moves}}}
+    if any(_without_refused_parts(kind, desired.get(kind) or (), after)[1] for kind in CHECKED_KINDS):
+        return None
     return FirstStep(payload, tuple(moves))
+
+
+def _sent(kind: str, desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], policy: Policy,
+          the_plan: Plan | None) -> bool:
+    """Whether the push sends the list of `kind`: managed and different from live."""
+    if the_plan is not None:
+        kind_plan = the_plan.kind(kind)
+        return kind_plan is not None and kind_plan.status is KindStatus.CHANGED
+    return policy.manages(kind) and not items_equal(list(desired.get(kind) or ()), live.get(kind))
+
+
+def _without_refused_parts(kind: str, items: Sequence[Any], live: Mapping[str, Any],
+                           ) -> tuple[list[Any], list[Move]]:
+    """`items` without the plugins the gateway refuses while `live` is live, and those moves."""
+    owners = _owners(kind, live)
+    listed: list[Any] = []
+    moves: list[Move] = []
+    for item in items:
+        refused = _refused_parts(kind, item, live, owners) if owners else []
+        if refused:
+            names = {name for name, _ in refused}
+            item = {**item, "plugins": {n: c for n, c in item["plugins"].items() if n not in names}}
+            moves += [Move(kind, item_id(kind, item) or "", name, refusal) for name, refusal in refused]
+        listed.append(item)
+    return listed, moves

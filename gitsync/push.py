@@ -233,7 +233,7 @@ class _Sync:
             # After a PUT whose answer was lost (timeout, 5xx from a proxy), the content may be ours.
             status = SyncStatus.APPLIED if self.puts else SyncStatus.UNCHANGED
             return self.result(status, digest=live.digest)
-        step = first_step(self.desired, live.body, self.policy)
+        step = first_step(self.desired, live.body, self.policy, self.plan)
         if step is not None:
             live = self._first_step(step, live)
         digest = self._digest_for(live)
