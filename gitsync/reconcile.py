@@ -1,8 +1,8 @@
 """Reconcile: choose every ``*_conf_version`` and ``modifiedIndex`` from the live config.
 
 Pure: `plan(desired, live, policy)` takes the rendered payload and the body of a
-fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules are
-DESIGN.md §4; they make a stale-version rejection impossible by construction,
+fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules (docs/reconcile.md)
+make a stale-version rejection impossible by construction,
 because no version sent is ever below the live one read just before:
 
 - every version key the gateway reports is in the body (a missing one wipes its kind);
