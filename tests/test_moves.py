@@ -268,12 +268,6 @@ def states(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
     return consumers_of(keys, present), rules_of(plugins, rules)
 
 
-@pytest.fixture(scope="module")
-def shared_apisix() -> Any:
-    with ApisixDouble(KEY) as double:
-        yield double
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(live=states(), wanted=states())

@@ -423,12 +423,6 @@ def live_items(draw: st.DrawFn, kind: str) -> list[dict[str, Any]]:
     return draw(st.permutations(items))
 
 
-@pytest.fixture(scope="module")
-def shared_apisix() -> Any:
-    with ApisixDouble(KEY) as double:
-        yield double
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(data=st.data(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))

@@ -17,6 +17,7 @@ import httpx
 
 from gitsync.testing.apisix import ApisixDouble
 from tests.support import run_gitsync
+from tests.test_push import ROUTES
 
 KEY = "test-admin-key"
 
@@ -90,18 +91,6 @@ def test_a_modified_index_that_rounds_to_the_running_one_keeps_the_old_object(ap
     assert get(apisix)[0]["routes"][0]["uri"] == "/b" and served_uri(apisix) == "/a"
 
 
-ROUTES = """routes:
-  - id: r1
-    uri: /new
-    upstream_id: u1
-upstreams:
-  - id: u1
-    type: roundrobin
-    nodes:
-      "127.0.0.1:1980": 1
-"""
-
-
 def test_a_gateway_at_1_7e15_converges_in_one_sync_and_serves_the_change(tmp_path: Path,
                                                                           apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
@@ -127,7 +116,7 @@ def test_a_gateway_at_1_7e15_converges_in_one_sync_and_serves_the_change(tmp_pat
     sent = json.loads(apisix.put_bodies[0])
     assert (sent["routes_conf_version"], sent["upstreams_conf_version"]) == (1700000000000200, 1.732e18 + 1e5)
     assert (sent["services_conf_version"], sent["consumers_conf_version"]) == (-3, 1.2345678901236e17)
-    answer = httpx.get(apisix.proxy_url + "/new")
+    answer = httpx.get(apisix.proxy_url + "/a")
     assert answer.status_code == 200 and answer.headers["X-Route-Id"] == "r1"
     assert httpx.get(apisix.proxy_url + "/old").status_code == 404
     second = run_gitsync("sync", "--once", *args)
