@@ -39,6 +39,7 @@ from gitsync.gateway import (
 from gitsync.guard import GuardVerdict
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
+from gitsync.moves import FirstStep, first_step, is_move_refusal
 from gitsync.problems import Problem
 from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
@@ -103,6 +104,7 @@ class GatewayResult:
     puts: int = 0
     bytes_sent: int = 0
     duration: float = 0.0
+    two_step: bool = False  # a first push moved keys or plugins off their live owners (gitsync.moves)
     plan: Plan | None = field(default=None, repr=False, compare=False)
     #: After a PUT: True when the gateway confirmed every worker applies it (3.19's ?wait, or
     #: /status/ready); None when it only accepted it (nothing asked could tell).
@@ -149,7 +151,8 @@ class GatewayResult:
         changed = [k.key for k in self.plan.kinds if k.status == "changed"] if self.plan else []
         text = f"{self.url}: {self.status}"
         if self.status is SyncStatus.APPLIED:
-            text += f" ({', '.join(changed) or 'nothing'} changed)"
+            steps = "; two-step apply" if self.two_step else ""
+            text += f" ({', '.join(changed) or 'nothing'} changed{steps})"
             if self.puts:
                 text += ", on every worker" if self.on_every_worker else ", accepted"
         for kind, ids in self.pruned.items():
@@ -203,18 +206,23 @@ class GatewayPush:
         self.attempts = 0
         self.puts = 0
         self.bytes_sent = 0
+        self.two_step = False
+        self.pruned_first: dict[str, tuple[str, ...]] = {}
         self.plan: Plan | None = None
 
     def result(self, status: SyncStatus, *, error: str | None = None, problems: Sequence[Problem] = (),
                digest: str | None = None, workers: bool | None = None) -> GatewayResult:
         p = self.plan
         counts = {k.key: k.count for k in p.kinds if k.key in KINDS} if p else {}
+        pruned = dict(self.pruned_first)  # a first step pruned what the second no longer sees
+        for kind, ids in (p.pruned if p else {}).items():
+            pruned[kind] = pruned.get(kind, ()) + ids
         return GatewayResult(
             url=self.gateway.url, status=status, versions=p.versions if p else {},
-            digest=digest or (p.digest if p else None), counts=counts, pruned=p.pruned if p else {},
+            digest=digest or (p.digest if p else None), counts=counts, pruned=pruned,
             problems=tuple(problems), error=redact(error) if error else None, attempts=self.attempts,
             puts=self.puts, bytes_sent=self.bytes_sent, duration=round(time.monotonic() - self.started, 3),
-            plan=p, on_every_worker=workers,
+            two_step=self.two_step, plan=p, on_every_worker=workers,
         )
 
     def failed(self, error: str, problems: Sequence[Problem] = ()) -> GatewayResult:
@@ -269,10 +277,18 @@ class GatewayPush:
             # After a PUT whose answer was lost (timeout, 5xx from a proxy), the content may be ours.
             status = SyncStatus.APPLIED if self.puts else SyncStatus.UNCHANGED
             return self.result(status, digest=live.digest)
+        step = first_step(self.desired.payload, live.body, self.desired.policy, self.plan)
+        if step is not None:
+            live = self._first_step(step, live)
         digest = self._digest_for(live)
         self.puts += 1
         self.bytes_sent += len(self.plan.body)
-        put = self.gateway.put_config(self.plan.body, digest)
+        try:
+            put = self.gateway.put_config(self.plan.body, digest)
+        except GatewayRejected as exc:
+            if self.two_step and exc.stale is None and is_move_refusal(str(exc)):
+                raise Raced("the gateway did not yet run the first step of a two-step apply") from None
+            raise
         back = self.gateway.get_config()
         if back.digest is not None and back.digest != digest:
             raise Raced("the config changed right after the push")
@@ -285,6 +301,22 @@ class GatewayPush:
         if ready is not None and not ready.ready:
             return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
         return self.result(SyncStatus.APPLIED, digest=digest, workers=True if ready is not None else None)
+
+    def _first_step(self, step: FirstStep, live: LiveConfig) -> LiveConfig:
+        """Push the config that takes the moved parts off their old owners, then plan the desired
+        config on what the gateway holds now (read afresh); its PUT follows at once. In between,
+        a moved key authenticates no one and a moved global-rule plugin runs nowhere."""
+        self.plan = plan(step.payload, live.body, self.desired.policy)  # a refusal: about what was sent
+        logger.info("gateway {}: two-step apply: {}", self.gateway.url, "; ".join(map(str, step.moves)))
+        self.puts += 1
+        self.bytes_sent += len(self.plan.body)
+        self.gateway.put_config(self.plan.body, self._digest_for(live))
+        self.two_step = True
+        self.pruned_first = self.plan.pruned
+        self._wait_ready()  # where /status/ready is configured: every worker runs the first step
+        back = self.gateway.get_config()
+        self.plan = plan(self.desired, back.body, self.desired.policy)
+        return back
 
     def refused(self, exc: GatewayRejected) -> GatewayResult:
         """A PUT the gateway refused (all or nothing: it changed nothing), with every item error.

@@ -1,14 +1,16 @@
 """Reconcile: choose every ``*_conf_version`` and ``modifiedIndex`` from the live config.
 
 Pure: `plan(desired, live, policy)` takes the rendered payload and the body of a
-fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules are
-DESIGN.md §4; they make a stale-version rejection impossible by construction,
+fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules (docs/reconcile.md)
+make a stale-version rejection impossible by construction,
 because no version sent is ever below the live one read just before:
 
 - every version key the gateway reports is in the body (a missing one wipes its kind);
 - a managed kind equal to live (ignoring ``modifiedIndex``, ``{}`` ≡ ``[]``) is sent at
   the live version without its list, so APISIX keeps it as it is;
-- a managed kind that differs is sent at ``live + 1`` with the full desired list;
+- a managed kind that differs is sent with the full desired list at `next_version` of the live
+  one: the smallest version APISIX stores as a different number (its data plane picks a kind up
+  only when the stored version changes, and it stores 14 significant digits);
 - unmanaged kinds, ``plugins`` and version keys this gitsync does not know keep the live
   version and no list;
 - an item keeps its live twin's ``modifiedIndex`` when its content is equal, and gets a
@@ -17,6 +19,7 @@ because no version sent is ever below the live one read just before:
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import math
@@ -28,8 +31,11 @@ from typing import Any
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, item_id, version_key
 from gitsync.problems import Problem
 
-#: Versions and indexes stay below this: APISIX round-trips numbers with 14 significant digits.
+#: Indexes stay below this: APISIX round-trips numbers with 14 significant digits.
 VERSION_LIMIT = 10**14
+
+#: How APISIX keeps a number: cjson writes it with ``%.14g`` (the nearest, ties to even).
+_STORED = decimal.Context(prec=14, rounding=decimal.ROUND_HALF_EVEN)
 
 #: Kinds whose items get no ``modifiedIndex``: a plugin's ``metadata_schema`` may refuse the extra field.
 UNINDEXED_KINDS: frozenset[str] = frozenset({"plugin_metadata"})
@@ -227,6 +233,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def next_version(live: int | float) -> int | float | None:
+    """The version that makes APISIX take a changed kind whose stored version is `live`.
+
+    APISIX refuses a version below the stored one, stores the one it accepts with 14
+    significant digits, and its data plane picks a kind up only when that stored number
+    changes: ``live + 1`` on ``1.7000000000001e+15`` is accepted but never served. So the
+    answer is the next integer while that stays below 10^14 (stored exactly), else the next
+    number with 14 significant digits (stored exactly as sent, so a GET echoes it back), in
+    the shortest JSON form that reads back as the same double. None only above
+    1.7976931348623e+308, where no larger finite number exists.
+    """
+    stored = float(live)
+    following = math.floor(stored) + 1
+    if abs(following) < VERSION_LIMIT:
+        return following
+    above = float(_STORED.next_plus(_STORED.plus(decimal.Decimal(stored))))
+    if not math.isfinite(above):
+        return None
+    return int(above) if above.is_integer() and abs(above) < 2**53 else above
+
+
 def live_version_keys(live: Mapping[str, Any]) -> list[str]:
     """The keys with a ``*_conf_version`` on the gateway, known kinds first in their usual order."""
     keys = [k[: -len(VERSION_SUFFIX)] for k in live if k.endswith(VERSION_SUFFIX) and k not in METADATA_KEYS]
@@ -272,7 +299,8 @@ def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes
     return sent
 
 
-def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float) -> tuple[KindPlan, list[Any]]:
+def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float,
+                  version: int | float) -> tuple[KindPlan, list[Any]]:
     twins = live.by_id()
     wanted = {key for key in want.ids if key is not None}
     gone = [key for key in twins if key not in wanted]
@@ -281,7 +309,7 @@ def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float) 
         key=kind,
         status=KindStatus.CHANGED,
         live_version=live_v,
-        version=math.floor(live_v) + 1,
+        version=version,
         count=len(want.items),
         added=tuple(key for key in want.ids if key is not None and key not in twins),
         removed=tuple(key for key in gone if key in ours),
@@ -342,11 +370,13 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
             kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want.items)))
             body[version_key(key)] = live_v
             continue
-        kind_plan, items = _changed_kind(key, want, current, live_v)
-        if kind_plan.version >= VERSION_LIMIT:
-            problems.append(Problem(f"{version_key(key)} is {live_v} on the gateway: no version above it "
-                                    "stays below 10^14; restart the gateway to reset its versions",
+        version = next_version(live_v)
+        if version is None:
+            problems.append(Problem(f"{version_key(key)} is {live_v:.14g} on the gateway, the largest number "
+                                    "APISIX can store: no version can follow it until the gateway restarts",
                                     kind=key))
+            version = live_v
+        kind_plan, items = _changed_kind(key, want, current, live_v, version)
         kinds.append(kind_plan)
         body[version_key(key)] = kind_plan.version
         body[key] = items

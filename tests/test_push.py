@@ -250,15 +250,20 @@ def rendered(tmp_path: Path, files: dict[str, str]) -> Any:
     return render(read_directory(tmp_path), RenderOptions())
 
 
+LEGACY_RULE = {"id": "legacy", "plugins": {"prometheus": {}}}
 RULES = ("global_rules:\n"
          "  - id: metrics\n"
+         "    plugins:\n"
+         "      prometheus: {}\n"
+         "  - id: legacy\n"  # kept: the plugin is not moving, two rules would hold it
          "    plugins:\n"
          "      prometheus: {}\n")
 
 
 def test_a_rejected_item_is_reported_at_its_file_and_line(tmp_path: Path, apisix: ApisixDouble) -> None:
-    # The rule is valid on its own; the gateway refuses it because a live rule has the same plugin.
-    apisix.out_of_band("global_rules", [{"id": "legacy", "plugins": {"prometheus": {}}}])
+    # The rule is valid on its own; the gateway refuses it because a live rule, which the repo
+    # keeps, has the same plugin.
+    apisix.out_of_band("global_rules", [LEGACY_RULE])
     out = rendered(tmp_path, {"a.yaml": "routes: []\n", "rules.yaml": RULES})
     before = apisix.config()
     result = sync_gateway(endpoint(apisix), out.payload, source_map=out.source_map, retry=FAST)
@@ -455,12 +460,6 @@ def live_items(draw: st.DrawFn, kind: str) -> list[dict[str, Any]]:
     return draw(st.permutations(items))
 
 
-@pytest.fixture(scope="module")
-def shared_apisix() -> Any:
-    with ApisixDouble(KEY) as double:
-        yield double
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(data=st.data(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))
@@ -575,7 +574,7 @@ def test_cli_diff_exit_codes_and_masked_secrets(tmp_path: Path, apisix: ApisixDo
 def test_cli_sync_failure_exit_code_and_problem_lines(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "rules.yaml").write_text(RULES)
-    apisix.out_of_band("global_rules", [{"id": "legacy", "plugins": {"prometheus": {}}}])
+    apisix.out_of_band("global_rules", [LEGACY_RULE])
     failed = run_gitsync("sync", "--once", *cli_args(tmp_path, apisix), "--push-attempts", "2")
     assert failed.returncode == 1
     assert failed.stdout.startswith(f"{apisix.url}: failed: ")
