@@ -404,7 +404,8 @@ class Agent:
                                               digest=r.digest, counts=dict(r.counts),
                                               pruned={k: list(v) for k, v in r.pruned.items()},
                                               error=r.error, checks=r.checks.to_dict() if r.checks else None,
-                                              rolled_back=r.rollback is not None and r.rollback.ok))
+                                              rolled_back=r.rollback is not None and r.rollback.ok,
+                                              two_step=r.two_step))
             else:
                 gateways.append(GatewayStatus(url=url, status="holding" if gw else "unknown",
                                               versions=dict(gw.versions) if gw else {},

@@ -393,6 +393,7 @@ class GatewayDiff:
     live: dict[str, Any] = field(default_factory=dict)
     changes: tuple[ItemChange, ...] = ()
     error: str | None = None
+    first_step: FirstStep | None = None  # the moves that would take two pushes
 
 
 def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]],
@@ -403,7 +404,9 @@ def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]],
     except GatewayError as exc:
         return GatewayDiff(gateway.url, error=str(exc))
     the_plan = plan(desired, live.body, policy)
-    return GatewayDiff(gateway.url, the_plan, live.body, tuple(item_changes(desired, live.body, the_plan)))
+    step = first_step(desired, live.body, policy, the_plan) if the_plan.changes else None
+    return GatewayDiff(gateway.url, the_plan, live.body, tuple(item_changes(desired, live.body, the_plan)),
+                       first_step=step)
 
 
 def policy_from_settings(settings: Settings) -> Policy:

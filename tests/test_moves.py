@@ -294,3 +294,16 @@ def test_any_move_converges_in_one_sync(shared_apisix: ApisixDouble, live: tuple
         assert served(double, kind) == [item_content(i) for i in desired[kind]], kind
     again = sync_gateway(endpoint(double), desired, retry=FAST)
     assert again.status is SyncStatus.UNCHANGED and again.puts == 0
+
+
+def test_diff_says_a_two_step_apply_would_happen(tmp_path: Path, apisix: ApisixDouble) -> None:
+    apisix.out_of_band("consumers", [consumer("jack", **key_auth("k-moving-1")), consumer("rose")])
+    (tmp_path / "c.yaml").write_text("consumers:\n  - username: jack\n  - username: rose\n"
+                                     "    plugins:\n      key-auth:\n        key: k-moving-1\n")
+    key = tmp_path / "key"
+    key.write_text(KEY)
+    result = run_gitsync("diff", "--dir", str(tmp_path), "--gateway", apisix.url,
+                         "--admin-key-file", str(key))
+    assert result.returncode == 1, result.stderr
+    assert "two-step apply: consumers[rose] takes key-auth" in result.stdout
+    assert "k-moving-1" not in result.stdout + result.stderr
