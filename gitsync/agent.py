@@ -41,7 +41,7 @@ from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, policy_from_settings
+from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
 from gitsync.reconcile import plan
 from gitsync.render import ParseCache, Rendered, options_from_settings, render
 from gitsync.rollout import Release, release
@@ -108,6 +108,9 @@ class Agent:
         self._rendered: dict[str, RenderedCommit] = {}  # the last good commit and the latest others
         # url → the push an earlier sync left running: (commit, drifted?, advances last good?, future)
         self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
+        # url → the gateway as our last push to it left it; used while its HEAD shows that push's digest
+        self._known: dict[str, Known] = {}
+        self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
         self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
 
@@ -164,6 +167,7 @@ class Agent:
 
     def _views(self, heads: Mapping[str, Future[ConfigHead | None]]) -> list[GatewayView]:
         views = []
+        self._digests = {}
         for url, worker in self.gateways.workers.items():
             probe, digest = Probe.NOT_ASKED, None
             if url in heads:
@@ -175,6 +179,8 @@ class Agent:
                 else:
                     probe = Probe.NO_HEAD if answer is None else Probe.ANSWERED
                     digest = answer.digest if answer is not None else None
+                    if answer is not None:
+                        self._digests[url] = digest
             views.append(GatewayView(url, self.state.gateways.get(url), probe, digest, busy=worker.busy,
                                      backing_off=not worker.backoff.ready()))
         return views
@@ -195,7 +201,11 @@ class Agent:
             return SyncOutcome(reason, decision.result or SyncResult.NOOP, target, subject, decision.stage,
                                list(decision.problems), drifted=list(decision.drifted),
                                wake_at=decision.wake_at)
-        lives = self.gateways.read_live((*decision.push, *decision.keep))  # overlap the fetch and render
+        known = {url: ours for url in (*decision.push, *decision.keep)
+                 if (ours := self._known.get(url)) is not None and ours.digest is not None
+                 and self._digests.get(url) == ours.digest}
+        # Each other gateway's GET starts now, to overlap the fetch and render below.
+        lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
         try:
             commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
@@ -216,7 +226,7 @@ class Agent:
         if good is not None and self.state.last_good:
             kept = Release(good.payload, good.source_map)
             jobs |= {url: (self.state.last_good, kept) for url in decision.keep}
-        results, running = self._push(jobs, lives, decision.drifted, advance=decision.advance)
+        results, running = self._push(jobs, lives, known, decision.drifted, advance=decision.advance)
         outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
                                [url for url in running if url in decision.push], advance=decision.advance)
         outcome.gateways += [r for r in results if r.url in decision.keep]
@@ -296,11 +306,13 @@ class Agent:
         return self._rendered[sha]
 
     def _push(self, jobs: Mapping[str, tuple[str, Release]], lives: Mapping[str, Future[LiveConfig]],
-              drifted: tuple[str, ...], *, advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
+              known: Mapping[str, Known], drifted: tuple[str, ...], *,
+              advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
         def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
             return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
-                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url))
+                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url),
+                                          known=known.get(url))
 
         futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
@@ -320,7 +332,13 @@ class Agent:
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
                 self._applied(self.state.last_good, result.rollback)
+            else:
+                self._known.pop(result.url, None)
             return
+        if not result.ok or result.after is None:
+            self._known.pop(result.url, None)
+        else:
+            self._known[result.url] = Known(result.after, result.digest)
         if not result.ok:
             return
         with self._lock:

@@ -91,6 +91,7 @@ class Plan:
     body: bytes  # canonical JSON
     digest: str  # X-Digest: SHA-256 of the canonical desired content of the managed kinds
     problems: tuple[Problem, ...] = ()  # reasons this plan must not be pushed
+    after: LiveView | None = field(default=None, repr=False, compare=False)  # the gateway once it took it
 
     @property
     def changes(self) -> bool:
@@ -281,6 +282,42 @@ class _Listed:
         return out
 
 
+class LiveView:
+    """What a gateway holds, as plans see it: every ``*_conf_version``, and each kind's items with their
+    identity and canonical content (computed once per kind, when a plan first asks).
+
+    From a GET (`LiveView.of`), or from a push the gateway confirmed by its digest (`Plan.after`): the
+    next sync against that gateway then plans on it without reading the whole config again."""
+
+    def __init__(self, versions: Mapping[str, Any], lists: Mapping[str, Any],
+                 listed: Mapping[str, _Listed] | None = None) -> None:
+        self.versions = dict(versions)  # version key → version, as the gateway reports them
+        self._lists = dict(lists)  # kind → its items, as the gateway reports them
+        self._listed: dict[str, _Listed] = dict(listed or {})
+
+    @classmethod
+    def of(cls, live: Mapping[str, Any] | LiveView) -> LiveView:
+        if isinstance(live, LiveView):
+            return live
+        versions = {k: v for k, v in live.items() if k.endswith(VERSION_SUFFIX)}
+        return cls(versions, {k: v for k, v in live.items() if not k.endswith(VERSION_SUFFIX)})
+
+    def items(self, kind: str) -> list[Any] | None:
+        """A kind's live items; [] when absent or ``{}``, None when the gateway reports a non-list."""
+        if kind in self._listed:
+            return list(self._listed[kind].items)
+        return _live_list(self._lists.get(kind))
+
+    def listed(self, kind: str) -> _Listed:
+        if kind not in self._listed:
+            self._listed[kind] = _Listed.of(kind, self.items(kind) or [])
+        return self._listed[kind]
+
+    def body(self) -> dict[str, Any]:
+        """The view as a GET body (versions and lists)."""
+        return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}}}
+
+
 def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes]]) -> list[Any]:
     """The desired list with each item's ``modifiedIndex``: the live twin's when equal, else derived."""
     sent = []
@@ -342,33 +379,38 @@ class Desired:
         return cls(desired, policy, wanted, _digest({kind: want.contents for kind, want in wanted.items()}))
 
 
-def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any],
+def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any] | LiveView,
          policy: Policy = MANAGE_ALL) -> Plan:
     """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone.
 
-    `desired` is the rendered payload, or a `Desired` prepared from it for several plans."""
+    `desired` is the rendered payload, or a `Desired` prepared from it for several plans; `live` a GET
+    body, or a `LiveView` (the gateway after our own last push). `Plan.after` is the gateway once it
+    takes the PUT."""
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
-    body: dict[str, Any] = {}
+    versions: dict[str, Any] = {}
+    sent: dict[str, list[Any]] = {}
+    after: dict[str, _Listed] = {}
     prepared = Desired.of(desired, policy)
     wanted = prepared.wanted
-    for key in live_version_keys(live):
-        live_v = live[version_key(key)]
+    view = LiveView.of(live)
+    for key in live_version_keys(view.versions):
+        live_v = view.versions[version_key(key)]
         if not _is_number(live_v):
             problems.append(Problem(f"the gateway reports a {version_key(key)} that is not a number: "
                                     f"{live_v!r}", kind=key))
             continue
-        live_items = _live_list(live.get(key))
+        versions[version_key(key)] = live_v
+        live_items = view.items(key)
         if key not in wanted:
             status = KindStatus.UNMANAGED if key in KINDS else KindStatus.KEPT
             kinds.append(KindPlan(key, status, live_v, live_v, len(live_items or ())))
-            body[version_key(key)] = live_v
             continue
         want = wanted[key]
-        current = _Listed.of(key, live_items or [])
+        current = view.listed(key)
         if live_items is not None and current.contents == want.contents:
             kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want.items)))
-            body[version_key(key)] = live_v
+            after[key] = current
             continue
         version = next_version(live_v)
         if version is None:
@@ -378,13 +420,24 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
             version = live_v
         kind_plan, items = _changed_kind(key, want, current, live_v, version)
         kinds.append(kind_plan)
-        body[version_key(key)] = kind_plan.version
-        body[key] = items
+        versions[version_key(key)] = kind_plan.version
+        sent[key] = items
+        after[key] = _Listed(items, want.ids, want.contents)
     for kind, want in wanted.items():
-        if want.items and version_key(kind) not in live:
+        if want.items and version_key(kind) not in view.versions:
             problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
                                     f"support {kind}", kind=kind))
-    return Plan(tuple(kinds), canonical_json(body), prepared.digest, tuple(problems))
+    lists = {kind: view.items(kind) for kind in KINDS if kind not in after and version_key(kind) in versions}
+    return Plan(tuple(kinds), _body(versions, sent), prepared.digest, tuple(problems),
+                LiveView(versions, lists, after))
+
+
+def _body(versions: Mapping[str, Any], sent: Mapping[str, list[Any]]) -> bytes:
+    """The PUT body: `canonical_json` of the versions and the changed kinds' lists, each item's JSON
+    written once (a large list is most of the body)."""
+    fields = {**{key: canonical_json(value) for key, value in versions.items()},
+              **{kind: b"[" + b",".join(map(canonical_json, items)) + b"]" for kind, items in sent.items()}}
+    return b"{" + b",".join(canonical_json(key) + b":" + fields[key] for key in sorted(fields)) + b"}"
 
 
 FieldPath = tuple[str, ...]

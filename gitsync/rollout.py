@@ -19,8 +19,8 @@ from gitsync.gateway import Gateway, GatewayError, LiveConfig
 from gitsync.guard import GuardPolicy, check_deletions
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
-from gitsync.push import GatewayResult, ProblemMapper, RetryPolicy, SyncStatus, push
-from gitsync.reconcile import Policy
+from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
+from gitsync.reconcile import LiveView, Policy
 
 Payload = Mapping[str, Sequence[Any]]
 
@@ -39,24 +39,29 @@ class Release:
 
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
-            proxy_url: str | None, live: Any = None, sleep: Callable[[float], None] | None = None,
-            ) -> GatewayResult:
-    """Push `what` to one gateway, check it, and roll it back if a check fails (see the module)."""
+            proxy_url: str | None, live: Future[LiveConfig] | None = None, known: Known | None = None,
+            sleep: Callable[[float], None] | None = None) -> GatewayResult:
+    """Push `what` to one gateway, check it, and roll it back if a check fails (see the module).
+
+    `live`: a GET of the gateway started earlier; `known`: the gateway as our last push left it, when
+    its digest says it still holds it (then no GET at all)."""
     options: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
     if what.guard is not None:
         try:
-            current = live.result() if live is not None else client.get_config()
+            if known is None:
+                current = live.result() if live is not None else client.get_config()
+                known, live = Known(LiveView.of(current.body), current.digest), None
         except GatewayError:
-            current = None  # the push reports the gateway's state, and retries
-        if current is not None:
-            verdict = check_deletions(what.payload, current.body, what.managed, what.guard)
+            pass  # the push reports the gateway's state, and retries
+        if known is not None:
+            verdict = check_deletions(what.payload, known.view.body(), what.managed, what.guard)
             if verdict.refused:
                 for line in verdict.problems:
                     logger.error("gateway {}: deletion guard: {}", client.url, line)
                 return GatewayResult(client.url, SyncStatus.FAILED, error="refused by the deletion guard",
                                      guard=verdict)
-            live = _done(current)
-    result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live, **options)
+    result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live,
+                  known=known, **options)
     if not what.checks or result.status is not SyncStatus.APPLIED or not result.puts:
         return result
     if proxy is None or not proxy_url:
@@ -73,14 +78,13 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         logger.error("gateway {}: no last good commit to roll back to; the commit stays live", client.url)
         return result
     logger.warning("gateway {}: rolling back to the last good commit", client.url)
-    back = push(client, what.fallback, policy, retry=retry, **options)
+    back = push(client, what.fallback, policy, retry=retry, known=_known_after(result), **options)
     return replace(result, rollback=back)
 
 
-def _done(value: LiveConfig) -> Future[LiveConfig]:
-    future: Future[LiveConfig] = Future()
-    future.set_result(value)
-    return future
+def _known_after(result: GatewayResult) -> Known | None:
+    """The gateway as a push confirmed it, for the next push to plan on."""
+    return Known(result.after, result.digest) if result.ok and result.after is not None else None
 
 
 __all__ = ["Release", "release"]
