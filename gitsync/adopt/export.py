@@ -42,23 +42,6 @@ _SINGULAR = {"routes": "route", "services": "service", "upstreams": "upstream", 
              "plugin_metadata": "plugin-metadata", "secrets": "secret", "consumers": "consumer"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", metavar="DIR", required=True, type=Path,
-                        help="a new (or empty) directory for the config repo")
-    parser.add_argument("--layout", choices=repo_writer.LAYOUTS, default="per-kind",
-                        help="one file per kind (default; keeps the gateway's order), per item, or per "
-                             "service with its routes")
-    parser.add_argument("--secrets-out", metavar="PATH", type=Path, default=None,
-                        help="where secret values go: a new directory of one 0600 file per value (use it "
-                             "as --secrets-dir), or with --age-recipient a SOPS file; never inside --out")
-    parser.add_argument("--age-recipient", metavar="AGE1…", action="append", default=None,
-                        help="encrypt the secret values for this age recipient into the SOPS file "
-                             "--secrets-out (repeatable)")
-    parser.add_argument("--strip-defaults", action="store_true",
-                        help="leave out fields equal to their schema default (the first sync then "
-                             "rewrites those items)")
-
-
 @dataclass
 class Exported:
     """What an export produced, before anything is written."""

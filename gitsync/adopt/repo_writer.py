@@ -25,10 +25,10 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
+from gitsync.adopt.arguments import LAYOUTS
 from gitsync.adopt.secret_fields import Placeholder
 from gitsync.kinds import KINDS, item_id
 
-LAYOUTS = ("per-kind", "per-item", "per-service")
 MAX_STEM = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _IDENTITY_KEYS = ("id", "username")

@@ -200,11 +200,6 @@ def schema_files() -> dict[str, bytes]:
             for name, schema in files.items()}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", metavar="DIR", required=True, type=Path,
-                        help="directory to write the JSON Schema files into (created; files replaced)")
-
-
 def schema_command(_settings: object, args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
