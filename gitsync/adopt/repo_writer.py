@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.scalarstring import LiteralScalarString
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
 from gitsync.adopt.arguments import LAYOUTS
 from gitsync.adopt.secret_fields import Placeholder
@@ -76,14 +76,18 @@ def ordered_item(item: Any) -> Any:
     return {**first, **{k: _sorted_keys(item[k]) for k in sorted(item) if k not in first}}
 
 
-def _literal_strings(value: Any) -> Any:
-    """Multi-line strings (certificates, protos) as ``|`` blocks; YAML falls back where it must."""
+def _styled(value: Any) -> Any:
+    """Multi-line printable strings (certificates, protos) as ``|`` blocks; any string holding another
+    control character (keys too) double-quoted with escapes, the one style that keeps it exact."""
     if isinstance(value, str):
-        return LiteralScalarString(value) if "\n" in value.rstrip("\n") else value
+        lines = value.split("\n")
+        if not all(line.isprintable() for line in lines):
+            return DoubleQuotedScalarString(value)
+        return LiteralScalarString(value) if len(value.rstrip("\n").split("\n")) > 1 else value
     if isinstance(value, Mapping):
-        return {k: _literal_strings(v) for k, v in value.items()}
+        return {_styled(k): _styled(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_literal_strings(v) for v in value]
+        return [_styled(v) for v in value]
     return value
 
 
@@ -95,7 +99,7 @@ def dump_documents(documents: Iterable[Mapping[str, Any]]) -> bytes:
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.representer.ignore_aliases = lambda *_: True
     stream = io.StringIO()
-    yaml.dump_all([_literal_strings(doc) for doc in documents], stream)
+    yaml.dump_all([_styled(doc) for doc in documents], stream)
     return stream.getvalue().encode("utf-8")
 
 
@@ -130,7 +134,7 @@ def safe_stems(names: Iterable[str]) -> dict[str, str]:
             safe_per_folded[stem.lower()] = safe_per_folded.get(stem.lower(), 0) + 1
     out: dict[str, str] = {}
     for name, stem in stems.items():
-        if stem == name and safe_per_folded[stem.lower()] == 1:
+        if stem and stem == name and safe_per_folded[stem.lower()] == 1:
             out[name] = stem
         else:
             out[name] = f"{stem[:MAX_STEM - 9]}-{_digest(name)}" if stem else f"item-{_digest(name)}"

@@ -78,6 +78,20 @@ def _pieces(value: str, shown: str) -> list[tuple[bool, str]] | None:
     return runs if pos == len(value) else None
 
 
+def _trimmed(runs: list[tuple[bool, str]]) -> list[tuple[bool, str]]:
+    """Whitespace around a secret stays literal text: a secret read from a file is stripped (a PEM
+    key's last newline would otherwise be lost), so only the part between is the secret."""
+    out: list[tuple[bool, str]] = []
+    for is_secret, text in runs:
+        core = text.strip()
+        if not is_secret or not core:
+            out.append((False, text))
+            continue
+        start = text.index(core)
+        out += [(False, text[:start]), (True, core), (False, text[start + len(core):])]
+    return [(is_secret, text) for is_secret, text in out if text]
+
+
 def _set(container: Any, path: Sequence[str | int], value: Any) -> None:
     for step in path[:-1]:
         container = container[step]
@@ -116,8 +130,10 @@ def extract_secrets(payload: Mapping[str, Sequence[Any]], escape: Any) -> tuple[
             for (path, value), (_, shown) in zip(string_leaves(item), shown_leaves, strict=False):
                 if value == shown:
                     continue
-                runs = _pieces(value, shown) or [(True, value)]
+                runs = _trimmed(_pieces(value, shown) or [(True, value)])
                 secrets = [text for is_secret, text in runs if is_secret]
+                if not secrets:
+                    continue
                 for nth, text in enumerate(secrets):
                     found.append((SecretSpot(kind, index, ident, path, nth, text), runs))
     several = {(s.index, s.kind, s.path) for s, _ in found if s.nth > 0}
