@@ -7,7 +7,6 @@ and ``gitsync sync --once`` against the same gateway (the double records each PU
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -17,10 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,24 +26,11 @@ from gitsync.render.load import parse
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble
 from tests.leaks import Canary
+from tests.pem import pem_pair
 from tests.sopsfiles import SOPS, AgeKey, sops_env
 from tests.support import ROOT, run_gitsync
 
 KEY = "test-admin-key"
-
-
-def pem_pair(name: str) -> tuple[str, str]:
-    """A self-signed certificate for `name` and its private key, as PEM text."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=3650))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-            .sign(key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM).decode(),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()).decode())
 
 
 CANARIES = {name: f"canary-{name}-7f3e9a1c" for name in (
