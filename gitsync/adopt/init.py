@@ -69,7 +69,8 @@ consumers:
   # of git: an $env:// or $secret:// reference, ${{ secrets.NAME }}, or a SOPS-encrypted file.
   - id: partner-a/credentials/primary
     plugins:
-      key-auth: {key: $env://PARTNER_A_KEY}
+      key-auth:
+        key: $env://PARTNER_A_KEY
 """,
     "global_rules/observability.yaml": """\
 # One global rule per plugin, named after it.
