@@ -40,8 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsync.adopt.repo_writer import escape_templates
-from gitsync.adopt.secret_fields import Placeholder
+from gitsync.adopt.repo_writer import rewrite_matches
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
 from gitsync.render.sourcemap import FilePositions
@@ -97,28 +96,14 @@ class _Source:
 
 
 def _substitute(value: Any, found: set[str]) -> Any:
-    """ADC's ``${NAME}`` → ``${{ secrets.NAME }}`` and ``\\${NAME}`` → ``${NAME}``, as repo text.
+    """ADC's ``${NAME}`` → ``${{ secrets.NAME }}`` and ``\\${NAME}`` → ``${NAME}``, as repo text."""
+    def replace(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "${" + match.group(1) + "}"
+        found.add(match.group(2))
+        return "${{ secrets." + match.group(2) + " }}"
 
-    A string holding either becomes a `Placeholder` (already repo syntax); others stay as they are.
-    """
-    if isinstance(value, str):
-        if not _ENV.search(value):
-            return value
-        text, pos = "", 0
-        for match in _ENV.finditer(value):
-            text += escape_templates(value[pos:match.start()])
-            if match.group(1):
-                text += "${" + match.group(1) + "}"
-            else:
-                found.add(match.group(2))
-                text += "${{ secrets." + match.group(2) + " }}"
-            pos = match.end()
-        return Placeholder(text + escape_templates(value[pos:]))
-    if isinstance(value, Mapping):
-        return {k: _substitute(v, found) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute(v, found) for v in value]
-    return value
+    return rewrite_matches(value, _ENV, replace)
 
 
 def _labels(labels: Any, stamp: Mapping[str, str] | None) -> dict[str, str] | None:

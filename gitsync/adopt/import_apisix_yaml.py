@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.adopt.export import live_items
-from gitsync.adopt.repo_writer import escape_templates
-from gitsync.adopt.secret_fields import Placeholder
+from gitsync.adopt.repo_writer import rewrite_matches
 from gitsync.kinds import KINDS, VERSION_SUFFIX
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
@@ -34,20 +33,11 @@ class Split:
 
 
 def _env_to_vars(value: Any, found: dict[str, str | None]) -> Any:
-    if isinstance(value, str):
-        if not _APISIX_ENV.search(value):
-            return value
-        text, pos = "", 0
-        for match in _APISIX_ENV.finditer(value):
-            text += escape_templates(value[pos:match.start()]) + "${{ vars." + match.group(1) + " }}"
-            found.setdefault(match.group(1), match.group(2))
-            pos = match.end()
-        return Placeholder(text + escape_templates(value[pos:]))
-    if isinstance(value, dict):
-        return {k: _env_to_vars(v, found) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_env_to_vars(v, found) for v in value]
-    return value
+    def replace(match: re.Match[str]) -> str:
+        found.setdefault(match.group(1), match.group(2))
+        return "${{ vars." + match.group(1) + " }}"
+
+    return rewrite_matches(value, _APISIX_ENV, replace)
 
 
 def split(name: str, data: bytes) -> Split:

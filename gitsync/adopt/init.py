@@ -160,7 +160,7 @@ on:
   pull_request:
 
 jobs:
-  validate:
+  gitsync:
     runs-on: ubuntu-latest
     steps:
       - uses: actions/checkout@v4
@@ -169,19 +169,9 @@ jobs:
           python-version: "3.12"
       - run: pip install "gitsync=={__version__}"
       - run: gitsync validate --dir .
-
-  diff:
-    # What merging would change on the gateway (exit 1 = changes: shown, not a failure).
-    if: github.event_name == 'pull_request'
-    needs: validate
-    runs-on: ubuntu-latest
-    steps:
-      - uses: actions/checkout@v4
-      - uses: actions/setup-python@v5
-        with:
-          python-version: "3.12"
-      - run: pip install "gitsync=={__version__}"
       - name: gitsync diff
+        # What merging would change on the gateway (exit 1 = changes: shown, not a failure).
+        if: github.event_name == 'pull_request'
         env:
           GITSYNC_GATEWAYS: ${{{{ secrets.GITSYNC_GATEWAY }}}}
           GITSYNC_ADMIN_KEY: ${{{{ secrets.GITSYNC_ADMIN_KEY }}}}

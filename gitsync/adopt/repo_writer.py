@@ -18,7 +18,7 @@ import hashlib
 import io
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,24 @@ def escape_templates(value: Any) -> Any:
         return {escape_templates(k): escape_templates(v) for k, v in value.items()}
     if isinstance(value, list):
         return [escape_templates(v) for v in value]
+    return value
+
+
+def rewrite_matches(value: Any, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> Any:
+    """Every string holding `pattern` rewritten as repo text: each match by `replace` (repo syntax,
+    e.g. ``${{ vars.X }}``), the text around it escaped; the result is a `Placeholder`."""
+    if isinstance(value, str):
+        if not pattern.search(value):
+            return value
+        text, pos = "", 0
+        for match in pattern.finditer(value):
+            text += escape_templates(value[pos:match.start()]) + replace(match)
+            pos = match.end()
+        return Placeholder(text + escape_templates(value[pos:]))
+    if isinstance(value, Mapping):
+        return {k: rewrite_matches(v, pattern, replace) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rewrite_matches(v, pattern, replace) for v in value]
     return value
 
 
