@@ -3,8 +3,8 @@
 GET ``/apisix/admin/configs`` → drop versions and ``modifiedIndex`` → give id-less items
 a stable id → secret strings out to ``${{ secrets.NAME }}`` → write the layout → render
 the written files with the extracted values and compare with what was read. The last
-step is the proof the issue asks for: the export says whether ``render`` of the new repo
-equals the live config, and which kinds only differ in order (a layout that groups items
+step proves the export lossless: it says whether ``render`` of the new repo equals the
+live config, and which kinds only differ in order (a layout that groups items
 by file may reorder a kind; the first sync then re-sends that kind, rebuilding no item).
 
 API-driven standalone APISIX stores items exactly as sent and fills in no default, so a
