@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
 from gitsync.adopt.arguments import LAYOUTS
 from gitsync.adopt.secret_fields import Placeholder
@@ -94,14 +93,26 @@ def ordered_item(item: Any) -> Any:
     return {**first, **{k: _sorted_keys(item[k]) for k in sorted(item) if k not in first}}
 
 
+class _Literal(str):
+    """Written as a ``|`` block."""
+
+    __slots__ = ()
+
+
+class _Quoted(str):
+    """Written double-quoted, with escapes."""
+
+    __slots__ = ()
+
+
 def _styled(value: Any) -> Any:
     """Multi-line printable strings (certificates, protos) as ``|`` blocks; any string holding another
     control character (keys too) double-quoted with escapes, the one style that keeps it exact."""
     if isinstance(value, str):
         lines = value.split("\n")
         if not all(line.isprintable() for line in lines):
-            return DoubleQuotedScalarString(value)
-        return LiteralScalarString(value) if len(value.rstrip("\n").split("\n")) > 1 else value
+            return _Quoted(value)
+        return _Literal(value) if len(value.rstrip("\n").split("\n")) > 1 else str(value)
     if isinstance(value, Mapping):
         return {_styled(k): _styled(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -109,13 +120,24 @@ def _styled(value: Any) -> Any:
     return value
 
 
+def _scalar(style: str) -> Callable[[Any, str], Any]:
+    return lambda representer, text: representer.represent_scalar("tag:yaml.org,2002:str", str(text),
+                                                                  style=style)
+
+
 def dump_documents(documents: Iterable[Mapping[str, Any]]) -> bytes:
-    """Block YAML, one document per mapping, no anchors, lines not folded."""
-    yaml = YAML(typ="rt")
+    """Block YAML, one document per mapping, keys in the order given, no anchors, lines not folded.
+
+    libyaml's emitter (ruamel's C extension): the pure-Python one took 2 s per 1,000 routes.
+    """
+    yaml = YAML(typ="safe", pure=False)
     yaml.default_flow_style = False
+    yaml.allow_unicode = True
     yaml.width = 4096
-    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.representer.sort_base_mapping_type_on_output = False
     yaml.representer.ignore_aliases = lambda *_: True
+    yaml.representer.add_representer(_Literal, _scalar("|"))
+    yaml.representer.add_representer(_Quoted, _scalar('"'))
     stream = io.StringIO()
     yaml.dump_all([_styled(doc) for doc in documents], stream)
     return stream.getvalue().encode("utf-8")
