@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitsync.gateway import Endpoint, Gateway, LiveConfig
+from gitsync.gateways import Gateways, wait_for
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, read_live, sync_gateway, sync_gateways
+from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, push, sync_gateway
 from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
 from gitsync.render import RenderOptions, read_directory, render
 from gitsync.settings import Secret
@@ -38,6 +39,14 @@ def sync(double: ApisixDouble, desired: dict[str, Any], policy: Policy = MANAGE_
          ) -> GatewayResult:
     return sync_gateway(endpoint(double, timeout=kw.pop("timeout", 5.0)), desired, policy,
                         retry=kw.pop("retry", FAST), **kw)
+
+
+def sync_all(endpoints: list[Endpoint], desired: dict[str, Any]) -> list[GatewayResult]:
+    """Push to several gateways at once, each on its own worker, as the agent does."""
+    with Gateways(endpoints) as gateways:
+        results, _ = wait_for(gateways.push({url: lambda client: push(client, desired, retry=FAST)
+                                             for url in gateways.urls}))
+    return [results[url] for url in gateways.urls]
 
 
 def route(rid: str, uri: str, **extra: Any) -> dict[str, Any]:
@@ -180,6 +189,33 @@ def test_gateway_client_head_and_get(apisix: ApisixDouble, version: str, has_hea
         assert gateway.server == f"APISIX/{version}"
 
 
+@pytest.mark.parametrize(("version", "wait_sent"), [("3.18.0", False), ("3.19.0", True), ("3.21.0", True)])
+def test_a_gateway_with_wait_confirms_every_worker(version: str, wait_sent: bool) -> None:
+    with ApisixDouble(KEY, version=version) as double:
+        result = sync(double, {"routes": [route("r1", "/a")]}, timeout=5.0)
+        assert result.status is SyncStatus.APPLIED
+        assert result.on_every_worker is (True if wait_sent else None)
+        assert result.summary().endswith("on every worker" if wait_sent else "accepted")
+        # 200 only answers a PUT that asked to wait (3.19+); without ?wait every version answers 202.
+        puts = [status for method, _, status in double.requests if method == "PUT"]
+        assert puts == [200 if wait_sent else 202]
+
+
+@pytest.mark.parametrize(("delay", "confirmed"), [(1.6, True), (6.0, False)])
+def test_a_wait_that_runs_out_falls_back_to_readiness(delay: float, confirmed: bool) -> None:
+    """The PUT may wait 1 s (a 2 s deadline); the workers take longer. 202 after the wait, so the
+    status API (the data plane serves /status/ready once the config is applied) decides."""
+    with ApisixDouble(KEY, version="3.19.0") as double:
+        double.set_worker_delay(delay)
+        with_status = Endpoint(double.url, Secret(KEY), status_url=double.proxy_url, timeout=2.0)
+        result = sync_gateway(with_status, {"routes": [route("ready", "/status/ready")]}, retry=FAST)
+        assert [status for method, _, status in double.requests if method == "PUT"] == [202]
+        if confirmed:
+            assert result.status is SyncStatus.APPLIED and result.on_every_worker is True
+        else:
+            assert result.status is SyncStatus.FAILED and "not every worker serves it" in (result.error or "")
+
+
 def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
     """The double has no status API; its data plane stands in: a route at /status/ready answers 200."""
     with_status = Endpoint(apisix.url, Secret(KEY), status_url=apisix.proxy_url, timeout=0.3)
@@ -192,7 +228,8 @@ def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
 
 def test_a_live_config_read_earlier_is_planned_on_once_and_a_retry_reads_afresh(apisix: ApisixDouble) -> None:
     earlier: Future[LiveConfig] = Future()
-    earlier.set_result(read_live(endpoint(apisix)))  # as the agent starts it, before rendering
+    with Gateway(endpoint(apisix)) as gateway:
+        earlier.set_result(gateway.get_config())  # as the agent starts it, before rendering
     apisix.out_of_band("routes", [route("oob", "/oob")], version=7)  # another writer, in between
     before = len(apisix.requests)
     result = sync(apisix, {"routes": [route("r1", "/a")]}, live=earlier)
@@ -272,7 +309,7 @@ def test_stream_routes_on_a_gateway_without_them_fail_clearly() -> None:
 def test_a_body_too_large_for_the_validate_endpoint_is_pushed_without_it(apisix: ApisixDouble) -> None:
     filler = "x" * 255
     routes = [route(f"r{i}", f"/r{i}", desc=filler) for i in range(4500)]
-    result = sync(apisix, {"routes": routes})
+    result = sync(apisix, {"routes": routes}, timeout=60)  # the double validates 4,500 routes slowly
     assert result.status is SyncStatus.APPLIED and result.bytes_sent > 1536 * 1024
     assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "GET"]
 
@@ -328,7 +365,7 @@ def test_a_slow_gateway_times_out_and_is_left_untouched(apisix: ApisixDouble) ->
 
 def test_two_gateways_one_down_the_other_is_applied(apisix: ApisixDouble) -> None:
     down = Endpoint(f"http://127.0.0.1:{free_port()}", Secret(KEY), timeout=1.0)
-    results = sync_gateways([down, endpoint(apisix)], {"routes": [route("r1", "/a")]}, retry=FAST)
+    results = sync_all([down, endpoint(apisix)], {"routes": [route("r1", "/a")]})
     assert [r.status for r in results] == [SyncStatus.FAILED, SyncStatus.APPLIED]
     assert results[0].url == down.url and results[1].url == apisix.url
 
@@ -337,8 +374,8 @@ def test_a_slow_gateway_does_not_delay_another(apisix: ApisixDouble) -> None:
     with ApisixDouble(KEY) as slow:
         slow.set_latency(0.4)
         try:
-            results = sync_gateways([endpoint(slow, timeout=0.2), endpoint(apisix)],
-                                    {"routes": [route("r1", "/a")]}, retry=FAST)
+            results = sync_all([endpoint(slow, timeout=0.2), endpoint(apisix)],
+                               {"routes": [route("r1", "/a")]})
         finally:
             slow.set_latency(0)
     assert [r.status for r in results] == [SyncStatus.FAILED, SyncStatus.APPLIED]
@@ -489,13 +526,18 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     apisix.out_of_band("routes", [], version=1720000000005)  # someone wiped the routes
     kept = run_gitsync("sync", "--once", *args, "--unmanaged", "secrets")
     assert kept.returncode == 0, kept.stderr
-    assert kept.stdout == f"{apisix.url}: applied (routes changed)\n"
+    assert kept.stdout == f"{apisix.url}: applied (routes changed), accepted\n"  # 3.18: not confirmed
     assert apisix.config()["secrets"] == [manager] and apisix.config()["routes_conf_version"] == 1720000000006
-    pruned = run_gitsync("sync", "--once", *args, "-vv")
+    # Managed secrets now: the manager would be pruned, which empties the kind. The deletion guard asks
+    # for an explicit allowance; with it, the out-of-band manager goes.
+    guarded = run_gitsync("sync", "--once", *args)
+    assert guarded.returncode == 1 and "secrets: 1 → 0 (−100 %)" in guarded.stdout + guarded.stderr
+    assert apisix.config()["secrets"] == [manager]
+    pruned = run_gitsync("sync", "--once", *args, "-vv", "--allow-delete", "secrets")
     assert pruned.returncode == 0, pruned.stderr
     assert "PUT /apisix/admin/configs" in pruned.stderr  # debug logging was on
-    assert pruned.stdout == (f"{apisix.url}: applied (secrets changed); pruned 1 out-of-band secrets: "
-                             "vault/ops\n")
+    assert pruned.stdout == (f"{apisix.url}: applied (secrets changed), accepted; pruned 1 out-of-band "
+                             "secrets: vault/ops\n")
     assert "secrets" not in apisix.config()
     assert httpx.get(apisix.proxy_url + "/a").headers.get("X-Route-Id") == "r1"
     assert "ops-token-1" not in kept.stdout + kept.stderr + pruned.stdout + pruned.stderr
