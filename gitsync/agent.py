@@ -49,6 +49,7 @@ from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
 from gitsync.source import Source
 from gitsync.state import AgentState, GatewayState, StateDir
+from gitsync.timing import Phases
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
@@ -111,6 +112,7 @@ class Agent:
         # url → the gateway as our last push to it left it; used while its HEAD shows that push's digest
         self._known: dict[str, Known] = {}
         self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
+        self._phases = Phases()  # the running sync's
         self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
 
@@ -120,10 +122,12 @@ class Agent:
     def sync_once(self, reason: str = "cli") -> SyncOutcome:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
+        self._phases = phases = Phases()
         with gc_paused():
             late = self._collect_late(reason)
             heads = self._start_heads()
-            remote = self._check_remote(reason)
+            with phases.timed("check"):
+                remote = self._check_remote(reason)
             views = self._views(heads)
             outcome = self._act(self._decide(remote, views), reason)
             if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
@@ -137,6 +141,7 @@ class Agent:
                     outcome.result, outcome.commit, outcome.stage = ended.result, ended.commit, ended.stage
                     outcome.subject, outcome.problems = ended.subject, ended.problems
         outcome.duration = time.monotonic() - started
+        outcome.phases = phases
         self._record(outcome)
         return outcome
 
@@ -295,10 +300,13 @@ class Agent:
             self._rendered[sha] = self._rendered.pop(sha)  # most recent last
             return self._rendered[sha]
         if fetch or self.source.local_sha() is None:
-            self.source.fetch()
-        self.source.verify(sha)
-        commit = self.source.read(sha)
-        rendered = render(commit.files, self.render_options, cache=self.cache)
+            with self._phases.timed("fetch"):
+                self.source.fetch()
+        with self._phases.timed("read"):
+            self.source.verify(sha)
+            commit = self.source.read(sha)
+        with self._phases.timed("render"):
+            rendered = render(commit.files, self.render_options, cache=self.cache)
         self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
@@ -309,10 +317,12 @@ class Agent:
               known: Mapping[str, Known], drifted: tuple[str, ...], *,
               advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
+        phases = self._phases  # this sync's, also when a push outlives it
+
         def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
             return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
                                           proxy_url=self.proxy_urls.get(url), live=lives.get(url),
-                                          known=known.get(url))
+                                          known=known.get(url), phases=phases)
 
         futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
@@ -559,6 +569,9 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
     metrics.syncs.labels(str(outcome.result)).inc()
     if outcome.gateways:
         metrics.sync_duration.observe(outcome.duration)
+        for phase, seconds in outcome.phases.snapshot().items():
+            metrics.sync_phase.labels(phase).observe(seconds)
+        metrics.sync_phase.labels("gitsync").observe(outcome.phases.agent_time(outcome.duration))
     if outcome.ok:
         metrics.last_success.set(time.time())
     if state.last_good:
@@ -584,6 +597,8 @@ def log_outcome(outcome: SyncOutcome) -> None:
         "DEBUG" if quiet else "WARNING")
     logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result, short(outcome.commit),
                outcome.duration, f" — {outcome.problems[0]}" if outcome.problems else "")
+    if outcome.gateways:
+        logger.debug("sync ({}) phases: {}", outcome.reason, outcome.phases.describe(outcome.duration))
 
 
 __all__ = ["Agent", "gc_paused", "short"]

@@ -44,6 +44,7 @@ from gitsync.moves import FirstStep, first_step, is_move_refusal
 from gitsync.problems import Problem
 from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, LiveView, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
+from gitsync.timing import Phases
 
 
 class ProblemMapper(Protocol):
@@ -207,8 +208,10 @@ class GatewayPush:
     def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy,
                  source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
                  live: Future[LiveConfig] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, known: Known | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, known: Known | None = None,
+                 phases: Phases | None = None) -> None:
         self.gateway = gateway
+        self.phases = phases or Phases()
         self.prefetched = live  # this sync's GET, already under way: the first attempt's live config
         self.known = known  # the gateway as our last push left it, its digest still ours: no GET needed
         self.desired = Desired.of(desired, policy)  # shared by the plan and the read-back's
@@ -282,8 +285,11 @@ class GatewayPush:
 
     def attempt(self) -> GatewayResult:
         """One read → plan → PUT → read back; `Raced` when another writer got in the way."""
-        live = self._read()
-        self.plan = plan(self.desired, live.view, self.desired.policy)
+        url = self.gateway.url
+        with self.phases.timed("push-wait", url):
+            live = self._read()
+        with self.phases.timed("plan"):
+            self.plan = plan(self.desired, live.view, self.desired.policy)
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
         if not self.plan.changes:
@@ -294,18 +300,23 @@ class GatewayPush:
         if step is not None:
             live = self._first_step(step, live)
         digest = self._digest_for(live.digest)
+        with self.phases.timed("serialize"):
+            body = self.plan.body
         self.puts += 1
-        self.bytes_sent += len(self.plan.body)
+        self.bytes_sent += len(body)
         try:
-            put = self.gateway.put_config(self.plan.body, digest)
+            with self.phases.timed("push-wait", url):
+                put = self.gateway.put_config(body, digest)
         except GatewayRejected as exc:
             if self.two_step and exc.stale is None and is_move_refusal(str(exc)):
                 raise Raced("the gateway did not yet run the first step of a two-step apply") from None
             raise
-        self._read_back(put, digest)
+        with self.phases.timed("read-back", url):
+            self._read_back(put, digest)
         if put.on_every_worker:
             return self.result(SyncStatus.APPLIED, digest=digest, workers=True, after=self.plan.after)
-        ready = self._wait_ready()
+        with self.phases.timed("read-back", url):
+            ready = self._wait_ready()
         if ready is not None and not ready.ready:
             return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
         return self.result(SyncStatus.APPLIED, digest=digest, workers=True if ready is not None else None,
@@ -399,13 +410,13 @@ class GatewayPush:
 def push(gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL, *,
          source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
          live: Future[LiveConfig] | None = None, sleep: Callable[[float], None] = time.sleep,
-         known: Known | None = None) -> GatewayResult:
+         known: Known | None = None, phases: Phases | None = None) -> GatewayResult:
     """Make one gateway hold `desired` for every kind `policy` manages; logged, never raises.
 
     `live`: a GET of the gateway's config this sync started earlier, so that it overlaps the fetch
     and render; the first attempt plans on it, a retry reads afresh."""
     try:
-        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep, known).run()
+        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep, known, phases).run()
     except Exception as exc:  # a bug must not take other gateways down
         logger.exception("gateway {}: sync crashed", gateway.url)
         return GatewayResult(gateway.url, SyncStatus.FAILED, error=redact(f"{type(exc).__name__}: {exc}"))

@@ -20,6 +20,7 @@ because no version sent is ever below the live one read just before:
 from __future__ import annotations
 
 import decimal
+import functools
 import hashlib
 import json
 import math
@@ -88,10 +89,15 @@ class Plan:
     """The PUT for one gateway, and what it does per kind."""
 
     kinds: tuple[KindPlan, ...]
-    body: bytes  # canonical JSON
     digest: str  # X-Digest: SHA-256 of the canonical desired content of the managed kinds
     problems: tuple[Problem, ...] = ()  # reasons this plan must not be pushed
     after: LiveView | None = field(default=None, repr=False, compare=False)  # the gateway once it took it
+    sent: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # versions and lists
+
+    @functools.cached_property
+    def body(self) -> bytes:
+        """The PUT body, canonical JSON, written when first asked for (the push times it apart)."""
+        return _body(self.sent)
 
     @property
     def changes(self) -> bool:
@@ -428,16 +434,15 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
             problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
                                     f"support {kind}", kind=kind))
     lists = {kind: view.items(kind) for kind in KINDS if kind not in after and version_key(kind) in versions}
-    return Plan(tuple(kinds), _body(versions, sent), prepared.digest, tuple(problems),
-                LiveView(versions, lists, after))
+    return Plan(tuple(kinds), prepared.digest, tuple(problems), LiveView(versions, lists, after),
+                {**versions, **sent})
 
 
-def _body(versions: Mapping[str, Any], sent: Mapping[str, list[Any]]) -> bytes:
-    """The PUT body: `canonical_json` of the versions and the changed kinds' lists, each item's JSON
-    written once (a large list is most of the body)."""
-    fields = {**{key: canonical_json(value) for key, value in versions.items()},
-              **{kind: b"[" + b",".join(map(canonical_json, items)) + b"]" for kind, items in sent.items()}}
-    return b"{" + b",".join(canonical_json(key) + b":" + fields[key] for key in sorted(fields)) + b"}"
+def _body(fields: Mapping[str, Any]) -> bytes:
+    """`canonical_json` of the body, each list item written on its own (a large list is most of it)."""
+    parts = {key: b"[" + b",".join(map(canonical_json, value)) + b"]" if isinstance(value, list)
+             else canonical_json(value) for key, value in fields.items()}
+    return b"{" + b",".join(canonical_json(key) + b":" + parts[key] for key in sorted(parts)) + b"}"
 
 
 FieldPath = tuple[str, ...]

@@ -21,6 +21,7 @@ from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
 from gitsync.reconcile import LiveView, Policy
+from gitsync.timing import Phases
 
 Payload = Mapping[str, Sequence[Any]]
 
@@ -40,16 +41,18 @@ class Release:
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
             proxy_url: str | None, live: Future[LiveConfig] | None = None, known: Known | None = None,
-            sleep: Callable[[float], None] | None = None) -> GatewayResult:
+            sleep: Callable[[float], None] | None = None, phases: Phases | None = None) -> GatewayResult:
     """Push `what` to one gateway, check it, and roll it back if a check fails (see the module).
 
     `live`: a GET of the gateway started earlier; `known`: the gateway as our last push left it, when
     its digest says it still holds it (then no GET at all)."""
     options: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
+    options["phases"] = phases
     if what.guard is not None:
         try:
             if known is None:
-                current = live.result() if live is not None else client.get_config()
+                with (phases or Phases()).timed("push-wait", client.url):
+                    current = live.result() if live is not None else client.get_config()
                 known, live = Known(LiveView.of(current.body), current.digest), None
         except GatewayError:
             pass  # the push reports the gateway's state, and retries
@@ -68,7 +71,7 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         logger.warning("gateway {}: the repo declares {} health check(s) but this gateway has no proxy_url: "
                        "not checked", client.url, len(what.checks))
         return result
-    verdict = run_checks(what.checks, proxy_url, proxy, **options)
+    verdict = run_checks(what.checks, proxy_url, proxy, **({"sleep": sleep} if sleep else {}))
     result = replace(result, checks=verdict)
     for failed in verdict.failed:
         logger.error("gateway {}: {}", client.url, failed.describe())
