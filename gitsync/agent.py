@@ -111,6 +111,8 @@ class Agent:
         self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
         # url → the gateway as our last push to it left it; used while its HEAD shows that push's digest
         self._known: dict[str, Known] = {}
+        self._owned = self.state_dir.load_pushed()  # url → kind → the ids gitsync pushed there
+        self._owned_changed = False
         self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
         self._phases = Phases()  # the running sync's
         self.tip: str | None = None  # the remote's commit at the last check
@@ -322,7 +324,7 @@ class Agent:
         def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
             return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
                                           proxy_url=self.proxy_urls.get(url), live=lives.get(url),
-                                          known=known.get(url), phases=phases)
+                                          known=known.get(url), phases=phases, owned=self._owned.get(url))
 
         futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
@@ -349,6 +351,9 @@ class Agent:
             self._known.pop(result.url, None)
         else:
             self._known[result.url] = Known(result.after, result.digest)
+            owned = result.after.ids([k for k in KINDS if self.policy.manages(k)])
+            if owned != self._owned.get(result.url):
+                self._owned[result.url], self._owned_changed = owned, True
         if not result.ok:
             return
         with self._lock:
@@ -418,6 +423,9 @@ class Agent:
         try:
             with self._lock:
                 self.state_dir.save(self.state)
+            if self._owned_changed:
+                self.state_dir.save_pushed(self._owned)
+                self._owned_changed = False
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
 

@@ -16,7 +16,7 @@ client thin; the decisions about retrying live here:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -209,9 +209,10 @@ class GatewayPush:
                  source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
                  live: Future[LiveConfig] | None = None,
                  sleep: Callable[[float], None] = time.sleep, known: Known | None = None,
-                 phases: Phases | None = None) -> None:
+                 phases: Phases | None = None, owned: Mapping[str, Collection[str]] | None = None) -> None:
         self.gateway = gateway
         self.phases = phases or Phases()
+        self.owned = owned  # per kind, the ids gitsync pushed to this gateway before (reconcile.plan)
         self.prefetched = live  # this sync's GET, already under way: the first attempt's live config
         self.known = known  # the gateway as our last push left it, its digest still ours: no GET needed
         self.desired = Desired.of(desired, policy)  # shared by the plan and the read-back's
@@ -289,7 +290,7 @@ class GatewayPush:
         with self.phases.timed("push-wait", url):
             live = self._read()
         with self.phases.timed("plan"):
-            self.plan = plan(self.desired, live.view, self.desired.policy)
+            self.plan = plan(self.desired, live.view, self.desired.policy, self.owned)
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
         if not self.plan.changes:
@@ -410,13 +411,15 @@ class GatewayPush:
 def push(gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL, *,
          source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
          live: Future[LiveConfig] | None = None, sleep: Callable[[float], None] = time.sleep,
-         known: Known | None = None, phases: Phases | None = None) -> GatewayResult:
+         known: Known | None = None, phases: Phases | None = None,
+         owned: Mapping[str, Collection[str]] | None = None) -> GatewayResult:
     """Make one gateway hold `desired` for every kind `policy` manages; logged, never raises.
 
     `live`: a GET of the gateway's config this sync started earlier, so that it overlaps the fetch
     and render; the first attempt plans on it, a retry reads afresh."""
     try:
-        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep, known, phases).run()
+        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep, known, phases,
+                             owned).run()
     except Exception as exc:  # a bug must not take other gateways down
         logger.exception("gateway {}: sync crashed", gateway.url)
         return GatewayResult(gateway.url, SyncStatus.FAILED, error=redact(f"{type(exc).__name__}: {exc}"))

@@ -24,7 +24,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -319,6 +319,11 @@ class LiveView:
             self._listed[kind] = _Listed.of(kind, self.items(kind) or [])
         return self._listed[kind]
 
+    def ids(self, kinds: Collection[str]) -> dict[str, list[str]]:
+        """The ids of the items of `kinds`: after our own push, what gitsync pushed there."""
+        return {kind: [i for i in self.listed(kind).ids if i is not None] for kind in kinds
+                if version_key(kind) in self.versions}
+
     def body(self) -> dict[str, Any]:
         """The view as a GET body (versions and lists)."""
         return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}}}
@@ -342,12 +347,13 @@ def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes
     return sent
 
 
-def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float,
-                  version: int | float) -> tuple[KindPlan, list[Any]]:
+def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float,
+                  owned: Collection[str] | None = None) -> tuple[KindPlan, list[Any]]:
     twins = live.by_id()
     wanted = {key for key in want.ids if key is not None}
     gone = [key for key in twins if key not in wanted]
-    ours = {key for key in gone if written_by_gitsync(*twins[key])}
+    # Ours: what gitsync pushed there before, when it remembers; else what carries the index it derives.
+    ours = {key for key in gone if (key in owned if owned is not None else written_by_gitsync(*twins[key]))}
     kind_plan = KindPlan(
         key=kind,
         status=KindStatus.CHANGED,
@@ -386,11 +392,13 @@ class Desired:
 
 
 def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any] | LiveView,
-         policy: Policy = MANAGE_ALL) -> Plan:
+         policy: Policy = MANAGE_ALL, owned: Mapping[str, Collection[str]] | None = None) -> Plan:
     """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone.
 
     `desired` is the rendered payload, or a `Desired` prepared from it for several plans; `live` a GET
-    body, or a `LiveView` (the gateway after our own last push). `Plan.after` is the gateway once it
+    body, or a `LiveView` (the gateway after our own last push). `owned`: per kind, the ids gitsync
+    pushed to this gateway before, so that an item gone from the repo is told from one written out of
+    band (without it, by the modifiedIndex gitsync derives). `Plan.after` is the gateway once it
     takes the PUT."""
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
@@ -424,7 +432,8 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
                                     "APISIX can store: no version can follow it until the gateway restarts",
                                     kind=key))
             version = live_v
-        kind_plan, items = _changed_kind(key, want, current, live_v, version)
+        kind_plan, items = _changed_kind(key, want, current, live_v, version,
+                                         None if owned is None else owned.get(key, ()))
         kinds.append(kind_plan)
         versions[version_key(key)] = kind_plan.version
         sent[key] = items

@@ -9,7 +9,7 @@ agent then refuses the commit (stage ``health``) and heals every other gateway t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,7 +41,8 @@ class Release:
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
             proxy_url: str | None, live: Future[LiveConfig] | None = None, known: Known | None = None,
-            sleep: Callable[[float], None] | None = None, phases: Phases | None = None) -> GatewayResult:
+            sleep: Callable[[float], None] | None = None, phases: Phases | None = None,
+            owned: Mapping[str, Collection[str]] | None = None) -> GatewayResult:
     """Push `what` to one gateway, check it, and roll it back if a check fails (see the module).
 
     `live`: a GET of the gateway started earlier; `known`: the gateway as our last push left it, when
@@ -64,7 +65,7 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
                 return GatewayResult(client.url, SyncStatus.FAILED, error="refused by the deletion guard",
                                      guard=verdict)
     result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live,
-                  known=known, **options)
+                  known=known, owned=owned, **options)
     if not what.checks or result.status is not SyncStatus.APPLIED or not result.puts:
         return result
     if proxy is None or not proxy_url:
@@ -81,8 +82,13 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         logger.error("gateway {}: no last good commit to roll back to; the commit stays live", client.url)
         return result
     logger.warning("gateway {}: rolling back to the last good commit", client.url)
-    back = push(client, what.fallback, policy, retry=retry, known=_known_after(result), **options)
+    back = push(client, what.fallback, policy, retry=retry, known=_known_after(result),
+                owned=_owned_after(result, what.managed), **options)
     return replace(result, rollback=back)
+
+
+def _owned_after(result: GatewayResult, managed: Collection[str]) -> dict[str, list[str]] | None:
+    return result.after.ids(managed) if result.ok and result.after is not None else None
 
 
 def _known_after(result: GatewayResult) -> Known | None:
