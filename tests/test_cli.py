@@ -105,7 +105,8 @@ def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(
     config = tmp_path / "config"
     config.mkdir()
     (config / "a.yaml").write_text(
-        "secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n    token: t0k3n-abcd\n"
+        "secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
+        "    token: t0k3n-abcd\n"
         "routes:\n  - id: r1\n    uri: /a\n    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
         "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
     managed = run_gitsync("validate", "--dir", str(config))
