@@ -471,7 +471,9 @@ def _consumer_key_conflict(item: dict[str, Any], live: Mapping[str, Any]) -> str
     return None
 
 
-def _live_conflict(kind: str, item: object, live: Mapping[str, Any] | None) -> str | None:
+def live_conflict(kind: str, item: object, live: Mapping[str, Any] | None) -> str | None:
+    """What APISIX refuses in `item` because of the live config `live`: another owner of its auth
+    key or of its global-rule plugin (the same push removing that owner does not help)."""
     if live is None or not isinstance(item, dict):
         return None
     if kind == "global_rules":
@@ -565,7 +567,7 @@ def check_payload(body: Mapping[str, object], *, collect_all: bool = True,
                 found: list[str] = []  # plugins has no checker in APISIX
             else:
                 found = [i.message for i in check_item(kind, item)]
-                conflict = None if found else _live_conflict(kind, item, live)
+                conflict = None if found else live_conflict(kind, item, live)
                 if conflict:
                     found.append(conflict)
             if found:

@@ -53,7 +53,7 @@ from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
 from gitsync.schema import check_payload
 from gitsync.schema.checks import CONFIG_VALIDATE, PayloadIssue
 from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
-from gitsync.testing.cjson import CJsonError, decode, empty_arrays_as_objects, round_numbers
+from gitsync.testing.cjson import CJsonError, as_double, decode, empty_arrays_as_objects, round_numbers
 
 LAST_MODIFIED, DIGEST = METADATA_KEYS
 ADMIN = "/apisix/admin"
@@ -489,7 +489,6 @@ class ApisixDouble:
                 new[LAST_MODIFIED] = int(time.time())
                 new[DIGEST] = f"out-of-band-{self._oob_count}"
             self._commit(old, new)
-            self._workers.publish(self._running)
 
     def _take_fault(self) -> str | int | None:
         with self._lock:
@@ -732,8 +731,7 @@ class ApisixDouble:
             if len(cjson_encode(new)) > SHARED_DICT_BYTES:
                 # core.response.exit(500, err) with a string: plain text under the admin JSON type
                 return Reply(500, b"failed to save config to shared dict: no memory")
-            self._commit(old, new)
-            applied = self._workers.publish(self._running)
+            applied = self._commit(old, new)
             headers = self._metadata_headers()
         if wait is not None and self._workers.wait_applied(applied, wait / 1000):
             return Reply(200, headers=headers)  # 3.19: every worker applied it within the wait
@@ -773,18 +771,22 @@ class ApisixDouble:
         for key in keys:
             sent = data.get(version_key(key), False)
             live = self._live_version(old, key)
-            if sent is not False and sent < live:
+            if is_number(sent) and as_double(sent) < live:
                 return f"{version_key(key)} must be greater than or equal to ({lua_number(live)})"
         return None
 
     def _next_config(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-        """§2.3: absent → live+1 and emptied; equal → live content kept; higher → the sent list."""
+        """Absent → live+1 and emptied; equal → live content kept; higher → the sent list.
+
+        Versions compare as the doubles cjson reads (``100000000000000001`` equals a stored
+        ``1e+17``) and are stored with 14 significant digits, as every number is.
+        """
         new: dict[str, Any] = {}
         for key in self._keys:
             vkey = version_key(key)
             live = self._live_version(old, key)
             sent = data.get(vkey, False)
-            version = live + 1 if sent is False else sent
+            version = live + 1 if sent is False else as_double(sent)
             new[vkey] = version
             items = data.get(key)
             if version == live:
@@ -794,8 +796,16 @@ class ApisixDouble:
                 new[key] = items
         return round_numbers(new)
 
-    def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> None:
-        """Store `new` and let the data plane apply every kind whose version changed (§2.8)."""
+    def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> int:
+        """Store `new` and hand the workers every kind whose stored version changed (the modifiedIndex
+        rule applied); the commit's sequence number, for `_Workers.wait_applied`.
+
+        Stored means rounded to 14 significant digits: a higher version that rounds to the
+        stored one changes what GET shows, but not what the data plane serves.
+        """
+        for key in self._keys:
+            if is_number(new.get(version_key(key))):
+                new[version_key(key)] = round_numbers(new[version_key(key)])
         self._stored = new
         for kind in KINDS:
             vkey = version_key(kind)
@@ -816,6 +826,7 @@ class ApisixDouble:
                 else:
                     rebuilt[oid] = _Live(deepcopy(item), index_sent if index_sent is not None else version)
             self._running[kind] = rebuilt
+        return self._workers.publish(self._running)
 
     # ---------------------------------------------------------------- data plane
 
