@@ -533,8 +533,11 @@ class Source:
 
     # -- read ----------------------------------------------------------------------------------------------
 
-    def read(self, sha: str) -> CommitFiles:
+    def read(self, sha: str, have: Callable[[str], bool] | None = None) -> CommitFiles:
         """The config files under the configured paths at commit `sha`, from the mirror's object store.
+
+        `have(blob_sha)`: whether the caller (render's parse cache) already holds that file; its bytes
+        are then read only if asked for later (`ConfigFiles.load`).
 
         Only config files (`is_config_file`) are read, and each only once its object header says it
         is within `max_file_size`: a large blob beside them costs nothing. Larger ones are listed in
@@ -554,6 +557,10 @@ class Source:
                         continue
                     if not is_config_file(name):
                         continue
+                    blob_ids[name] = files.blob_ids[name] = blob_id.decode()
+                    if have is not None and have(blob_ids[name]):
+                        files.unread.add(name)
+                        continue
                     size = _object_size(store, blob_id)
                     if size > self.max_file_size:
                         files.oversized[name] = size
@@ -561,9 +568,20 @@ class Source:
                     blob = store[blob_id]
                     assert isinstance(blob, Blob)
                     files[name] = blob.data
-                    blob_ids[name] = blob_id.decode()
+            files.load = self.blob
             return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids,
                                commit.message.decode("utf-8", "replace"))
+
+    def blob(self, blob_sha: str) -> bytes:
+        """One blob's bytes, from the mirror (for a file `read` left unread)."""
+        repo = self._open()
+        if repo is None:
+            raise SourceError("read", f"no mirror at {self.mirror_path}: fetch first")
+        with repo:
+            blob = repo.object_store[blob_sha.encode()]
+        if not isinstance(blob, Blob):
+            raise SourceError("read", f"{blob_sha} is not a blob")
+        return blob.data
 
     def _entries(self, repo: Repo, commit: Commit, path: str) -> Iterator[tuple[str, int, bytes]]:
         """(repo-relative name, mode, blob SHA) of every file at or under `path`."""

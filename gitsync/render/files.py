@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from gitsync.log import logger
 from gitsync.problems import quote_name
@@ -26,12 +27,37 @@ DEFAULT_MAX_FILE_SIZE: int = SPEC_BY_NAME["max_file_size"].default
 
 class ConfigFiles(dict[str, bytes]):
     """The config files a source read, by repo-relative path, and those left unread for their size
-    (`oversized`: path → bytes), which render reports along with every other problem."""
+    (`oversized`: path → bytes), which render reports along with every other problem.
+
+    A git source may leave a file's bytes unread when render's parse cache already holds its blob
+    (`blob_ids` names it, `load` reads it should anything still ask): a one-file change reads one
+    file's bytes, not all of them."""
 
     def __init__(self, files: Mapping[str, bytes] | None = None,
                  oversized: Mapping[str, int] | None = None) -> None:
         super().__init__(files or {})
         self.oversized: dict[str, int] = dict(oversized or {})
+        self.blob_ids: dict[str, str] = {}  # path → git blob SHA, where known
+        self.unread: set[str] = set()  # paths whose bytes are read only if asked for (`load`)
+        self.load: Callable[[str], bytes] | None = None  # blob SHA → bytes
+
+    def __missing__(self, name: str) -> bytes:
+        if name not in self.unread or self.load is None:
+            raise KeyError(name)
+        data = self.load(self.blob_ids[name])
+        self.unread.discard(name)
+        self[name] = data
+        return data
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def names(self) -> list[str]:
+        """Every config file's path, read or not (not the oversized ones)."""
+        return [*self.keys(), *sorted(self.unread)]
 
 
 def _hidden(path: str) -> bool:

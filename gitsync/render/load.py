@@ -78,7 +78,7 @@ class Document:
     marshal cannot store: those are copied by the substitution stage instead.)
     """
 
-    __slots__ = ("_blob", "_value", "index", "item_pos", "key_pos", "pos")
+    __slots__ = ("_blob", "_shared", "_value", "index", "item_pos", "key_pos", "pos")
 
     def __init__(self, index: int, data: Any, pos: Pos, key_pos: dict[str, Pos],
                  item_pos: dict[str, tuple[Pos, ...]], keep_objects: bool = False) -> None:
@@ -88,11 +88,24 @@ class Document:
         self.item_pos = item_pos
         self._blob = None if keep_objects else marshal.dumps(data)
         self._value = data if keep_objects else None
+        self._shared: Any = None
 
     @property
     def data(self) -> Any:
         """The document's content: a fresh copy, except for documents holding expressions."""
         return self._value if self._blob is None else marshal.loads(self._blob)
+
+    @property
+    def shared(self) -> Any:
+        """The document's content, one object for every render while the file is cached: no stage
+        after render changes an item (each makes its own copy: the schema check, reconcile's sent
+        items, masking), so unchanged files cost nothing to render again. Only `data` may be
+        changed by its caller."""
+        if self._blob is None:
+            return self._value
+        if self._shared is None:
+            self._shared = marshal.loads(self._blob)
+        return self._shared
 
     def __repr__(self) -> str:
         return f"Document(index={self.index}, pos={self.pos}, data={self.data!r})"
@@ -107,6 +120,7 @@ class ParsedFile:
     has_templates: bool  # contains ``${{``: substitution must look at it
     has_sops: bool  # has a top-level ``sops`` mapping: must be decrypted
     has_secret_references: bool  # contains ``$secret://``
+    size: int = 0  # bytes
     #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -303,7 +317,7 @@ def parse(data: bytes) -> ParsedFile:
         pass
     finally:
         loader.close()
-    return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data)
+    return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data, len(data))
 
 
 _NO_KEY = object()
@@ -423,13 +437,26 @@ class ParseCache:
         self._keep = keep_renders
         self.parses = 0
 
-    def get(self, data: bytes) -> ParsedFile:
-        key = blob_sha(data)
+    def has(self, key: str) -> bool:
+        """Whether the file of this git blob SHA is parsed already (its bytes need not be read)."""
+        with self._lock:
+            return key in self._entries
+
+    def cached(self, key: str) -> ParsedFile | None:
+        """The parsed file of this git blob SHA, when it is in the cache (it stays: used this render)."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None:
-                self._entries[key] = (entry[0], self._generation)
-                return entry[0]
+            if entry is None:
+                return None
+            self._entries[key] = (entry[0], self._generation)
+            return entry[0]
+
+    def get(self, data: bytes, key: str | None = None) -> ParsedFile:
+        """The parsed file of `data` (`key`, its blob SHA, when the caller knows it)."""
+        key = key or blob_sha(data)
+        parsed = self.cached(key)
+        if parsed is not None:
+            return parsed
         parsed = parse(data)
         with self._lock:
             self.parses += 1

@@ -150,8 +150,9 @@ def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
 
 def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered:
     render_problems: list[Problem] = []
-    oversized = files.oversized if isinstance(files, ConfigFiles) else {}
-    buckets, empty = layers([*files, *oversized], options.paths)
+    known = files if isinstance(files, ConfigFiles) else ConfigFiles()
+    oversized = known.oversized
+    buckets, empty = layers([*files, *known.unread, *oversized], options.paths)
     for path in empty:
         render_problems.append(Problem(f"no config files (*.yaml, *.yml, *.json) under the path {path!r}"))
     positions = FilePositions(files)
@@ -166,17 +167,18 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     unknown: dict[str, bytes | None] = {}
     for layer, names in enumerate(buckets):
         for name in names:
-            data = files.get(name)
-            size = oversized[name] if data is None else len(data)
-            if data is None or size > options.max_file_size:
+            blob = known.blob_ids.get(name)
+            parsed: ParsedFile | None = cache.cached(blob) if blob else None
+            size = parsed.size if parsed is not None else oversized.get(name) or len(files.get(name) or b"")
+            if name in oversized or size > options.max_file_size:
                 render_problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
                                                f"{options.max_file_size}", Location(name)))
                 unknown[name] = None
                 continue
-            parsed: ParsedFile = cache.get(data)
+            parsed = parsed or cache.get(files[name], blob)
             if parsed.issues:
                 render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
-                unknown[name] = data
+                unknown[name] = files[name]
                 continue
             if not parsed.has_templates and not parsed.has_sops:
                 facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
@@ -186,8 +188,9 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                                                "keep one document per encrypted file", Location(name)))
                 unknown[name] = None
                 continue
+            plain = not parsed.has_templates and not parsed.has_sops
             for doc in parsed.documents:
-                content = doc.data
+                content = doc.shared if plain else doc.data
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
                                                                                            dict)
                 if encrypted:
