@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gitsync.checks import CHECKS, Check, parse_checks
@@ -22,7 +22,7 @@ from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
-from gitsync.render.validate import FileFacts, validate
+from gitsync.render.validate import FileFacts, item_contents, validate
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class Rendered:
     source_map: SourceMap
     secret_values: frozenset[str]
     checks: tuple[Check, ...] = ()  # health checks of the commit (gitsync.checks); not pushed
+    #: Each item's canonical content, by kind, in payload order (`gitsync.content.content_bytes`).
+    contents: dict[str, list[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -181,7 +183,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 unknown[name] = files[name]
                 continue
             if not parsed.has_templates and not parsed.has_sops:
-                facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
+                facts[name] = parsed.memo.setdefault("facts", FileFacts({}, parsed.has_secret_references))
             if parsed.has_sops and len(parsed.documents) > 1:
                 # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
                 render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "
@@ -220,4 +222,5 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
         redactors: dict[frozenset[str], Redactor] = {}
         raise ProblemsError(stage, [_redacted(p, secret_fields, redactors)
                                     for p in _sorted(render_problems + problems)])
-    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks))
+    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks),
+                    item_contents(built.payload, source_map, facts))
