@@ -221,8 +221,17 @@ class Settings:
     writeback: str = setting("writeback", "enum", "auto", "Status commits and notes: `auto` writes back "
                              "whenever the remote can be pushed to.", choices=("auto", "on", "off"),
                              groups=(WRITEBACK,))
-    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch holding one status file per "
-                                 "agent.", groups=(WRITEBACK,))
+    status_refs: str = setting("writeback", "str", "refs/gitsync/status", "Namespace of the status refs: "
+                               "each agent writes only `<status_refs>/<agent_name>`, so a fleet never "
+                               "contends; `status --fleet` and `after_group` read them.", groups=(WRITEBACK,),
+                               metavar="REF")
+    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch showing every agent's status "
+                                 "as `agents/<agent>.yaml`, rebuilt from the status refs for people browsing "
+                                 "the forge (best effort).", groups=(WRITEBACK,))
+    status_heartbeat: float = setting("writeback", "duration", 60.0, "The status ref is rewritten (a fresh "
+                                      "commit time) at least this often, on the first poll after it is due, "
+                                      "so readers tell a live agent from a down one: down after two periods "
+                                      "without a write.", groups=(WRITEBACK,), minimum=1)
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -233,6 +242,16 @@ class Settings:
                                   "summarised.", groups=(WRITEBACK,), minimum=256)
     notes_retention: float = setting("writeback", "duration", 30 * 86400.0, "Notes older than this are "
                                      "pruned.", groups=(WRITEBACK,), minimum=60)
+    # [rollout]
+    group: str | None = setting("rollout", "str", None, "This agent's group in the fleet (in its status), "
+                                "for other agents' `after_group`.", groups=(WRITEBACK,))
+    after_group: str | None = setting("rollout", "str", None, "Apply a new commit only once `after_count` "
+                                      "live agents of this group have run it, checks passed, for `soak`.",
+                                      groups=(WRITEBACK,))
+    after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
+                               "commit.", groups=(WRITEBACK,), minimum=1)
+    soak: float = setting("rollout", "duration", 300.0, "How long a commit must have run, checks passed, "
+                          "before the next group applies it.", groups=(WRITEBACK,), minimum=0)
     # [log]
     log_json: bool = setting("log", "bool", False, "One JSON object per log line (journald, containers).",
                              groups=(GLOBAL,))
@@ -593,6 +612,9 @@ def load(
     if unknown:
         origin = merged["unmanaged"].origin
         raise SettingsError(f"{origin}: unknown kind {unknown[0]!r}{_suggest(unknown[0], KINDS)}")
+    if values.get("after_group") and values.get("after_group") == values.get("group"):
+        raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
+                            f"{values['group']!r}: its agents would wait for one another forever")
     settings = Settings(**values, config_file=config_path)
     missing = [name for name in require if not getattr(settings, name)]
     if missing:
