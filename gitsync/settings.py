@@ -226,8 +226,9 @@ class Settings:
                                "contends; `status --fleet` and `after_group` read them.", groups=(WRITEBACK,),
                                metavar="REF")
     status_branch: str = setting("writeback", "str", "gitsync/status", "Branch showing every agent's status "
-                                 "as `agents/<agent>.yaml`, rebuilt from the status refs for people browsing "
-                                 "the forge (best effort).", groups=(WRITEBACK,))
+                                 "as `agents/<agent>.yaml`, rebuilt from the status refs by an agent whose "
+                                 "status changed, for people browsing the forge (best effort); empty: this "
+                                 "agent does not write it.", groups=(WRITEBACK,))
     status_heartbeat: float = setting("writeback", "duration", 60.0, "The status ref is rewritten (a fresh "
                                       "commit time) at least this often, on the first poll after it is due, "
                                       "so readers tell a live agent from a down one: down after two periods "

@@ -5,14 +5,17 @@ Three things are written to the config repo's remote, with dulwich and no work t
 * **one status ref per agent**, ``refs/gitsync/status/<agent>`` (`status_refs`): a commit whose tree
   holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
   was given, its group, when that commit was applied and the health checks' verdict. Each agent
-  writes only its own ref, so a fleet publishing at once never contends. A new commit (a child of
-  the last) is made only when the status changes in substance (time and duration do not count); in
-  between, every `status_heartbeat` the tip is replaced by a copy with a fresh commit time, one
-  small object, so a reader tells a live agent from a down one (`gitsync.groups`);
-* the **status branch** (``gitsync/status``): ``agents/<agent>.yaml`` for every agent, a view built
-  from the refs for people browsing the forge. An agent rebuilds it after changing its own status,
-  with compare-and-swap and bounded attempts; it is best effort (the next rebuild, by any agent,
-  catches up what one lost) and nothing in gitsync reads it;
+  writes only its own ref, so a fleet publishing at once never contends. A status commit, without
+  parents, is made when the status changes in substance (time and duration do not count); every
+  `status_heartbeat` in between, the ref moves to a heartbeat: a child of that status commit with
+  the same tree and a fresh commit time, replacing the last heartbeat. So a reader tells a live
+  agent from a down one (`gitsync.groups`) at the cost of one small object, the server leaves out
+  the tree and blob a reader has (they hang from a commit it has), and a ref is never more than
+  two commits deep: a reader never fetches an agent's history;
+* the **status branch** (``gitsync/status``; empty: none): ``agents/<agent>.yaml`` for every agent, a
+  view built from the refs for people browsing the forge, whose history is the fleet's. An agent
+  rebuilds it after changing its own status, with compare-and-swap and bounded attempts; it is best
+  effort (the next rebuild, by any agent, catches up what one lost) and nothing in gitsync reads it;
 * **notes** (default ``refs/notes/gitsync``) on a commit that failed: one section per agent (a YAML
   document each, sorted by agent), holding the stage and every error as
   ``file:line:col: kind[id].field: message``. A section is bounded in size, and sections older than
@@ -70,10 +73,12 @@ MAX_ERROR_CHARS = 1024  # one error line in a note; longer ones are cut (a secti
 MAX_PRUNED_LISTED = 100  # pruned ids listed per kind in a status file; the count says the rest
 MAX_PENDING_NOTES = 100  # failure notes kept for the next publish when the remote is unreachable
 VOLATILE_STATUS_KEYS = ("time", "duration")  # a change of these alone is not worth a commit
-LOCAL_OWN_REF = b"refs/writeback/own"  # this agent's status ref, as last seen on the remote
-LOCAL_VIEW_REF = b"refs/writeback/view"
-LOCAL_NOTES_REF = b"refs/writeback/notes"
-LOCAL_FLEET_PREFIX = b"refs/writeback/fleet/"  # every agent's status ref, as last read
+# The work repo's refs: what it last saw of each remote ref. Under refs/heads/, because a fetch
+# offers the local heads as what it has: the server then sends only objects the repo lacks.
+LOCAL_OWN_REF = b"refs/heads/own"  # this agent's status ref
+LOCAL_VIEW_REF = b"refs/heads/view"
+LOCAL_NOTES_REF = b"refs/heads/notes"
+LOCAL_FLEET_PREFIX = b"refs/heads/fleet/"  # every agent's status ref
 # Words in a refusal that mean "you may not push here", as git daemon, http-backend, ssh and the OS say it.
 _DENIED = re.compile(
     r"permission denied|access denied|not permitted|forbidden|unauthori[sz]ed|authentication failed|"
@@ -606,7 +611,7 @@ class WriteBack:
         self.options = options = options or WriteBackOptions()
         self.own_ref = status_ref(options.status_refs, options.agent)
         self.status_prefix = status_prefix(options.status_refs)
-        self.view_ref = full_ref(options.status_branch, "refs/heads/")
+        self.view_ref = full_ref(options.status_branch, "refs/heads/") if options.status_branch else None
         self.notes_ref = full_ref(options.notes_ref, "refs/notes/")
         self.enabled = True
         self.failures = 0  # write-backs that failed (exposed as a metric)
@@ -719,9 +724,11 @@ class WriteBack:
     def _refresh_view(self) -> None:
         """Fold the status refs into the status branch, when this agent's latest may be missing there.
         Best effort: a failure is logged at debug level and retried later (backing off)."""
-        if not (self._view_stale and self.enabled) or self._view_denied or not self._view_backoff.ready():
+        view = self.view_ref
+        if view is None or not (self._view_stale and self.enabled) or self._view_denied \
+                or not self._view_backoff.ready():
             return
-        pushed = self._publish("view", self.view_ref, LOCAL_VIEW_REF, self._view_commit,
+        pushed = self._publish("view", view, LOCAL_VIEW_REF, self._view_commit,
                                context=self.options.status_branch, also=(self.status_prefix,), quiet=True)
         if pushed is None:
             self._view_backoff.failed()
@@ -813,8 +820,8 @@ class WriteBack:
     def _own_commit(self, repo: Repo, tip: bytes | None, report: StatusReport | None
                     ) -> tuple[bytes | None, bool]:
         """The next commit of this agent's status ref, and whether it changes the status in substance:
-        a child of `tip` for a new status; `tip` again with a fresh commit time when the heartbeat is
-        due; None when nothing is."""
+        a new status; `tip`'s status again with a fresh commit time when the heartbeat is due; None
+        when nothing is."""
         store = repo.object_store
         held = _status_of(store, tip) if tip else None
         previous = held[1] if held else None
@@ -825,12 +832,12 @@ class WriteBack:
                 tree = Tree()
                 tree.add(STATUS_FILE, stat.S_IFREG | 0o644, blob.id)
                 store.add_objects([(blob, None), (tree, None)])
-                return self._commit(repo, tree, [tip] if tip else [], status_message(report)), True
+                return self._commit(repo, tree, [], status_message(report)), True
         if tip is None or time.time() - store[tip].commit_time < self.options.heartbeat:
             return None, False
-        old = store[tip]  # the heartbeat: the same status, parents and message; only the time is new
-        tree = store[old.tree]
-        return self._commit(repo, tree, old.parents, old.message), False
+        old = store[tip]  # the heartbeat: a child of the status commit, with the same tree and message
+        status = old.parents[0] if old.parents else tip
+        return self._commit(repo, store[old.tree], [status], old.message), False
 
     def _view_commit(self, repo: Repo, tip: bytes | None, refs: Mapping[bytes, bytes]) -> bytes | None:
         """The status branch with every agent's ``status.yaml`` from its ref (files of agents without a

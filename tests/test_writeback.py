@@ -65,7 +65,7 @@ def writer(url: str, work: Path, *, timeout: float = 30.0, agent: str = "edge-1"
 
 
 def status_commits(repo: BareRepo, agent: str = "edge-1") -> list[str]:
-    """The history of an agent's status ref (newest first)."""
+    """The commits of an agent's status ref (newest first): its status, and a heartbeat on it."""
     out = git("rev-list", f"refs/gitsync/status/{agent}", "--", cwd=repo.path, check=False)
     return out.split() if out else []
 
@@ -117,11 +117,12 @@ def test_applied_commit_gives_exactly_one_status_commit(config_repo, git_daemon,
     assert repo.git("show", "gitsync/status:agents/edge-1.yaml") == text
     assert repo.tip() == sha
 
-    # A real change (a new commit applied) is a new status commit, a child of the last.
+    # A real change (a new commit applied) is a new status commit: no parents (the branch keeps history).
     sha2 = repo.commit({"routes.yaml": "routes: [1]\n"}, "second")
     assert wb.publish_status(report("edge-1", sha2, subject="second")) is True
-    assert len(status_commits(repo)) == 2
+    assert len(status_commits(repo)) == 1 and f"commit: {sha2}" in status_text(repo)
     assert status_refs(repo) == ["edge-1"]
+    assert repo.git("rev-list", "--count", "gitsync/status") == "2"
 
 
 def test_each_agent_keeps_its_own_file(config_repo, git_daemon, tmp_path):
@@ -193,12 +194,13 @@ def test_a_status_ref_moved_by_someone_else_is_read_and_built_on(config_repo, gi
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
     assert writer(url, tmp_path / "before").publish_status(report("edge-1", sha))
+    before = status_text(repo)
     fresh = writer(url, tmp_path / "after")  # a new work dir: it has never seen the ref
-    assert fresh.publish_status(report("edge-1", sha, result="failed")) is True
-    assert fresh.conflicts == 1 and fresh.failures == 0
-    history = status_commits(repo)
-    assert len(history) == 2 and repo.git("rev-parse", f"{history[0]}^") == history[1]
-    assert "result: failed" in status_text(repo)
+    assert fresh.publish_status(report("edge-1", sha)) is False  # read it: the same status, nothing to do
+    assert fresh.conflicts == 1 and fresh.failures == 0 and fresh.pending == 0
+    assert fresh.publish_status(report("edge-1", sha, result="failed")) is True  # now it knows the tip
+    assert fresh.conflicts == 1
+    assert "result: failed" in status_text(repo) and before != status_text(repo)
 
 
 def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_due(config_repo, git_daemon,
@@ -213,20 +215,22 @@ def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_du
                         WriteBackOptions(agent="edge-1", heartbeat=60.0))
     assert offline.refresh() is False and offline.failures == 0 and offline.pending == 0
 
-    time.sleep(1.1)  # the heartbeat period is whole seconds of commit time
-    assert wb.refresh() is True
-    beat = status_commits(repo)
-    assert len(beat) == 1 and beat != first  # replaced, not appended: history holds changes only
-    assert repo.git("rev-parse", f"{beat[0]}^{{tree}}") == repo.git("rev-parse", f"{first[0]}^{{tree}}")
+    for _ in range(2):
+        time.sleep(1.1)  # the heartbeat period is whole seconds of commit time
+        assert wb.refresh() is True
+        beat = status_commits(repo)
+        # a child of the status commit with its tree; the next heartbeat replaces it: never deeper than 2
+        assert len(beat) == 2 and beat[1] == first[0]
+        assert repo.git("rev-parse", f"{beat[0]}^{{tree}}") == repo.git("rev-parse", f"{first[0]}^{{tree}}")
     times = [int(repo.git("log", "-1", "--format=%ct", c)) for c in (first[0], beat[0])]
     assert times[1] > times[0]
     fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
     assert fleet[0]["seen"] == datetime.fromtimestamp(times[1], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    # A change after heartbeats is a child of the last heartbeat, which shares its parents with the first.
+    # A change after heartbeats is a new status commit, without parents.
     sha2 = repo.commit({"routes.yaml": "routes: [2]\n"}, "two")
     assert wb.publish_status(report("edge-1", sha2))
-    assert status_commits(repo)[1:] == beat
+    assert len(status_commits(repo)) == 1 and f"commit: {sha2}" in status_text(repo)
 
 
 def test_applied_at_is_kept_while_the_commit_stays_and_renewed_with_a_new_one(config_repo, tmp_path):
@@ -308,7 +312,7 @@ def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
     elapsed = time.monotonic() - began
 
     assert status_refs(repo) == agents
-    assert all(len(status_commits(repo, a)) == 1 for a in agents)
+    assert all(f"agent: {a}" in status_text(repo, a) for a in agents)
     assert all(status for status, _ in outcomes.values())  # the status refs: first try, every one
     _, sections = parse_note(note_of(repo, sha))
     assert sorted(sections) == agents
