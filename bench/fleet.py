@@ -11,7 +11,8 @@ agent, measured by the difference of those counters around it:
 
 - a poll with nothing due (the daemon calls `WriteBack.refresh` on every poll);
 - a heartbeat (every `status_heartbeat`): the status ref's tip, with a fresh commit time;
-- a status change (a commit applied): the status ref, then the view (the status branch) rebuilt;
+- a status change (a commit applied): the status ref, then the view (the status branch) rebuilt
+  from every ref that moved since this writer last rebuilt it (first: all of them);
 - a read of the fleet (every poll of an agent with `after_group`): nothing moved since the last
   read; one agent's ref moved; every agent's ref moved (each wrote a heartbeat).
 
@@ -84,17 +85,22 @@ def measure(kind: str, agents: int) -> list[tuple[str, Traffic]]:
             reader = FleetReader(Remote.of(url), root / "reader")
             rows = [("first read of the fleet (all new to this reader)", _delta(traffic, reader.read))]
             rows.append(("read of the fleet, nothing moved", _delta(traffic, reader.read)))
-            one = writers[0]
+            first, last = writers[0], writers[-1]
             time.sleep(1.1)  # the heartbeat period of these writers
-            rows.append(("heartbeat (refresh when due)", _delta(traffic, one.refresh)))
-            rows.append(("poll with nothing due (refresh)", _delta(traffic, one.refresh)))
+            rows.append(("heartbeat (refresh when due)", _delta(traffic, first.refresh)))
+            quiet = WriteBack(Remote.of(url), first.work_dir,  # the same agent, a long heartbeat
+                              WriteBackOptions(agent=names[0], heartbeat=3600))
+            rows.append(("poll with nothing due (refresh)", _delta(traffic, quiet.refresh)))
             rows.append(("read of the fleet, one agent moved", _delta(traffic, reader.read)))
             changed = repo.commit({"routes.yaml": "routes: [1]\n"}, "change")
-            rows.append(("status change: the ref, then the view", _delta(
-                traffic, lambda: one.publish_status(_report(names[0], changed)))))
+            rows.append(("status change, first: the ref, the view (all new)", _delta(
+                traffic, lambda: first.publish_status(_report(names[0], changed)))))
+            time.sleep(1.1)
             for writer in writers[1:]:
                 writer.refresh()
             rows.append((f"read of the fleet, all {agents} moved (heartbeats)", _delta(traffic, reader.read)))
+            rows.append(("status change, later: the ref, the view (moved only)", _delta(
+                traffic, lambda: last.publish_status(_report(names[-1], changed)))))
             assert len(reader.read()) == agents
     return rows
 

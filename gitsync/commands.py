@@ -276,8 +276,8 @@ def _sync_repo(settings: Settings) -> int:
     unwritten = agent.writeback.pending if agent.writeback is not None else 0
     if unwritten:
         assert agent.writeback is not None
-        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written to "
-              f"{agent.writeback.url}: {agent.writeback.last_error}", file=sys.stderr)
+        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: "
+              f"{agent.writeback.last_error}", file=sys.stderr)
     if outcome.ok:
         print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
         return EXIT_WRITEBACK_FAILED if unwritten else 0

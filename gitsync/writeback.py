@@ -79,6 +79,7 @@ LOCAL_OWN_REF = b"refs/heads/own"  # this agent's status ref
 LOCAL_VIEW_REF = b"refs/heads/view"
 LOCAL_NOTES_REF = b"refs/heads/notes"
 LOCAL_FLEET_PREFIX = b"refs/heads/fleet/"  # every agent's status ref
+_NON_FAST_FORWARD = re.compile(r"non-fast-forward|not a fast.forward", re.IGNORECASE)
 # Words in a refusal that mean "you may not push here", as git daemon, http-backend, ssh and the OS say it.
 _DENIED = re.compile(
     r"permission denied|access denied|not permitted|forbidden|unauthori[sz]ed|authentication failed|"
@@ -526,6 +527,11 @@ class _Wire:
             why = failed.get(ref) or next(iter(failed.values()))
             if is_permission_denied(why):
                 raise WriteBackError(f"{self.url}: push of {ref.decode()} refused: {why}")
+            if _NON_FAST_FORWARD.search(why) and base is not None and base not in self.repo[new].parents:
+                # a status ref is rewritten by design: a remote that forbids that always will
+                raise WriteBackError(f"{self.url}: push of {ref.decode()} refused: {why} (status refs are "
+                                     "rewritten on every change and heartbeat: allow non-fast-forward "
+                                     "updates of them, e.g. git config receive.denyNonFastForwards false)")
             raise _RefMoved(f"remote refused: {why}")  # "failed to lock", "stale info": someone was faster
 
 
@@ -534,7 +540,7 @@ def _set_local(repo: Repo, local_ref: bytes, sha: bytes | None) -> None:
     if sha is None:
         if local_ref in repo.refs:
             del repo.refs[local_ref]
-    elif repo.refs.as_dict().get(local_ref) != sha:
+    elif _local(repo, local_ref) != sha:
         repo.refs[local_ref] = sha
 
 
@@ -955,6 +961,12 @@ class FleetReader:
         self.work_dir = Path(work_dir)
         self.prefix = status_prefix(status_refs)
         self._docs: dict[bytes, dict[str, Any]] = {}  # tip commit → its document, with "seen"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FleetReader:
+        """The agent's reader: the config repo's remote, its own work repo in the state dir
+        (``<state_dir>/fleet``, apart from write-back's: the two run on different threads)."""
+        return cls(Remote.from_settings(settings), Path(settings.state_dir) / "fleet", settings.status_refs)
 
     def read(self) -> list[dict[str, Any]]:
         """Every agent's status document, sorted by agent; raises `SourceError` when the remote fails."""

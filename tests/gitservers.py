@@ -597,74 +597,82 @@ def _current_user() -> str:
 # A remote that hangs
 
 
-class HungServer:
-    """Listens on 127.0.0.1 and never says a word: connections are accepted and left hanging."""
+class _Listener:
+    """Accepts TCP connections on 127.0.0.1 in a thread and hands each to `accepted`; a context manager."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, backlog: int = 16) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((LOCALHOST, port))
-        self.sock.listen(16)
+        self.sock.listen(backlog)
         self.port = self.sock.getsockname()[1]
-        self._held: list[socket.socket] = []
         self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._accept, name="hung", daemon=True)
+        self.thread = threading.Thread(target=self._accept, name=type(self).__name__, daemon=True)
+
+    def accepted(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def closed(self) -> None:
+        """After the listener stopped: release what `accepted` kept."""
 
     def _accept(self) -> None:
         self.sock.settimeout(0.1)
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError, OSError):
                 conn, _ = self.sock.accept()
-                self._held.append(conn)
+                self.accepted(conn)
 
-    def __enter__(self) -> HungServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self.thread.join(timeout=5)
+        self.closed()
+        self.sock.close()
+
+
+class HungServer(_Listener):
+    """Listens on 127.0.0.1 and never says a word: connections are accepted and left hanging."""
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(port)
+        self._held: list[socket.socket] = []
+
+    def accepted(self, conn: socket.socket) -> None:
+        self._held.append(conn)
+
+    def closed(self) -> None:
         for conn in self._held:
             conn.close()
-        self.sock.close()
 
 
 # ---------------------------------------------------------------------------------------------------------
 # A relay in front of git daemon: what each service costs, and holding a fleet's pushes
 
 
-class GitGate:
+class GitGate(_Listener):
     """Relays ``git://127.0.0.1:PORT/<name>`` to a git daemon's port. It reads each connection's request
     (``git-upload-pack /x.git\\0host=…``) to know its service: `traffic` counts connections and bytes
     each way per service, and `hold` keeps connections for one service waiting (see `Hold`)."""
 
     def __init__(self, target_port: int, hold: Hold | None = None) -> None:
+        super().__init__(backlog=1024)
         self.target_port = target_port
         self.hold = hold
         self.traffic: dict[str, Traffic] = {}
         self._lock = threading.Lock()
         self._active = 0  # connections being relayed
         self._idle = threading.Condition(self._lock)
-        self.sock = socket.socket()
-        self.sock.bind((LOCALHOST, 0))
-        self.sock.listen(1024)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="git-gate", daemon=True)
 
     def url(self, name: str) -> str:
         return f"git://{LOCALHOST}:{self.port}/{name}"
 
-    def _accept(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            with self._lock:
-                self._active += 1
-            threading.Thread(target=self._relay, args=(conn,), name="git-gate-conn", daemon=True).start()
+    def accepted(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._active += 1
+        threading.Thread(target=self._relay, args=(conn,), name="git-gate-conn", daemon=True).start()
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until every connection accepted so far is relayed to its end (and counted)."""
@@ -698,15 +706,6 @@ class GitGate:
                 return
             sent, received = _pump(client, upstream)
             _count(self.traffic, self._lock, service, sent + len(first), received)
-
-    def __enter__(self) -> GitGate:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:

@@ -272,6 +272,25 @@ def test_the_branch_is_a_view_of_the_refs_keeping_files_it_has_no_ref_for(config
     assert hb.refresh() is True and repo.rev("gitsync/status") == tip
 
 
+def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, tmp_path):
+    """receive.denyNonFastForwards: git applies it under refs/heads/ only, so the status refs (outside)
+    are rewritten freely; put them under refs/heads/ and the rewrite is refused at once, with the fix."""
+    repo, sha = config_repo
+    repo.git("config", "receive.denyNonFastForwards", "true")
+    url = git_daemon.url(repo.path.name)
+    for namespace, allowed in (("refs/gitsync/status", True), ("refs/heads/status", False)):
+        wb = writer(url, tmp_path / namespace.replace("/", "-"), heartbeat=1.0, status_refs=namespace)
+        assert wb.publish_status(report("edge-1", sha)) is True
+        time.sleep(1.1)
+        assert wb.refresh() is True  # the first heartbeat is a child of the status commit: a fast-forward
+        time.sleep(1.1)
+        began = time.monotonic()
+        assert wb.refresh() is allowed  # the second replaces the first
+        if not allowed:
+            assert time.monotonic() - began < 5 and wb.failures == 1 and wb.pending == 1
+            assert "allow non-fast-forward updates" in (wb.last_error or "")
+
+
 @pytest.mark.parametrize(("name", "slug"), [
     ("edge-1", "edge-1"), ("gw eu/1", "gw-eu-1"), ("..hidden", "hidden"), ("a..b", "a.b"),
     ("x.lock", "x-lock"), ("trailing.", "trailing"), ("", "agent"), ("ünï", "-n-"),
