@@ -27,20 +27,24 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from gitsync import __version__
 from gitsync.backoff import Backoff
-from gitsync.decide import Decision, GatewayView, Holding, Probe, RemoteView, decide
-from gitsync.gateway import ConfigHead, GatewayError, LiveConfig, endpoints_from_settings
+from gitsync.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
+from gitsync.gateway import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import SourceError
+from gitsync.guard import GuardPolicy, allowed_kinds
+from gitsync.httpclient import HttpClient
+from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, policy_from_settings, push
+from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, policy_from_settings
 from gitsync.reconcile import plan
 from gitsync.render import ParseCache, Rendered, options_from_settings, render
+from gitsync.rollout import Release, release
 from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
 from gitsync.source import Source
@@ -91,16 +95,19 @@ class Agent:
         self.cache = ParseCache()
         self.policy = policy_from_settings(settings)
         self.retry = RetryPolicy.from_settings(settings)
-        self.gateways = Gateways(endpoints_from_settings(settings), settings.max_backoff)
+        endpoints = endpoints_from_settings(settings)
+        self.gateways = Gateways(endpoints, settings.max_backoff)
+        self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
+        self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
         self.wake = wake
         self._lock = threading.Lock()  # state.gateways, between the sync worker and the drift watch
-        self._rendered: dict[str, tuple[Rendered, str]] = {}  # commit → (payload, subject): target, last good
-        # url → the push an earlier sync left running: (commit, drifted?, future)
-        self._running: dict[str, tuple[str, bool, Future[GatewayResult]]] = {}
+        self._rendered: dict[str, RenderedCommit] = {}  # the last good commit and the latest others
+        # url → the push an earlier sync left running: (commit, drifted?, advances last good?, future)
+        self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
         self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
 
@@ -173,8 +180,11 @@ class Agent:
         return views
 
     def _decide(self, remote: RemoteView, views: list[GatewayView]) -> Decision:
+        canary = None
+        if self.settings.rollout == "canary" and self.gateways.urls:
+            canary = Canary(self.gateways.urls[0], self.settings.soak, time.time())
         return decide(remote, self.state.last_good, self.state.bad, views, unmanaged=self.policy.unmanaged,
-                      report_drift=self.settings.drift == "report")
+                      report_drift=self.settings.drift == "report", canary=canary)
 
     # -- act -----------------------------------------------------------------------------------------
 
@@ -183,10 +193,11 @@ class Agent:
         if decision.result is not None or target is None:
             subject = self.state.last_good_subject if target == self.state.last_good else ""
             return SyncOutcome(reason, decision.result or SyncResult.NOOP, target, subject, decision.stage,
-                               list(decision.problems), drifted=list(decision.drifted))
-        lives = self.gateways.read_live(decision.push)  # the GETs overlap the fetch and render below
+                               list(decision.problems), drifted=list(decision.drifted),
+                               wake_at=decision.wake_at)
+        lives = self.gateways.read_live((*decision.push, *decision.keep))  # overlap the fetch and render
         try:
-            rendered, subject = self._render(target, fetch=decision.new)
+            commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
             return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems])
         except SourceError as exc:
@@ -194,23 +205,60 @@ class Agent:
                 return self._refuse(target, reason, Stage.VERIFY, [exc.reason])
             logger.error("commit {}: {} failed: {}", short(target), exc.stage, exc.reason)
             return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
-        results, running = self._push(target, rendered, decision.push, lives, decision.drifted)
-        outcome = self._settle(reason, target, subject, results, running)
+        rendered, subject = commit.rendered, commit.subject
+        good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
+        guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
+        release = Release(rendered.payload, rendered.source_map, rendered.checks,
+                          fallback=good.payload if good is not None and decision.new else None,
+                          rollback=self.settings.on_check_failure == "rollback", guard=guard,
+                          managed=frozenset(k for k in KINDS if self.policy.manages(k)))
+        jobs = {url: (target, release) for url in decision.push}
+        if good is not None and self.state.last_good:
+            kept = Release(good.payload, good.source_map)
+            jobs |= {url: (self.state.last_good, kept) for url in decision.keep}
+        results, running = self._push(jobs, lives, decision.drifted, advance=decision.advance)
+        outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
+                               [url for url in running if url in decision.push], advance=decision.advance)
+        outcome.gateways += [r for r in results if r.url in decision.keep]
         outcome.problems[:0] = decision.problems
-        outcome.drifted = list(decision.drifted)
+        outcome.drifted, outcome.wake_at = list(decision.drifted), decision.wake_at
         return outcome
 
+    def _last_good_rendered(self) -> Rendered | None:
+        """The last good commit's payload (for a rollback, or to keep the others on while a canary soaks)."""
+        if not self.state.last_good:
+            return None
+        try:
+            return self._render(self.state.last_good, fetch=False).rendered
+        except (ProblemsError, SourceError) as exc:
+            logger.error("the last good commit {} cannot be rendered again: {}", short(self.state.last_good),
+                         exc)
+            return None
+
     def _settle(self, reason: str, target: str, subject: str, results: list[GatewayResult],
-                running: list[str] | tuple[str, ...] = ()) -> SyncOutcome:
-        """What the gateways' answers make of a commit: refused by one, it is bad; accepted by one and
-        refused by none, it is the last good commit, the one to heal with from now on. A gateway that
-        was down gets it when it is back (it is behind); it never takes the others back."""
+                running: list[str] | tuple[str, ...] = (), *, advance: bool = True) -> SyncOutcome:
+        """What the gateways' answers make of a commit: refused by one, or failing its health checks on
+        one, it is bad; accepted by one and refused by none, it is the last good commit, the one to
+        heal with from now on (`advance`: not while it runs on a canary alone). A gateway that was
+        down gets it when it is back (it is behind); it never takes the others back."""
         new = target != self.state.last_good
         refused = [r for r in results if r.refused]
         if refused and new:
             return self._refuse(target, reason, Stage.PUSH, [str(p) for r in refused for p in r.problems],
                                 results)
-        if any(gw.commit == target for url in self.gateways.urls if (gw := self.state.gateways.get(url))):
+        guarded = [f"{r.url}: {line}" for r in results if r.guard is not None for line in r.guard.problems]
+        if guarded and new:
+            return self._refuse(target, reason, Stage.GUARD, guarded, results)
+        unhealthy = [f"{r.url}: {check.describe()}" for r in results if r.unhealthy and r.checks is not None
+                     for check in r.checks.failed]
+        if unhealthy and new and self.settings.on_check_failure == "rollback":
+            return self._refuse(target, reason, Stage.HEALTH, unhealthy, results)
+        if unhealthy:
+            logger.error("commit {}: health checks failed (on_check_failure = report): {}", short(target),
+                         "; ".join(unhealthy))
+            self._note(target, Stage.HEALTH, unhealthy)
+        if advance and any(gw.commit == target for url in self.gateways.urls
+                           if (gw := self.state.gateways.get(url))):
             self.state.last_good, self.state.last_good_subject = target, subject
         failed = [r for r in results if not r.ok]
         problems = [f"{r.url}: {r.error}" for r in failed] + [f"{url}: still pushing" for url in running]
@@ -218,71 +266,96 @@ class Agent:
             result = SyncResult.FAILED
         elif running and not results:
             result = SyncResult.DEFERRED
+        elif new and not advance:
+            result = SyncResult.CANARY
         elif new:
             result = SyncResult.APPLIED
         elif any(r.status is SyncStatus.APPLIED for r in results):
             result = SyncResult.HEALED
         else:
             result = SyncResult.NOOP
-        return SyncOutcome(reason, result, target, subject, Stage.PUSH if failed else None, problems, results)
+        stage = Stage.PUSH if failed else Stage.HEALTH if unhealthy else None
+        return SyncOutcome(reason, result, target, subject, stage, problems + unhealthy, results)
 
-    def _render(self, sha: str, *, fetch: bool) -> tuple[Rendered, str]:
-        """The rendered payload of `sha`, from memory, or read from the mirror (fetching if asked)."""
+    def _render(self, sha: str, *, fetch: bool) -> RenderedCommit:
+        """The rendered payload of `sha`, from memory, or read from the mirror (fetching if asked).
+
+        Kept in memory: the last good commit and the two commits rendered most recently."""
         if sha in self._rendered:
+            self._rendered[sha] = self._rendered.pop(sha)  # most recent last
             return self._rendered[sha]
         if fetch or self.source.local_sha() is None:
             self.source.fetch()
         self.source.verify(sha)
         commit = self.source.read(sha)
         rendered = render(commit.files, self.render_options, cache=self.cache)
-        self._rendered = {k: v for k, v in self._rendered.items() if k == self.state.last_good}
-        self._rendered[sha] = (rendered, commit.subject)
+        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
+        others = [k for k in self._rendered if k != self.state.last_good]
+        for old in others[:-2]:
+            del self._rendered[old]
         return self._rendered[sha]
 
-    def _push(self, target: str, rendered: Rendered, urls: tuple[str, ...],
-              lives: Mapping[str, Future[LiveConfig]], drifted: tuple[str, ...],
-              ) -> tuple[list[GatewayResult], list[str]]:
-        """Push to each gateway on its worker; wait until they end or a new trigger comes."""
-        def job(url: str) -> Callable[[Any], GatewayResult]:
-            return lambda client: push(client, rendered.payload, self.policy, source_map=rendered.source_map,
-                                       retry=self.retry, live=lives.get(url))
+    def _push(self, jobs: Mapping[str, tuple[str, Release]], lives: Mapping[str, Future[LiveConfig]],
+              drifted: tuple[str, ...], *, advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
+        """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
+        def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+            return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
+                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url))
 
-        futures = self.gateways.push({url: job(url) for url in urls})
+        futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
         for url in running:
+            commit = jobs[url][0]
             logger.warning("gateway {}: its push of {} is still running; the agent moves on", url,
-                           short(target))
-            self._running[url] = (target, url in drifted, futures[url])
+                           short(commit))
+            self._running[url] = (commit, url in drifted, advance, futures[url])
             futures[url].add_done_callback(lambda _f: self.wake("gateway-done"))
-        results = [done[url] for url in urls if url in done]
+        results = [done[url] for url in jobs if url in done]
         for result in results:
-            self._applied(target, result, drifted=result.url in drifted)
+            self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
         return results, running
 
-    def _applied(self, target: str, result: GatewayResult, *, drifted: bool = False) -> None:
-        """Remember what a gateway holds after a push."""
+    def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
+        """Remember what a gateway holds after a push (after its rollback, when it had one)."""
+        if result.rollback is not None:
+            if result.rollback.ok and self.state.last_good:
+                self._applied(self.state.last_good, result.rollback)
+            return
         if not result.ok:
             return
         with self._lock:
-            self.state.gateways[result.url] = GatewayState(target, result.digest or "", dict(result.versions),
-                                                           sorted(self.policy.unmanaged))
+            before = self.state.gateways.get(result.url)
+            since = before.since if before is not None and before.commit == commit else time.time()
+            self.state.gateways[result.url] = GatewayState(commit, result.digest or "", dict(result.versions),
+                                                           sorted(self.policy.unmanaged), since)
         if drifted:
             self.metrics.drift_heals.labels(result.url).inc()
-            logger.info("drift healed on {}: {} re-applied", result.url, short(target))
+            logger.info("drift healed on {}: {} re-applied", result.url, short(commit))
 
     def _collect_late(self, reason: str) -> list[SyncOutcome]:
         """What pushes left running by earlier syncs made of their commits, for those that ended."""
-        ended: dict[str, list[GatewayResult]] = {}
-        for url, (target, drifted, future) in list(self._running.items()):
+        ended: dict[tuple[str, bool], list[GatewayResult]] = {}
+        for url, (commit, drifted, advance, future) in list(self._running.items()):
             if future.done():
                 del self._running[url]
                 result = future.result()
-                logger.info("gateway {}: the push of {} left running ended: {}", url, short(target),
+                logger.info("gateway {}: the push of {} left running ended: {}", url, short(commit),
                             result.summary().split(": ", 1)[1])
-                self._applied(target, result, drifted=drifted)
-                ended.setdefault(target, []).append(result)
-        return [self._settle(reason, target, self._rendered.get(target, (None, ""))[1], results)
-                for target, results in ended.items()]
+                self._applied(commit, result, drifted=drifted)
+                ended.setdefault((commit, advance), []).append(result)
+        return [self._settle(reason, commit, self._subject(commit), results, advance=advance)
+                for (commit, advance), results in ended.items()]
+
+    def _subject(self, sha: str) -> str:
+        known = self._rendered.get(sha)
+        return known.subject if known is not None else ""
+
+    def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
+        """A git note on `sha` saying why it failed (in the background)."""
+        if self.writeback is not None:
+            note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC),
+                               stage=str(stage), errors=problems)
+            self._writeback_queue.submit(self.writeback.publish_failure, note)
 
     def _refuse(self, sha: str, reason: str, stage: Stage, problems: list[str],
                 gateways: list[GatewayResult] | None = None) -> SyncOutcome:
@@ -293,10 +366,7 @@ class Agent:
                      len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
-        if self.writeback is not None:
-            note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC),
-                               stage=str(stage), errors=problems)
-            self._writeback_queue.submit(self.writeback.publish_failure, note)
+        self._note(sha, stage, problems)
         return SyncOutcome(reason, SyncResult.FAILED, sha, stage=stage, problems=problems,
                            gateways=list(gateways or []))
 
@@ -335,7 +405,8 @@ class Agent:
                 gateways.append(GatewayStatus(url=url, status=str(r.status), versions=dict(r.versions),
                                               digest=r.digest, counts=dict(r.counts),
                                               pruned={k: list(v) for k, v in r.pruned.items()},
-                                              error=r.error))
+                                              error=r.error, checks=r.checks.to_dict() if r.checks else None,
+                                              rolled_back=r.rollback is not None and r.rollback.ok))
             else:
                 gateways.append(GatewayStatus(url=url, status="holding" if gw else "unknown",
                                               versions=dict(gw.versions) if gw else {},
@@ -363,7 +434,7 @@ class Agent:
         (restarted, or back after an outage): then its backoff ends and it is refilled now.
         """
         good = self.state.last_good
-        rendered = self._rendered.get(good) if good else None
+        known = self._rendered.get(good) if good else None
         with self._lock:
             pushed = dict(self.state.gateways)
         suspects = []
@@ -374,7 +445,7 @@ class Agent:
             if state is None or state.commit != good:  # behind: a probe only while it waits
                 answered = not worker.backoff.ready() and self.gateways.answers(url)
             else:
-                held = self._holds(url, state, rendered[0] if rendered else None)
+                held = self._holds(url, state, known.rendered if known else None)
                 if held is Holding.HOLDS or held is Holding.UNKNOWN:
                     continue
                 answered = held is Holding.DRIFTED
@@ -422,13 +493,22 @@ class Agent:
         a SIGTERM lets the pushes in flight finish. Call from the thread that runs syncs, or after it."""
         if not self._running:
             return
-        wait([future for _, _, future in self._running.values()], timeout=timeout)
+        wait([future for *_, future in self._running.values()], timeout=timeout)
         for ended in self._collect_late("stop"):
             self._record(ended)
 
     def close(self) -> None:
         self._writeback_queue.close()
         self.gateways.close()
+        self.proxy.close()
+
+
+class RenderedCommit(NamedTuple):
+    """A commit as the agent keeps it in memory: its payload, subject, and what its author allows."""
+
+    rendered: Rendered
+    subject: str
+    allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
 
 
 class WriteBackQueue:
@@ -483,6 +563,9 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
     metrics.tip_refused.set(1 if tip_refused else 0)
     for url in outcome.drifted:
         metrics.drift_detected.labels(url).inc()
+    for result in outcome.gateways:
+        for check in result.checks.failed if result.checks is not None else ():
+            metrics.check_failures.labels(check.name).inc()
     for url in urls:
         gw = state.gateways.get(url)
         for key, version in (gw.versions if gw else {}).items():

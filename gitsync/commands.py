@@ -24,11 +24,13 @@ from gitsync.gateway import endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import Remote, SourceError
 from gitsync.groups import fleet_table
-from gitsync.kinds import item_id
+from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.httpclient import HttpClient
+from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings, push, unmanaged_items
-from gitsync.reconcile import KindStatus
+from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings, unmanaged_items
+from gitsync.reconcile import KindStatus, Policy
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -40,6 +42,7 @@ from gitsync.render import (
     render as render_files,
 )
 from gitsync.render.sourcemap import field_text
+from gitsync.rollout import Release, release
 from gitsync.settings import Settings, SettingsError
 from gitsync.source import read_input, writable_dir
 from gitsync.writeback import read_fleet, summary_text
@@ -47,11 +50,12 @@ from gitsync.writeback import read_fleet, summary_text
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
 
 
-def _read_files(settings: Settings, command: str) -> dict[str, bytes] | int:
-    """The config files of ``--dir`` or of the ``--repo`` commit, or print why not and return 2."""
+def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
+    """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
+    directory); or print why not and return 2."""
     if settings.dir is not None:
         try:
-            return read_directory(settings.dir)
+            return read_directory(settings.dir), ""
         except OSError as exc:
             print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
             return 2
@@ -64,21 +68,28 @@ def _read_files(settings: Settings, command: str) -> dict[str, bytes] | int:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
-    return commit.files
+    return commit.files, commit.message
 
 
 def _render_source(settings: Settings, command: str) -> Rendered | int:
     """Render the configured source, or print why not and return the exit status."""
-    files = _read_files(settings, command)
-    if isinstance(files, int):
-        return files
+    rendered = _render_commit(settings, command)
+    return rendered if isinstance(rendered, int) else rendered[0]
+
+
+def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | int:
+    """Render the configured source (and its commit message), or print why not and return the exit status."""
+    read = _read_files(settings, command)
+    if isinstance(read, int):
+        return read
+    files, message = read
     try:
         options = options_from_settings(settings, os.environ)
     except SettingsError as exc:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        return render_files(files, options)
+        return render_files(files, options), message
     except ProblemsError as exc:
         for problem in exc.problems:
             print(redact(str(problem)), file=sys.stderr)
@@ -185,10 +196,13 @@ def _gateways(settings: Settings, command: str) -> Gateways | int:
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
-    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error."""
-    rendered = _render_source(settings, "diff")
-    if isinstance(rendered, int):
+    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
+    commit the deletion guard would refuse."""
+    read = _render_commit(settings, "diff")
+    if isinstance(read, int):
         return 2
+    rendered, message = read
+    guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
     gateways = _gateways(settings, "diff")
     if isinstance(gateways, int):
         return gateways
@@ -214,7 +228,18 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             status = max(status, 1)
         else:
             print(f"{one.url}: no changes")
+        verdict = check_deletions(rendered.payload, one.live, _managed(policy), guard)
+        for change in verdict.kinds:
+            if change.deleted:
+                print(f"  guard: {change.describe()}")
+        if verdict.refused:
+            print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
+            status = 2
     return status
+
+
+def _managed(policy: Policy) -> frozenset[str]:
+    return frozenset(kind for kind in KINDS if policy.manages(kind))
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -236,12 +261,13 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
         return gateways
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
+    what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
+                   guard=GuardPolicy.from_settings(settings), managed=_managed(policy))
+    proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
 
-    def job(client: Any) -> Any:
-        return push(client, rendered.payload, policy, source_map=rendered.source_map, retry=retry)
-
-    with gateways:
-        results, _ = wait_for(gateways.push({url: job for url in gateways.urls}))
+    with gateways, contextlib.closing(HttpClient(None, settings.gateway_timeout)) as proxy:
+        results, _ = wait_for(gateways.push({url: lambda client, url=url: release(
+            client, what, policy, retry, proxy=proxy, proxy_url=proxies.get(url)) for url in gateways.urls}))
     for url in gateways.urls:
         print(results[url].summary())
         for problem in results[url].problems:

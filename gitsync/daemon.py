@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -138,6 +139,10 @@ class Daemon:
                 continue
             finally:
                 self._beat = time.monotonic()
+            if outcome.wake_at is not None:  # the canary's soak ends then: look again
+                self.scheduler.add_job(self.triggers.request, "date", args=["soak"], id="wake",
+                                       run_date=datetime.fromtimestamp(outcome.wake_at + 0.05, UTC),
+                                       replace_existing=True)
             self.notifier.status(f"{outcome.result} {short(outcome.commit)}; last good "
                                  f"{short(agent.state.last_good)}")
 

@@ -63,17 +63,34 @@ class GatewayView:
 
 
 @dataclass(frozen=True)
+class Canary:
+    """rollout = "canary": `url` takes a new commit first; the others `soak` seconds after it did."""
+
+    url: str
+    soak: float
+    now: float  # time.time() of this decision
+
+
+@dataclass(frozen=True)
 class Decision:
     """What to do this sync; `result` set means there is nothing to do, and this is the outcome."""
 
     target: str | None
     new: bool = False  # the target was never applied: fetch, verify and render it from scratch
-    push: tuple[str, ...] = ()
+    push: tuple[str, ...] = ()  # gateways to give the target
     drifted: tuple[str, ...] = ()
     result: SyncResult | None = None
     stage: Stage | None = None
     problems: tuple[str, ...] = ()
     why: str = ""
+    keep: tuple[str, ...] = ()  # gateways to give the last good commit back while the canary soaks
+    canary: str | None = None  # set while a new commit runs on the canary alone
+    wake_at: float | None = None  # time.time() at which the canary's soak ends
+
+    @property
+    def advance(self) -> bool:
+        """Whether a gateway that takes the target makes it the last good commit (not on a canary alone)."""
+        return self.canary is None
 
 
 def holding(view: GatewayView, target: str, unmanaged: Iterable[str]) -> Holding:
@@ -86,7 +103,8 @@ def holding(view: GatewayView, target: str, unmanaged: Iterable[str]) -> Holding
 
 
 def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], views: Iterable[GatewayView], *,
-           unmanaged: Iterable[str] = (), report_drift: bool = False) -> Decision:
+           unmanaged: Iterable[str] = (), report_drift: bool = False,
+           canary: Canary | None = None) -> Decision:
     """The decision of one sync from what was observed (see the module's docstring)."""
     unmanaged = sorted(unmanaged)
     if remote.error is not None:
@@ -103,6 +121,10 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
     if target is None:
         return idle
     views = list(views)
+    if canary is not None and new and len(views) > 1:
+        first = _canary_phase(target, last_good, views, unmanaged, canary)
+        if first is not None:
+            return first
     states = {v.url: holding(v, target, unmanaged) for v in views if not v.busy and not v.backing_off}
     push = [url for url, state in states.items() if state is not Holding.HOLDS]
     drifted = [url for url, state in states.items() if state is Holding.DRIFTED]
@@ -126,4 +148,31 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
     return Decision(target, new, tuple(push), tuple(drifted), problems=carried, why=why)
 
 
-__all__ = ["Decision", "GatewayView", "Holding", "Probe", "RemoteView", "decide", "holding"]
+def _canary_phase(target: str, last_good: str | None, views: list[GatewayView], unmanaged: list[str],
+                  canary: Canary) -> Decision | None:
+    """While a new commit has not run on the canary for `soak` seconds: the canary gets it, the others
+    keep (or get back) the last good commit. None once the soak is over."""
+    view = next((v for v in views if v.url == canary.url), None)
+    if view is None:
+        return None
+    took = view.pushed is not None and view.pushed.commit == target
+    since = view.pushed.since if took and view.pushed is not None else None
+    if since is not None and canary.now - since >= canary.soak:
+        return None
+    ready = [v for v in views if not v.busy and not v.backing_off]
+    push = tuple(v.url for v in ready
+                 if v.url == canary.url and holding(v, target, unmanaged) is not Holding.HOLDS)
+    keep = tuple(v.url for v in ready if v.url != canary.url and last_good is not None
+                 and holding(v, last_good, unmanaged) is not Holding.HOLDS)
+    wake_at = since + canary.soak if since is not None else None
+    why = f"canary {canary.url} runs {target[:7]} first"
+    if push or keep:
+        return Decision(target, True, push, keep=keep, canary=canary.url, wake_at=wake_at, why=why)
+    if took:
+        return Decision(target, True, canary=canary.url, wake_at=wake_at, result=SyncResult.SOAKING,
+                        why=why + f"; the others follow after {canary.soak:g}s")
+    return Decision(target, True, canary=canary.url, result=SyncResult.DEFERRED, stage=Stage.PUSH,
+                    problems=(f"{canary.url}: the canary is busy or backing off",), why=why)
+
+
+__all__ = ["Canary", "Decision", "GatewayView", "Holding", "Probe", "RemoteView", "decide", "holding"]

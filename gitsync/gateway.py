@@ -19,16 +19,13 @@ import functools
 import json
 import re
 import ssl
-import threading
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpcore
-
+from gitsync.httpclient import Answer, HttpClient, HttpError
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret, Settings, SettingsError
 from gitsync.urls import display_url
@@ -262,81 +259,6 @@ def _int_or_none(value: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The transport: a deadline on every socket operation of a request
-
-
-_deadline = threading.local()
-
-
-def _remaining(timeout: float | None) -> float:
-    """The time a socket operation may take: what is left of this thread's request, at most `timeout`."""
-    until: float | None = getattr(_deadline, "until", None)
-    if until is None:
-        return timeout if timeout is not None else 30.0
-    left = until - time.monotonic()
-    if left <= 0:
-        raise httpcore.ReadTimeout("the request's deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream) -> None:
-        self._stream = stream
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _remaining(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _remaining(timeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _remaining(timeout)))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's socket backend, where every connect, read and write ends by the request's deadline."""
-
-    def __init__(self) -> None:
-        self._backend = httpcore.SyncBackend()
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                    local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._backend.connect_tcp(host, port, _remaining(timeout), local_address,
-                                                         socket_options))
-
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._backend.connect_unix_socket(path, _remaining(timeout), socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A gateway's answer, read whole (within the size limit)."""
-
-    status: int
-    headers: Mapping[str, str]  # names lower-cased
-    body: bytes
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", "replace")
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The client
 
 
@@ -352,8 +274,7 @@ class Gateway:
         self._headers = [(b"Accept", b"application/json"), (b"User-Agent", b"gitsync")]
         if endpoint.admin_key is not None:
             self._headers.append((b"X-API-KEY", endpoint.admin_key.reveal().encode()))
-        self._pool = httpcore.ConnectionPool(ssl_context=tls_context(endpoint), max_connections=4,
-                                             keepalive_expiry=60.0, network_backend=_DeadlineBackend())
+        self._http = HttpClient(tls_context(endpoint), endpoint.timeout)
         self.has_head: bool | None = None  # learnt on first use: False on 3.13
         self.has_validate: bool | None = None  # False before 3.15
         self.server: str | None = None  # the Server header, e.g. APISIX/3.18.0
@@ -365,7 +286,7 @@ class Gateway:
         self.close()
 
     def close(self) -> None:
-        self._pool.close()
+        self._http.close()
 
     # -- transport ------------------------------------------------------------------------------------
 
@@ -376,26 +297,10 @@ class Gateway:
         what = f"{method} {url.removeprefix(self._base)}"
         sent = [*(self._headers if admin else self._headers[:2]),
                 *((k.encode(), v.encode()) for k, v in headers)]
-        _deadline.until = time.monotonic() + self.endpoint.timeout
         try:
-            with self._pool.stream(method, url, headers=sent, content=body) as response:
-                chunks, size = [], 0
-                for chunk in response.iter_stream():
-                    size += len(chunk)
-                    if size > limit:
-                        raise GatewayProtocolError(f"{what}: the answer is larger than {limit} bytes")
-                    chunks.append(chunk)
-                answer = Answer(response.status, {k.decode("latin-1").lower(): v.decode("latin-1")
-                                                  for k, v in response.headers}, b"".join(chunks))
-        except httpcore.TimeoutException:
-            raise GatewayUnavailable(f"{what} timed out: no complete answer within "
-                                     f"{self.endpoint.timeout:g}s") from None
-        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
-            raise GatewayUnavailable(f"{what} failed: {exc or type(exc).__name__}") from None
-        except ssl.SSLError as exc:
-            raise GatewayUnavailable(f"{what} failed: TLS: {exc.reason or exc}") from None
-        finally:
-            _deadline.until = None
+            answer = self._http.request(method, url, headers=sent, body=body, limit=limit)
+        except HttpError as exc:
+            raise (GatewayProtocolError if exc.too_large else GatewayUnavailable)(f"{what}: {exc}") from None
         if admin:
             self.server = answer.headers.get("server", self.server)
         logger.debug("gateway {} {} → {}", self.url, what, answer.status)
@@ -482,7 +387,7 @@ class Gateway:
             url += READY_PATH
         try:
             answer = self._request("GET", url, admin=False)
-        except GatewayError as exc:
+        except GatewayError as exc:  # the status API is not the Admin API: it answers or it does not
             return ReadyResult(False, f"{display_url(url)}: {exc}")
         # 503 "worker id: N has not received configuration" until every worker serves the config
         return ReadyResult(answer.status == 200, _snippet(answer))

@@ -1,19 +1,20 @@
 """Agent groups: may this agent apply a commit yet, given what the fleet's statuses show? (pure)
 
 The fleet is the list of status documents `gitsync.writeback.FleetReader` reads from the status
-refs: each agent's last status (its ``group``, ``commit``, ``result``, ``applied_at``, ``checks``,
-the ``heartbeat`` period it promises), plus ``seen``, when its status ref was last written (the
-heartbeat's commit time).
+refs: each agent's last status (its ``group``, ``commit``, ``result``, ``applied_at``, the
+``heartbeat`` period it promises, and per gateway the health checks' verdict: ``checks``,
+``rolled_back``), plus ``seen``, when its status ref was last written (the heartbeat's commit time).
 
 An agent is **live** while ``seen`` is younger than `DOWN_AFTER` heartbeats of that agent's own
 period: one missed heartbeat is tolerated (a write-back that failed is retried on the next poll),
 two are not. A down agent's good news does not count; its bad news still does.
 
 An agent whose ``after_group`` is set applies a commit only when at least ``after_count`` live agents
-of that group show that commit applied (``applied`` or ``healed``), their checks passed or none
-declared, for at least ``soak``. Any agent of that group that shows the commit failed (a refused
-commit, a gateway it could not be brought to, a failed check) holds the commit back, whatever the
-others show: the canaries exist to catch exactly that.
+of that group show that commit applied (``applied`` or ``healed``: on all their gateways), their
+checks passed or none declared, for at least ``soak``. Any agent of that group that shows the commit
+failed (a refused commit, a gateway it could not be brought to, a failed check, a rollback) holds
+the commit back, whatever the others show: the canaries exist to catch exactly that. One still on
+its way (``canary``, ``soaking``: its own gateways one by one) neither counts nor holds back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gitsync.writeback import format_age, parse_time, short_sha
 
 DOWN_AFTER = 2.0  # heartbeat periods without a write before an agent counts as down
 APPLIED_RESULTS = frozenset({"applied", "healed"})  # the commit is live on the agent's gateways
+FAILED_RESULT = "failed"  # refused, rolled back, a gateway not brought to it ("canary", "soaking": not yet)
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,33 @@ def is_live(doc: Mapping[str, Any], now: datetime, heartbeat: float) -> bool:
     return seen is not None and (now - seen).total_seconds() <= DOWN_AFTER * heartbeat_of(doc, heartbeat)
 
 
+def checks_of(doc: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The health checks in a status, over its gateways: (passed, failed); None when none ran. A
+    gateway rolled back, or a verdict that cannot be read, counts as a failure."""
+    passed = failed = 0
+    ran = False
+    for gateway in doc.get("gateways") or []:
+        if not isinstance(gateway, Mapping):
+            continue
+        checks = gateway.get("checks")
+        if gateway.get("rolled_back"):
+            failed, ran = failed + 1, True
+        if checks is None:
+            continue
+        ran = True
+        if not isinstance(checks, Mapping):
+            failed += 1
+            continue
+        count = checks.get("passed")
+        passed += count if isinstance(count, int) and not isinstance(count, bool) else 0
+        failed += len(checks.get("failed") or [])
+    return (passed, failed) if ran else None
+
+
 def checks_passed(doc: Mapping[str, Any]) -> bool:
-    """The health checks' verdict in a status: passed, or none declared. Anything unreadable fails."""
-    checks = doc.get("checks")
-    if checks is None:
-        return True
-    return isinstance(checks, Mapping) and not checks.get("failed")
+    """The health checks' verdict in a status: passed on every gateway, or none declared."""
+    checks = checks_of(doc)
+    return checks is None or checks[1] == 0
 
 
 def applied_since(doc: Mapping[str, Any]) -> datetime | None:
@@ -90,7 +113,7 @@ def group_gate(fleet: Sequence[Mapping[str, Any]], commit: str, after_group: str
     if not members:
         return GateVerdict(False, f"waiting for group {after_group}: no agent of it has written a status")
     failed = [d for d in members if d.get("commit") == commit
-              and (d.get("result") not in APPLIED_RESULTS or not checks_passed(d))]
+              and (d.get("result") == FAILED_RESULT or not checks_passed(d))]
     if failed:
         return GateVerdict(False, f"{commit_text} failed on {after_group} agent(s) {_names(failed)}: held "
                                   "back until a new commit")
@@ -127,16 +150,11 @@ def _ago(doc: Mapping[str, Any], now: datetime) -> str:
 
 
 def _checks_text(doc: Mapping[str, Any]) -> str:
-    checks = doc.get("checks")
+    checks = checks_of(doc)
     if checks is None:
         return "-"
-    if not isinstance(checks, Mapping):
-        return "unreadable"
-    failed = checks.get("failed") or []
-    passed = checks.get("passed") or 0
-    if failed:
-        return f"{len(failed)} failed"
-    return f"{passed} passed"
+    passed, failed = checks
+    return f"{failed} failed" if failed else f"{passed} passed"
 
 
 def fleet_table(fleet: Sequence[Mapping[str, Any]], now: datetime, heartbeat: float) -> str:
@@ -157,5 +175,5 @@ def fleet_table(fleet: Sequence[Mapping[str, Any]], now: datetime, heartbeat: fl
         for row in rows)
 
 
-__all__ = ["APPLIED_RESULTS", "DOWN_AFTER", "GateVerdict", "applied_since", "checks_passed", "fleet_table",
-           "group_gate", "heartbeat_of", "is_live"]
+__all__ = ["APPLIED_RESULTS", "DOWN_AFTER", "GateVerdict", "applied_since", "checks_of", "checks_passed",
+           "fleet_table", "group_gate", "heartbeat_of", "is_live"]

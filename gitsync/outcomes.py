@@ -17,11 +17,15 @@ class SyncResult(StrEnum):
     FETCH_FAILED = "fetch_failed"  # the git remote could not be asked; the gateways were fine
     DRIFT_REPORTED = "drift_reported"  # drift = "report": a gateway drifted and was left as it is
     DEFERRED = "deferred"  # a target to apply, but every gateway that needs it is busy or backing off
+    CANARY = "canary"  # a new commit went to the canary gateway alone (rollout = canary)
+    SOAKING = "soaking"  # the canary runs the new commit; the other gateways follow when the soak ends
 
     @property
     def ok(self) -> bool:
-        """Every gateway holds the remote's commit (a known-bad tip is not ok)."""
-        return self in (SyncResult.NOOP, SyncResult.APPLIED, SyncResult.HEALED)
+        """Every gateway holds the remote's commit, or is on its way there through a canary (a
+        known-bad tip is not ok)."""
+        return self in (SyncResult.NOOP, SyncResult.APPLIED, SyncResult.HEALED, SyncResult.CANARY,
+                        SyncResult.SOAKING)
 
 
 class Stage(StrEnum):
@@ -31,14 +35,16 @@ class Stage(StrEnum):
     VERIFY = "verify"
     RENDER = "render"
     VALIDATE = "validate"
+    GUARD = "guard"  # the deletion guard refused the commit
     PUSH = "push"
+    HEALTH = "health"  # a health check failed after the push
     DRIFT = "drift"
     KNOWN_BAD = "known bad"
 
     @property
     def refuses_commit(self) -> bool:
         """A failure at this stage is the commit's own: it is marked bad and not retried."""
-        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.PUSH)
+        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.GUARD, Stage.PUSH, Stage.HEALTH)
 
 
 @dataclass
@@ -53,6 +59,7 @@ class SyncOutcome:
     problems: list[str] = field(default_factory=list)
     gateways: list[GatewayResult] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)  # gateways found to have lost the target
+    wake_at: float | None = None  # time.time() at which a sync should run again (the canary's soak)
     duration: float = 0.0
 
     @property

@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gitsync.backoff import backoff_delay
+from gitsync.checks import ChecksVerdict
 from gitsync.gateway import (
     VALIDATE_LIMIT,
     Endpoint,
@@ -35,6 +36,7 @@ from gitsync.gateway import (
     LiveConfig,
     ReadyResult,
 )
+from gitsync.guard import GuardVerdict
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import Problem
@@ -102,10 +104,18 @@ class GatewayResult:
     bytes_sent: int = 0
     duration: float = 0.0
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    guard: GuardVerdict | None = None  # the deletion guard's verdict, when it refused the push
+    checks: ChecksVerdict | None = None  # the repo's health checks on this gateway after the push
+    rollback: GatewayResult | None = None  # the last good commit given back after a failed check
 
     @property
     def ok(self) -> bool:
         return self.status is not SyncStatus.FAILED
+
+    @property
+    def unhealthy(self) -> bool:
+        """The push went through but a health check failed on this gateway afterwards."""
+        return self.checks is not None and not self.checks.ok
 
     @property
     def refused(self) -> bool:
@@ -116,6 +126,9 @@ class GatewayResult:
         """Plain data for status files and JSON output (no plan, problems as text)."""
         data = asdict(self)
         data.pop("plan")
+        data["checks"] = self.checks.to_dict() if self.checks is not None else None
+        data["guard"] = self.guard.problems if self.guard is not None else None
+        data["rollback"] = self.rollback.summary() if self.rollback is not None else None
         data["status"] = str(self.status)
         data["problems"] = [str(p) for p in self.problems]
         data["pruned"] = {k: list(v) for k, v in self.pruned.items()}
@@ -131,6 +144,11 @@ class GatewayResult:
             text += f" ({', '.join(changed) or 'nothing'} changed)"
         for kind, ids in self.pruned.items():
             text += f"; pruned {len(ids)} out-of-band {kind}: {', '.join(ids)}"
+        if self.checks is not None:
+            text += f"; checks: {len(self.checks.results) - len(self.checks.failed)} passed"
+            text += f", {len(self.checks.failed)} failed" if self.checks.failed else ""
+        if self.rollback is not None:
+            text += f"; rolled back: {self.rollback.status}"
         return text
 
 

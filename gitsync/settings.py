@@ -65,7 +65,7 @@ class Spec:
 
     name: str
     section: str
-    type: str  # str | int | bool | duration | size | path | list | enum | table | address
+    type: str  # str | int | bool | duration | size | percent | path | list | enum | table | address
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -185,6 +185,10 @@ class Settings:
                                            "(`/status/ready`), one per gateway, in the same order; empty to "
                                            "skip the readiness check.", groups=(GATEWAY,),
                                            flag="--status-url", metavar="URL")
+    proxy_urls: tuple[str, ...] = setting("gateways", "list", (), "Data-plane base URLs (APISIX's proxy "
+                                          "port), one per gateway, in the same order: where the repo's "
+                                          "health checks run after a push.", groups=(GATEWAY,),
+                                          flag="--proxy-url", metavar="URL")
     gateway_timeout: float = setting("gateways", "duration", 10.0, "Deadline of each Admin API request, from "
                                      "connect to the last byte of the answer.", groups=(GATEWAY,),
                                      minimum=0.1)
@@ -198,6 +202,39 @@ class Settings:
                                            groups=(GATEWAY,), must_exist=True)
     tls_verify: bool = setting("gateways", "bool", True, "Verify the gateways' TLS certificates.",
                                groups=(GATEWAY,))
+    # [rollout]
+    on_check_failure: str = setting("rollout", "enum", "rollback", "When a health check still fails after "
+                                    "its retries: give that gateway the last good commit back and refuse the "
+                                    "commit, or only report it.", choices=("rollback", "report"),
+                                    groups=(GATEWAY,))
+    rollout: str = setting("rollout", "enum", "all", "How a new commit reaches this agent's gateways: all "
+                           "at once, or the first gateway first (`canary`), then, once its checks pass and "
+                           "`soak` has passed, the others.", choices=("all", "canary"), groups=(GATEWAY,))
+    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run, its checks passed, "
+                          "on the canary (rollout = canary) before the other gateways get it, and on "
+                          "`after_group`'s agents before this agent applies it.", groups=(GATEWAY,),
+                          minimum=0)
+    group: str | None = setting("rollout", "str", None, "This agent's group in the fleet (in its status), "
+                                "for other agents' `after_group`.", groups=(GATEWAY,))
+    after_group: str | None = setting("rollout", "str", None, "Apply a new commit only once `after_count` "
+                                      "live agents of this group have run it, checks passed, for `soak`.",
+                                      groups=(GATEWAY,))
+    after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
+                               "commit.", groups=(GATEWAY,), minimum=1)
+    # [guard]
+    guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
+                          "items now, or delete more of a kind than max_delete allows, unless its message "
+                          "says `Gitsync-Allow-Delete: KIND` (or `all`).", groups=(GATEWAY,))
+    max_delete: float = setting("guard", "percent", 0.25, "Largest share of a kind's live items one commit "
+                                "may delete without an allowance (but see max_delete_count).",
+                                groups=(GATEWAY,))
+    max_delete_count: int = setting("guard", "int", 10, "Deleting up to this many items of a kind is always "
+                                    "allowed.", groups=(GATEWAY,), minimum=0)
+    max_delete_kinds: Mapping[str, float] = setting("guard", "table", None, "max_delete for some kinds (a "
+                                                  "table: `routes = \"50%\"`).", factory=dict)
+    allow_delete: tuple[str, ...] = setting("guard", "list", (), "Kinds (or `all`) this run may empty or cut "
+                                            "beyond max_delete: for `--dir`, which has no commit message to "
+                                            "carry the trailer.", groups=(GATEWAY,), metavar="KIND")
     # [agent]
     interval: float = setting("agent", "duration", 30.0, "Poll interval of the git remote.", groups=(DAEMON,),
                               minimum=0.1)
@@ -243,16 +280,6 @@ class Settings:
                                   "summarised.", groups=(WRITEBACK,), minimum=256)
     notes_retention: float = setting("writeback", "duration", 30 * 86400.0, "Notes older than this are "
                                      "pruned.", groups=(WRITEBACK,), minimum=60)
-    # [rollout]
-    group: str | None = setting("rollout", "str", None, "This agent's group in the fleet (in its status), "
-                                "for other agents' `after_group`.", groups=(WRITEBACK,))
-    after_group: str | None = setting("rollout", "str", None, "Apply a new commit only once `after_count` "
-                                      "live agents of this group have run it, checks passed, for `soak`.",
-                                      groups=(WRITEBACK,))
-    after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
-                               "commit.", groups=(WRITEBACK,), minimum=1)
-    soak: float = setting("rollout", "duration", 300.0, "How long a commit must have run, checks passed, "
-                          "before the next group applies it.", groups=(WRITEBACK,), minimum=0)
     # [log]
     log_json: bool = setting("log", "bool", False, "One JSON object per log line (journald, containers).",
                              groups=(GLOBAL,))
@@ -267,7 +294,7 @@ def _specs() -> tuple[Spec, ...]:
         if "spec" not in f.metadata:
             continue
         default = f.default if f.default is not MISSING else None
-        if f.name == "vars":
+        if f.metadata["spec"]["type"] == "table":
             default = {}
         specs.append(Spec(name=f.name, default=default, **f.metadata["spec"]))
     names = {f.name for f in fields(Settings)}
@@ -350,8 +377,25 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", number
 
 
+def parse_percent(value: Any) -> float:
+    """``25%``, ``0.25`` or ``25`` (a percentage) → a fraction from 0 to 1."""
+    if isinstance(value, bool):
+        raise ValueError("expected a percentage such as 25%, got a boolean")
+    text = str(value).strip()
+    try:
+        number = float(text.removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"expected a percentage such as 25%, got {value!r}") from None
+    fraction = number / 100 if text.endswith("%") or number > 1 else number
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"expected a percentage from 0% to 100%, got {value!r}")
+    return fraction
+
+
 def _typed(spec: Spec, value: Any, from_text: bool) -> Any:
     kind = spec.type
+    if kind == "percent":
+        return parse_percent(value)
     if kind == "address":
         if not isinstance(value, str):
             raise ValueError(f"expected HOST:PORT (a string), got {_type_name(value)}")
@@ -604,15 +648,21 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
-    for name in ("gateways", "status_urls"):
+    for name in ("gateways", "status_urls", "proxy_urls"):
         for url in values.get(name, ()):
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")
-    unknown = [k for k in values.get("unmanaged", ()) if k not in KINDS]
-    if unknown:
-        origin = merged["unmanaged"].origin
-        raise SettingsError(f"{origin}: unknown kind {unknown[0]!r}{_suggest(unknown[0], KINDS)}")
+    for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
+        unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
+        if unknown:
+            origin = merged[name].origin
+            raise SettingsError(f"{origin}: unknown kind {unknown[0]!r}{_suggest(unknown[0], KINDS)}")
+    try:
+        values["max_delete_kinds"] = {kind: parse_percent(share)
+                                      for kind, share in values.get("max_delete_kinds", {}).items()}
+    except ValueError as exc:
+        raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")
@@ -709,6 +759,8 @@ def _default_text(spec: Spec) -> str:
         return f"`{size}`"
     if spec.type == "bool":
         return f"`{str(spec.default).lower()}`"
+    if spec.type == "percent":
+        return f"`{spec.default * 100:g}%`"
     if spec.type == "list":
         return "`[" + ", ".join(f'"{v}"' for v in spec.default) + "]`"
     return f"`{spec.default}`"
@@ -739,8 +791,9 @@ def render_docs() -> str:
         for spec in (s for s in SPECS if s.section == section):
             key = f"`{spec.name}_file` 🔒" if spec.secret else f"`{spec.name}`"
             flag = f"`{spec.option}-file`" if spec.secret else (f"`{spec.option}`" if spec.groups else "—")
-            envs = f"`{spec.env}`, `{spec.env}_FILE`" if spec.secret else (
-                "`GITSYNC_VAR_<NAME>`" if spec.type == "table" else f"`{spec.env}`")
+            envs = f"`{spec.env}`, `{spec.env}_FILE`" if spec.secret else f"`{spec.env}`"
+            if spec.type == "table":  # tables come from the file only; vars also from GITSYNC_VAR_<NAME>
+                envs = "`GITSYNC_VAR_<NAME>`" if spec.name == "vars" else "—"
             meaning = spec.help + (f" One of: {', '.join(spec.choices)}." if spec.choices else "")
             lines.append(f"| {key} | {flag} | {envs} | {_default_text(spec)} | {meaning} |")
         lines.append("")

@@ -68,6 +68,7 @@ class CommitFiles:
     subject: str
     files: dict[str, bytes]
     blob_ids: dict[str, str]
+    message: str = ""  # the whole commit message (trailers such as Gitsync-Allow-Delete)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -541,7 +542,8 @@ class Source:
                     assert isinstance(blob, Blob)
                     files[name] = blob.data
                     blob_ids[name] = blob_id.decode()
-            return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids)
+            return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids,
+                               commit.message.decode("utf-8", "replace"))
 
     def _entries(self, repo: Repo, commit: Commit, path: str) -> Iterator[tuple[str, int, bytes]]:
         """(repo-relative name, mode, blob SHA) of every file at or under `path`."""

@@ -41,6 +41,7 @@ class GatewayState:
     digest: str
     versions: dict[str, int | float] = field(default_factory=dict)
     unmanaged: list[str] = field(default_factory=list)  # the policy it was pushed under
+    since: float | None = None  # time.time() since when it holds this commit (a canary's soak)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GatewayState:

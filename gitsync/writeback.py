@@ -4,7 +4,7 @@ Three things are written to the config repo's remote, with dulwich and no work t
 
 * **one status ref per agent**, ``refs/gitsync/status/<agent>`` (`status_refs`): a commit whose tree
   holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
-  was given, its group, when that commit was applied and the health checks' verdict. Each agent
+  was given and its health checks' verdict, the agent's group, when that commit was applied. Each agent
   writes only its own ref, so a fleet publishing at once never contends. A status commit, without
   parents, is made when the status changes in substance (time and duration do not count); every
   `status_heartbeat` in between, the ref moves to a heartbeat: a child of that status commit with
@@ -101,6 +101,8 @@ class GatewayStatus:
     counts: Mapping[str, int]
     pruned: Mapping[str, Sequence[str]]
     error: str | None = None
+    checks: Mapping[str, Any] | None = None  # {passed: N, failed: [...]} when the repo declares checks
+    rolled_back: bool = False  # a failed check gave this gateway the last good commit back
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -113,6 +115,10 @@ class GatewayStatus:
         }
         if self.error:
             doc["error"] = self.error
+        if self.checks is not None:
+            doc["checks"] = dict(self.checks)
+        if self.rolled_back:
+            doc["rolled_back"] = True
         return doc
 
 
@@ -122,8 +128,8 @@ class StatusReport:
 
     `applied_at` left None is derived when published: kept from the last status while the commit is
     the same, else the time of the status that first says it was applied (`with_applied_at`).
-    `checks` is the health checks' verdict, ``{"passed": N, "failed": [...]}``; None: no checks.
     `heartbeat` is the period (seconds) within which readers may expect the next write of the ref.
+    The health checks' verdict is per gateway (`GatewayStatus.checks`, `rolled_back`).
     """
 
     agent: str
@@ -136,7 +142,6 @@ class StatusReport:
     version: str = __version__
     group: str | None = None
     applied_at: datetime | None = None
-    checks: Mapping[str, Any] | None = None
     heartbeat: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,8 +160,6 @@ class StatusReport:
             doc["group"] = self.group
         if self.applied_at is not None:
             doc["applied_at"] = iso_time(self.applied_at)
-        if self.checks is not None:
-            doc["checks"] = dict(self.checks)
         if self.heartbeat:
             doc["heartbeat"] = round(float(self.heartbeat), 3)
         return doc

@@ -112,7 +112,7 @@ def test_the_client_lives_across_requests_on_one_connection(apisix: ApisixDouble
         for _ in range(5):
             gateway.head_config()
             gateway.get_config()
-        assert len(apisix.requests) == 10 and len(gateway._pool.connections) == 1  # one kept-alive connection
+        assert len(apisix.requests) == 10 and gateway._http.connections == 1  # one kept-alive connection
 
 
 def test_an_error_names_the_request_not_the_gateway_twice(apisix: ApisixDouble) -> None:

@@ -20,14 +20,19 @@ def ago(seconds: float) -> str:
 
 
 def agent(name: str, group: str = "canary", commit: str = C, result: str = "applied", *, applied: float = 600,
-          seen: float = 10, checks: dict | None = None, heartbeat: float | None = None, **extra) -> dict:
-    """A status as FleetReader returns it: applied `applied` s ago, its ref last written `seen` s ago."""
+          seen: float = 10, checks: object = None, heartbeat: float | None = None, rolled_back: bool = False,
+          **extra) -> dict:
+    """A status as FleetReader returns it: applied `applied` s ago, its ref last written `seen` s ago;
+    two gateways, the first with `checks` (the second passed its 3 when `checks` is given)."""
+    gateways: list[dict] = [{"url": f"http://10.0.0.{i}:9180", "status": "applied"} for i in (1, 2)]
+    if checks is not None:
+        gateways[0]["checks"], gateways[1]["checks"] = checks, {"passed": 3, "failed": []}
+    if rolled_back:
+        gateways[0]["rolled_back"] = True
     doc = {"agent": name, "group": group, "commit": commit, "result": result, "time": ago(min(applied, 30)),
-           "seen": ago(seen), **extra}
+           "seen": ago(seen), "gateways": gateways, **extra}
     if result in ("applied", "healed"):
         doc["applied_at"] = ago(applied)
-    if checks is not None:
-        doc["checks"] = checks
     if heartbeat is not None:
         doc["heartbeat"] = heartbeat
     return doc
@@ -54,6 +59,10 @@ CASES = [
     ("a failure of another commit does not count", [agent("c1"), agent("c2", commit=OLD, result="failed")],
      1, True, -300, []),
     ("unreadable checks fail", [agent("c1", checks="garbage")], 1, False, None, ["failed on"]),
+    ("a gateway rolled back fails", [agent("c1", rolled_back=True)], 1, False, None, ["failed on"]),
+    ("on its way: neither counted nor failed", [agent("c1", result="soaking"), agent("c2")], 1, True, -300,
+     []),
+    ("only on its way", [agent("c1", result="canary")], 1, False, None, ["0 of 1"]),
     ("down canary does not count", [agent("c1", seen=3 * HEARTBEAT)], 1, False, None,
      ["down, not counted: c1 seen 3m ago", "only 0 live"]),
     ("one missed heartbeat is tolerated", [agent("c1", seen=DOWN_AFTER * HEARTBEAT - 1)], 1, True, -300, []),
@@ -116,7 +125,7 @@ def test_fleet_table_marks_down_agents_and_shows_groups_and_checks():
     lines = fleet_table(fleet, NOW, HEARTBEAT).splitlines()
     assert [line.split() for line in lines] == [
         ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"],
-        ["c1", C[:7], "applied", "30s", "canary", "3", "passed", "10s"],
+        ["c1", C[:7], "applied", "30s", "canary", "6", "passed", "10s"],  # over its two gateways
         ["c2", C[:7], "applied", "30s", "canary", "1", "failed", "1h", "(down)"],
         ["m1", OLD[:7], "applied", "30s", "main", "-", "10s"]]
     assert lines[0].index("SEEN") == lines[1].index("10s")  # aligned

@@ -546,10 +546,11 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
     settings = settings_for(tmp_path, repo=url)
     assert status_command(settings, argparse.Namespace(fleet=True)) == 0
     assert capsys.readouterr().out == "no agent has written a status under refs/gitsync/status yet\n"
+    checked = (gateway(checks={"passed": 2, "failed": []}),)
     for agent, group in (("edge-b", "main"), ("edge-a", "canary")):
         wb = writer(url, tmp_path / agent, agent=agent)
-        assert wb.publish_status(dataclasses.replace(report(agent, sha, when=NOW - timedelta(hours=3)),
-                                                     group=group, checks={"passed": 2, "failed": []}))
+        assert wb.publish_status(dataclasses.replace(
+            report(agent, sha, when=NOW - timedelta(hours=3), gateways=checked), group=group))
     assert status_command(settings, argparse.Namespace(fleet=True)) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:7] for line in lines] == [
