@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.agents import ADMIN_KEY, config_files, live_uri, wait_for
 from tests.gitservers import BareRepo, GitDaemon, GitGate, Hold, HttpGitServer, git
 from tests.support import gitsync_env, run_gitsync
-from tests.test_daemon import ADMIN_KEY, AgentProcess, config_files, live_uri, wait_for
 
 FLEET_TIMEOUT = 900  # 100 Python processes on 2 shared cores
 
@@ -84,19 +84,15 @@ def test_a_failed_commit_whose_note_cannot_be_written_still_exits_1(remotes_root
 
 
 def test_the_daemon_retries_an_unwritten_status_on_its_polls_then_heartbeats_until_it_is_down(
-        remotes_root, remote_repo, apisix, key_file, tmp_path):
+        spawn, remotes_root, remote_repo, apisix):
     """Nothing changes after the first sync, so no new publish will come: the retry is the poll's. Then
     the status ref's commit time moves with each heartbeat, and stops when the agent is killed."""
     commit = remote_repo.commit(config_files(1), "v1")
     server = GitDaemon(remotes_root, receive_pack=False).start()  # read-only at first
     try:
         url = server.url(remote_repo.path.name)
-        agent = AgentProcess(tmp_path / "agent", [
-            "--repo", url, "--gateway", apisix.url, "--admin-key-file", str(key_file), "--interval", "0.5s",
-            "--jitter", "0s", "--writeback", "on", "--agent-name", "edge-1", "--status-heartbeat", "1s",
-            "--group", "canary", "-v"])
-        (tmp_path / "agent").mkdir()
-        agent.start()
+        agent = spawn(url, "--interval", "0.5s", "--writeback", "on", "--agent-name", "edge-1",
+                      "--status-heartbeat", "1s", "--group", "canary", gateways=[apisix.url])
         try:
             wait_for(lambda: live_uri(apisix) == "/v1", 20, "the commit live")
             wait_for(lambda: "write-back of status" in agent.log(), 20, "a failed write-back in the log")
