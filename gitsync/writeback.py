@@ -773,6 +773,10 @@ class WriteBack:
                             raise
                         last = str(exc) if isinstance(exc, _RefMoved) else exc.reason
                         self.conflicts += isinstance(exc, _RefMoved)
+                        if trust_local and not read and tip is not None and isinstance(exc, _RefMoved):
+                            logger.warning("write-back: {} was moved by another writer since this agent "
+                                           "wrote it: does another agent have the name {!r}? Agent names "
+                                           "must be unique in a fleet", ref.decode(), self.options.agent)
                         read = True
                         if attempt + 1 < self.options.attempts:
                             time.sleep(backoff_delay(attempt + 1, base=0.2, cap=4.0))

@@ -202,6 +202,13 @@ def test_a_status_ref_moved_by_someone_else_is_read_and_built_on(config_repo, gi
     assert fresh.conflicts == 1
     assert "result: failed" in status_text(repo) and before != status_text(repo)
 
+    # Two agents with one name: each finds the ref moved behind its back, and says so.
+    log = io.StringIO()
+    gslog.setup(stream=log)
+    assert writer(url, tmp_path / "before").publish_status(report("edge-1", sha, result="drift_reported"))
+    assert "refs/gitsync/status/edge-1 was moved by another writer" in log.getvalue()
+    assert "another agent have the name 'edge-1'" in log.getvalue()
+
 
 def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_due(config_repo, git_daemon,
                                                                                   tmp_path):
