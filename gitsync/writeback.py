@@ -988,6 +988,8 @@ class FleetReader:
                 raise SourceError("writeback", f"{self.remote.url}: the status refs kept moving")
             _mirror_fleet(repo, self.prefix, tips)
             docs = {sha: self._docs.get(sha) or self._document(repo, ref, sha) for ref, sha in tips.items()}
+            if set(docs) - set(self._docs):
+                _tidy(repo)  # each fetch adds a pack: read every poll, they would pile up
         self._docs = docs
         return sorted((dict(d) for d in docs.values()), key=lambda d: str(d.get("agent", "")))
 
