@@ -415,6 +415,8 @@ class Agent:
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
             self._writeback_queue.submit(self.writeback.publish_status, report)
+        elif self.writeback is not None:  # every poll: the heartbeat, and what failed to be written before
+            self._writeback_queue.submit_once(self.writeback.refresh)
 
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
         self.state.last_result = {**report.to_dict(), "reason": outcome.reason,
@@ -448,9 +450,11 @@ class Agent:
                                               digest=gw.digest if gw else None, counts={}, pruned={}))
         commit = outcome.commit or self.state.last_good or ""
         subject = outcome.subject or (self.state.last_good_subject if commit == self.state.last_good else "")
-        return StatusReport(agent=self.settings.agent_name, commit=commit, subject=subject,
-                            result=str(outcome.result), gateways=gateways, time=datetime.now(UTC),
-                            duration=outcome.duration, version=__version__)
+        s = self.settings
+        return StatusReport(agent=s.agent_name, commit=commit, subject=subject, result=str(outcome.result),
+                            gateways=gateways, time=datetime.now(UTC), duration=outcome.duration,
+                            version=__version__, group=s.group,
+                            heartbeat=max(s.status_heartbeat, s.interval + s.jitter))
 
     # ------------------------------------------------------------------------------------------------
     # what others ask: the drift watch, readiness
@@ -551,18 +555,30 @@ class WriteBackQueue:
         self.writeback = writeback
         self.metrics = metrics
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
+        self._queued = 0  # submitted and not ended
+        self._count = threading.Lock()
 
-    def submit(self, publish: Callable[[Any], bool], item: Any) -> None:
-        self._thread.submit(self._publish, publish, item)
+    def submit(self, publish: Callable[..., bool], *item: Any) -> None:
+        with self._count:
+            self._queued += 1
+        self._thread.submit(self._publish, publish, *item)
 
-    def _publish(self, publish: Callable[[Any], bool], item: Any) -> None:
+    def submit_once(self, publish: Callable[[], bool]) -> None:
+        """Submit unless write-backs are still queued (a slow remote must not pile up refreshes)."""
+        if self._queued == 0:
+            self.submit(publish)
+
+    def _publish(self, publish: Callable[..., bool], *item: Any) -> None:
         before = self.writeback.failures if self.writeback else 0
         try:
-            publish(item)
+            publish(*item)
         except Exception as exc:  # write-back never takes the agent down
             logger.error("write-back failed: {}", redact(str(exc)))
             self.metrics.writeback_failures.inc()
             return
+        finally:
+            with self._count:
+                self._queued -= 1
         failures = (self.writeback.failures if self.writeback else 0) - before
         if failures > 0:
             self.metrics.writeback_failures.inc(failures)

@@ -50,10 +50,11 @@ from gitsync import log as gslog
 from gitsync.agent import Agent
 from gitsync.daemon import Daemon
 from gitsync.gitremote import Remote
+from gitsync.groups import fleet_table
 from gitsync.outcomes import SyncOutcome
 from gitsync.settings import Secret, Settings
 from gitsync.testing.apisix import ApisixDouble
-from gitsync.writeback import AGENTS_DIR, agent_file_name, fleet_table, full_ref, read_fleet
+from gitsync.writeback import AGENTS_DIR, agent_file_name, full_ref, read_fleet, status_ref
 
 AGENT_NAME = "demo"
 REPO_NAME = "config.git"
@@ -486,15 +487,18 @@ class Demo:
 
     def status_branch(self) -> None:
         """Step 5: this agent's file on the status branch, and the fleet table `status --fleet` prints."""
-        branch, good = self.settings.status_branch, self.shas["change"]
+        s = self.settings
+        branch, good = s.status_branch, self.shas["change"]
         text, _ = wait_for("the status file", lambda: _status_naming(
             self.remote.status_file(branch, AGENT_NAME), good, "healed"))
         self.say.step(5, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
+        self.say.say(f"(the agent writes its own ref {status_ref(s.status_refs, AGENT_NAME).decode()}; the "
+                     "branch is a view of every agent's ref, for browsing)")
         self.say.block(text)
         with tempfile.TemporaryDirectory(prefix="gitsync-demo-fleet-") as tmp:
-            fleet = read_fleet(Remote.of(self.remote.url), branch, Path(tmp))
+            fleet = read_fleet(Remote.of(self.remote.url), s.status_refs, Path(tmp))
         self.say.say(f"gitsync status --fleet --repo {self.remote.url}")
-        self.say.block(fleet_table(fleet, datetime.now(UTC)))
+        self.say.block(fleet_table(fleet, datetime.now(UTC), s.status_heartbeat))
         self.summary["status_file"] = text
 
     def finish(self) -> None:

@@ -210,9 +210,17 @@ class Settings:
     rollout: str = setting("rollout", "enum", "all", "How a new commit reaches this agent's gateways: all "
                            "at once, or the first gateway first (`canary`), then, once its checks pass and "
                            "`soak` has passed, the others.", choices=("all", "canary"), groups=(GATEWAY,))
-    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run on the canary "
-                          "(rollout = canary), its checks passed, before the other gateways get it.",
-                          groups=(GATEWAY,), minimum=0)
+    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run, its checks passed, "
+                          "on the canary (rollout = canary) before the other gateways get it, and on "
+                          "`after_group`'s agents before this agent applies it.", groups=(GATEWAY,),
+                          minimum=0)
+    group: str | None = setting("rollout", "str", None, "This agent's group in the fleet (in its status), "
+                                "for other agents' `after_group`.", groups=(GATEWAY,))
+    after_group: str | None = setting("rollout", "str", None, "Apply a new commit only once `after_count` "
+                                      "live agents of this group have run it, checks passed, for `soak`.",
+                                      groups=(GATEWAY,))
+    after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
+                               "commit.", groups=(GATEWAY,), minimum=1)
     # [guard]
     guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
                           "items now, or delete more of a kind than max_delete allows, unless its message "
@@ -250,8 +258,18 @@ class Settings:
     writeback: str = setting("writeback", "enum", "auto", "Status commits and notes: `auto` writes back "
                              "whenever the remote can be pushed to.", choices=("auto", "on", "off"),
                              groups=(WRITEBACK,))
-    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch holding one status file per "
-                                 "agent.", groups=(WRITEBACK,))
+    status_refs: str = setting("writeback", "str", "refs/gitsync/status", "Namespace of the status refs: "
+                               "each agent writes only `<status_refs>/<agent_name>`, so a fleet never "
+                               "contends; `status --fleet` and `after_group` read them.", groups=(WRITEBACK,),
+                               metavar="REF")
+    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch showing every agent's status "
+                                 "as `agents/<agent>.yaml`, rebuilt from the status refs by an agent whose "
+                                 "status changed, for people browsing the forge (best effort); empty: this "
+                                 "agent does not write it.", groups=(WRITEBACK,))
+    status_heartbeat: float = setting("writeback", "duration", 60.0, "The status ref is rewritten (a fresh "
+                                      "commit time) at least this often, on the first poll after it is due, "
+                                      "so readers tell a live agent from a down one: down after two periods "
+                                      "without a write.", groups=(WRITEBACK,), minimum=1)
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -653,6 +671,9 @@ def load(
                                       for kind, share in values.get("max_delete_kinds", {}).items()}
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
+    if values.get("after_group") and values.get("after_group") == values.get("group"):
+        raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
+                            f"{values['group']!r}: its agents would wait for one another forever")
     settings = Settings(**values, config_file=config_path)
     missing = [name for name in require if not getattr(settings, name)]
     if missing:
