@@ -11,9 +11,10 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -23,6 +24,11 @@ from gitsync.settings import Secret
 
 MAX_WEBHOOK_BODY = 1024 * 1024
 PROVIDERS = ("github", "gitlab", "gitea", "generic")
+
+#: The web view's hook (gitsync.web): given the method, the request target, the headers and the body
+#: stream, its answer as (status, body, content type, extra headers), or None for a path it does not serve.
+WebAnswer = Callable[[str, str, Mapping[str, str], BinaryIO],
+                     "tuple[int, bytes, str, Sequence[tuple[str, str]]] | None"]
 
 
 class Metrics:
@@ -109,8 +115,10 @@ class StatusServer:
         readiness: Callable[[], Readiness],
         trigger: Callable[[str], None],
         webhook_secret: Secret | None,
+        web: WebAnswer | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
+        self.web = web
         self.metrics = metrics
         self.readiness = readiness
         self.trigger = trigger
@@ -143,10 +151,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         logger.trace("http {} {}", self.address_string(), format % args)
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "application/json",
+              headers: Sequence[tuple[str, str]] = ()) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -163,8 +174,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200 if state.ready else 503, {"ready": state.ready, "reason": state.reason})
         elif path == "/metrics":
             self._send(200, self.owner.metrics.render(), CONTENT_TYPE_LATEST)
-        else:
+        elif not self._web():
             self._json(404, {"error": "not found"})
+
+    def _web(self) -> bool:
+        """Let the web view answer, if it is on and serves this path."""
+        answer = self.owner.web(self.command, self.path, self.headers, self.rfile) if self.owner.web else None
+        if answer is not None:
+            self._send(*answer)
+        return answer is not None
 
     do_HEAD = do_GET
 
@@ -172,7 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         provider = path[len("/hooks/"):] if path.startswith("/hooks/") else ""
         if provider not in PROVIDERS:
-            self._json(404, {"error": "not found"})
+            if not self._web():
+                self._json(404, {"error": "not found"})
             return
         metrics = self.owner.metrics.webhooks
         secret = self.owner.webhook_secret
