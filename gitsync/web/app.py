@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import parse_qs, quote, unquote
+from urllib.parse import parse_qs, quote, unquote, urlencode
 
 from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
@@ -90,8 +90,10 @@ class WebView:
             if method not in ("GET", "HEAD"):
                 return _text(405, "This view is read-only.", [("Allow", "GET, HEAD")])
             if not self.access.authorized(headers, settings.ui_token):
-                return self._page(401, "Log in", pages.login(auth.local_path(target), failed=False), settings,
-                                  [("WWW-Authenticate", 'Bearer realm="gitsync"')], nav="")
+                if headers.get("Authorization") or "text/html" not in (headers.get("Accept") or ""):
+                    return _text(401, "This view needs the token: Authorization: Bearer <ui_token>.",
+                                 [("WWW-Authenticate", 'Bearer realm="gitsync"')])
+                return _redirect("/login?" + urlencode({"next": auth.local_path(target)}))
             return self._route(path, parse_qs(query), settings)
         except Exception as exc:  # a bug in a page must not take the listener's thread with it
             logger.opt(exception=exc).error("web view: {} {} failed: {}", method, path, redact(str(exc)))
@@ -112,7 +114,8 @@ class WebView:
             return _redirect(next_path)
         if settings.ui_token is None or not auth.token_matches(given, settings.ui_token):
             logger.warning("web view: a wrong token was typed into the login form")
-            return self._page(401, "Log in", pages.login(next_path, failed=True), settings, nav="")
+            # 200, not 401: a browser reports a 401 page as an error in its console
+            return self._page(200, "Log in", pages.login(next_path, failed=True), settings, nav="")
         return _redirect(next_path, [("Set-Cookie", auth.set_cookie(auth.session_value(settings.ui_token)))])
 
     def _route(self, path: str, params: dict[str, list[str]], settings: Settings) -> Reply:
@@ -121,7 +124,9 @@ class WebView:
         links = Links(settings.commit_url)
         now = time.time()
         if path == "/":
-            body = pages.overview(view, self.gateways(settings).heads(), links, now)
+            known = self.catalog.peek(view.get("last_good"))
+            body = pages.overview(view, self.gateways(settings).heads(), links, now,
+                                  known.counts if known is not None else None)
             return self._page(200, "Overview", body, settings, nav="overview")
         if path == "/fleet":
             body = pages.fleet(self.fleet.get(), view.get("tip"), settings.status_branch, links, now)

@@ -195,6 +195,11 @@ class LiveCatalog:
         self._catalog: Catalog | None = None
         self._error: tuple[str, str] | None = None  # (sha, why it cannot be shown)
 
+    def peek(self, sha: str | None) -> Catalog | None:
+        """The catalog of `sha` if it is built already (never builds one)."""
+        known = self._catalog
+        return known if known is not None and known.sha == sha else None
+
     def get(self, view: Mapping[str, Any], agent: Any) -> tuple[Catalog | None, str | None]:
         """(the catalog, None), or (None, why not)."""
         sha = view.get("last_good")

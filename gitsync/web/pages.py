@@ -157,7 +157,9 @@ def checks_cell(last: Mapping[str, Any] | None) -> Markup:
     return esc(text) + listed
 
 
-def overview(view: Mapping[str, Any], heads: Mapping[str, Head], links: Links, now: float) -> Markup:
+def overview(view: Mapping[str, Any], heads: Mapping[str, Head], links: Links, now: float,
+             live_counts: Mapping[str, int] | None = None) -> Markup:
+    """`live_counts`: items per kind of the last good commit, when its catalog is at hand."""
     good = view.get("last_good")
     gateways = view.get("gateways") or []
     unmanaged = view.get("unmanaged") or []
@@ -181,27 +183,31 @@ def overview(view: Mapping[str, Any], heads: Mapping[str, Head], links: Links, n
                      if last else "not pushed since the agent started"])
     gateway_table = table(["Gateway", "Commit live", "Digest", "State", "Health checks", "Last push"], rows,
                           class_="wide")
-    kinds_table = kinds(gateways)
+    kinds_table = kinds(gateways, good, live_counts or {})
     return Markup(tag("h1", "Overview") + section("Source", "source", source)
                   + section("Tip of the ref", "tip", tip_verdict(view, links))
                   + section("Last good commit", "last-good", last_good)
                   + section("Gateways", "gateways", gateway_table)
                   + section("Versions and items per kind", "kinds", kinds_table)
-                  + section(f"Last {len(view.get('history') or [])} syncs", "history",
+                  + section("Recent syncs", "history",
                             history(view.get("history") or [], links, now)))
 
 
-def kinds(gateways: Sequence[Mapping[str, Any]]) -> Markup:
-    """Kind × gateway: the conf_version last sent and the items after the last push."""
+def kinds(gateways: Sequence[Mapping[str, Any]], good: str | None, live_counts: Mapping[str, int]) -> Markup:
+    """Kind × gateway: the conf_version last sent, and the items after the last push (or, for a gateway
+    that holds the last good commit, that commit's); kinds never sent are left out."""
     rows = []
     for kind in KINDS:
-        cells = []
+        cells, used = [], False
         for g in gateways:
             version = (g.get("versions") or {}).get(f"{kind}_conf_version")
             count = ((g.get("last_sync") or {}).get("counts") or {}).get(kind)
+            if count is None and good and g.get("commit") == good:
+                count = live_counts.get(kind)
+            used = used or bool(version) or bool(count)
             text = "—" if version is None else f"v{version:.14g}"
             cells.append(text + ("" if count is None else f" · {count:,} items"))
-        if any(c != "—" for c in cells):
+        if used:
             rows.append([kind, *cells])
     if not rows:
         return tag("p", "Nothing pushed yet.")
