@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs
 
-from gitsync.settings import Secret, SettingsError, parse_address
+from gitsync.settings import Secret, SettingsError
 
 COOKIE = "gitsync_ui"
 MIN_TOKEN_LENGTH = 16
@@ -59,7 +59,7 @@ class Access:
     the token itself is read from the settings at each request (a SIGHUP may rotate it)."""
 
     def __init__(self, listen: str, token: Secret | None) -> None:
-        host, _ = parse_address(listen)
+        host = listen.rpartition(":")[0].strip("[]") or "127.0.0.1"  # as the listener binds it
         self.loopback = is_loopback(host)
         if not self.loopback and token is None:
             raise SettingsError(f"ui = true with listen = {listen}, which is not a loopback address: the web "
