@@ -59,6 +59,7 @@ class WebView:
     def close(self) -> None:
         self._gateways.close()
         self.fleet.close()
+        self.catalog.close()
 
     def gateways(self, settings: Settings) -> Gateways:
         """The view's gateway clients, made again when a reload changed the gateways."""
@@ -124,6 +125,8 @@ class WebView:
         links = Links(settings.commit_url)
         now = time.time()
         if path == "/":
+            if agent is not None:
+                self.catalog.warm(view, agent)
             known = self.catalog.peek(view.get("last_good"))
             body = pages.overview(view, self.gateways(settings).heads(), links, now,
                                   known.counts if known is not None else None)

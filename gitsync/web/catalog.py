@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from gitsync.kinds import KINDS, item_id
 from gitsync.render import Rendered, mask_secrets
@@ -99,47 +100,79 @@ def describe(kind: str, item: Mapping[str, Any]) -> tuple[str, str]:
 
 
 class Catalog:
-    """Every item of one rendered commit, indexed once (searching 10,000 rows is a scan of strings)."""
+    """Every item of one rendered commit. A page of the plain list builds only its own rows; the first
+    search builds every row's text once (at 10,000 items, a few hundred ms), later ones scan strings."""
 
     def __init__(self, sha: str, rendered: Rendered, files: Mapping[str, bytes]) -> None:
         self.sha = sha
         self.rendered = rendered
         self.files = files
-        self.rows: list[Row] = []
-        self._index: dict[tuple[str, str], Row] = {}
+        self._entries: list[tuple[str, int, str]] = []  # (kind, index in the payload, id), in KINDS order
+        self._at: dict[tuple[str, str], int] = {}  # (kind, id) → position in _entries
+        self._rows: dict[int, Row] = {}
+        self._haystacks: list[str] | None = None
+        self._lock = threading.Lock()
         self._positions: dict[str, dict[Path, tuple[int, int]]] = {}
-        raw: list[tuple[str, int, Any, str, str]] = []
         for kind in KINDS:
             for index, item in enumerate(rendered.payload.get(kind) or ()):
-                if not isinstance(item, Mapping):
-                    continue
                 ident = item_id(kind, item)
-                if ident is None:
-                    continue
-                title, match = describe(kind, item)
-                raw.append((kind, index, item, title, match))
-        shown = mask_secrets({"titles": [r[3] for r in raw], "matches": [r[4] for r in raw]},
-                             rendered.secret_values)
-        for (kind, index, item, _, _), title, match in zip(raw, shown["titles"], shown["matches"],
-                                                           strict=True):
-            ident = item_id(kind, item) or ""
-            plugins = tuple(sorted(item["plugins"])) if isinstance(item.get("plugins"), dict) else ()
-            location = rendered.source_map.location(kind, index)
-            file, line = (location.file, location.line) if location is not None else (None, None)
-            haystack = " ".join((kind, ident, title, match, *plugins, file or "")).lower()
-            row = Row(kind, ident, index, title, match, plugins, file, line, haystack)
-            self.rows.append(row)
-            self._index.setdefault((kind, ident), row)
-        self.counts = {kind: sum(1 for r in self.rows if r.kind == kind) for kind in KINDS}
+                if ident is not None:
+                    self._at.setdefault((kind, ident), len(self._entries))
+                    self._entries.append((kind, index, ident))
+        self.counts = {kind: 0 for kind in KINDS}
+        for kind, _, _ in self._entries:
+            self.counts[kind] += 1
 
-    def search(self, query: str = "", kind: str | None = None) -> list[Row]:
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def prepared(self) -> bool:
+        return self._haystacks is not None
+
+    def _build(self, positions: Sequence[int]) -> list[Row]:
+        """The rows at `positions` (built once each; titles and matches masked in one pass)."""
+        missing = [p for p in positions if p not in self._rows]
+        if missing:
+            payload = self.rendered.payload
+            described = [describe(k, payload[k][i]) for k, i, _ in (self._entries[p] for p in missing)]
+            shown = mask_secrets({"titles": [d[0] for d in described], "matches": [d[1] for d in described]},
+                                 self.rendered.secret_values)
+            for position, title, match in zip(missing, shown["titles"], shown["matches"], strict=True):
+                kind, index, ident = self._entries[position]
+                item = payload[kind][index]
+                plugins = tuple(sorted(item["plugins"])) if isinstance(item.get("plugins"), dict) else ()
+                location = self.rendered.source_map.location(kind, index)
+                file, line = (location.file, location.line) if location is not None else (None, None)
+                text = " ".join((kind, ident, title, match, *plugins, file or "")).lower()
+                self._rows[position] = Row(kind, ident, index, title, match, plugins, file, line, text)
+        return [self._rows[p] for p in positions]
+
+    def search(self, query: str = "", kind: str | None = None) -> Rows:
         """Rows of `kind` (all kinds when None) holding every word of `query` (case-insensitive)."""
         words = query.lower().split()
-        return [r for r in self.rows
-                if (kind is None or r.kind == kind) and all(w in r.haystack for w in words)]
+        if not words:
+            found = [p for p, entry in enumerate(self._entries) if kind is None or entry[0] == kind]
+            return Rows(self, found)
+        haystacks = self.prepare()
+        return Rows(self, [p for p, entry in enumerate(self._entries)
+                           if (kind is None or entry[0] == kind) and all(w in haystacks[p] for w in words)])
+
+    def prepare(self) -> list[str]:
+        """Every row built, and the text each search scans (once)."""
+        with self._lock:
+            if self._haystacks is None:
+                self._haystacks = [row.haystack for row in self._build(range(len(self._entries)))]
+            return self._haystacks
+
+    def rows_at(self, positions: Sequence[int]) -> list[Row]:
+        # No lock: two threads building the same row build equal rows, and a dict's item assignment is
+        # atomic; so a page never waits for `prepare` building every row.
+        return self._build(positions)
 
     def row(self, kind: str, ident: str) -> Row | None:
-        return self._index.get((kind, ident))
+        position = self._at.get((kind, ident))
+        return None if position is None else self.rows_at([position])[0]
 
     def detail(self, kind: str, ident: str) -> ItemDetail | None:
         row = self.row(kind, ident)
@@ -159,6 +192,28 @@ class Catalog:
         if lines is None:
             return ItemDetail(row, (), dump_yaml(masked), pushed, item)
         return ItemDetail(row, tuple(lines), None, pushed, item)
+
+
+class Rows(Sequence[Row]):
+    """Rows found by a search, built only when read (a page reads a hundred of them)."""
+
+    def __init__(self, catalog: Catalog, positions: list[int]) -> None:
+        self._catalog = catalog
+        self._positions = positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, at: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[Row]: ...
+
+    def __getitem__(self, at: int | slice) -> Row | list[Row]:
+        if isinstance(at, slice):
+            return self._catalog.rows_at(self._positions[at])
+        return self._catalog.rows_at([self._positions[at]])[0]
 
 
 def paginate(rows: Sequence[Row], number: int, per_page: int = PER_PAGE) -> Page:
@@ -260,5 +315,5 @@ def written_lines(data: bytes, kind: str, source: ItemSource, secret_values: Ite
     return [(number, line) for (number, _), line in zip(out, shown, strict=True)]
 
 
-__all__ = ["PER_PAGE", "Catalog", "ItemDetail", "Page", "Row", "changed_paths", "describe", "paginate",
-           "written_lines"]
+__all__ = ["PER_PAGE", "Catalog", "ItemDetail", "Page", "Row", "Rows", "changed_paths", "describe",
+           "paginate", "written_lines"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from gitsync.agent import gc_paused
 from gitsync.gateway import Gateway, GatewayError, endpoints_from_settings
 from gitsync.gitremote import Remote, SourceError
 from gitsync.kinds import KINDS, item_id
@@ -188,12 +189,30 @@ class FleetReader:
 
 class LiveCatalog:
     """The catalog of the last good commit: built from the agent's rendered copy when it holds one,
-    else rendered here once from its mirror (after a restart, before the agent needs to)."""
+    else rendered here once from its mirror (after a restart, before the agent needs to). `warm`
+    builds it, and its search index, in the background: the overview calls it, so the items pages
+    that follow find it ready."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._catalog: Catalog | None = None
         self._error: tuple[str, str] | None = None  # (sha, why it cannot be shown)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-catalog")
+        self._warming: Future[None] | None = None
+
+    def warm(self, view: Mapping[str, Any], agent: Any) -> None:
+        known = self.peek(view.get("last_good"))
+        if (known is None or not known.prepared) and (self._warming is None or self._warming.done()):
+            self._warming = self._pool.submit(self._prepare, view, agent)
+
+    def _prepare(self, view: Mapping[str, Any], agent: Any) -> None:
+        catalog, _ = self.get(view, agent)
+        if catalog is not None:
+            with gc_paused():
+                catalog.prepare()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def peek(self, sha: str | None) -> Catalog | None:
         """The catalog of `sha` if it is built already (never builds one)."""
@@ -217,7 +236,8 @@ class LiveCatalog:
                 return None, self._error[1]
             try:
                 commit = agent.source.read(sha)
-                rendered = render(commit.files, agent.render_options)
+                with gc_paused():  # as a sync renders: no full collections over the growing payload
+                    rendered = render(commit.files, agent.render_options)
             except (SourceError, ProblemsError) as exc:
                 why = redact(f"cannot render {sha[:7]} again: {exc}")
                 self._error = (sha, why)
