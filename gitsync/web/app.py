@@ -125,11 +125,11 @@ class WebView:
         links = Links(settings.commit_url)
         now = time.time()
         if path == "/":
-            if agent is not None:
-                self.catalog.warm(view, agent)
             known = self.catalog.peek(view.get("last_good"))
             body = pages.overview(view, self.gateways(settings).heads(), links, now,
                                   known.counts if known is not None else None)
+            if agent is not None:  # after this page is built: the items pages that follow find it ready
+                self.catalog.warm(view, agent)
             return self._page(200, "Overview", body, settings, nav="overview")
         if path == "/fleet":
             body = pages.fleet(self.fleet.get(), view.get("tip"), settings.status_branch, links, now)
