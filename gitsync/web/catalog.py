@@ -21,16 +21,13 @@ from typing import Any, overload
 from gitsync.kinds import KINDS, item_id
 from gitsync.render import Rendered, mask_secrets
 from gitsync.render.load import parse, positions
-from gitsync.render.sourcemap import ItemSource
+from gitsync.render.sourcemap import FieldPath, ItemSource
 from gitsync.writeback import dump_yaml
 
 PER_PAGE = 100
 _KEY_END = re.compile(r":(?=\s|$)")
 #: Trailing lines of an item's span that belong to no item: blank lines, comments, document markers.
 _NOT_ITEM = re.compile(r"^\s*(#.*)?$|^(---|\.\.\.)(\s.*)?$")
-
-Path = tuple[str | int, ...]
-
 
 @dataclass(frozen=True)
 class Row:
@@ -112,7 +109,7 @@ class Catalog:
         self._rows: dict[int, Row] = {}
         self._haystacks: list[str] | None = None
         self._lock = threading.Lock()
-        self._positions: dict[str, dict[Path, tuple[int, int]]] = {}
+        self._positions: dict[str, dict[FieldPath, tuple[int, int]]] = {}
         for kind in KINDS:
             for index, item in enumerate(rendered.payload.get(kind) or ()):
                 ident = item_id(kind, item)
@@ -227,7 +224,7 @@ def paginate(rows: Sequence[Row], number: int, per_page: int = PER_PAGE) -> Page
 # An item's own lines, masked
 
 
-def _after(table: Mapping[Path, tuple[int, int]], path: Path) -> int | None:
+def _after(table: Mapping[FieldPath, tuple[int, int]], path: FieldPath) -> int | None:
     """The line of the first node after `path` and all it holds, in document order (None: the end)."""
     seen = False
     for key, (line, _) in table.items():
@@ -238,7 +235,7 @@ def _after(table: Mapping[Path, tuple[int, int]], path: Path) -> int | None:
     return None
 
 
-def changed_paths(original: Any, masked: Any, path: Path = ()) -> Iterator[Path]:
+def changed_paths(original: Any, masked: Any, path: FieldPath = ()) -> Iterator[FieldPath]:
     """The outermost paths where masking changed a value."""
     if original == masked:
         return
@@ -252,7 +249,7 @@ def changed_paths(original: Any, masked: Any, path: Path = ()) -> Iterator[Path]
         yield path
 
 
-def _value_at(value: Any, path: Path) -> Any:
+def _value_at(value: Any, path: FieldPath) -> Any:
     for step in path:
         value = value[step]
     return value
@@ -271,12 +268,12 @@ def _cut(text: str, col: int, is_key: bool, masked: Any) -> str:
 
 
 def written_lines(data: bytes, kind: str, source: ItemSource, secret_values: Iterable[str],
-                  table: Mapping[Path, tuple[int, int]] | None = None) -> list[tuple[int, str]] | None:
+                  table: Mapping[FieldPath, tuple[int, int]] | None = None) -> list[tuple[int, str]] | None:
     """The item's lines in its file, numbered, with every value the masker changes cut; None when its
     lines are shared with other items or its place cannot be found again. `table`: the file's
     `positions`, when already known."""
     table = positions(data) if table is None else table
-    item_path: Path = (source.doc, kind, source.index)
+    item_path: FieldPath = (source.doc, kind, source.index)
     if item_path not in table:
         return None
     text = data.decode("utf-8", "replace").splitlines()

@@ -189,7 +189,7 @@ def overview(view: Mapping[str, Any], heads: Mapping[str, Head], links: Links, n
                   + section("Last good commit", "last-good", last_good)
                   + section("Gateways", "gateways", gateway_table)
                   + section("Versions and items per kind", "kinds", kinds_table)
-                  + section("Recent syncs", "history",
+                  + section("Recent syncs (since the agent started)", "history",
                             history(view.get("history") or [], links, now)))
 
 
@@ -332,8 +332,9 @@ def item(detail: ItemDetail, sha: str, lives: Mapping[str, LiveItems], unmanaged
 def fleet(result: Fleet, tip: str | None, branch: str, links: Links, now: float) -> Markup:
     head = tag("h1", "Fleet")
     intro = tag("p", "Every agent's last status, from the status branch ", tag("code", branch),
-                f", read {format_age(now - result.at)} ago (as `gitsync status --fleet` prints it). "
-                "Agents on another commit than this agent's tip ", commit(tip, links), " are marked behind.")
+                f", read {format_age(now - result.at)} ago (as ", tag("code", "gitsync status --fleet"),
+                " reads it). Agents on another commit than this agent's tip ", commit(tip, links),
+                " are marked behind.")
     if result.error:
         return Markup(head + intro + tag("p", result.error, class_="error"))
     if not result.agents:
