@@ -4,6 +4,9 @@ rules one by one, fast."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import deque
 
 import httpx
@@ -18,6 +21,7 @@ from gitsync.web.catalog import Catalog, paginate
 from gitsync.web.html import Markup, esc, tag
 from gitsync.web.links import Links
 from gitsync.web.pages import problem
+from tests.support import ROOT, gitsync_env
 
 SECRET_FILE = """consumers:
   - username: carol
@@ -175,3 +179,16 @@ def test_the_view_is_off_unless_asked_for():
             assert httpx.get(f"http://127.0.0.1:{server.port}{path}", timeout=5).status_code == 404
     finally:
         server.stop()
+
+
+def test_the_web_view_benchmark_runs_and_writes_its_json(tmp_path):
+    """`python -m bench.webview` end to end at 100 routes: every page measured (timings not checked)."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench.webview", "--routes", "100", "--reps", "2", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=gitsync_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "webview-latest.json").read_text())
+    assert report["routes"] == 100 and report["table"] in done.stdout
+    assert set(report["results"]) == {"overview", "items, page 1", "items, middle page", "items, last page",
+                                      "items, search", "item page", "healthz (floor)"}
+    assert all(r["cold_s"] > 0 and len(r["samples"]) == 2 for r in report["results"].values())
