@@ -12,9 +12,11 @@ from tests.support import run_gitsync
 def test_help_lists_every_subcommand_of_the_design():
     result = run_gitsync("--help")
     assert result.returncode == 0
-    for name in ("render", "validate", "diff", "sync", "run", "status", "demo"):
-        assert f"    {name} " in result.stdout
-    assert {c.name for c in COMMANDS} == {"render", "validate", "diff", "sync", "run", "status", "demo"}
+    names = {"render", "validate", "diff", "sync", "run", "status", "demo",
+             "export", "import", "init", "schema", "completion"}
+    for name in names:
+        assert f"    {name}" in result.stdout
+    assert {c.name for c in COMMANDS} == names
 
 
 def test_version():
@@ -97,3 +99,18 @@ def test_a_dotted_key_error_names_its_line(tmp_path):
     result = run_gitsync("validate", "--config", str(config), "--dir", str(tmp_path))
     assert result.returncode == 2
     assert f"{config}:2: source.repo: expected a string, got an integer" in result.stderr
+
+
+def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(tmp_path):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "a.yaml").write_text(
+        "secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
+        "    token: t0k3n-abcd\n"
+        "routes:\n  - id: r1\n    uri: /a\n    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
+        "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
+    managed = run_gitsync("validate", "--dir", str(config))
+    assert managed.returncode == 0 and "warning" not in managed.stderr
+    left_out = run_gitsync("validate", "--dir", str(config), "--unmanaged", "secrets")
+    assert left_out.returncode == 0, left_out.stderr
+    assert "warning: 1 secrets item(s) of the repo are not pushed: secrets is unmanaged" in left_out.stderr

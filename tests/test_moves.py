@@ -167,7 +167,7 @@ def test_a_key_and_a_plugin_move_in_one_sync_of_two_pushes(apisix: ApisixDouble)
                                 "pruned 1 out-of-band consumers: jack; pruned 1 out-of-band global_rules: g1")
     assert result.to_dict()["two_step"] is True
     assert [(m, status) for m, _, status in apisix.requests] == [
-        ("GET", 200), ("PUT", 202), ("GET", 200), ("PUT", 202), ("GET", 200)]
+        ("GET", 200), ("PUT", 202), ("GET", 200), ("PUT", 202), ("HEAD", 200)]
     assert served(apisix, "consumers") == [item_content(c) for c in desired["consumers"]]
     assert served(apisix, "global_rules") == [item_content(r) for r in desired["global_rules"]]
     again = sync_gateway(endpoint(apisix), desired, retry=FAST)

@@ -70,7 +70,8 @@ def test_first_sync_applies_and_an_identical_repeat_sends_no_put(apisix: ApisixD
     assert first.status is SyncStatus.APPLIED and first.puts == 1 and first.attempts == 1
     assert first.versions["routes_conf_version"] == 1 and first.versions["secrets_conf_version"] == 0
     assert first.counts["routes"] == 1 and first.digest == apisix.config()["X-Digest"]
-    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "GET"]  # validate only after a refusal
+    # Validate only after a refusal; the read-back is a HEAD whose digest is ours.
+    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "HEAD"]
     before = len(apisix.requests)
     again = sync(apisix, desired)
     assert again.status is SyncStatus.UNCHANGED and again.ok
@@ -236,7 +237,7 @@ def test_a_live_config_read_earlier_is_planned_on_once_and_a_retry_reads_afresh(
     assert result.status is SyncStatus.APPLIED and result.attempts == 2
     assert [(m, status) for m, _, status in apisix.requests[before:]] == [
         ("PUT", 400),  # planned on the earlier read: routes_conf_version 1 < 7, refused whole
-        ("GET", 200), ("PUT", 202), ("GET", 200)]  # the retry reads afresh
+        ("GET", 200), ("PUT", 202), ("HEAD", 200)]  # the retry reads afresh
     assert [r["id"] for r in apisix.config()["routes"]] == ["r1"]
 
 
@@ -316,7 +317,7 @@ def test_a_body_too_large_for_the_validate_endpoint_is_pushed_without_it(apisix:
     routes = [route(f"r{i}", f"/r{i}", desc=filler) for i in range(4500)]
     result = sync(apisix, {"routes": routes}, timeout=60)  # the double validates 4,500 routes slowly
     assert result.status is SyncStatus.APPLIED and result.bytes_sent > 1536 * 1024
-    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "GET"]
+    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "HEAD"]
 
 
 # ---------------------------------------------------------------------------------------------------------

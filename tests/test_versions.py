@@ -105,11 +105,13 @@ def test_a_gateway_at_1_7e15_converges_in_one_sync_and_serves_the_change(tmp_pat
     apisix.out_of_band("services", [{"id": "s1", "upstream_id": "u1"}], version=-3.5)
     apisix.out_of_band("consumers", [{"username": "stray"}], version=1.2345678901235e17)
     assert httpx.get(apisix.proxy_url + "/old").status_code == 200
+    # Pruning the stray service and consumer empties those kinds: the deletion guard asks for consent.
     args = ["--dir", str(tmp_path / "repo"), "--gateway", apisix.url,
-            "--admin-key-file", str(tmp_path / "admin.key")]
+            "--admin-key-file", str(tmp_path / "admin.key"), "--allow-delete", "services",
+            "--allow-delete", "consumers"]
     first = run_gitsync("sync", "--once", *args)
     assert first.returncode == 0, first.stderr
-    assert first.stdout == (f"{apisix.url}: applied (routes, services, consumers changed); "
+    assert first.stdout == (f"{apisix.url}: applied (routes, services, consumers changed), accepted; "
                             "pruned 1 out-of-band routes: stray; pruned 1 out-of-band services: s1; "
                             "pruned 1 out-of-band consumers: stray\n")
     assert len(apisix.put_bodies) == 1
