@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import math
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,11 @@ from ruamel.yaml.resolver import VersionedResolver
 
 #: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
 MAX_DEPTH = 64
+#: Digits of the largest integer a 64-bit float (what APISIX's JSON decoder makes of a number) can hold.
+MAX_INT_DIGITS = len(str(int(sys.float_info.max)))
+#: The YAML version gitsync reads. A ``%YAML 1.1`` directive asks for other rules (``yes``/``on`` as
+#: booleans, ``0777`` as octal): refused, rather than read with rules its author did not mean.
+YAML_VERSION = (1, 2)
 
 Pos = tuple[int, int]  # 1-based line and column
 
@@ -151,13 +157,17 @@ def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, 
     if tag in (_STR, _TIMESTAMP):
         return value, None  # dates stay text: JSON has no date type
     if tag == _INT:
-        if value.isdigit():
-            return int(value), None
-        return loader.construct_yaml_int(ScalarNode(tag, value)), None
+        decimal = value.replace("_", "").lstrip("+-").lstrip("0")
+        if decimal.isdigit() and len(decimal) > MAX_INT_DIGITS:  # before int(): Python refuses 4,300+
+            return None, _too_large(value)
+        number = int(value) if value.isdigit() else loader.construct_yaml_int(ScalarNode(tag, value))
+        if abs(number) > sys.float_info.max:  # 0x… and 0o… have no digit limit
+            return None, _too_large(value)
+        return number, None
     if tag == _FLOAT:
         number = loader.construct_yaml_float(ScalarNode(tag, value))
         if not math.isfinite(number):
-            return None, f"{value!r} is not a number JSON can carry"
+            return None, f"{_shown(value)} is not a number JSON can carry"
         return number, None
     if tag == _BOOL:
         return value.lower() == "true", None
@@ -166,6 +176,16 @@ def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, 
     if tag == _MERGE:
         return value, "merge keys (<<) are not supported; write the keys out"
     return value, f"the tag {tag!r} is not supported (only plain strings, numbers, booleans and null)"
+
+
+def _shown(value: str, limit: int = 24) -> str:
+    """A scalar's text for a message: whole when short, else its start and its length."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def _too_large(value: str) -> str:
+    return (f"the number {_shown(value)} is too large: APISIX reads numbers as 64-bit floats, which end "
+            "near 1.8e308; quote it if it is text")
 
 
 def _key_text(key: Any) -> str:
@@ -234,7 +254,10 @@ def parse(data: bytes) -> ParsedFile:
                 pos = _pos(event.start_mark)
                 if event.anchor:
                     issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
-                value, error = _scalar(loader, event, templates)
+                try:
+                    value, error = _scalar(loader, event, templates)
+                except (ValueError, OverflowError) as exc:  # the resolver accepted it, Python cannot build it
+                    value, error = None, f"cannot read the value {_shown(event.value)}: {exc}"
                 if error:
                     issues.append(LoadIssue(*pos, error))
                 if len(stack) == 2:
@@ -266,6 +289,9 @@ def parse(data: bytes) -> ParsedFile:
                 doc_index += 1
                 key_pos, item_pos, root = {}, {}, []
                 doc_pos = _pos(event.end_mark)
+                version = getattr(event, "version", None)
+                if version is not None and tuple(version) != YAML_VERSION:
+                    issues.append(LoadIssue(*_pos(event.start_mark), _version_message(tuple(version))))
             elif kind is DocumentEndEvent:
                 value, pos = root[0] if root else (None, doc_pos)
                 sops = sops or (isinstance(value, dict) and isinstance(value.get("sops"), dict))
@@ -275,14 +301,18 @@ def parse(data: bytes) -> ParsedFile:
         issues.append(_yaml_issue(exc, data))
     except _Stop:
         pass
-    except (ValueError, OverflowError) as exc:  # a scalar the resolver accepted but Python cannot build
-        issues.append(LoadIssue(1, 1, f"cannot read a value: {exc}"))
     finally:
         loader.close()
     return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data)
 
 
 _NO_KEY = object()
+
+
+def _version_message(version: tuple[int, ...]) -> str:
+    shown = ".".join(map(str, version))
+    return (f"%YAML {shown}: gitsync reads YAML 1.2 only (yes/no/on/off are text, 0777 is decimal); "
+            "remove the directive, and quote or rewrite the values YAML 1.1 would read otherwise")
 _ANCHOR_MESSAGE = ("YAML anchors and aliases (&name, *name) are not accepted: they can hide a huge "
                    "document; write the value out")
 

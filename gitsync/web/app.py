@@ -110,7 +110,11 @@ class WebView:
         length = (headers.get("Content-Length") or "").strip()
         if not length.isdigit() or int(length) > auth.MAX_FORM_BYTES:
             return _text(400, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
-        given, next_path = auth.login_form(body.read(int(length)))
+        try:
+            form = body.read(int(length))
+        except (TimeoutError, ConnectionError):  # the listener's deadline for a request passed
+            return _text(408, "The login form did not arrive in time.")
+        given, next_path = auth.login_form(form)
         if not self.access.token_required:
             return _redirect(next_path)
         if settings.ui_token is None or not auth.token_matches(given, settings.ui_token):
