@@ -69,6 +69,11 @@ class Browser:
         rows = self.driver.find_elements(By.CSS_SELECTOR, css)
         return [r.text.split()[1] for r in rows if r.is_displayed()]
 
+    def shown(self, css: str) -> str:
+        """The text of `css`, or "" while it is not there (a page being replaced): for waits."""
+        return self.driver.execute_script("const e = document.querySelector(arguments[0]);"
+                                          "return e ? e.innerText : '';", css)
+
     def text(self, css: str = "main") -> str:
         return self.driver.find_element(By.CSS_SELECTOR, css).text
 

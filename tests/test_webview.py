@@ -247,7 +247,7 @@ def test_every_page_passes_axe_and_works_from_the_keyboard(world):
             break
     assert b.js("return document.activeElement.id") == "q"
     b.driver.switch_to.active_element.send_keys("alice", Keys.ENTER)
-    wait_for(lambda: "q=alice" in b.driver.current_url, 5, "the search to submit")
+    wait_for(lambda: "q=alice" in b.driver.current_url and b.shown("#count"), 5, "the search to submit")
     assert b.ids() == ["alice"]
 
 
@@ -279,10 +279,10 @@ def test_off_loopback_the_token_is_required(world, tmp_path):
     visit(world, "/items?q=r1", "login", base=base)
     assert b.text("h1") == "Log in"
     b.driver.find_element(By.ID, "token").send_keys("not-the-token-at-all", Keys.ENTER)
-    wait_for(lambda: "not right" in b.text("main"), 5, "the refusal")
+    wait_for(lambda: "not right" in b.shown("main"), 5, "the refusal")
     b.assert_quiet("a refused login")
     b.driver.find_element(By.ID, "token").send_keys(UI_TOKEN, Keys.ENTER)
-    wait_for(lambda: "/items?q=r1" in b.driver.current_url and b.text("h1") == "Items", 5, "the items page")
+    wait_for(lambda: "/items?q=r1" in b.driver.current_url and b.shown("h1") == "Items", 5, "the items page")
     b.assert_quiet("the login")
     world.seen.append(("/items?q=r1 (token)", b.driver.page_source))
     cookie = b.driver.get_cookie("gitsync_ui")
@@ -290,7 +290,7 @@ def test_off_loopback_the_token_is_required(world, tmp_path):
     visit(world, "/", base=base)
     assert b.text("h1") == "Overview"
     b.driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
-    wait_for(lambda: b.text("h1") == "Log in", 5, "the login page after logging out")
+    wait_for(lambda: b.shown("h1") == "Log in", 5, "the login page after logging out")
     assert b.driver.get_cookie("gitsync_ui") is None
     assert UI_TOKEN not in gated.log()
     assert not re.search(r"wrong-token|not-the-token", gated.log())
