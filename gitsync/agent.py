@@ -24,6 +24,7 @@ import gc
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -50,9 +51,11 @@ from gitsync.settings import Settings
 from gitsync.source import Source
 from gitsync.state import AgentState, GatewayState, StateDir
 from gitsync.timing import Phases
+from gitsync.urls import display_url
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
+HISTORY = 50  # syncs the agent remembers for the web view
 
 
 @contextlib.contextmanager
@@ -117,6 +120,11 @@ class Agent:
         self._phases = Phases()  # the running sync's
         self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
+        # What the web view reads (gitsync.web), from other threads: see `view`.
+        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._gateway_syncs: dict[str, dict[str, Any]] = {}  # url → its last push, as plain data
+        self._view_lock = threading.Lock()
+        self._view: dict[str, Any] = self._snapshot()
 
     # ------------------------------------------------------------------------------------------------
     # one sync
@@ -309,7 +317,8 @@ class Agent:
             commit = self.source.read(sha, have=self.cache.has)
         with self._phases.timed("render"):
             rendered = render(commit.files, self.render_options, cache=self.cache)
-        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
+        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
+                                             commit.files)
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self._rendered[old]
@@ -412,6 +421,7 @@ class Agent:
         self._save_state(outcome, report)
         record_metrics(self.metrics, outcome, self.state, self.gateways.urls, tip_refused=self.tip_refused)
         log_outcome(outcome)
+        self._publish_view(outcome)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
             self._writeback_queue.submit(self.writeback.publish_status, report)
@@ -525,6 +535,45 @@ class Agent:
             text += f"; the tip {short(self.tip)} is refused ({self.state.bad.get(self.tip or '', '')})"
         return Readiness(True, text)
 
+    # ------------------------------------------------------------------------------------------------
+    # what the web view reads (gitsync.web): a snapshot published at the end of each sync
+
+    def view(self) -> dict[str, Any]:
+        """What the agent knows, as plain data, from any thread: a snapshot the sync worker publishes
+        after each sync (never changed after), so a reader needs no lock on the agent's state.
+
+        Keys: agent, repo, ref, paths, tip, tip_refused, last_good, last_good_subject, unmanaged,
+        gateways (url, commit, digest, versions, since, unmanaged, last_sync), history (the last
+        `HISTORY` syncs, newest first), time; and live_commit, the last good commit's
+        `RenderedCommit` when the agent holds it in memory (None after a restart until it needs it)."""
+        with self._view_lock:
+            return self._view
+
+    def _publish_view(self, outcome: SyncOutcome) -> None:
+        now = time.time()
+        remember(self._history, history_record(outcome, now))
+        for result in outcome.gateways:
+            self._gateway_syncs[result.url] = gateway_record(result, now)
+        snapshot = self._snapshot()
+        with self._view_lock:
+            self._view = snapshot
+
+    def _snapshot(self) -> dict[str, Any]:
+        settings, state = self.settings, self.state
+        with self._lock:
+            pushed = dict(state.gateways)
+        gateways = [{"url": url, "commit": gw.commit if gw else None, "digest": gw.digest if gw else None,
+                     "versions": dict(gw.versions) if gw else {}, "since": gw.since if gw else None,
+                     "unmanaged": list(gw.unmanaged) if gw else [], "last_sync": self._gateway_syncs.get(url)}
+                    for url in self.gateways.urls for gw in [pushed.get(url)]]
+        live = self._rendered.get(state.last_good) if state.last_good else None
+        return {"agent": settings.agent_name, "repo": display_url(settings.repo or str(settings.dir or "")),
+                "ref": settings.ref, "paths": list(settings.paths), "tip": self.tip,
+                "tip_refused": state.bad.get(self.tip) if self.tip else None, "last_good": state.last_good,
+                "last_good_subject": state.last_good_subject, "unmanaged": sorted(self.policy.unmanaged),
+                "gateways": gateways, "history": [dict(r) for r in reversed(self._history)],
+                "time": time.time(), "live_commit": live}
+
     def finish(self, timeout: float) -> None:
         """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:
         a SIGTERM lets the pushes in flight finish. Call from the thread that runs syncs, or after it."""
@@ -541,11 +590,13 @@ class Agent:
 
 
 class RenderedCommit(NamedTuple):
-    """A commit as the agent keeps it in memory: its payload, subject, and what its author allows."""
+    """A commit as the agent keeps it in memory: its payload, subject, what its author allows, and its
+    files (the web view shows an item as written; the source map holds the same bytes)."""
 
     rendered: Rendered
     subject: str
     allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
+    files: Mapping[str, bytes]
 
 
 class WriteBackQueue:
@@ -611,6 +662,37 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
         for key, version in (gw.versions if gw else {}).items():
             metrics.gateway_version.labels(url, key.removesuffix("_conf_version")).set(version)
         metrics.gateway_up.labels(url).set(1 if gw and gw.commit == state.last_good else 0)
+
+
+def history_record(outcome: SyncOutcome, now: float) -> dict[str, Any]:
+    """One sync as the web view lists it (problems redacted, at most 20 of them)."""
+    return {"time": now, "first_time": now, "count": 1, "reason": outcome.reason,
+            "result": str(outcome.result), "commit": outcome.commit,
+            "subject": outcome.subject, "stage": str(outcome.stage) if outcome.stage else None,
+            "problems": [redact(p) for p in outcome.problems[:20]], "problem_count": len(outcome.problems),
+            "duration": outcome.duration, "drifted": list(outcome.drifted),
+            "gateways": [{"url": r.url, "status": str(r.status),
+                          "error": redact(r.error) if r.error else None} for r in outcome.gateways]}
+
+
+def remember(history: deque[dict[str, Any]], record: dict[str, Any]) -> None:
+    """Append `record`; a sync that pushed nothing and ended as the one before (a no-op poll, the same
+    refused tip skipped again) is counted on that one instead, so polls do not push out what happened."""
+    last = history[-1] if history else None
+    same = ("result", "commit", "stage", "problems")
+    if last is not None and not record["gateways"] and not last["gateways"] \
+            and all(last[k] == record[k] for k in same):
+        last.update(count=last["count"] + 1, time=record["time"], duration=record["duration"])
+        return
+    history.append(record)
+
+
+def gateway_record(result: GatewayResult, now: float) -> dict[str, Any]:
+    """A gateway's last push as the web view shows it."""
+    return {"time": now, "duration": result.duration, "status": str(result.status),
+            "counts": dict(result.counts), "error": redact(result.error) if result.error else None,
+            "checks": result.checks.to_dict() if result.checks is not None else None,
+            "rolled_back": result.rollback is not None and result.rollback.ok, "two_step": result.two_step}
 
 
 def log_outcome(outcome: SyncOutcome) -> None:

@@ -285,7 +285,7 @@ def demo_settings(base: Settings, remote_url: str, gateway_url: str, admin_key: 
         gateway_timeout=5.0, git_timeout=10.0,
         interval=3600.0, jitter=0.0,  # no polls during the steps: every sync has a reason shown
         drift_interval=DRIFT_INTERVAL, max_backoff=2.0,
-        state_dir=workdir / "state", listen="127.0.0.1:0",
+        state_dir=workdir / "state", listen="127.0.0.1:0", ui=True,
         webhook_secret=Secret(secrets.token_hex(16)),
         writeback="on", agent_name=AGENT_NAME, author="gitsync demo <gitsync@localhost>",
         log_json=base.log_json, verbose=base.verbose,
@@ -520,6 +520,7 @@ class Demo:
               f"  curl -H 'Host: {API_HOST}' {self.double.proxy_url}{FIRST_PATH}\n"
               f"  curl -H \"X-API-KEY: $(cat {key_file})\" {self.double.url}/apisix/admin/configs\n"
               f"  curl {self.listen_url}/metrics\n"
+              f"  open {self.listen_url}/   # the web view: what is live, and each item's file:line\n"
               f"READY data_plane={self.double.proxy_url} admin={self.double.url} agent={self.listen_url}",
               flush=True)
         try:

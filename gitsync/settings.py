@@ -254,6 +254,18 @@ class Settings:
     webhook_secret: Secret | None = setting("agent", "str", None, "Shared secret of the webhooks "
                                             "(HMAC-SHA256 or token).", secret=True, groups=(DAEMON,))
     webhook_secret_file: Path | None = _secret_file()
+    ui: bool = setting("agent", "bool", False, "Serve the read-only web view (`/`, `/items`, `/fleet`) on "
+                       "`listen`. On an address that is not loopback it needs `ui_token_file`.",
+                       groups=(DAEMON,))
+    ui_token: Secret | None = setting("agent", "str", None, "Token that opens the web view (typed into its "
+                                      "login form, or sent as `Authorization: Bearer`); at least 16 "
+                                      "characters. Required when `listen` is not loopback.", secret=True,
+                                      groups=(DAEMON,))
+    ui_token_file: Path | None = _secret_file()
+    commit_url: str | None = setting("agent", "str", None, "Link template of a commit in the web view, with "
+                                     "`{sha}` (`https://git.example/org/repo/commit/{sha}`); with `{path}` "
+                                     "and `{line}` too, each `file:line` links to that line "
+                                     "(`…/blob/{sha}/{path}#L{line}`).", groups=(DAEMON,), metavar="TEMPLATE")
     # [writeback]
     writeback: str = setting("writeback", "enum", "auto", "Status commits and notes: `auto` writes back "
                              "whenever the remote can be pushed to.", choices=("auto", "on", "off"),
@@ -661,6 +673,9 @@ def load(
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")
+    problem = _template_problem(values.get("commit_url"))
+    if problem:
+        raise SettingsError(f"{merged['commit_url'].origin}: {problem}")
     for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
         unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
         if unknown:
@@ -700,6 +715,22 @@ def _url_problem(url: str) -> str | None:
     except ValueError:
         return f"{shown!r} has an invalid port"
     return None
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _template_problem(template: str | None) -> str | None:
+    """Why `template` cannot be a `commit_url`: an http(s) URL with `{sha}` (and `{path}`, `{line}`)."""
+    if template is None:
+        return None
+    names = _PLACEHOLDER.findall(template)
+    unknown = [n for n in names if n not in ("sha", "path", "line")]
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}} (use {{sha}}, {{path}} and {{line}})"
+    if "sha" not in names:
+        return "the template must contain {sha}"
+    return _url_problem(template)
 
 
 def _resolve_secret(
