@@ -36,6 +36,7 @@ from gitsync.decide import Canary, Decision, GatewayView, Holding, Probe, Remote
 from gitsync.gateway import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import SourceError
+from gitsync.groups import GateVerdict, group_gate
 from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import KINDS
@@ -52,7 +53,7 @@ from gitsync.source import Source
 from gitsync.state import AgentState, GatewayState, StateDir
 from gitsync.timing import Phases
 from gitsync.urls import display_url
-from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
+from gitsync.writeback import FailureNote, FleetReader, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
 HISTORY = 50  # syncs the agent remembers for the web view
@@ -104,6 +105,7 @@ class Agent:
         self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
+        self._fleet = FleetReader.from_settings(settings) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
@@ -205,7 +207,25 @@ class Agent:
         if self.settings.rollout == "canary" and self.gateways.urls:
             canary = Canary(self.gateways.urls[0], self.settings.soak, time.time())
         return decide(remote, self.state.last_good, self.state.bad, views, unmanaged=self.policy.unmanaged,
-                      report_drift=self.settings.drift == "report", canary=canary)
+                      report_drift=self.settings.drift == "report", canary=canary, gate=self._gate(remote))
+
+    def _gate(self, remote: RemoteView) -> GateVerdict | None:
+        """With `after_group`: whether the fleet lets the remote's new commit through (gitsync.groups).
+        The status refs are read only while a new commit waits."""
+        s = self.settings
+        sha = remote.sha
+        if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
+            return None
+        try:
+            assert self._fleet is not None
+            fleet = self._fleet.read()
+        except SourceError as exc:
+            return GateVerdict(False, f"cannot read the fleet's status: {exc.reason}")
+        verdict = group_gate(fleet, sha, s.after_group, s.after_count, s.soak, datetime.now(UTC),
+                             s.status_heartbeat)
+        if not verdict.allowed:
+            logger.info("commit {} waits: {}", short(sha), verdict.why)
+        return verdict
 
     # -- act -----------------------------------------------------------------------------------------
 

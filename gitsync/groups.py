@@ -86,12 +86,14 @@ def checks_passed(doc: Mapping[str, Any]) -> bool:
 
 def applied_since(doc: Mapping[str, Any]) -> datetime | None:
     """When the agent applied its commit: ``applied_at``, else (an older writer) its status's ``time``,
-    which is later, so a soak measured from it is never shorter than the real one."""
+    which is later, so a soak measured from it is never shorter than the real one. A time written to
+    the second (cut down: ``time``, an older writer's ``applied_at``) counts from the next second, for
+    the same reason."""
     for key in ("applied_at", "time"):
         if doc.get(key):
             moment = parse_time(doc[key])
             if moment is not None:
-                return moment
+                return moment if "." in str(doc[key]) else moment + timedelta(seconds=1)
     return None
 
 

@@ -163,7 +163,7 @@ class StatusReport:
         if self.group:
             doc["group"] = self.group
         if self.applied_at is not None:
-            doc["applied_at"] = iso_time(self.applied_at)
+            doc["applied_at"] = iso_time(self.applied_at, precise=True)
         if self.heartbeat:
             doc["heartbeat"] = round(float(self.heartbeat), 3)
         return doc
@@ -198,11 +198,14 @@ def dump_yaml(data: Any) -> str:
     return out.getvalue()
 
 
-def iso_time(moment: datetime) -> str:
-    """UTC, second precision, ``Z`` suffix; a naive time is taken as UTC."""
+def iso_time(moment: datetime, *, precise: bool = False) -> str:
+    """UTC, second precision (milliseconds when `precise`), ``Z`` suffix; a naive time is taken as UTC."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    moment = moment.astimezone(UTC)
+    if precise:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: Any) -> datetime | None:

@@ -15,8 +15,11 @@ HEARTBEAT = 60.0
 SOAK = 300.0
 
 
-def ago(seconds: float) -> str:
-    return (NOW - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+def ago(seconds: float, precise: bool = False) -> str:
+    """A status time `seconds` before NOW: to the second (status times), or to the millisecond
+    (``applied_at`` as gitsync writes it)."""
+    moment = NOW - timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.000Z" if precise else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def agent(name: str, group: str = "canary", commit: str = C, result: str = "applied", *, applied: float = 600,
@@ -32,7 +35,7 @@ def agent(name: str, group: str = "canary", commit: str = C, result: str = "appl
     doc = {"agent": name, "group": group, "commit": commit, "result": result, "time": ago(min(applied, 30)),
            "seen": ago(seen), "gateways": gateways, **extra}
     if result in ("applied", "healed"):
-        doc["applied_at"] = ago(applied)
+        doc["applied_at"] = ago(applied, precise=True)
     if heartbeat is not None:
         doc["heartbeat"] = heartbeat
     return doc
@@ -75,8 +78,11 @@ CASES = [
     ("a down one and a live one", [agent("c1", seen=3600), agent("c2")], 1, True, -300, []),
     ("other groups ignored", [agent("m1", "main"), agent("c1", "canary-eu")], 1, False, None,
      ["no agent of it"]),
-    # An older writer without applied_at: its status's time (30 s ago here, later than the apply) is used.
-    ("older writer: soak from its time", [{**agent("c1"), "applied_at": None}], 1, False, 270, ["soaking"]),
+    # An older writer without applied_at: its status's time (30 s ago here, later than the apply) is used,
+    # from the next second (it is written cut down to the second).
+    ("older writer: soak from its time", [{**agent("c1"), "applied_at": None}], 1, False, 271, ["soaking"]),
+    ("an applied_at to the second counts from the next", [{**agent("c1"), "applied_at": ago(SOAK)}], 1, False,
+     1, ["0 of 1"]),
 ]
 
 
