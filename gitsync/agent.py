@@ -45,7 +45,7 @@ from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
 from gitsync.reconcile import plan
-from gitsync.render import ParseCache, Rendered, options_from_settings, render
+from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render
 from gitsync.rollout import Release, release
 from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
@@ -265,9 +265,22 @@ class Agent:
         outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
                                [url for url in running if url in decision.push], advance=decision.advance)
         outcome.gateways += [r for r in results if r.url in decision.keep]
+        if rendered.left_out and decision.new and outcome.result is not SyncResult.FAILED:
+            self._left_out(target, rendered, outcome)
         outcome.problems[:0] = decision.problems
         outcome.drifted, outcome.wake_at = list(decision.drifted), decision.wake_at
         return outcome
+
+    def _left_out(self, sha: str, rendered: Rendered, outcome: SyncOutcome) -> None:
+        """Partial apply: say which items `sha` goes live without, and why (log, note, outcome)."""
+        lines = [redact(out.describe()) for out in rendered.left_out]
+        logger.warning("commit {} goes live without {} item(s) partial apply left out:", short(sha),
+                       len(lines))
+        for line in lines[:50]:
+            logger.warning("  {}", line)
+        self._note(sha, Stage.PARTIAL, lines)
+        outcome.problems += lines
+        outcome.stage = outcome.stage or Stage.PARTIAL
 
     def _last_good_rendered(self) -> Rendered | None:
         """The last good commit's payload (for a rollback, or to keep the others on while a canary soaks)."""
@@ -332,17 +345,52 @@ class Agent:
         if fetch or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
                 self.source.fetch()
+        fallback, origins = self._keepable(sha)
         with self._phases.timed("read"):
             self.source.verify(sha)
             commit = self.source.read(sha, have=self.cache.has)
         with self._phases.timed("render"):
-            rendered = render(commit.files, self.render_options, cache=self.cache)
+            rendered = render(commit.files, self.render_options, cache=self.cache, fallback=fallback)
+        kept = {f"{out.kind}/{out.id}": origins[out.kind, out.id] for out in rendered.left_out if out.kept}
+        if kept:
+            self.state.keep_from(sha, kept)
         self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
                                              commit.files)
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self._rendered[old]
         return self._rendered[sha]
+
+    def _keepable(self, sha: str) -> tuple[LastGood | None, dict[tuple[str, str], str]]:
+        """Partial apply: the last good items `sha`'s left-out items may keep, and the commit whose own
+        version each one is. A new commit keeps from the last good commit; a commit rendered before
+        (the last good one after a restart) from the commits it kept from then, so it renders the same."""
+        if not self.render_options.partial:
+            return None, {}
+        recorded = self.state.kept_from.get(sha)
+        if recorded is None:
+            good = self._last_good_rendered() if sha != self.state.last_good else None
+            if good is None:
+                return None, {}
+            assert self.state.last_good is not None
+            before, last_good = self.state.kept_from.get(self.state.last_good, {}), LastGood.of(good)
+            return last_good, {key: before.get(f"{key[0]}/{key[1]}", self.state.last_good)
+                               for key in last_good.items}
+        items: dict[tuple[str, str], Any] = {}
+        secrets: set[str] = set()
+        origins: dict[tuple[str, str], str] = {}
+        for origin in sorted(set(recorded.values())):
+            try:
+                own = render(self.source.read(origin).files, self.render_options, cache=self.cache)
+            except (ProblemsError, SourceError) as exc:
+                logger.error("commit {}: the last good versions it kept from {} cannot be read again: {}",
+                             short(sha), short(origin), exc)
+                continue
+            secrets |= own.secret_values
+            for key, item in LastGood.of(own).items.items():
+                if recorded.get(f"{key[0]}/{key[1]}") == origin:
+                    items[key], origins[key] = item, origin
+        return LastGood(items, frozenset(secrets)), origins
 
     def _push(self, jobs: Mapping[str, tuple[str, Release]], lives: Mapping[str, Future[LiveConfig]],
               known: Mapping[str, Known], drifted: tuple[str, ...], *,
@@ -440,6 +488,8 @@ class Agent:
         report = self._report(outcome)
         self._save_state(outcome, report)
         record_metrics(self.metrics, outcome, self.state, self.gateways.urls, tip_refused=self.tip_refused)
+        live = self._rendered.get(self.state.last_good or "")
+        self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self._publish_view(outcome)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,

@@ -89,11 +89,14 @@ def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | i
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        return render_files(files, options), message
+        rendered = render_files(files, options)
     except ProblemsError as exc:
         for problem in exc.problems:
             print(redact(str(problem)), file=sys.stderr)
         return 1
+    for out in rendered.left_out:  # partial apply, from a directory: there is no last good version
+        print(f"warning: {redact(out.describe())}", file=sys.stderr)
+    return rendered, message
 
 
 def render(settings: Settings, args: argparse.Namespace) -> int:
@@ -308,6 +311,8 @@ def _sync_repo(settings: Settings) -> int:
               f"{agent.writeback.last_error}", file=sys.stderr)
     if outcome.ok:
         print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
+        for problem in outcome.problems:  # e.g. what partial apply left out
+            print(f"warning: {redact(problem)}", file=sys.stderr)
         return EXIT_WRITEBACK_FAILED if unwritten else 0
     print(f"gitsync sync: {outcome.result} at {outcome.stage or '?'}: {outcome.commit or '-'}",
           file=sys.stderr)

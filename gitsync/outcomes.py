@@ -40,6 +40,7 @@ class Stage(StrEnum):
     GUARD = "guard"  # the deletion guard refused the commit
     PUSH = "push"
     HEALTH = "health"  # a health check failed after the push
+    PARTIAL = "partial"  # applied without the items partial apply left out (a note lists them)
     DRIFT = "drift"
     KNOWN_BAD = "known bad"
 

@@ -87,6 +87,8 @@ class Metrics:
                                       "retries, by check.", ["check"], registry=r)
         self.tip_refused = Gauge("gitsync_tip_refused", "1 while the remote's tip is a commit this agent "
                                  "refused (the last good commit stays live).", registry=r)
+        self.left_out = Gauge("gitsync_left_out_items", "Items partial apply left out of the live commit "
+                              "(partial = true): a broken item and what refers to it.", registry=r)
         self.fetch_failures = Counter("gitsync_fetch_failures", "Failed checks or fetches of the git "
                                       "remote.", registry=r)
         self.refused_connections = Counter("gitsync_listener_refused_connections", "Connections answered "

@@ -170,6 +170,10 @@ class Settings:
     max_file_size: int = setting("render", "size", 8 * 1024 * 1024, "Largest config file accepted.",
                                  minimum=1)
     max_items: int = setting("render", "int", 100_000, "Most items accepted in one payload.", minimum=1)
+    partial: bool = setting("render", "bool", False, "Partial apply: an item that fails validation, and "
+                            "every item that refers to it, is left out of the commit (keeping its last good "
+                            "version where there is one) instead of refusing the whole commit; a file that "
+                            "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
     # [gateways]

@@ -248,6 +248,27 @@ def _references(kind: str, item: Any) -> tuple[Reference, ...]:
     return tuple(found)
 
 
+def refers_to(kind: str, item: Any) -> set[tuple[str, str]]:
+    """(kind, id) of every item `item` names: references, the consumer a credential belongs to, the
+    secret managers of its ``$secret://`` references."""
+    if not isinstance(item, dict):
+        return set()
+    found = {(ref.target, ref.ident) for ref in _references(kind, item)}
+    if is_credential(kind, item) and isinstance(item.get("id"), str):
+        found.add(("consumers", item["id"].split("/credentials/")[0]))
+    for _, text in string_leaves(item):
+        match = SECRET_REFERENCE.match(text) if text.startswith("$secret://") else None
+        if match:
+            found.add(("secrets", f"{match.group(1)}/{match.group(2)}"))
+    return found
+
+
+def dependants(payload: Mapping[str, list[Any]], named: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(kind, id) of the items that name one of `named`."""
+    return {(kind, ident) for kind, items in payload.items() for item in items
+            if (ident := item_id(kind, item)) is not None and refers_to(kind, item) & named}
+
+
 def check_references(check: Checker) -> None:
     """Every id an item refers to is declared (standalone APISIX accepts dangling ones, then 404/502/503).
 
