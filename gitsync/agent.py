@@ -44,8 +44,9 @@ from gitsync.log import logger, redact
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
-from gitsync.reconcile import plan
+from gitsync.reconcile import Desired, LiveView, plan
 from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render
+from gitsync.render.stored import ParseStore
 from gitsync.rollout import Release, release
 from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
@@ -97,7 +98,7 @@ class Agent:
         self.state: AgentState = self.state_dir.load()
         self.source = Source.from_settings(settings)
         self.render_options = options_from_settings(settings, self.env)
-        self.cache = ParseCache()
+        self.cache = ParseCache(store=ParseStore(self.state_dir.parse_cache))
         self.policy = policy_from_settings(settings)
         self.retry = RetryPolicy.from_settings(settings)
         endpoints = endpoints_from_settings(settings)
@@ -117,6 +118,7 @@ class Agent:
         # url → the gateway as our last push to it left it; used while its HEAD shows that push's digest
         self._known: dict[str, Known] = {}
         self._owned = self.state_dir.load_pushed()  # url → kind → the ids gitsync pushed there
+        self._odd = self.state_dir.load_indexes()  # url → kind → id → a modifiedIndex not derived
         self._owned_changed = False
         self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
         self._phases = Phases()  # the running sync's
@@ -237,8 +239,8 @@ class Agent:
                                list(decision.problems), drifted=list(decision.drifted),
                                wake_at=decision.wake_at)
         known = {url: ours for url in (*decision.push, *decision.keep)
-                 if (ours := self._known.get(url)) is not None and ours.digest is not None
-                 and self._digests.get(url) == ours.digest}
+                 if (ours := self._known.get(url) or self._restored(url)) is not None
+                 and ours.digest is not None and self._digests.get(url) == ours.digest}
         # Each other gateway's GET starts now, to overlap the fetch and render below.
         lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
         try:
@@ -254,12 +256,13 @@ class Agent:
         good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
         guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
         release = Release(rendered.payload, rendered.source_map, rendered.checks,
-                          fallback=good.payload if good is not None and decision.new else None,
+                          fallback=good.rendered.payload if good is not None and decision.new else None,
                           rollback=self.settings.on_check_failure == "rollback", guard=guard,
-                          managed=frozenset(k for k in KINDS if self.policy.manages(k)))
+                          managed=frozenset(k for k in KINDS if self.policy.manages(k)),
+                          desired=commit.desired)
         jobs = {url: (target, release) for url in decision.push}
         if good is not None and self.state.last_good:
-            kept = Release(good.payload, good.source_map)
+            kept = Release(good.rendered.payload, good.rendered.source_map, desired=good.desired)
             jobs |= {url: (self.state.last_good, kept) for url in decision.keep}
         results, running = self._push(jobs, lives, known, decision.drifted, advance=decision.advance)
         outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
@@ -270,6 +273,28 @@ class Agent:
         outcome.problems[:0] = decision.problems
         outcome.drifted, outcome.wake_at = list(decision.drifted), decision.wake_at
         return outcome
+
+    def _restored(self, url: str) -> Known | None:
+        """After a restart (or in `sync --once`): the gateway as our last push left it, rebuilt from the
+        state file and the commit it holds, rendered again (the parse cache makes that cheap), so that
+        a gateway whose HEAD still shows our digest needs no GET. Only when the rebuild provably is
+        what was pushed: same policy, and the commit's desired content has the digest pushed."""
+        gw = self.state.gateways.get(url)
+        if gw is None or not gw.digest or self._digests.get(url) != gw.digest \
+                or gw.unmanaged != sorted(self.policy.unmanaged):
+            return None
+        try:
+            desired = self._render(gw.commit, fetch=False).desired
+        except (ProblemsError, SourceError) as exc:
+            logger.debug("gateway {}: its commit {} cannot be rendered again ({}): reading it", url,
+                         short(gw.commit), exc)
+            return None
+        if gw.digest.split("-", 1)[0] != desired.digest:
+            return None
+        self._known[url] = Known(LiveView.restored(desired, gw.versions, self._odd.get(url, {})), gw.digest)
+        logger.debug("gateway {}: holds our push of {} (digest {}): planning without a GET", url,
+                     short(gw.commit), gw.digest[:12])
+        return self._known[url]
 
     def _left_out(self, sha: str, rendered: Rendered, outcome: SyncOutcome) -> None:
         """Partial apply: say which items `sha` goes live without, and why (log, note, outcome)."""
@@ -282,12 +307,12 @@ class Agent:
         outcome.problems += lines
         outcome.stage = outcome.stage or Stage.PARTIAL
 
-    def _last_good_rendered(self) -> Rendered | None:
+    def _last_good_rendered(self) -> RenderedCommit | None:
         """The last good commit's payload (for a rollback, or to keep the others on while a canary soaks)."""
         if not self.state.last_good:
             return None
         try:
-            return self._render(self.state.last_good, fetch=False).rendered
+            return self._render(self.state.last_good, fetch=False)
         except (ProblemsError, SourceError) as exc:
             logger.error("the last good commit {} cannot be rendered again: {}", short(self.state.last_good),
                          exc)
@@ -349,13 +374,17 @@ class Agent:
         with self._phases.timed("read"):
             self.source.verify(sha)
             commit = self.source.read(sha, have=self.cache.has)
+        parses = self.cache.parses
         with self._phases.timed("render"):
             rendered = render(commit.files, self.render_options, cache=self.cache, fallback=fallback)
+        logger.debug("commit {}: {} config file(s), {} parsed, the others from the parse cache", short(sha),
+                     len(commit.blob_ids), self.cache.parses - parses)
         kept = {f"{out.kind}/{out.id}": origins[out.kind, out.id] for out in rendered.left_out if out.kept}
         if kept:
             self.state.keep_from(sha, kept)
         self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
-                                             commit.files)
+                                             commit.files, Desired.of(rendered.payload, self.policy,
+                                                                      rendered.contents))
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self._rendered[old]
@@ -373,7 +402,7 @@ class Agent:
             if good is None:
                 return None, {}
             assert self.state.last_good is not None
-            before, last_good = self.state.kept_from.get(self.state.last_good, {}), LastGood.of(good)
+            before, last_good = self.state.kept_from.get(self.state.last_good, {}), LastGood.of(good.rendered)
             return last_good, {key: before.get(f"{key[0]}/{key[1]}", self.state.last_good)
                                for key in last_good.items}
         items: dict[tuple[str, str], Any] = {}
@@ -428,9 +457,10 @@ class Agent:
             self._known.pop(result.url, None)
         else:
             self._known[result.url] = Known(result.after, result.digest)
-            owned = result.after.ids([k for k in KINDS if self.policy.manages(k)])
-            if owned != self._owned.get(result.url):
-                self._owned[result.url], self._owned_changed = owned, True
+            managed = [k for k in KINDS if self.policy.manages(k)]
+            owned, odd = result.after.ids(managed), result.after.odd_indexes(managed)
+            if owned != self._owned.get(result.url) or odd != self._odd.get(result.url, {}):
+                self._owned[result.url], self._odd[result.url], self._owned_changed = owned, odd, True
         if not result.ok:
             return
         with self._lock:
@@ -507,6 +537,7 @@ class Agent:
                 self.state_dir.save(self.state)
             if self._owned_changed:
                 self.state_dir.save_pushed(self._owned)
+                self.state_dir.save_indexes(self._odd)
                 self._owned_changed = False
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
@@ -667,6 +698,7 @@ class RenderedCommit(NamedTuple):
     subject: str
     allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
     files: Mapping[str, bytes]
+    desired: Desired  # the payload prepared for plans, shared by every gateway's push
 
 
 class WriteBackQueue:

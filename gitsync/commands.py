@@ -30,7 +30,7 @@ from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings, unmanaged_items
-from gitsync.reconcile import KindStatus, Policy
+from gitsync.reconcile import Desired, KindStatus, Policy
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -267,7 +267,8 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings), managed=_managed(policy))
+                   guard=GuardPolicy.from_settings(settings), managed=_managed(policy),
+                   desired=Desired.of(rendered.payload, policy, rendered.contents))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
 
     with gateways, contextlib.closing(HttpClient(None, settings.gateway_timeout)) as proxy:

@@ -218,6 +218,9 @@ class _Listed:
     ids: list[str | None]
     contents: list[bytes]
     fragments: list[bytes | None] | None = None
+    #: id → ``modifiedIndex``, for each item whose index is not the one `content_index` derives from its
+    #: content (kept from another writer, or the stand-in); None until known (`odd_indexes`).
+    odd: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, kind: str, items: Sequence[Any], contents: Sequence[bytes] | None = None) -> _Listed:
@@ -232,6 +235,33 @@ class _Listed:
             if key is not None:
                 out.setdefault(key, (item, content))
         return out
+
+    def odd_indexes(self) -> dict[str, Any]:
+        """`odd`, worked out from the items the first time it is asked (a list read by a GET)."""
+        if self.odd is None:
+            rows = zip(self.ids, self.items, self.contents, strict=True)
+            odd = {key: item.get(INDEX_FIELD) for key, item, content in rows
+                   if key is not None and isinstance(item, Mapping) and INDEX_FIELD in item
+                   and item.get(INDEX_FIELD) != _index_of(content)}
+            object.__setattr__(self, "odd", odd)
+        assert self.odd is not None
+        return self.odd
+
+    @classmethod
+    def restored(cls, kind: str, want: _Listed, odd: Mapping[str, Any]) -> _Listed:
+        """The list gitsync pushed, rebuilt from what it pushed (`want`, the desired side) and the
+        indexes it gave that were not the derived ones: the same items, indexes, and contents."""
+        if kind in UNINDEXED_KINDS:
+            return cls(want.items, want.ids, want.contents, [None] * len(want.items), {})
+        items = []
+        for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
+            if isinstance(item, Mapping):
+                item = {k: v for k, v in item.items() if k != INDEX_FIELD}
+                item[INDEX_FIELD] = odd[key] if key in odd else _index_of(content)
+            items.append(item)
+        ids = set(want.ids)
+        kept = {key: index for key, index in odd.items() if key in ids}
+        return cls(items, want.ids, want.contents, [None] * len(items), kept)
 
     def sent_by_id(self) -> dict[str, tuple[Any, bytes | None]]:
         """Each item gitsync sent, with its JSON (None: not written, or not gitsync's items)."""
@@ -280,19 +310,36 @@ class LiveView:
         return {kind: [i for i in self.listed(kind).ids if i is not None] for kind in kinds
                 if version_key(kind) in self.versions}
 
+    def odd_indexes(self, kinds: Collection[str]) -> dict[str, dict[str, Any]]:
+        """Per kind of `kinds` the gateway holds, the indexes that are not derived (`_Listed.odd`)."""
+        return {kind: odd for kind in kinds if version_key(kind) in self.versions
+                and (odd := self.listed(kind).odd_indexes())}
+
+    @classmethod
+    def restored(cls, desired: Desired, versions: Mapping[str, Any],
+                 odd: Mapping[str, Mapping[str, Any]]) -> LiveView:
+        """The gateway as gitsync's own push of `desired` left it, with `versions`: what a plan needs,
+        rebuilt without reading the gateway (the caller has proved by its digest that it holds that
+        push). Kinds not managed are not known: a plan sends none of their items."""
+        listed = {kind: _Listed.restored(kind, want, odd.get(kind, {}))
+                  for kind, want in desired.wanted.items() if version_key(kind) in versions}
+        return cls(versions, {}, listed)
+
     def body(self) -> dict[str, Any]:
         """The view as a GET body (versions and lists)."""
         return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}}}
 
 
-def _with_indexes(kind: str, want: _Listed, live: _Listed,
-                  twins: Mapping[str, tuple[Any, bytes]]) -> tuple[list[Any], list[bytes | None]]:
+def _with_indexes(kind: str, want: _Listed, live: _Listed, twins: Mapping[str, tuple[Any, bytes]]
+                  ) -> tuple[list[Any], list[bytes | None], dict[str, Any]]:
     """The desired list with each item's ``modifiedIndex`` (the live twin's when equal, else derived),
-    and each one's JSON where it is known already: an item gitsync sent before, unchanged, is sent
-    again as it was (`_Listed.fragments`)."""
+    each one's JSON where it is known already (an item gitsync sent before, unchanged, is sent again
+    as it was: `_Listed.fragments`), and the indexes that are not the usual derived one (`_Listed.odd`)."""
     sent: list[Any] = []
     fragments: list[bytes | None] = []
+    odd: dict[str, Any] = {}
     ours = live.sent_by_id()
+    live_odd = live.odd_indexes() if ours else {}
     for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
         if not isinstance(item, Mapping) or kind in UNINDEXED_KINDS:
             sent.append(item)
@@ -304,15 +351,21 @@ def _with_indexes(kind: str, want: _Listed, live: _Listed,
             previous, fragment = ours[key]
             sent.append(previous)
             fragments.append(fragment)
+            if key in live_odd:
+                odd[key] = twin_index
             continue
         out = {k: v for k, v in item.items() if k != INDEX_FIELD}
         if _is_number(twin_index) and twin_content == content:
             out[INDEX_FIELD] = twin_index
+            usual: Any = _index_of(content)
         else:
-            out[INDEX_FIELD] = content_index(out, avoid=twin_index, content=content)
+            usual, stand_in = content_indexes(out, content)
+            out[INDEX_FIELD] = stand_in if usual == twin_index else usual
+        if key is not None and out[INDEX_FIELD] != usual:
+            odd[key] = out[INDEX_FIELD]
         sent.append(out)
         fragments.append(None)
-    return sent, fragments
+    return sent, fragments, odd
 
 
 def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float,
@@ -334,8 +387,8 @@ def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, 
                        if key is not None and key in twins and twins[key][1] != content),
         pruned=tuple(key for key in gone if key not in ours),
     )
-    items, fragments = _with_indexes(kind, want, live, twins)
-    return kind_plan, _Listed(items, want.ids, want.contents, fragments)
+    items, fragments, odd = _with_indexes(kind, want, live, twins)
+    return kind_plan, _Listed(items, want.ids, want.contents, fragments, odd)
 
 
 @dataclass(frozen=True)

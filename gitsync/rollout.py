@@ -20,7 +20,7 @@ from gitsync.guard import GuardPolicy, check_deletions
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
-from gitsync.reconcile import LiveView, Policy
+from gitsync.reconcile import Desired, LiveView, Policy
 from gitsync.timing import Phases
 
 Payload = Mapping[str, Sequence[Any]]
@@ -37,6 +37,8 @@ class Release:
     rollback: bool = True  # on_check_failure = "rollback"
     guard: GuardPolicy | None = None  # a new commit passes the deletion guard first
     managed: frozenset[str] = frozenset()  # the kinds the guard looks at
+    #: `payload` prepared for plans once for every gateway (`Desired.of`, with render's contents).
+    desired: Desired | None = None
 
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
@@ -64,8 +66,8 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
                     logger.error("gateway {}: deletion guard: {}", client.url, line)
                 return GatewayResult(client.url, SyncStatus.FAILED, error="refused by the deletion guard",
                                      guard=verdict)
-    result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live,
-                  known=known, owned=owned, **options)
+    result = push(client, what.desired or what.payload, policy, source_map=what.source_map, retry=retry,
+                  live=live, known=known, owned=owned, **options)
     if not what.checks or result.status is not SyncStatus.APPLIED or not result.puts:
         return result
     if proxy is None or not proxy_url:

@@ -5,10 +5,13 @@ Layout::
     <state_dir>/lock         flock'ed by the one agent that owns this directory
     <state_dir>/state.json   last good commit, per-gateway last applied commit and digest, bad commits
     <state_dir>/pushed.json  per gateway and kind, the ids gitsync pushed (written when they change)
+    <state_dir>/indexes.json per gateway and kind, the modifiedIndex of each item that is not derived
+                             from its content (kept from another writer; usually empty)
     <state_dir>/mirror/      the bare git mirror (owned by gitsync.source)
+    <state_dir>/parse-cache/ parsed plain config files by blob SHA (owned by gitsync.render.stored)
 
-Every write goes to a temporary file that is fsync'ed and renamed over the old one, then the
-directory is fsync'ed: a reader sees the old state or the new one, never half of either.
+Every write of the state files goes to a temporary file that is fsync'ed and renamed over the old
+one, then the directory is fsync'ed: a reader sees the old state or the new one, never half of either.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gitsync.log import logger
 
 STATE_FILE = "state.json"
 PUSHED_FILE = "pushed.json"  # per gateway and kind, the ids gitsync pushed (no content: no secret)
+INDEXES_FILE = "indexes.json"  # per gateway and kind, the ids whose modifiedIndex gitsync did not derive
 LOCK_FILE = "lock"
 MAX_BAD_COMMITS = 50  # remembered failures; older ones are forgotten (they are in git notes anyway)
 
@@ -127,6 +131,11 @@ class StateDir:
         return self.path / "mirror"
 
     @property
+    def parse_cache(self) -> Path:
+        """Parsed plain config files by blob SHA (`gitsync.render.stored`)."""
+        return self.path / "parse-cache"
+
+    @property
     def state_file(self) -> Path:
         return self.path / STATE_FILE
 
@@ -187,17 +196,30 @@ class StateDir:
 
     def load_pushed(self) -> dict[str, dict[str, list[str]]]:
         """Per gateway URL and kind, the ids gitsync last pushed there; {} when unknown or unreadable."""
-        try:
-            data = json.loads((self.path / PUSHED_FILE).read_bytes())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
-            return {}
+        data = self._read_json(PUSHED_FILE)
         return {str(url): {str(k): [str(i) for i in ids] for k, ids in kinds.items() if isinstance(ids, list)}
                 for url, kinds in data.items() if isinstance(kinds, dict)}
 
     def save_pushed(self, pushed: dict[str, dict[str, list[str]]]) -> None:
         atomic_write(self.path / PUSHED_FILE, json.dumps(pushed, sort_keys=True).encode() + b"\n")
+
+    def load_indexes(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per gateway URL and kind, the ``modifiedIndex`` of each item gitsync pushed there with one
+        that is not derived from its content (`gitsync.reconcile`); {} when unknown or unreadable."""
+        data = self._read_json(INDEXES_FILE)
+        return {str(url): {str(k): {str(i): n for i, n in ids.items() if type(n) in (int, float)}
+                           for k, ids in kinds.items() if isinstance(ids, dict)}
+                for url, kinds in data.items() if isinstance(kinds, dict)}
+
+    def save_indexes(self, indexes: dict[str, dict[str, dict[str, Any]]]) -> None:
+        atomic_write(self.path / INDEXES_FILE, json.dumps(indexes, sort_keys=True).encode() + b"\n")
+
+    def _read_json(self, name: str) -> dict[str, Any]:
+        try:
+            data = json.loads((self.path / name).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
     def save(self, state: AgentState) -> None:
         atomic_write(self.state_file, json.dumps(state.to_json(), indent=1, sort_keys=True).encode() + b"\n")

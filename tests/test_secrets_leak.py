@@ -35,6 +35,7 @@ from loguru import logger
 from gitsync import log as gslog
 from gitsync.problems import Problem, ProblemsError
 from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.render.load import blob_sha
 from gitsync.schema.jsonschema import lua_quote
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from gitsync.writeback import FailureNote, render_section, summary_text
@@ -46,6 +47,9 @@ from tests.support import free_port, gitsync_env, run_gitsync
 CANARY = Canary(f"cnry/{secrets.token_hex(6)}+{secrets.token_hex(6)}")
 ADMIN_KEY = Canary(f"admin-{secrets.token_hex(10)}")  # the gateway's key: the X-API-KEY header only
 UPSTREAM = "    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
+#: A file with neither expressions nor encryption: the only kind the parse cache keeps on disk.
+PLAIN = "global_rules:\n  - id: g1\n    plugins:\n      prometheus: {}\n"
+
 CONSUMERS = """\
 consumers:
   - username: alice
@@ -133,7 +137,7 @@ class Leaky:
         """The three files; `bob`: a description of bob (a change to the consumers)."""
         consumers = CONSUMERS + (f"    desc: {bob}\n" if bob else "")
         return self.repo.commit({"secrets/vault.sops.yaml": self.sealed, "consumers.yaml": consumers,
-                                 "routes.yaml": routes_text}, message)
+                                 "routes.yaml": routes_text, "plain.yaml": PLAIN}, message)
 
     def run(self, *args: str, expect: int) -> subprocess.CompletedProcess[str]:
         """`gitsync ARGS`, its output kept for the final search."""
@@ -254,6 +258,8 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
 
     leaky.run("status", "--state-dir", str(leaky.state), expect=0)
     leaky.run("status", "--fleet", "--repo", leaky.url, expect=0)
+    cached = sorted(p.stem for p in (leaky.state / "parse-cache").rglob("*.json"))
+    assert cached == [blob_sha(PLAIN.encode())]  # the files with secrets in them are never cached
     for sha in (schema_bad, echoed):
         note = git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=leaky.repo.path)
         assert "errors:" in note

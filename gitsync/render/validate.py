@@ -16,7 +16,6 @@ from typing import Any
 from gitsync.content import content_bytes
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
-from gitsync.render.certs import key_matches
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import check_item
@@ -351,6 +350,8 @@ def check_ssls(check: Checker) -> None:
                 continue  # missing or mistyped: the schema says so
             if ENV_OR_SECRET.match(cert) or ENV_OR_SECRET.match(key):
                 continue  # resolved by APISIX at handshake time
+            from gitsync.render.certs import key_matches  # cryptography's x509: only for ssls
+
             if not key_matches(cert, key):
                 check.add("ssls", index, "the private key does not match the certificate", key_field)
         if item.get("type", "server") != "server":

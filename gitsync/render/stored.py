@@ -1,0 +1,210 @@
+"""The parse cache on disk, in the state dir: a new process (`gitsync sync --once`, a restarted
+daemon) parses only the files that changed since the last run, not the whole repo.
+
+One file per parsed config file, named by its git blob SHA, under a directory named by gitsync's
+version: ``<state_dir>/parse-cache/<version>/<sha>.json``, 0600 in a 0700 directory. An entry holds
+what `ParsedFile` holds (documents with their positions) and the facts validation keeps about its
+items (`FileFacts`: their own problems, references, sizes, canonical content).
+
+Only plain files are stored: a file with ``${{ }}`` expressions or SOPS encryption is never written
+here, so no substituted or decrypted value reaches the disk; what is stored is exactly what the
+repo's plain files say (the mirror beside it holds the same bytes). An entry is JSON, never code:
+one that does not parse, whose checksum, version or SHA is not its own, or whose shape is wrong is
+ignored (and removed), and the file is parsed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gitsync import __version__
+from gitsync.log import logger
+from gitsync.render.load import Document, ParsedFile
+from gitsync.render.validate import FileFacts, Reference
+
+FORMAT = 1
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_VERSION_DIR = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+class ParseStore:
+    """Parsed plain files by blob SHA, on disk. Every method is best effort: an I/O error is logged
+    once and the store behaves as empty (the cache is an optimisation, never a requirement)."""
+
+    def __init__(self, root: Path, version: str = __version__) -> None:
+        self.root = root
+        self.dir = root / _VERSION_DIR.sub("_", f"{FORMAT}-{version}")
+        self._version = version
+        self._broken = False
+
+    def _path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def has(self, key: str) -> bool:
+        return not self._broken and bool(_SHA.match(key)) and self._path(key).is_file()
+
+    def load(self, key: str) -> ParsedFile | None:
+        """The stored parse of blob `key`, or None (absent, or not to be trusted: then removed)."""
+        if not self.has(key):
+            return None
+        path = self._path(key)
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return None
+        parsed = _decode(raw, key, self._version)
+        if parsed is None:
+            logger.debug("parse cache: ignoring the entry {} (corrupt or foreign)", path.name)
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return parsed
+
+    def save(self, key: str, parsed: ParsedFile) -> None:
+        """Store `parsed` when it is a plain file that parsed cleanly (else nothing)."""
+        if self._broken or not _SHA.match(key) or not storable(parsed):
+            return
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _write(self._path(key), _encode(key, parsed, self._version))
+        except OSError as exc:
+            self._give_up(exc)
+
+    def retain(self, keys: Iterable[str]) -> None:
+        """Remove every entry but `keys`, and the directories of other gitsync versions."""
+        if self._broken:
+            return
+        keep = {f"{key}.json" for key in keys}
+        try:
+            for other in self.root.iterdir() if self.root.is_dir() else ():
+                if other != self.dir and other.is_dir():
+                    _remove_tree(other)
+            for name in os.listdir(self.dir) if self.dir.is_dir() else ():
+                if name not in keep:
+                    with contextlib.suppress(OSError):
+                        (self.dir / name).unlink()
+        except OSError as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc: OSError) -> None:
+        logger.warning("parse cache in {}: {}; going on without it", self.root, exc)
+        self._broken = True
+
+
+def storable(parsed: ParsedFile) -> bool:
+    """Plain files only: no expressions (substituted later), no SOPS (decrypted later), no problems."""
+    return not parsed.has_templates and not parsed.has_sops and not parsed.issues
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _remove_tree(path: Path) -> None:
+    for child in path.iterdir():
+        with contextlib.suppress(OSError):
+            child.unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entries: JSON with a checksum, decoded defensively
+
+
+def _encode(key: str, parsed: ParsedFile, version: str) -> bytes:
+    facts = parsed.memo.get("facts")
+    body = {
+        "format": FORMAT, "version": version, "blob": key, "size": parsed.size,
+        "secret_references": parsed.has_secret_references,
+        "documents": [[doc.index, doc.pos, doc.key_pos, doc.item_pos, doc.shared]
+                      for doc in parsed.documents],
+        "facts": None if facts is None else _facts_rows(facts),
+    }
+    text = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+    return hashlib.sha256(text).hexdigest().encode() + b"\n" + text
+
+
+def _decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
+    checksum, _, text = raw.partition(b"\n")
+    if hashlib.sha256(text).hexdigest().encode() != checksum:
+        return None
+    try:
+        body = json.loads(text)
+        if (body["format"], body["version"], body["blob"]) != (FORMAT, version, key):
+            return None
+        documents = tuple(
+            Document(_int(index), data, _pos(pos), {str(k): _pos(v) for k, v in key_pos.items()},
+                     {str(k): tuple(_pos(p) for p in v) for k, v in item_pos.items()})
+            for index, pos, key_pos, item_pos, data in body["documents"])
+        parsed = ParsedFile(documents, (), False, False, body["secret_references"] is True,
+                            _int(body["size"]))
+        if body["facts"] is not None:
+            parsed.memo["facts"] = _facts(body["facts"], parsed.has_secret_references)
+        return parsed
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _facts_rows(facts: FileFacts) -> list[list[Any]]:
+    """One row per item: doc, kind, index, then each table's value for it (None: not computed)."""
+    keys = {**facts.issues, **facts.references, **facts.sizes, **facts.contents}
+    rows = []
+    for key in keys:
+        issues, references = facts.issues.get(key), facts.references.get(key)
+        content = facts.contents.get(key)
+        rows.append([*key,
+                     None if issues is None else [[m, list(f)] for m, f in issues],
+                     None if references is None else [[r.target, list(r.at), r.ident, r.label]
+                                                      for r in references],
+                     facts.sizes.get(key),
+                     None if content is None else content.decode("utf-8", "surrogateescape")])
+    return rows
+
+
+def _facts(rows: list[list[Any]], secret_references: bool) -> FileFacts:
+    facts = FileFacts({}, secret_references)
+    for doc, kind, index, issues, references, size, content in rows:
+        key = (_int(doc), str(kind), _int(index))
+        if issues is not None:
+            facts.issues[key] = tuple((str(m), _path(f)) for m, f in issues)
+        if references is not None:
+            facts.references[key] = tuple(Reference(str(t), _path(at), str(i), str(label))
+                                          for t, at, i, label in references)
+        if size is not None:
+            facts.sizes[key] = _int(size)
+        if content is not None:
+            facts.contents[key] = str(content).encode("utf-8", "surrogateescape")
+    return facts
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"not an integer: {value!r}")
+    return value
+
+
+def _pos(value: Any) -> tuple[int, int]:
+    line, col = value
+    return _int(line), _int(col)
+
+
+def _path(value: Any) -> tuple[str | int, ...]:
+    if not isinstance(value, list) or not all(type(p) in (str, int) for p in value):
+        raise TypeError(f"not a field path: {value!r}")
+    return tuple(value)

@@ -1,0 +1,122 @@
+"""The parse cache on disk (`gitsync.render.stored`): `gitsync sync --once` with a kept state dir
+parses only what changed and, when the gateway's digest is still its own push's, reads nothing from
+the gateway before its PUT. What the cache holds is plain files only; an entry that is corrupt or
+not its own is ignored, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+
+from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.render.load import blob_sha
+from gitsync.render.stored import ParseStore
+from tests.agents import ADMIN_KEY, repo_url
+from tests.support import run_gitsync
+
+CONFIGS = "/apisix/admin/configs"
+
+
+def route_file(index: int, uri: str = "/r") -> str:
+    """Ten routes; the file's number and `uri` make each one's content its own."""
+    return "routes:\n" + "".join(f"  - id: r{index:03d}-{n}\n    uri: {uri}/{index}/{n}\n"
+                                 "    upstream_id: u1\n" for n in range(10))
+
+
+UPSTREAM = 'upstreams:\n  - id: u1\n    type: roundrobin\n    nodes: {"127.0.0.1:1980": 1}\n'
+THOUSAND = {"upstreams.yaml": UPSTREAM} | {f"routes/r{i:03d}.yaml": route_file(i) for i in range(100)}
+
+
+def test_sync_once_parses_one_changed_file_and_sends_no_get_before_its_put(tmp_path, git_daemon, remote_repo,
+                                                                            apisix) -> None:
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    state = tmp_path / "state"
+    args = ["sync", "--once", "-v", "--repo", repo_url(git_daemon, remote_repo), "--gateway", apisix.url,
+            "--admin-key-file", str(key), "--state-dir", str(state), "--no-writeback"]
+    remote_repo.commit(THOUSAND, "1,000 routes")
+    first = run_gitsync(*args)
+    assert first.returncode == 0, first.stderr
+    assert "101 config file(s), 101 parsed" in first.stderr
+    assert len(apisix.config()["routes"]) == 1000
+
+    changed = remote_repo.commit({"routes/r042.yaml": route_file(42, "/v2")}, "one route file")
+    apisix.requests.clear()
+    second = run_gitsync(*args)
+    assert second.returncode == 0, second.stderr
+    assert f"applied: {changed[:7]}" in second.stdout
+    assert "101 config file(s), 1 parsed" in second.stderr  # the new commit: one file
+    assert "0 parsed" in second.stderr  # the commit the gateway holds, rebuilt from the cache alone
+    asked = [(method, status) for method, path, status in apisix.requests if path.startswith(CONFIGS)]
+    put = asked.index(("PUT", 202))
+    assert [method for method, _ in asked[:put]] == ["HEAD"]  # the digest was ours: no GET
+    live = {r["id"]: r["uri"] for r in apisix.config()["routes"]}
+    assert live["r042-3"] == "/v2/42/3" and live["r041-3"] == "/r/41/3" and len(live) == 1000
+
+    entries = list((state / "parse-cache").rglob("*.json"))
+    assert stat.S_IMODE(entries[0].parent.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in entries} == {0o600}
+    # The files of the two commits the last run rendered: 101, and the old version of the changed one.
+    assert len(entries) == 102
+
+
+def test_a_later_run_reads_back_what_was_stored_and_parses_nothing(tmp_path) -> None:
+    files = {name: text.encode() for name, text in THOUSAND.items()}
+    first = ParseCache(store=ParseStore(tmp_path))
+    rendered = render(files, RenderOptions(), cache=first)
+    assert first.parses == 101
+    again = ParseCache(store=ParseStore(tmp_path))
+    stored = render(files, RenderOptions(), cache=again)
+    assert again.parses == 0
+    assert stored.payload == rendered.payload and stored.contents == rendered.contents
+    for kind, items in rendered.payload.items():  # every item at the same file:line
+        assert [stored.source_map.location(kind, i) for i in range(len(items))] == \
+            [rendered.source_map.location(kind, i) for i in range(len(items))]
+
+
+def test_a_corrupt_or_foreign_entry_is_ignored_and_the_file_parsed_again(tmp_path) -> None:
+    files = {name: text.encode() for name, text in THOUSAND.items()}
+    render(files, RenderOptions(), cache=ParseCache(store=ParseStore(tmp_path)))
+    store = ParseStore(tmp_path)
+    one, other = blob_sha(files["routes/r001.yaml"]), blob_sha(files["routes/r002.yaml"])
+    (store.dir / f"{one}.json").write_bytes(b"\x00garbage")  # corrupt
+    foreign = (store.dir / f"{other}.json").read_bytes()
+    (store.dir / f"{blob_sha(files['routes/r003.yaml'])}.json").write_bytes(foreign)  # another blob's entry
+    checksum, _, body = (store.dir / f"{other}.json").read_bytes().partition(b"\n")
+    doctored = json.loads(body)
+    doctored["documents"][0][4]["routes"][0]["uri"] = "/evil"  # content changed, checksum kept
+    (store.dir / f"{other}.json").write_bytes(checksum + b"\n" + json.dumps(doctored).encode())
+
+    cache = ParseCache(store=ParseStore(tmp_path))
+    rendered = render(files, RenderOptions(), cache=cache)
+    assert cache.parses == 3
+    assert "/evil" not in {r["uri"] for r in rendered.payload["routes"]}
+    assert render(files, RenderOptions(), cache=ParseCache()).payload == rendered.payload
+
+
+def test_files_with_expressions_or_encryption_are_never_stored(tmp_path) -> None:
+    files = {"plain.yaml": UPSTREAM.encode(),
+             "templated.yaml": b"routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n"
+                               b"    desc: \"${{ vars.OWNER }}\"\n",
+             "sealed.yaml": b"secrets:\n  - id: vault/x\n    token: ENC[AES256_GCM,data:abc,iv:abc,tag:abc,"
+                            b"type:str]\nsops:\n  version: 3.9.0\n"}
+    cache = ParseCache(store=ParseStore(tmp_path))
+    for data in files.values():
+        cache.get(data)
+    cache.end_render()
+    stored = sorted(p.stem for p in tmp_path.rglob("*.json"))
+    assert stored == [blob_sha(files["plain.yaml"])]
+
+
+def test_another_versions_entries_are_removed(tmp_path) -> None:
+    old = ParseStore(tmp_path, version="0.0.1")
+    cache = ParseCache(store=old)
+    cache.get(UPSTREAM.encode())
+    cache.end_render()
+    assert old.dir.is_dir()
+    cache = ParseCache(store=ParseStore(tmp_path, version="9.9.9"))
+    assert cache.cached(blob_sha(UPSTREAM.encode())) is None  # keyed by gitsync's version
+    cache.get(UPSTREAM.encode())
+    cache.end_render()
+    assert not old.dir.exists()
