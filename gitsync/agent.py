@@ -120,6 +120,7 @@ class Agent:
         self._owned = self.state_dir.load_pushed()  # url → kind → the ids gitsync pushed there
         self._odd = self.state_dir.load_indexes()  # url → kind → id → a modifiedIndex not derived
         self._owned_changed = False
+        self._saved: tuple[Any, ...] | None = None  # what the last saved sync ended as (`_repeats`)
         self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
         self._phases = Phases()  # the running sync's
         self.tip: str | None = None  # the remote's commit at the last check
@@ -515,8 +516,11 @@ class Agent:
 
     def _record(self, outcome: SyncOutcome) -> None:
         self.last_outcome = outcome
-        report = self._report(outcome)
-        self._save_state(outcome, report)
+        report = None if self._repeats(outcome) else self._report(outcome)
+        if report is None:
+            self.state_dir.touch()  # the state is as saved: its file's time says when the agent last looked
+        else:
+            self._save_state(outcome, report)
         record_metrics(self.metrics, outcome, self.state, self.gateways.urls, tip_refused=self.tip_refused)
         live = self._rendered.get(self.state.last_good or "")
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
@@ -524,9 +528,20 @@ class Agent:
         self._publish_view(outcome)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
-            self._writeback_queue.submit(self.writeback.publish_status, report)
+            self._writeback_queue.submit(self.writeback.publish_status, report or self._report(outcome))
         elif self.writeback is not None:  # every poll: the heartbeat, and what failed to be written before
             self._writeback_queue.submit_once(self.writeback.refresh)
+
+    def _repeats(self, outcome: SyncOutcome) -> bool:
+        """Whether `outcome` is a poll that changed nothing and ended as the last saved sync did: the
+        state file need not be written again (a durable write is most of a no-op poll's own cost)."""
+        key = (outcome.result, outcome.commit, outcome.stage, tuple(outcome.problems), tuple(outcome.drifted),
+               self.state.last_good)
+        quiet = (SyncResult.NOOP, SyncResult.SKIPPED, SyncResult.SOAKING, SyncResult.WAITING)
+        repeat = (outcome.result in quiet and not outcome.gateways and not self._owned_changed
+                  and key == self._saved)
+        self._saved = key
+        return repeat
 
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
         self.state.last_result = {**report.to_dict(), "reason": outcome.reason,

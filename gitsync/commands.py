@@ -355,7 +355,8 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):
-        print(summary_text(StateDir(settings.state_dir).load(repair=False).last_result, now), end="")
+        state_dir = StateDir(settings.state_dir)
+        print(summary_text(state_dir.load(repair=False).last_result, now, state_dir.checked_at()), end="")
         return 0
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)

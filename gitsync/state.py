@@ -23,6 +23,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,18 @@ class StateDir:
             logger.error("state file {} is unreadable ({}); kept as {} and starting fresh",
                          self.state_file, exc, aside)
             return AgentState()
+
+    def touch(self) -> None:
+        """Mark the state file as current without writing it (its mtime: when the agent last looked)."""
+        with contextlib.suppress(OSError):
+            os.utime(self.state_file)
+
+    def checked_at(self) -> datetime | None:
+        """When the agent last looked (`touch`), from the state file's mtime; None without one."""
+        try:
+            return datetime.fromtimestamp(self.state_file.stat().st_mtime, UTC)
+        except OSError:
+            return None
 
     def load_pushed(self) -> dict[str, dict[str, list[str]]]:
         """Per gateway URL and kind, the ids gitsync last pushed there; {} when unknown or unreadable."""

@@ -1022,8 +1022,9 @@ def format_age(seconds: float) -> str:
     return f"{seconds}s"
 
 
-def summary_text(result: Mapping[str, Any], now: datetime) -> str:
-    """`gitsync status`: the last result from the state dir, readable."""
+def summary_text(result: Mapping[str, Any], now: datetime, checked: datetime | None = None) -> str:
+    """`gitsync status`: the last result from the state dir, readable; `checked`: when the agent last
+    looked (polls that change nothing do not rewrite the result)."""
     if not result:
         return "no sync yet\n"
     lines = []
@@ -1035,6 +1036,9 @@ def summary_text(result: Mapping[str, Any], now: datetime) -> str:
     moment = parse_time(result.get("time")) if result.get("time") else None
     if moment:
         lines.append(f"time:     {iso_time(moment)} ({format_age((now - moment).total_seconds())} ago)")
+        if checked is not None and (checked - moment).total_seconds() >= 1:
+            lines.append(f"checked:  {iso_time(checked)} ({format_age((now - checked).total_seconds())} ago, "
+                         "nothing changed since)")
     if "duration" in result:
         lines.append(f"duration: {float(result['duration']):.3f}s")
     for gateway in result.get("gateways") or []:

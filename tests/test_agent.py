@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from gitsync.agent import Agent
 from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
+from tests.support import run_gitsync
 
 ROUTES = """\
 routes:
@@ -121,3 +124,27 @@ def test_a_sync_changes_no_item_the_render_cache_shares(agent_for, apisix, remot
     documents = [doc for parsed, _ in agent.cache._entries.values() for doc in parsed.documents]
     assert documents and all(doc.shared == doc.data for doc in documents)
     agent.close()
+
+
+def test_a_poll_that_changes_nothing_does_not_rewrite_the_state_file(agent_for, apisix, tmp_path):
+    """A durable write was most of a no-op poll's own cost: a repeat only moves the file's time, which
+    `gitsync status` shows as when the agent last looked."""
+    agent = agent_for()
+    assert agent.sync_once().result == "applied"
+    state = tmp_path / "state" / "state.json"
+    assert agent.sync_once().result == "noop"  # the first no-op after a change is saved
+    saved, inode = state.read_bytes(), state.stat().st_ino
+    os.utime(state, (1_000_000_000, 1_000_000_000))
+    assert agent.sync_once().result == "noop"
+    assert state.read_bytes() == saved and state.stat().st_ino == inode  # not written again
+    assert state.stat().st_mtime > 1_000_000_000  # touched
+    apisix.restart()
+    assert agent.sync_once().result == "healed"
+    assert state.stat().st_ino != inode  # a sync that did something is saved
+    agent.close()
+
+    result = run_gitsync("status", "--state-dir", str(tmp_path / "state"))
+    assert "result:   healed" in result.stdout
+    assert "checked:" not in result.stdout  # the last save is the last look
+    os.utime(state, (time.time() + 60, time.time() + 60))
+    assert "nothing changed since" in run_gitsync("status", "--state-dir", str(tmp_path / "state")).stdout
