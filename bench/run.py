@@ -68,6 +68,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "noop_poll": ("3 no-op poll", "÷ ref advertisement ≤ 1.2×"),
     "incremental_fetch": ("4 fetch of 50 commits", "÷ git fetch (no target)"),
     "restart_refill": ("5 restart → refilled", "÷ restart+GET+PUT (no target)"),
+    "refill_own": ("5 … gitsync's own time", "(no target)"),
     "webhook_live": ("6 webhook → live p50", "p50 ≤ 300 ms"),
     "sync_once_rss": ("7 sync --once peak RSS", "≤ 150 MB at 10,000"),
     "sync_once_kept": ("8 sync --once, state kept", "≤ 1.0 s at 10,000"),
@@ -265,6 +266,14 @@ class DaemonProcess:
         text = self.http.get("/metrics").text
         return {m[1]: float(m[2]) for m in re.finditer(r'^gitsync_syncs_total\{result="(\w+)"\} (\S+)$',
                                                        text, re.M)}
+
+    def own_seconds(self) -> tuple[float, float]:
+        """(sum, count) of gitsync_sync_phase_seconds{phase="gitsync"}: the daemon's own time in the
+        syncs that reached a gateway (their wall time less the wait for the gateway)."""
+        text = self.http.get("/metrics").text
+        found = {m[1]: float(m[2]) for m in re.finditer(
+            r'^gitsync_sync_phase_seconds_(sum|count)\{phase="gitsync"\} (\S+)$', text, re.M)}
+        return found.get("sum", 0.0), found.get("count", 0.0)
 
     def wait_syncs(self, result: str, count: float, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
@@ -505,13 +514,13 @@ def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Re
 
 
 def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: FloorClient,
-                   reps: Reps) -> Result:
+                   reps: Reps) -> list[Result]:
     """From the gateway's restart() to it holding the config again, healed by a running daemon's
     drift watch (drift_interval 0.1 s) vs restart() then GET + PUT of the full payload by httpx.
 
     A refill that does not come within REFILL_DEADLINE is reported (value = the deadline, and
     ``healed: false``), not waited for: the next poll would heal it, an interval later."""
-    ours, floors = [], []
+    ours, floors, own = [], [], []
     healed = True
     source = Source(Remote.of(fx.url), state_dir=fx.work / "fetch-state")
     payload = render(source.read(source.fetch()).files).payload
@@ -519,6 +528,7 @@ def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: Flo
     full = plan(payload, floor.live())  # what an emptied gateway needs: every kind at live + 1
     with DaemonProcess(fx, gw.url, fx.work / "refill-state", drift_interval=0.1, webhook=False) as daemon:
         daemon.wait_ready()
+        before = daemon.own_seconds()
         for rep in range(reps.reps):
             started = gw.restart()
             done = gw.wait_put(REFILL_DEADLINE)
@@ -530,13 +540,19 @@ def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: Flo
                 raise RuntimeError(f"refilled with {done[1]} routes, not {fx.routes}")
             ours.append(done[0] - started)
             daemon.wait_syncs("healed", rep + 1)
+            after = daemon.own_seconds()
+            if after[1] > before[1]:
+                own.append((after[0] - before[0]) / (after[1] - before[1]))
+            before = after
             started = fl.restart()
             floor.get_put(full.body, full.digest)
             floors.append(time.monotonic() - started)
         rss = daemon.rss_mb()
-    return Result("restart_refill", fx.routes, median(ours), "s", median(floors), samples=ours,
-                  floor_samples=floors, details={"drift_interval_s": 0.1, "put_bytes": len(full.body),
-                                                 "healed": healed, "daemon_rss_mb": rss})
+    return [Result("restart_refill", fx.routes, median(ours), "s", median(floors), samples=ours,
+                   floor_samples=floors, details={"drift_interval_s": 0.1, "put_bytes": len(full.body),
+                                                  "healed": healed, "daemon_rss_mb": rss}),
+            Result("refill_own", fx.routes, median(own) if own else 0.0, "s", None, samples=own,
+                   details={"what": "the heal syncs' own time (gitsync_sync_phase_seconds{phase=gitsync})"})]
 
 
 def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Result]:
@@ -603,7 +619,7 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
                 results += sync_once_times(fx, gw, floor, reps)
             if "refill" in only:
                 say(f"{routes} routes: restart refill")
-                results.append(restart_refill(fx, gw, fl, floor, reps))
+                results += restart_refill(fx, gw, fl, floor, reps)
             if with_daemon and "daemon" in only:
                 say(f"{routes} routes: webhook latency and daemon memory")
                 results += webhook_and_memory(fx, gw, reps)
@@ -612,10 +628,10 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
     return results
 
 
-def plan_for(routes: int, quick: bool, reps: int | None) -> Reps:
+def plan_for(routes: int, quick: bool, reps: int | None, daemon_syncs: int | None = None) -> Reps:
     slow = reps or (3 if quick else 7 if routes <= 1000 else 5)
     return Reps(reps=slow, fast_reps=10 if quick else 25, rss_reps=1 if quick else 2,
-                webhook_commits=5 if quick else 20, daemon_syncs=10 if quick else 100)
+                webhook_commits=5 if quick else 20, daemon_syncs=daemon_syncs or (10 if quick else 100))
 
 
 def machine() -> dict[str, Any]:
@@ -660,7 +676,7 @@ def table(results: Sequence[Result]) -> str:
 
 def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, out: Path = OUT,
         keep: bool = False, only: Sequence[str] = GROUPS, say: Callable[[str], None] = print,
-        ) -> dict[str, Any]:
+        daemon_syncs: int | None = None) -> dict[str, Any]:
     """Run every scenario at every size; write the JSON report; return it."""
     started = time.monotonic()
     gslog.setup(verbose=0, stream=open(os.devnull, "w"))  # noqa: SIM115 - the in-process agent's logs
@@ -676,7 +692,7 @@ def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, o
             for routes in sizes:
                 work = tmp / f"work-{routes}"
                 work.mkdir()
-                results += run_size(routes, plan_for(routes, quick, reps), daemon, work,
+                results += run_size(routes, plan_for(routes, quick, reps, daemon_syncs), daemon, work,
                                     routes == daemon_size, say, only)
     finally:
         if keep:
@@ -705,6 +721,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100 routes only, fewer repetitions "
                         "(the smoke test)")
     parser.add_argument("--reps", type=int, help="repetitions of the slow scenarios (default by size)")
+    parser.add_argument("--daemon-syncs", type=int, help="webhook-driven syncs of the daemon whose RSS is "
+                        "followed (scenario 7; default 100)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
     parser.add_argument("--keep", action="store_true", help="keep the work files (repos, daemon logs)")
     parser.add_argument("--only", default=",".join(GROUPS), help="scenario groups to run, comma-separated: "
@@ -720,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"… {message}", file=sys.stderr, flush=True)
 
     report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, only=only,
-                 say=say)
+                 say=say, daemon_syncs=args.daemon_syncs)
     m = report["machine"]
     print(f"gitsync {m['commit']} on {m['cpus']} CPUs, Python {m['python']}, {m['git']}, dulwich "
           f"{m['dulwich']}; {m['date']}; {report['seconds']:.0f} s; medians")
