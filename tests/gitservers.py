@@ -1,6 +1,6 @@
 """Real git servers on 127.0.0.1 for tests, and quick ways to make repos with commits.
 
-Servers: `GitDaemon` (git://, optionally with receive-pack), `HttpGitServer` (smart HTTP:
+Servers: `GitDaemon` (git://, optionally with receive-pack; from `testkit.git`), `HttpGitServer` (smart HTTP:
 ``git http-backend`` behind a threaded stdlib CGI runner, with basic or bearer auth),
 `SshGitServer` (``sshd -D`` as the current user, key auth, its own host key) and `HungServer`
 (accepts TCP and never answers). Each is a context manager; subprocesses are stopped by pid.
@@ -17,81 +17,20 @@ import contextlib
 import hmac
 import os
 import re
-import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Self
 
-from tests.support import free_port
+from testkit.git import GitDaemon, git, git_env
+from testkit.processes import LOCALHOST, ServerProcess, free_port, stop_process, wait_for_port
 
-LOCALHOST = "127.0.0.1"
-START_TIMEOUT = 10.0
-
-# A fixed identity and no user/system config: the same commits on every machine.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Test Author",
-    "GIT_AUTHOR_EMAIL": "author@example.test",
-    "GIT_COMMITTER_NAME": "Test Committer",
-    "GIT_COMMITTER_EMAIL": "committer@example.test",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
-}
-
-
-def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_ENV)
-    env.update(extra or {})
-    return env
-
-
-def git(*args: str, cwd: Path | None = None, input: bytes | None = None,
-        env: Mapping[str, str] | None = None, check: bool = True) -> str:
-    """Run the git CLI; return stdout as text (stripped)."""
-    result = subprocess.run(["git", *args], cwd=cwd, input=input, env=git_env(env),
-                            capture_output=True, timeout=120)
-    if check and result.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr.decode(errors='replace')}")
-    return result.stdout.decode().strip()
-
-
-def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = START_TIMEOUT) -> bool:
-    """True once something accepts on the port; False if `proc` died first or time ran out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        with contextlib.suppress(OSError), socket.create_connection((LOCALHOST, port), timeout=0.5):
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def stop_process(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """Stop a server started with ``start_new_session=True``: its whole process group, by its pid."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    else:
-        # The leader is gone; children it forked (one per connection) may remain in its group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
+# `GitDaemon`, `git` and `git_env` are shared with bench/ (testkit); tests import them from here.
+__all__ = ["BareRepo", "GitDaemon", "HttpAuth", "HttpGitServer", "HungServer", "Signer", "SshGitServer",
+           "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -145,9 +84,6 @@ class BareRepo:
         self._clock += 1
         date = f"{self._clock} +0000"
         return {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, **(extra or {})}
-
-    def rev(self, name: str) -> str:
-        return self.git("rev-parse", "--verify", "-q", name + "^{commit}")
 
     def tip(self, branch: str | None = None) -> str | None:
         ref = f"refs/heads/{branch or self.default_branch}"
@@ -227,62 +163,6 @@ class BareRepo:
         tip = self.tip(branch)
         assert tip is not None
         return tip
-
-
-# ---------------------------------------------------------------------------------------------------------
-# git daemon
-
-
-class _ServerProcess:
-    """A server run as a child process: `start()` sets `proc`; stopped by pid; a context manager."""
-
-    proc: subprocess.Popen | None = None
-
-    def start(self) -> Self:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class GitDaemon(_ServerProcess):
-    """``git daemon`` serving every repo under `base_path` as ``git://127.0.0.1:PORT/<name>``."""
-
-    def __init__(self, base_path: Path, *, receive_pack: bool = False) -> None:
-        self.base_path = base_path
-        self.receive_pack = receive_pack
-        self.port = 0
-        self.proc: subprocess.Popen | None = None
-
-    def url(self, name: str) -> str:
-        return f"git://{LOCALHOST}:{self.port}/{name}"
-
-    def start(self) -> GitDaemon:
-        """Listen; a daemon started again after `stop()` takes its old port (clients keep their URL)."""
-        # git daemon cannot listen on port 0: pick a free port and retry if someone took it.
-        reuse = self.port
-        for _attempt in range(5):
-            port = reuse or free_port()
-            args = ["git", "daemon", "--reuseaddr", f"--listen={LOCALHOST}", f"--port={port}",
-                    f"--base-path={self.base_path}", "--export-all", "--informative-errors"]
-            if self.receive_pack:
-                args.append("--enable=receive-pack")
-            args.append(str(self.base_path))
-            proc = subprocess.Popen(args, env=git_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    start_new_session=True)
-            if wait_for_port(port, proc):
-                self.port, self.proc = port, proc
-                return self
-            stop_process(proc)
-        raise RuntimeError("git daemon did not start")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -458,7 +338,7 @@ def ssh_keygen(path: Path, comment: str = "gitsync-test") -> Path:
     return path
 
 
-class SshGitServer(_ServerProcess):
+class SshGitServer(ServerProcess):
     """``sshd -D`` on 127.0.0.1 with its own host key; the client key in `client_key` may log in.
 
     `known_hosts` holds the right host key; `wrong_known_hosts` another key for the same host.

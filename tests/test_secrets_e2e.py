@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitsync.testing import vault
 from gitsync.testing.apisix import ApisixDouble
+from tests import vaultrefs
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
@@ -99,8 +99,8 @@ def test_vault_token_from_sops_resolves_against_the_real_server(setup: Setup, va
     assert set(double.running("secrets")) == {"vault/main"}
 
     # The gateway's vault manager: the secrets items it was sent, the real server, KV v1.
-    assert vault.resolve(REFERENCE, body["secrets"]) == setup.value
-    assert vault.resolve_all(body) == {REFERENCE: setup.value}
+    assert vaultrefs.resolve(REFERENCE, body["secrets"]) == setup.value
+    assert vaultrefs.resolve_all(body) == {REFERENCE: setup.value}
 
     # Nothing that gitsync wrote to the remote (status branch) holds the token.
     assert "refs/heads/gitsync/status" in git("for-each-ref", "--format=%(refname)", cwd=setup.repo.path)
