@@ -1,8 +1,8 @@
 """Logging: loguru to stderr, human or JSON lines, with secret values scrubbed.
 
 Redaction happens in the sink, on the final text of each line, because that is
-the only place that also sees exception text (a loguru patcher does not, see
-STACK.md). Any value registered with `register_secret` is replaced by ``***``
+the only place that also sees exception text (a loguru patcher does not).
+Any value registered with `register_secret` is replaced by ``***``
 wherever it appears: message, ``extra`` fields, tracebacks.
 """
 

@@ -1,4 +1,4 @@
-"""The APISIX double answers as APISIX 3.18 does (apisix-standalone.md §10), over real loopback HTTP."""
+"""The APISIX double answers as APISIX 3.18 does (docs/architecture.md), over real loopback HTTP."""
 
 from __future__ import annotations
 

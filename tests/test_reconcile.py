@@ -1,4 +1,4 @@
-"""The pure reconcile plan, against a model of APISIX's per-key version algorithm (apisix-standalone.md §2.3).
+"""The pure reconcile plan, against a model of APISIX's per-key version algorithm (docs/architecture.md).
 
 The model is a few lines of the gateway's own rules: a key left out is wiped and bumped,
 a lower version rejects the whole push, an equal one keeps live content, a higher one

@@ -26,7 +26,7 @@ SECRET_MANAGERS = ("vault", "aws", "gcp")
 SECRET_REFERENCE = re.compile(r"^\$secret://([^/]*)/([^/]*)/(.+)$")
 ENV_OR_SECRET = re.compile(r"^\$(secret|env|ENV)://")
 
-#: (kind, field, kind the field names): checked here because standalone APISIX does not (§5.4).
+#: (kind, field, kind the field names): checked here because standalone APISIX skips references.
 REFERENCES: tuple[tuple[str, str, str], ...] = (
     ("routes", "upstream_id", "upstreams"),
     ("routes", "service_id", "services"),

@@ -4,7 +4,7 @@
 checks of ``apisix/admin/<kind>.lua``, ``apisix/upstream.lua``,
 ``apisix/ssl.lua``, ``apisix/plugin.lua``); `check_payload` is
 ``config_validate.validate_configuration`` over a whole standalone body. Both
-are pure. The contract is ../shared/apisix-standalone.md §2.4 and §5.
+are pure. docs/architecture.md lists the gateway facts they follow.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _upstream_semantics(up: Any, base: Path = ()) -> Issues:
                 issues.append(SchemaIssue((*base, "nodes", addr), f"invalid port {lua_number(port)}"))
     tls = up.get("tls") if isinstance(up.get("tls"), dict) else {}
     if _present(tls, "client_cert_id"):
-        # Standalone has no etcd: the lookup the checker still makes cannot succeed (§5.4).
+        # Standalone has no etcd: the lookup the checker still makes cannot succeed.
         issues.append(SchemaIssue((*base, "tls", "client_cert_id"), (
             f"failed to fetch ssl info by ssl id [{lua_tostring(tls['client_cert_id'])}]: "
             "connection refused")))

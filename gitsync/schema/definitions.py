@@ -2,7 +2,7 @@
 
 With the standalone patches of ``apisix/admin/standalone.lua``: an integer
 ``modifiedIndex`` on every resource schema but secrets and plugin metadata, and
-the credential ``id`` pattern. ../shared/apisix-standalone.md §5 lists them.
+the credential ``id`` pattern (``patch_schema()`` there).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """A test double of APISIX's Admin API in API-driven standalone mode (3.17+/3.18), plus a data plane.
 
 Every integration test of gitsync (and a user's CI) talks to this instead of a
-real gateway, so it follows ../shared/apisix-standalone.md to the letter:
+real gateway, so it answers as APISIX 3.18 does, to the letter (docs/architecture.md):
 routing before auth, the 401/400/404 bodies, ``X-Digest`` and 204, validation
 (the shared `gitsync.schema`) before the per-kind version algorithm, storage
 as sent plus metadata keys, GET's empty-array quirk, YAML, restart → empty.
 A minimal data plane on a second port serves the last accepted routes and
-honours the ``modifiedIndex`` rule (§2.8). Fault knobs (latency, 5xx, dropped
+honours the ``modifiedIndex`` rule (``config_yaml.sync_data``). Fault knobs (latency, 5xx, dropped
 connections, a body limit, another writer) serve the reliability tests.
 
 Run it standalone::
@@ -625,7 +625,7 @@ class ApisixDouble:
         return None
 
     def _next_config(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-        """§2.3: absent → live+1 and emptied; equal → live content kept; higher → the sent list."""
+        """Per key: absent → live+1 and emptied; equal → live content kept; higher → the sent list."""
         new: dict[str, Any] = {}
         for key in self._keys:
             vkey = version_key(key)
@@ -642,7 +642,7 @@ class ApisixDouble:
         return round_numbers(new)
 
     def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> None:
-        """Store `new` and let the data plane apply every kind whose version changed (§2.8)."""
+        """Store `new` and let the data plane apply every kind whose version changed (as sync_data)."""
         self._stored = new
         for kind in KINDS:
             vkey = version_key(kind)
