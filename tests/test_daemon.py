@@ -204,6 +204,7 @@ def test_a_pushed_commit_is_live_after_the_next_poll(spawn, git_daemon, remote_r
     wait_for(lambda: agent.state().get("last_good") == second, 2, "state.json naming the new commit")
 
 
+@pytest.mark.slow
 def test_webhook_applies_at_once_and_is_never_lost_during_a_sync(spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
     agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", "--drift-interval", "1h",
@@ -244,6 +245,7 @@ def test_webhook_applies_at_once_and_is_never_lost_during_a_sync(spawn, git_daem
 # faults
 
 
+@pytest.mark.slow
 def test_a_restarted_gateway_is_refilled_by_the_drift_watch_with_the_remote_down(
         spawn, own_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
@@ -262,6 +264,7 @@ def test_a_restarted_gateway_is_refilled_by_the_drift_watch_with_the_remote_down
     assert agent.state()["last_good"] == first
 
 
+@pytest.mark.slow
 def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_backoff(
         spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -277,6 +280,7 @@ def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_
     assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the backoff
 
 
+@pytest.mark.slow
 def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         spawn, git_daemon, remote_repo, apisix):
     """Neither a bad commit nor the down gateway's return may take the others back to an older commit."""
@@ -299,6 +303,7 @@ def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         assert live_uri(apisix) == "/v2"
 
 
+@pytest.mark.slow
 def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applies(
         spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -325,6 +330,7 @@ def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applie
     wait_for(lambda: agent.state().get("last_good") == good, 2, "state.json naming the good commit")
 
 
+@pytest.mark.slow
 def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
     agent = spawn(repo_url(own_daemon, remote_repo), "--max-backoff", "2s", gateways=[apisix.url])
@@ -343,6 +349,7 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
     wait_for(lambda: agent.get("/readyz").status_code == 200, 3, "ready again")
 
 
+@pytest.mark.slow
 def test_a_webhook_tries_the_remote_at_once_even_during_a_long_backoff(
         spawn, own_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -360,6 +367,7 @@ def test_a_webhook_tries_the_remote_at_once_even_during_a_long_backoff(
     assert time.monotonic() - started < 1
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_never_corrupts_state_and_a_restart_converges(
         spawn, git_daemon, remote_repo, apisix):
     kills = 20
@@ -401,6 +409,7 @@ def test_sigkill_at_random_moments_never_corrupts_state_and_a_restart_converges(
     assert agent.wait(15) == 0
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_push_lets_it_finish_and_exits_0(spawn, git_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
     apisix.set_latency(2)
@@ -419,6 +428,7 @@ def test_sigterm_during_a_push_lets_it_finish_and_exits_0(spawn, git_daemon, rem
 # health, metrics, systemd, reload
 
 
+@pytest.mark.slow
 def test_health_readiness_and_metrics(spawn, git_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
     apisix.set_latency(0.5)  # a slow first sync: /readyz is seen before it ends
@@ -450,6 +460,7 @@ def test_health_readiness_and_metrics(spawn, git_daemon, remote_repo, apisix):
     assert agent.metric("gitsync_syncs_total", result="noop") >= 1
 
 
+@pytest.mark.slow
 def test_sd_notify_ready_status_and_watchdog_arrive(spawn, git_daemon, remote_repo, apisix, tmp_path):
     remote_repo.commit(config_files(1), "v1")
     path = str(tmp_path / "notify.sock")
@@ -477,6 +488,7 @@ def test_sd_notify_ready_status_and_watchdog_arrive(spawn, git_daemon, remote_re
         assert agent.wait(15) == 0
 
 
+@pytest.mark.slow
 def test_sighup_reloads_the_settings_file(spawn, git_daemon, remote_repo, apisix, tmp_path):
     remote_repo.commit(config_files(1), "v1")
     settings = tmp_path / "gitsync.toml"

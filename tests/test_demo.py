@@ -185,6 +185,7 @@ def kept_demo(tmp_path):
         stderr.close()
 
 
+@pytest.mark.slow
 def test_demo_keep_running_leaves_real_evidence(kept_demo):
     proc, lines, workdir, stderr = kept_demo
     ready = lines.until("READY ", timeout=30)
@@ -280,6 +281,7 @@ def _venv_seeing_this_environment(path: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
     """`pip install .` then `gitsync demo`, outside the source tree: the sample repo comes from the wheel."""
     clean = {k: v for k, v in gitsync_env().items() if k != "PYTHONPATH"}
@@ -295,6 +297,8 @@ def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
     where = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean,
                            cwd=tmp_path).stdout.strip()
     assert where.startswith(str(tmp_path / "venv")) and where.endswith("gitsync/_sample_repo")
+    # The docs come along, where the systemd unit's Documentation= expects them under its prefix.
+    assert (tmp_path / "venv" / "share" / "doc" / "gitsync" / "operations.md").is_file()
     result = subprocess.run([str(gitsync), "demo"], capture_output=True, text=True, env=clean,
                             cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 from gitsync.settings import load
@@ -46,6 +47,15 @@ def test_systemd_unit_has_the_required_directives():
                       "LoadCredential=admin_key:", "DynamicUser=yes", "ProtectSystem=strict",
                       "NoNewPrivileges=yes", "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service"):
         assert directive in text, directive
+
+
+def test_systemd_unit_documentation_is_the_docs_the_wheel_installs():
+    """`Documentation=` names operations.md where pip puts the wheel's docs (shared-data) under /usr/local."""
+    urls = re.findall(r"^Documentation=(.+)$", UNIT.read_text(), re.M)
+    assert urls == ["file:/usr/local/share/doc/gitsync/operations.md"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    shared = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-data"]
+    assert shared["docs"] == "share/doc/gitsync" and (ROOT / "docs" / "operations.md").is_file()
 
 
 def test_example_settings_file_loads():

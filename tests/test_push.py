@@ -269,6 +269,7 @@ def test_stream_routes_on_a_gateway_without_them_fail_clearly() -> None:
         assert "does not support stream_routes" in str(result.problems[0])
 
 
+@pytest.mark.slow
 def test_a_body_too_large_for_the_validate_endpoint_is_pushed_without_it(apisix: ApisixDouble) -> None:
     filler = "x" * 255
     routes = [route(f"r{i}", f"/r{i}", desc=filler) for i in range(4500)]
@@ -424,6 +425,7 @@ def shared_apisix() -> Any:
         yield double
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(data=st.data(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))
@@ -470,6 +472,7 @@ def cli_args(tmp_path: Path, double: ApisixDouble, key: str = KEY) -> list[str]:
     return ["--dir", str(tmp_path / "repo"), "--gateway", double.url, "--admin-key-file", str(key_file)]
 
 
+@pytest.mark.slow
 def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "apisix.yaml").write_text(ROUTES)
@@ -502,6 +505,7 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     assert KEY not in kept.stderr + pruned.stderr
 
 
+@pytest.mark.slow
 def test_cli_diff_exit_codes_and_masked_secrets(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "apisix.yaml").write_text(

@@ -276,6 +276,7 @@ def repos(draw: st.DrawFn) -> dict[str, list[dict[str, Any]]]:
     return {k: draw(items(k, live=False)) for k in draw(st.lists(st.sampled_from(KINDS), unique=True))}
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stored=gateway_states(), desired=repos(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=3))
 def test_any_live_state_converges_without_rejection(stored, desired, unmanaged) -> None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gitsync.render import RenderOptions, payload_json, read_directory, render
 from gitsync.testing.apisix import ApisixDouble
@@ -46,6 +47,7 @@ def test_missing_secret_fails_validation_at_its_line():
         "(no file VAULT_TOKEN in the secrets directory, no GITSYNC_SECRET_VAULT_TOKEN)"]
 
 
+@pytest.mark.slow
 def test_render_prints_deterministic_masked_json(tmp_path: Path):
     first = run_gitsync("render", "--dir", str(SAMPLE), env=WITH_TOKEN)
     second = run_gitsync("render", "--dir", str(SAMPLE), env=WITH_TOKEN)
@@ -63,6 +65,7 @@ def test_render_prints_deterministic_masked_json(tmp_path: Path):
     assert json.loads(shown.stdout)["secrets"][0]["token"] == TOKEN
 
 
+@pytest.mark.slow
 def test_render_and_validate_read_a_commit_with_repo(tmp_path: Path, git_daemon, remote_repo):
     """`--repo` reads the commit from a real git remote (git daemon), with the same output as `--dir`."""
     files = {str(p.relative_to(SAMPLE)): p.read_bytes() for p in SAMPLE.rglob("*") if p.is_file()}

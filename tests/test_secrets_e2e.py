@@ -85,6 +85,7 @@ def legacy_manager() -> dict[str, Any]:
     return {"id": "vault/legacy", "uri": "http://127.0.0.1:9", "prefix": "kv/old", "token": "legacy-t0ken"}
 
 
+@pytest.mark.slow
 def test_vault_token_from_sops_resolves_against_the_real_server(setup: Setup, vault_server: VaultServer):
     double = setup.double
     double.out_of_band("secrets", [legacy_manager()])  # a manager added by hand on the gateway
@@ -122,6 +123,7 @@ def test_vault_token_from_sops_resolves_against_the_real_server(setup: Setup, va
     assert Canary(setup.token).leaks_in_tree(setup.state) == {}  # mirror, state file, write-back clone
 
 
+@pytest.mark.slow
 def test_an_undeclared_manager_is_an_error_at_its_line(setup: Setup):
     assert setup.sync().returncode == 0
     puts = len(setup.double.put_bodies)

@@ -182,6 +182,7 @@ def mallory() -> dict[str, Any]:
     return {"username": "mallory", "plugins": {"key-auth": {"key": CANARY.value}}}
 
 
+@pytest.mark.slow
 def test_commands_show_the_canary_nowhere(leaky: Leaky):
     leaky.commit(routes(), "good")
     src, gw = leaky.source_args, leaky.gateway_args
@@ -216,6 +217,7 @@ def test_commands_show_the_canary_nowhere(leaky: Leaky):
     leaky.assert_nowhere()
 
 
+@pytest.mark.slow
 def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     src, gw = leaky.source_args, leaky.gateway_args
     sync = ("sync", "--once", *src, *gw, "--writeback", "on", "-vv")
@@ -250,6 +252,7 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     leaky.assert_nowhere()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["sops", "secrets-dir", "env"])
 def test_each_source_alone_registers_the_canary(tmp_path: Path, sealed: tuple[AgeKey, str], source: str):
     """The canary from one source only, in a field masked by value alone (a description) and in
@@ -340,6 +343,7 @@ class Daemon:
         return self.stdout.read_text() + self.stderr.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_flags", [("-vv",), ("-vv", "--log-json")], ids=["human", "json"])
 def test_the_daemon_leaks_nothing(leaky: Leaky, log_flags: tuple[str, ...]):
     first = leaky.commit(routes(), "good")

@@ -167,6 +167,7 @@ def test_a_moved_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_path):
     assert len(status_commits(repo)) == 2  # linear: rebuilt on the other agent's commit
 
 
+@pytest.mark.slow
 def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
@@ -420,6 +421,7 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
     assert "cannot read gitsync/status" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ssh_remote_with_key_from_settings(config_repo, ssh_git, tmp_path):
     repo, sha = config_repo
     settings = settings_for(tmp_path, repo=ssh_git.url(repo.path), ssh_key_file=str(ssh_git.client_key),
