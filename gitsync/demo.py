@@ -510,6 +510,7 @@ class Demo:
             config = {**cached, "secrets": [*(cached.get("secrets") or []), OTHER_MANAGER],
                       "secrets_conf_version": OTHER_WRITER_VERSION}
             written = writer.put(config)
+            theirs = {str(s.get("id")) for s in writer.get().get("secrets") or []}
             self.say.say(f"PUT /apisix/admin/configs from another client: secrets_conf_version "
                          f"{before['secrets']} → {OTHER_WRITER_VERSION} (a millisecond timestamp, as ADC "
                          f"writes them) → {written.status_code}")
@@ -530,17 +531,19 @@ class Demo:
             if drift is not None:
                 drift.resume()
             writer.close()
-        after = versions_of(self.double.config())
+        live = self.double.config()
+        after = versions_of(live)
         self.say.say(f"applied in {took:.2f}s (sync reason: {outcome.reason}): GET {CUSTOMERS_PATH} → "
                      f"{self.plane.get(CUSTOMERS_PATH)}")
-        moved = [f"{kind} {before[kind]}" + (f" → {OTHER_WRITER_VERSION}" if kind == "secrets" else "")
+        moved = [f"{kind} {before.get(kind)}" + (f" → {OTHER_WRITER_VERSION}" if kind == "secrets" else "")
                  + f" → {after[kind]}" for kind in after if after[kind] != before.get(kind)]
         self.say.say(f"versions     {', '.join(moved)}; every other kind kept at its version: gitsync read "
                      "them live just before its PUT, so none it sent was below the gateway's")
-        pruned = {kind: list(ids) for r in outcome.gateways for kind, ids in r.pruned.items()}
-        for kind, ids in pruned.items():
-            self.say.say(f"pruned       {kind} {', '.join(ids)}: the repo is the truth for the kinds gitsync "
-                         f"manages (unmanaged = [\"{kind}\"] would leave another tool's {kind} alone)")
+        gone = sorted(theirs - {str(s.get("id")) for s in live.get("secrets") or []})
+        pruned = {"secrets": gone} if gone else {}
+        if gone:
+            self.say.say(f"pruned       secrets {', '.join(gone)}: the repo is the truth for the kinds "
+                         "gitsync manages (unmanaged = [\"secrets\"] leaves another tool's managers alone)")
         self.summary.update(other_writer={"before": before, "written": OTHER_WRITER_VERSION, "after": after,
                                           "stale_put": [stale.status_code, refusal],
                                           "sync_reason": outcome.reason, "pruned": pruned})
