@@ -40,6 +40,7 @@ from bench.double import DoubleProcess
 from bench.generate import add_commits, make_history
 from gitsync import log as gslog
 from gitsync.agent import Agent, gc_paused
+from gitsync.gitremote import Remote
 from gitsync.reconcile import plan
 from gitsync.render import ParseCache, render
 from gitsync.settings import Settings, load
@@ -398,7 +399,7 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
 
 def incremental_fetch(fx: Fixture, reps: Reps) -> Result:
     """gitsync's Source.fetch of 50 new commits vs `git fetch` of the same into a bare clone."""
-    source = Source(fx.url, state_dir=fx.work / "fetch-state")
+    source = Source(Remote.of(fx.url), state_dir=fx.work / "fetch-state")
     cli = fx.work / "fetch-cli.git"
     first = timed(source.fetch)
     first_git = timed(lambda: git("clone", "--bare", "--quiet", fx.url, str(cli)))
@@ -441,7 +442,7 @@ def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: Flo
     ``healed: false``), not waited for: the next poll would heal it, an interval later."""
     ours, floors = [], []
     healed = True
-    source = Source(fx.url, state_dir=fx.work / "fetch-state")
+    source = Source(Remote.of(fx.url), state_dir=fx.work / "fetch-state")
     payload = render(source.read(source.fetch()).files).payload
     fl.restart()
     full = plan(payload, floor.live())  # what an emptied gateway needs: every kind at live + 1

@@ -1,56 +1,54 @@
 """The agent: one sync of the whole pipeline, and the daemon that keeps running it.
 
-A sync, as data flows (DESIGN.md §1)::
+A sync observes, decides, then acts, as a flat list of stages::
 
-    remote SHA (ref advertisement) ── same as what every gateway holds? → nothing to do
-        │ new commit, not known bad
-    fetch → verify → read → render/validate ─ any problem → commit recorded bad, git note
-        │
-    per gateway: GET live → plan → PUT → read back   (push.py)
-        │
-    state (atomic) → status commit / note (background, never blocks a sync)
+    observe   the remote's tip (ref advertisement), a HEAD of each gateway, who is busy/backing off
+    decide    `gitsync.decide.decide`: the target commit, the gateways to push, why (pure)
+    act       render (fetch → verify → read → render/validate)
+              → push (each gateway on its own worker; see gitsync.gateways)
+    record    state (atomic) · metrics · log · write-back (background, never blocks a sync)
 
-The *target* of a sync is the remote's commit when it is new and not known bad, else the last
-good commit. A gateway that does not hold the target — a new commit, an APISIX restart that
-emptied it, an out-of-band write — gets it, from the local mirror, so a git remote that is down
-never stops the gateways from being healed.
+A commit refused at any stage is marked bad, gets a git note, and the sync decides once more, now
+for the last good commit: a gateway that took the refused commit while another refused it is
+given the last good one back in the same sync.
 
-The daemon: one worker thread runs syncs one at a time; triggers (poll, webhook, drift, SIGHUP)
-only set a "run again" flag and wake it, so a trigger that arrives during a sync is never lost
-(APScheduler alone would drop it: STACK.md). APScheduler runs the poll and drift-watch jobs.
+The daemon (gitsync.daemon) runs syncs one at a time and tells a sync, through `interrupted`, to
+stop waiting for slow pushes when a new trigger arrives: a slow gateway finishes on its own worker
+while the others move on.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import os
-import random
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
-from types import FrameType
-from typing import Any
-
-from apscheduler.schedulers.background import BackgroundScheduler
+from typing import Any, NamedTuple
 
 from gitsync import __version__
-from gitsync.gateway import ConfigHead, Endpoint, Gateway, GatewayError, LiveConfig, endpoints_from_settings
+from gitsync.backoff import Backoff
+from gitsync.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
+from gitsync.gateway import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
+from gitsync.gateways import Gateways, wait_for
+from gitsync.gitremote import SourceError
+from gitsync.guard import GuardPolicy, allowed_kinds
+from gitsync.httpclient import HttpClient
+from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
+from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, policy_from_settings, read_live, sync_gateway
-from gitsync.reconcile import Policy, plan
+from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, policy_from_settings
+from gitsync.reconcile import plan
 from gitsync.render import ParseCache, Rendered, options_from_settings, render
-from gitsync.sdnotify import Notifier
-from gitsync.server import Metrics, Readiness, StatusServer
-from gitsync.settings import Settings, load
-from gitsync.source import Source, SourceError
-from gitsync.state import AgentState, GatewayState, StateDir, StateError
+from gitsync.rollout import Release, release
+from gitsync.server import Metrics, Readiness
+from gitsync.settings import Settings
+from gitsync.source import Source
+from gitsync.state import AgentState, GatewayState, StateDir
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
@@ -60,10 +58,9 @@ STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection for the duration (of a sync).
 
-    A sync at 10,000 routes allocates about a million containers (two GET bodies, the plans)
-    that live until it ends; each full collection walks all of them, and they set off several:
-    0.46 s of a 3.8 s sync. Reference counting frees nearly all of it when the sync ends; the
-    collector, back on, takes what is left.
+    A sync of a large config allocates many containers (GET bodies, plans) that live until it
+    ends; full collections set off by them would walk all of them, several times. Reference
+    counting frees nearly all of it when the sync ends; the collector, back on, takes the rest.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -74,88 +71,20 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class Backoff:
-    """Exponential backoff with full jitter, bounded; reset by a success."""
-
-    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
-        self.base = max(base, 0.1)
-        self.cap = max(cap, self.base)
-        self.failures = 0
-        self.not_before = 0.0
-        self._rng = rng or random.Random()
-
-    def failed(self, now: float | None = None) -> float:
-        self.failures += 1
-        delay = min(self.cap, self.base * 2 ** (self.failures - 1))
-        delay = delay / 2 + self._rng.uniform(0, delay / 2)
-        self.not_before = (time.monotonic() if now is None else now) + delay
-        return delay
-
-    def succeeded(self) -> None:
-        self.failures = 0
-        self.not_before = 0.0
-
-    def ready(self, now: float | None = None) -> bool:
-        return (time.monotonic() if now is None else now) >= self.not_before
-
-
-@dataclass
-class SyncOutcome:
-    """What one sync did: the data behind logs, state, metrics, status commits and notes."""
-
-    reason: str
-    result: str  # noop | applied | healed | failed | skipped | fetch_failed
-    commit: str | None = None
-    subject: str = ""
-    stage: str | None = None  # where a failure happened: fetch verify render validate push
-    problems: list[str] = field(default_factory=list)
-    gateways: list[Any] = field(default_factory=list)  # push results
-    duration: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Every gateway holds the remote's commit (a known-bad tip is not ok)."""
-        return self.result in ("noop", "applied", "healed")
-
-
-class Triggers:
-    """A coalescing "run again" flag with reasons: set from any thread, taken by the worker."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._reasons: list[str] = []
-        self._stopping = False
-
-    def request(self, reason: str) -> None:
-        with self._cond:
-            self._reasons.append(reason)
-            self._cond.notify_all()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
-    def take(self, timeout: float) -> list[str] | None:
-        """Wait up to `timeout` for triggers; return them all (coalesced), [] on timeout, None on stop."""
-        with self._cond:
-            if not self._reasons and not self._stopping:
-                self._cond.wait(timeout)
-            if self._stopping:
-                return None
-            reasons, self._reasons = self._reasons, []
-            return reasons
+def short(sha: str | None) -> str:
+    return sha[:7] if sha else "(none)"
 
 
 class Agent:
-    """Source, render, push and write-back for one set of settings, plus what it remembers."""
+    """Source, render, push and write-back for one set of settings, plus what it remembers.
+
+    `interrupted`: tells a sync to stop waiting for slow pushes (the daemon: a new trigger).
+    `wake`: called with a reason when a push left running by an earlier sync ends."""
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
-                 metrics: Metrics | None = None, state_dir: StateDir | None = None) -> None:
+                 metrics: Metrics | None = None, state_dir: StateDir | None = None,
+                 interrupted: Callable[[], bool] = lambda: False,
+                 wake: Callable[[str], None] = lambda reason: None) -> None:
         self.settings = settings
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
@@ -164,14 +93,22 @@ class Agent:
         self.source = Source.from_settings(settings)
         self.render_options = options_from_settings(settings, self.env)
         self.cache = ParseCache()
-        self.pool = Fleet(endpoints_from_settings(settings), policy_from_settings(settings),
-                          RetryPolicy.from_settings(settings), settings.max_backoff)
+        self.policy = policy_from_settings(settings)
+        self.retry = RetryPolicy.from_settings(settings)
+        endpoints = endpoints_from_settings(settings)
+        self.gateways = Gateways(endpoints, settings.max_backoff)
+        self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
+        self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
-        self._writeback_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
-        self.fetch_backoff = Backoff(min(settings.interval, 5.0) or 1.0, settings.max_backoff)
-        self._rendered: dict[str, Any] = {}  # commit SHA → Rendered (the target and the last good)
-        self.last_attempt_ok: bool | None = None
-        self.last_attempt_at = 0.0
+        self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
+        self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
+        self.interrupted = interrupted
+        self.wake = wake
+        self._lock = threading.Lock()  # state.gateways, between the sync worker and the drift watch
+        self._rendered: dict[str, RenderedCommit] = {}  # the last good commit and the latest others
+        # url → the push an earlier sync left running: (commit, drifted?, advances last good?, future)
+        self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
+        self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
 
     # ------------------------------------------------------------------------------------------------
@@ -181,182 +118,293 @@ class Agent:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
         with gc_paused():
-            outcome = self._sync(reason)
+            late = self._collect_late(reason)
+            heads = self._start_heads()
+            remote = self._check_remote(reason)
+            views = self._views(heads)
+            outcome = self._act(self._decide(remote, views), reason)
+            if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
+                healed = self._act(self._decide(RemoteView(sha=outcome.commit), views), reason)
+                outcome.gateways += healed.gateways
+                outcome.drifted += healed.drifted
+            for ended in late:  # a push that ended late is what this sync has to report, if nothing else
+                outcome.gateways[:0] = ended.gateways
+                idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
+                if idle and ended.result is not SyncResult.NOOP:
+                    outcome.result, outcome.commit, outcome.stage = ended.result, ended.commit, ended.stage
+                    outcome.subject, outcome.problems = ended.subject, ended.problems
         outcome.duration = time.monotonic() - started
         self._record(outcome)
         return outcome
 
-    def _sync(self, reason: str) -> SyncOutcome:
-        remote: str | None = None
-        fetch_error: str | None = None
-        heads = self.pool.probe(self.state.gateways)  # HEADs that overlap the git check below
+    # -- observe -------------------------------------------------------------------------------------
+
+    def _check_remote(self, reason: str) -> RemoteView:
+        """The remote's tip, from the ref advertisement; a failure starts the remote's backoff."""
         # A webhook means the remote has just been written to: worth trying even during a backoff.
-        attempt = self.fetch_backoff.ready() or any(r.startswith("webhook") for r in reason.split(","))
-        if attempt:
-            try:
-                remote = self.source.check()
-            except SourceError as exc:
-                fetch_error = redact(str(exc))
-        else:
-            fetch_error = "git remote in backoff after earlier failures"
-
-        if fetch_error is not None:
-            if attempt:
-                delay = self.fetch_backoff.failed()
-                self.metrics.fetch_failures.inc()
-                logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}",
-                               self.settings.repo, fetch_error, delay, _short(self.state.last_good))
-            healed = self._converge(self.state.last_good, reason, new=False, heads=heads)
-            if healed.result in ("healed", "failed"):
-                healed.problems.insert(0, f"fetch: {fetch_error}")
-                return healed
-            return SyncOutcome(reason, "fetch_failed", self.state.last_good, stage="fetch",
-                               problems=[fetch_error])
-        self.fetch_backoff.succeeded()
-
-        assert remote is not None
-        if remote in self.state.bad:
-            logger.debug("remote {} is a known bad commit ({}); keeping {}", _short(remote),
-                         self.state.bad[remote], _short(self.state.last_good))
-            outcome = self._converge(self.state.last_good, reason, new=False, heads=heads)
-            if outcome.result == "noop":  # say which commit was skipped and why, not the live one's subject
-                outcome = SyncOutcome(reason, "skipped", remote, stage="known bad",
-                                      problems=[self.state.bad[remote]])
-            return outcome
-        return self._converge(remote, reason, new=remote != self.state.last_good, heads=heads)
-
-    def _converge(self, target: str | None, reason: str, *, new: bool,
-                  heads: Mapping[str, Future[ConfigHead | None]] | None = None) -> SyncOutcome:
-        """Make every gateway hold `target`; render it first if it is not rendered yet.
-
-        `heads`: HEADs of the gateways started at the beginning of this sync (`Fleet.probe`)."""
-        if target is None:
-            return SyncOutcome(reason, "noop")
+        if not self.fetch_backoff.ready() and not any(r.startswith("webhook") for r in reason.split(",")):
+            return RemoteView(error="git remote in backoff after earlier failures")
         try:
-            stale, drifted = self.pool.not_holding(target, self.state.gateways,
-                                                   lambda: self._rendered_commit(target, fetch=new)[0], heads)
-        except (ProblemsError, SourceError):
-            stale, drifted = list(self.pool.urls), []  # rendering decides below, with its error
-        if not stale:
-            return SyncOutcome(reason, "noop", target, self.state.last_good_subject)
-        for url in drifted:
-            self.metrics.drift_detected.labels(url).inc()
-        if self.settings.drift == "report" and drifted:
-            logger.warning("drift on {}: no longer holding {}; drift = report, leaving it",
-                           ", ".join(drifted), _short(target))
-            stale = [url for url in stale if url not in drifted]
-            if not stale:
-                return SyncOutcome(reason, "drift_reported", target, stage="drift",
-                                   problems=[f"{url}: drifted from {_short(target)}" for url in drifted])
-
-        lives = self.pool.read_live(stale)  # the GETs overlap the fetch and render below
-        try:
-            rendered, subject = self._rendered_commit(target, fetch=new)
-        except ProblemsError as exc:
-            return self._refuse(target, reason, exc.stage, [str(p) for p in exc.problems])
+            self.tip = self.source.check()
         except SourceError as exc:
-            message = redact(str(exc))
+            delay = self.fetch_backoff.failed()
+            self.metrics.fetch_failures.inc()
+            logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}", self.source.url,
+                           exc, delay, short(self.state.last_good))
+            return RemoteView(error=redact(str(exc)))
+        self.fetch_backoff.succeeded()
+        return RemoteView(sha=self.tip)
+
+    def _start_heads(self) -> dict[str, Future[ConfigHead | None]]:
+        """HEADs of the gateways holding a push of ours, started before the git check to overlap it."""
+        urls = [url for url, worker in self.gateways.workers.items()
+                if not worker.busy and worker.backoff.ready()
+                and (pushed := self.state.gateways.get(url)) is not None and pushed.digest]
+        return self.gateways.heads(urls)
+
+    def _views(self, heads: Mapping[str, Future[ConfigHead | None]]) -> list[GatewayView]:
+        views = []
+        for url, worker in self.gateways.workers.items():
+            probe, digest = Probe.NOT_ASKED, None
+            if url in heads:
+                try:
+                    answer = heads[url].result()
+                except GatewayError as exc:
+                    logger.warning("gateway {}: cannot check it: {}", url, exc)
+                    probe = Probe.UNREACHABLE
+                else:
+                    probe = Probe.NO_HEAD if answer is None else Probe.ANSWERED
+                    digest = answer.digest if answer is not None else None
+            views.append(GatewayView(url, self.state.gateways.get(url), probe, digest, busy=worker.busy,
+                                     backing_off=not worker.backoff.ready()))
+        return views
+
+    def _decide(self, remote: RemoteView, views: list[GatewayView]) -> Decision:
+        canary = None
+        if self.settings.rollout == "canary" and self.gateways.urls:
+            canary = Canary(self.gateways.urls[0], self.settings.soak, time.time())
+        return decide(remote, self.state.last_good, self.state.bad, views, unmanaged=self.policy.unmanaged,
+                      report_drift=self.settings.drift == "report", canary=canary)
+
+    # -- act -----------------------------------------------------------------------------------------
+
+    def _act(self, decision: Decision, reason: str) -> SyncOutcome:
+        target = decision.target
+        if decision.result is not None or target is None:
+            subject = self.state.last_good_subject if target == self.state.last_good else ""
+            return SyncOutcome(reason, decision.result or SyncResult.NOOP, target, subject, decision.stage,
+                               list(decision.problems), drifted=list(decision.drifted),
+                               wake_at=decision.wake_at)
+        lives = self.gateways.read_live((*decision.push, *decision.keep))  # overlap the fetch and render
+        try:
+            commit = self._render(target, fetch=decision.new)
+        except ProblemsError as exc:
+            return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems])
+        except SourceError as exc:
             if exc.stage == "verify":
-                return self._refuse(target, reason, "verify", [message])
-            logger.error("commit {}: {} failed: {}", _short(target), exc.stage, message)
-            return SyncOutcome(reason, "failed", target, stage="fetch", problems=[message])
+                return self._refuse(target, reason, Stage.VERIFY, [exc.reason])
+            logger.error("commit {}: {} failed: {}", short(target), exc.stage, exc.reason)
+            return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
+        rendered, subject = commit.rendered, commit.subject
+        good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
+        guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
+        release = Release(rendered.payload, rendered.source_map, rendered.checks,
+                          fallback=good.payload if good is not None and decision.new else None,
+                          rollback=self.settings.on_check_failure == "rollback", guard=guard,
+                          managed=frozenset(k for k in KINDS if self.policy.manages(k)))
+        jobs = {url: (target, release) for url in decision.push}
+        if good is not None and self.state.last_good:
+            kept = Release(good.payload, good.source_map)
+            jobs |= {url: (self.state.last_good, kept) for url in decision.keep}
+        results, running = self._push(jobs, lives, decision.drifted, advance=decision.advance)
+        outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
+                               [url for url in running if url in decision.push], advance=decision.advance)
+        outcome.gateways += [r for r in results if r.url in decision.keep]
+        outcome.problems[:0] = decision.problems
+        outcome.drifted, outcome.wake_at = list(decision.drifted), decision.wake_at
+        return outcome
 
-        results = self.pool.push(rendered, stale, lives)
-        for r in results:
-            if r.ok:
-                self.state.gateways[r.url] = GatewayState(target, r.digest or "", dict(r.versions),
-                                                          time.time(), sorted(self.pool.policy.unmanaged))
-                if r.url in drifted:
-                    self.metrics.drift_heals.labels(r.url).inc()
-                    logger.info("drift healed on {}: {} re-applied", r.url, _short(target))
-        failed = [r for r in results if not r.ok]
-        refused = [r for r in failed if r.problems]
-        if refused and target != self.state.last_good:
-            problems = [str(p) for r in refused for p in r.problems]
-            return self._refuse(target, reason, "push", problems, gateways=results)
-        # Accepted by a gateway and refused by none: the commit to heal with from now on. A gateway
-        # that was down gets it when it is back (it is behind); it never takes the others back.
-        if any(url in self.state.gateways and self.state.gateways[url].commit == target
-               for url in self.pool.urls):
+    def _last_good_rendered(self) -> Rendered | None:
+        """The last good commit's payload (for a rollback, or to keep the others on while a canary soaks)."""
+        if not self.state.last_good:
+            return None
+        try:
+            return self._render(self.state.last_good, fetch=False).rendered
+        except (ProblemsError, SourceError) as exc:
+            logger.error("the last good commit {} cannot be rendered again: {}", short(self.state.last_good),
+                         exc)
+            return None
+
+    def _settle(self, reason: str, target: str, subject: str, results: list[GatewayResult],
+                running: list[str] | tuple[str, ...] = (), *, advance: bool = True) -> SyncOutcome:
+        """What the gateways' answers make of a commit: refused by one, or failing its health checks on
+        one, it is bad; accepted by one and refused by none, it is the last good commit, the one to
+        heal with from now on (`advance`: not while it runs on a canary alone). A gateway that was
+        down gets it when it is back (it is behind); it never takes the others back."""
+        new = target != self.state.last_good
+        refused = [r for r in results if r.refused]
+        if refused and new:
+            return self._refuse(target, reason, Stage.PUSH, [str(p) for r in refused for p in r.problems],
+                                results)
+        guarded = [f"{r.url}: {line}" for r in results if r.guard is not None for line in r.guard.problems]
+        if guarded and new:
+            return self._refuse(target, reason, Stage.GUARD, guarded, results)
+        unhealthy = [f"{r.url}: {check.describe()}" for r in results if r.unhealthy and r.checks is not None
+                     for check in r.checks.failed]
+        if unhealthy and new and self.settings.on_check_failure == "rollback":
+            return self._refuse(target, reason, Stage.HEALTH, unhealthy, results)
+        if unhealthy:
+            logger.error("commit {}: health checks failed (on_check_failure = report): {}", short(target),
+                         "; ".join(unhealthy))
+            self._note(target, Stage.HEALTH, unhealthy)
+        if advance and any(gw.commit == target for url in self.gateways.urls
+                           if (gw := self.state.gateways.get(url))):
             self.state.last_good, self.state.last_good_subject = target, subject
-        result = "failed" if failed else ("applied" if new else "healed")
-        return SyncOutcome(reason, result, target, subject, stage="push" if failed else None,
-                           problems=[f"{r.url}: {r.error}" for r in failed], gateways=results)
+        failed = [r for r in results if not r.ok]
+        problems = [f"{r.url}: {r.error}" for r in failed] + [f"{url}: still pushing" for url in running]
+        if failed:
+            result = SyncResult.FAILED
+        elif running and not results:
+            result = SyncResult.DEFERRED
+        elif new and not advance:
+            result = SyncResult.CANARY
+        elif new:
+            result = SyncResult.APPLIED
+        elif any(r.status is SyncStatus.APPLIED for r in results):
+            result = SyncResult.HEALED
+        else:
+            result = SyncResult.NOOP
+        stage = Stage.PUSH if failed else Stage.HEALTH if unhealthy else None
+        return SyncOutcome(reason, result, target, subject, stage, problems + unhealthy, results)
 
-    def _rendered_commit(self, sha: str, *, fetch: bool) -> tuple[Rendered, str]:
-        """The rendered payload of `sha`, from memory, or read from the mirror (fetching if asked)."""
+    def _render(self, sha: str, *, fetch: bool) -> RenderedCommit:
+        """The rendered payload of `sha`, from memory, or read from the mirror (fetching if asked).
+
+        Kept in memory: the last good commit and the two commits rendered most recently."""
         if sha in self._rendered:
+            self._rendered[sha] = self._rendered.pop(sha)  # most recent last
             return self._rendered[sha]
         if fetch or self.source.local_sha() is None:
             self.source.fetch()
         self.source.verify(sha)
         commit = self.source.read(sha)
         rendered = render(commit.files, self.render_options, cache=self.cache)
-        keep = {self.state.last_good}
-        self._rendered = {k: v for k, v in self._rendered.items() if k in keep}
-        self._rendered[sha] = (rendered, commit.subject)
+        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
+        others = [k for k in self._rendered if k != self.state.last_good]
+        for old in others[:-2]:
+            del self._rendered[old]
         return self._rendered[sha]
 
-    def _refuse(self, sha: str, reason: str, stage: str, problems: list[str],
-                gateways: list[Any] | None = None) -> SyncOutcome:
-        """A commit that can never apply: remember it as bad, say why, keep the last good live."""
+    def _push(self, jobs: Mapping[str, tuple[str, Release]], lives: Mapping[str, Future[LiveConfig]],
+              drifted: tuple[str, ...], *, advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
+        """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
+        def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+            return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
+                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url))
+
+        futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
+        done, running = wait_for(futures, self.interrupted)
+        for url in running:
+            commit = jobs[url][0]
+            logger.warning("gateway {}: its push of {} is still running; the agent moves on", url,
+                           short(commit))
+            self._running[url] = (commit, url in drifted, advance, futures[url])
+            futures[url].add_done_callback(lambda _f: self.wake("gateway-done"))
+        results = [done[url] for url in jobs if url in done]
+        for result in results:
+            self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
+        return results, running
+
+    def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
+        """Remember what a gateway holds after a push (after its rollback, when it had one)."""
+        if result.rollback is not None:
+            if result.rollback.ok and self.state.last_good:
+                self._applied(self.state.last_good, result.rollback)
+            return
+        if not result.ok:
+            return
+        with self._lock:
+            before = self.state.gateways.get(result.url)
+            since = before.since if before is not None and before.commit == commit else time.time()
+            self.state.gateways[result.url] = GatewayState(commit, result.digest or "", dict(result.versions),
+                                                           sorted(self.policy.unmanaged), since)
+        if drifted:
+            self.metrics.drift_heals.labels(result.url).inc()
+            logger.info("drift healed on {}: {} re-applied", result.url, short(commit))
+
+    def _collect_late(self, reason: str) -> list[SyncOutcome]:
+        """What pushes left running by earlier syncs made of their commits, for those that ended."""
+        ended: dict[tuple[str, bool], list[GatewayResult]] = {}
+        for url, (commit, drifted, advance, future) in list(self._running.items()):
+            if future.done():
+                del self._running[url]
+                result = future.result()
+                logger.info("gateway {}: the push of {} left running ended: {}", url, short(commit),
+                            result.summary().split(": ", 1)[1])
+                self._applied(commit, result, drifted=drifted)
+                ended.setdefault((commit, advance), []).append(result)
+        return [self._settle(reason, commit, self._subject(commit), results, advance=advance)
+                for (commit, advance), results in ended.items()]
+
+    def _subject(self, sha: str) -> str:
+        known = self._rendered.get(sha)
+        return known.subject if known is not None else ""
+
+    def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
+        """A git note on `sha` saying why it failed (in the background)."""
+        if self.writeback is not None:
+            note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC),
+                               stage=str(stage), errors=problems)
+            self._writeback_queue.submit(self.writeback.publish_failure, note)
+
+    def _refuse(self, sha: str, reason: str, stage: Stage, problems: list[str],
+                gateways: list[GatewayResult] | None = None) -> SyncOutcome:
+        """A commit that can never apply: remember it as bad, say why; the caller heals with the last good."""
         problems = [redact(p) for p in problems]
         self.state.mark_bad(sha, f"{stage}: {problems[0] if problems else 'refused'}")
-        logger.error("commit {} refused at {} ({} problem(s)); gateways stay on {}", _short(sha), stage,
-                     len(problems), _short(self.state.last_good))
+        logger.error("commit {} refused at {} ({} problem(s)); gateways stay on {}", short(sha), stage,
+                     len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
-        self._publish_failure(sha, stage, problems)
-        healed = self._converge(self.state.last_good, reason, new=False) if self.state.last_good else None
-        return SyncOutcome(reason, "failed", sha, stage=stage, problems=problems,
-                           gateways=(gateways or []) + (healed.gateways if healed else []))
+        self._note(sha, stage, problems)
+        return SyncOutcome(reason, SyncResult.FAILED, sha, stage=stage, problems=problems,
+                           gateways=list(gateways or []))
 
     # ------------------------------------------------------------------------------------------------
-    # bookkeeping: state, metrics, write-back
+    # record: state, metrics, log, write-back
 
     def _record(self, outcome: SyncOutcome) -> None:
-        ok = outcome.ok
-        self.last_attempt_ok, self.last_attempt_at = ok, time.time()
         self.last_outcome = outcome
-        self.metrics.syncs.labels(outcome.result).inc()
-        if outcome.gateways:
-            self.metrics.sync_duration.observe(outcome.duration)
-        if ok:
-            self.metrics.last_success.set(time.time())
-        if self.state.last_good:
-            self.metrics.set_applied_commit(self.state.last_good)
-        for url in self.pool.urls:
-            gw = self.state.gateways.get(url)
-            for key, version in (gw.versions if gw else {}).items():
-                self.metrics.gateway_version.labels(url, key.removesuffix("_conf_version")).set(version)
-            self.metrics.gateway_up.labels(url).set(1 if gw and gw.commit == self.state.last_good else 0)
         report = self._report(outcome)
-        self.state.last_result = {**report.to_dict(), "reason": outcome.reason, "stage": outcome.stage,
+        self._save_state(outcome, report)
+        record_metrics(self.metrics, outcome, self.state, self.gateways.urls, tip_refused=self.tip_refused)
+        log_outcome(outcome)
+        if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
+                                                             SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
+            self._writeback_queue.submit(self.writeback.publish_status, report)
+
+    def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
+        self.state.last_result = {**report.to_dict(), "reason": outcome.reason,
+                                  "stage": str(outcome.stage) if outcome.stage else None,
                                   "problems": outcome.problems[:20], "last_good": self.state.last_good}
         try:
-            self.state_dir.save(self.state)
+            with self._lock:
+                self.state_dir.save(self.state)
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
-        # A failed fetch and a refused commit were logged where they happened: no second warning per poll.
-        quiet = ok or outcome.result in ("fetch_failed", "skipped")
-        level = "INFO" if outcome.result in ("applied", "healed") else ("DEBUG" if quiet else "WARNING")
-        logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result,
-                   _short(outcome.commit), outcome.duration,
-                   f" — {outcome.problems[0]}" if outcome.problems else "")
-        if self.writeback is not None and outcome.result in ("applied", "healed", "failed", "drift_reported"):
-            self._writeback_queue.submit(self._guarded, self.writeback.publish_status, report)
 
     def _report(self, outcome: SyncOutcome) -> StatusReport:
         """The status file's content: what is live on each gateway after this sync."""
         by_url = {r.url: r for r in outcome.gateways}
         gateways = []
-        for url in self.pool.urls:
+        for url in self.gateways.urls:
             r, gw = by_url.get(url), self.state.gateways.get(url)
             if r is not None:
                 gateways.append(GatewayStatus(url=url, status=str(r.status), versions=dict(r.versions),
                                               digest=r.digest, counts=dict(r.counts),
                                               pruned={k: list(v) for k, v in r.pruned.items()},
-                                              error=r.error))
+                                              error=r.error, checks=r.checks.to_dict() if r.checks else None,
+                                              rolled_back=r.rollback is not None and r.rollback.ok))
             else:
                 gateways.append(GatewayStatus(url=url, status="holding" if gw else "unknown",
                                               versions=dict(gw.versions) if gw else {},
@@ -364,26 +412,16 @@ class Agent:
         commit = outcome.commit or self.state.last_good or ""
         subject = outcome.subject or (self.state.last_good_subject if commit == self.state.last_good else "")
         return StatusReport(agent=self.settings.agent_name, commit=commit, subject=subject,
-                            result=outcome.result, gateways=gateways, time=datetime.now(UTC),
+                            result=str(outcome.result), gateways=gateways, time=datetime.now(UTC),
                             duration=outcome.duration, version=__version__)
 
-    def _publish_failure(self, sha: str, stage: str, problems: list[str]) -> None:
-        if self.writeback is None:
-            return
-        note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC), stage=stage,
-                           errors=problems)
-        self._writeback_queue.submit(self._guarded, self.writeback.publish_failure, note)
+    # ------------------------------------------------------------------------------------------------
+    # what others ask: the drift watch, readiness
 
-    def _guarded(self, publish: Callable[[Any], bool], item: Any) -> None:
-        before = getattr(self.writeback, "failures", 0)
-        try:
-            publish(item)
-        except Exception as exc:  # write-back never takes the agent down
-            logger.error("write-back failed: {}", redact(str(exc)))
-            self.metrics.writeback_failures.inc()
-            return
-        if getattr(self.writeback, "failures", 0) > before:
-            self.metrics.writeback_failures.inc(getattr(self.writeback, "failures", 0) - before)
+    @property
+    def tip_refused(self) -> bool:
+        """The remote's tip, at the last check, is a commit this agent refused."""
+        return self.tip is not None and self.tip in self.state.bad
 
     def drift_suspects(self) -> list[str]:
         """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides).
@@ -392,342 +430,141 @@ class Agent:
         (restarted, or back after an outage): then its backoff ends and it is refilled now.
         """
         good = self.state.last_good
-        rendered = self._rendered.get(good) if good else None  # read-only: the worker owns the cache
-        desired = (lambda: rendered[0]) if rendered else None
+        known = self._rendered.get(good) if good else None
+        with self._lock:
+            pushed = dict(self.state.gateways)
         suspects = []
-        for url in self.pool.urls:
-            state = self.state.gateways.get(url)
-            backoff = self.pool.backoff[url]
-            try:
-                if state is None or state.commit != good:  # behind: a probe only while it waits
-                    answered = not backoff.ready() and self.pool.answers(url)
-                elif self.pool.holds(url, state, desired) is False:
-                    answered = True
-                else:
+        for url, worker in self.gateways.workers.items():
+            if worker.busy:
+                continue
+            state = pushed.get(url)
+            if state is None or state.commit != good:  # behind: a probe only while it waits
+                answered = not worker.backoff.ready() and self.gateways.answers(url)
+            else:
+                held = self._holds(url, state, known.rendered if known else None)
+                if held is Holding.HOLDS or held is Holding.UNKNOWN:
                     continue
-            except GatewayError as exc:
-                logger.debug("drift watch: {}: {}", url, exc)
-                answered = False
+                answered = held is Holding.DRIFTED
             if answered:
-                backoff.succeeded()
-            if backoff.ready():
+                worker.answered().result()  # its backoff ends, on its own thread
+            if worker.backoff.ready():
                 suspects.append(url)
         return suspects
 
-    def readiness(self) -> Readiness:
-        if self.last_attempt_ok is None:
-            return Readiness(False, "no sync yet")
-        if not self.state.last_good:
-            return Readiness(False, "no commit applied yet")
-        good = self.state.last_good
-        behind = [url for url in self.pool.urls
-                  if url not in self.state.gateways or self.state.gateways[url].commit != good]
-        if behind:
-            return Readiness(False, f"not holding {_short(self.state.last_good)}: {', '.join(behind)}")
-        window = 3 * max(self.settings.interval + self.settings.jitter, self.settings.drift_interval) + 30
-        if not self.last_attempt_ok and time.time() - self.last_attempt_at < window:
-            outcome = self.last_outcome
-            return Readiness(False, f"last sync {outcome.result if outcome else 'failed'}")
-        return Readiness(True, f"{_short(self.state.last_good)} live on {len(self.pool.urls)} gateway(s)")
-
-    def close(self) -> None:
-        self._writeback_queue.shutdown(wait=True, cancel_futures=False)
-        self.pool.close()
-
-
-class Fleet:
-    """The agent's gateways: a cheap "still holding?" check, and pushes with per-gateway backoff."""
-
-    def __init__(self, endpoints: list[Endpoint], policy: Policy, retry: RetryPolicy,
-                 max_backoff: float) -> None:
-        self.endpoints = {e.display_url: e for e in endpoints}
-        self.policy = policy
-        self.retry = retry
-        self.backoff = {url: Backoff(1.0, max_backoff) for url in self.endpoints}
-        self._probes: ThreadPoolExecutor | None = None
-
-    @property
-    def urls(self) -> list[str]:
-        return list(self.endpoints)
-
-    def probe(self, states: Mapping[str, GatewayState]) -> dict[str, Future[ConfigHead | None]]:
-        """Start a HEAD of each gateway that holds a push of ours, in the background.
-
-        A poll asks the git remote and then each gateway; most polls find nothing new, and then
-        the HEAD decides. Started first, the HEADs overlap the git round trips instead of
-        following them (a no-op poll at 100 routes: 7.1 → 5.2 ms). Only `holds`, within the same
-        sync, may use them: a HEAD answer is only as fresh as the sync that asked.
-        """
-        urls = [url for url in self.endpoints
-                if self.backoff[url].ready() and (state := states.get(url)) is not None and state.digest]
-        if not urls:
-            return {}
-        return {url: self._executor().submit(self._head, url) for url in urls}
-
-    def _executor(self) -> ThreadPoolExecutor:
-        """The threads of the background HEADs and GETs (one per gateway, at most 8)."""
-        if self._probes is None:
-            self._probes = ThreadPoolExecutor(max_workers=min(8, len(self.endpoints)),
-                                              thread_name_prefix="gitsync-probe")
-        return self._probes
-
-    def _head(self, url: str) -> ConfigHead | None:
-        with Gateway(self.endpoints[url]) as gateway:
-            return gateway.head_config()
-
-    def holds(self, url: str, state: GatewayState, desired: Callable[[], Rendered] | None = None,
-              head: Future[ConfigHead | None] | None = None) -> bool | None:
-        """Does the gateway still hold what was pushed? HEAD's digest (3.14+), else GET and plan.
-
-        Without `desired`, only HEAD is looked at: a HEAD without any digest where we recorded one
-        is a restarted, emptied gateway (False); None means "cannot tell that way" (3.13: no HEAD).
-        `head`: this sync's HEAD of the gateway, already under way (`probe`).
-        """
-        answer = head.result() if head is not None else self._head(url)
-        if answer is not None and answer.digest is not None and state.digest:
-            return answer.digest == state.digest
-        if desired is None:
-            return False if answer is not None and state.digest else None
-        with Gateway(self.endpoints[url]) as gateway:
-            live = gateway.get_config()
-        return not plan(desired().payload, live.body, self.policy).changes
-
-    def close(self) -> None:
-        if self._probes is not None:
-            self._probes.shutdown(wait=False, cancel_futures=True)
-
-    def answers(self, url: str) -> bool:
-        """Does the gateway's Admin API answer at all? (HEAD; raises `GatewayError` when it does not)."""
-        with Gateway(self.endpoints[url]) as gateway:
-            gateway.head_config()
-        return True
-
-    def not_holding(self, target: str, states: Mapping[str, GatewayState], desired: Callable[[], Rendered],
-                    heads: Mapping[str, Future[ConfigHead | None]] | None = None,
-                    ) -> tuple[list[str], list[str]]:
-        """Gateways that must be pushed `target`, and which of those drifted away from it.
-
-        A gateway in backoff after failures is left alone until its backoff ends. `heads`: this
-        sync's HEADs already under way (`probe`), by URL.
-        """
-        stale: list[str] = []
-        drifted: list[str] = []
-        for url in self.endpoints:
-            if not self.backoff[url].ready():
-                continue
-            state = states.get(url)
-            if state is None or state.commit != target or state.unmanaged != sorted(self.policy.unmanaged):
-                stale.append(url)  # not pushed yet, or pushed under another `unmanaged` policy
-                continue
-            try:
-                if self.holds(url, state, desired, (heads or {}).get(url)):
-                    continue
-            except GatewayError as exc:
-                logger.warning("gateway {}: cannot check it: {}", url, exc)
-            stale.append(url)
-            drifted.append(url)
-        return stale, drifted
-
-    def read_live(self, urls: list[str]) -> dict[str, Future[LiveConfig]]:
-        """Start a GET of each gateway's live config in the background, for `push`.
-
-        A sync that must push reads each gateway's config first; started before the commit is
-        fetched and rendered, that read overlaps them (a one-route change at 10,000 routes:
-        3.14 → 2.87 s). The push plans on it once; a retry reads afresh.
-        """
-        return {url: self._executor().submit(read_live, self.endpoints[url]) for url in urls}
-
-    def push(self, rendered: Rendered, urls: list[str],
-             lives: Mapping[str, Future[LiveConfig]] | None = None) -> list[GatewayResult]:
-        """Sync the given gateways concurrently; a failure starts that gateway's backoff.
-
-        `lives`: the GETs `read_live` started for them."""
-        if not urls:
-            return []
-        with ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="gitsync-gateway") as pool:
-            results = list(pool.map(lambda url: sync_gateway(
-                self.endpoints[url], rendered.payload, self.policy, source_map=rendered.source_map,
-                retry=self.retry, live=(lives or {}).get(url)), urls))
-        for r in results:
-            if r.status is SyncStatus.FAILED and not r.problems:
-                delay = self.backoff[r.url].failed()
-                logger.warning("gateway {}: next attempt in {:.1f}s at the earliest", r.url, delay)
-            else:
-                self.backoff[r.url].succeeded()
-        return results
-
-
-def _short(sha: str | None) -> str:
-    return sha[:7] if sha else "(none)"
-
-
-# ----------------------------------------------------------------------------------------------------
-# the daemon
-
-
-class Daemon:
-    """`gitsync run`: the worker, the scheduler, the HTTP listener, signals and systemd."""
-
-    def __init__(self, settings: Settings, reload: Callable[[], Settings] | None = None) -> None:
-        self.settings = settings
-        self._reload_settings = reload
-        self.metrics = Metrics()
-        self.state_dir = StateDir(settings.state_dir)
-        self.triggers = Triggers()
-        self.notifier = Notifier()
-        self.agent: Agent | None = None
-        self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
-        self.server: StatusServer | None = None
-        self._beat = time.monotonic()
-        self._worker = threading.Thread(target=self._work, name="sync-worker", daemon=True)
-
-    def start(self) -> None:
-        self.state_dir.acquire()
-        self.agent = Agent(self.settings, metrics=self.metrics, state_dir=self.state_dir)
-        self.server = StatusServer(self.settings.listen, self.metrics, self._readiness, self.triggers.request,
-                                   self.settings.webhook_secret).start()
-        self._schedule()
-        self.scheduler.start()
-        self._worker.start()
-        self.triggers.request("start")
-        logger.info("gitsync {} running: repo {} ref {} → {} gateway(s); listening on {}:{}", __version__,
-                    self.settings.repo, self.settings.ref, len(self.settings.gateways),
-                    self.server.httpd.server_address[0], self.server.port)
-        self.notifier.ready(f"started; last good {_short(self.agent.state.last_good)}")
-
-    def _schedule(self) -> None:
-        s = self.settings
-        self.scheduler.add_job(self.triggers.request, "interval", args=["poll"], id="poll",
-                               seconds=max(s.interval, 0.1), jitter=s.jitter or None, replace_existing=True)
-        self.scheduler.add_job(self._drift_watch, "interval", id="drift", seconds=max(s.drift_interval, 0.1),
-                               replace_existing=True)
-        interval = self.notifier.watchdog_interval()
-        if interval:
-            self.scheduler.add_job(self._watchdog, "interval", id="watchdog", seconds=interval,
-                                   replace_existing=True)
-
-    def _work(self) -> None:
-        while True:
-            self._beat = time.monotonic()
-            reasons = self.triggers.take(timeout=1.0)
-            if reasons is None:
-                return
-            if not reasons:
-                continue
-            if "reload" in reasons:
-                self._apply_reload()
-            agent = self.agent
-            assert agent is not None
-            try:
-                outcome = agent.sync_once(",".join(dict.fromkeys(reasons)))
-            except Exception as exc:  # a bug must not end the worker: the next trigger tries again
-                logger.opt(exception=exc).error("sync ({}) crashed: {}", ",".join(reasons), redact(str(exc)))
-                self.metrics.syncs.labels("error").inc()
-                continue
-            finally:
-                self._beat = time.monotonic()
-            self.notifier.status(f"{outcome.result} {_short(outcome.commit)}; last good "
-                                 f"{_short(agent.state.last_good)}")
-
-    def _drift_watch(self) -> None:
-        """Cheap check of each gateway (HEAD): one that lost the last good commit triggers a sync."""
-        agent = self.agent
-        if agent is None or not agent.state.last_good:
-            return
-        suspects = agent.drift_suspects()
-        if suspects:
-            logger.warning("drift: {} may no longer hold {}", ", ".join(suspects),
-                           _short(agent.state.last_good))
-            self.triggers.request("drift")
-
-    def _watchdog(self) -> None:
-        interval = self.notifier.watchdog_interval() or 30.0
-        worker_alive = self._worker.is_alive()
-        busy_for = time.monotonic() - self._beat
-        s = self.settings
-        limit = s.push_attempts * s.gateway_timeout * 2 + s.git_timeout * 2
-        if worker_alive and busy_for < max(limit, 4 * interval):
-            self.notifier.watchdog()
-
-    def _readiness(self) -> Readiness:
-        return self.agent.readiness() if self.agent else Readiness(False, "starting")
-
-    def reload(self) -> None:
-        """SIGHUP: the worker re-reads the settings before its next sync (never during one)."""
-        self.triggers.request("reload")
-
-    def _apply_reload(self) -> None:
-        """In the worker, between syncs: new settings, a new agent on the same state; bad ones are refused."""
-        if self._reload_settings is None:
-            return
+    def _holds(self, url: str, state: GatewayState, desired: Rendered | None) -> Holding | None:
+        """Does the gateway still hold our push? HEAD's digest (3.14+), else a GET and a plan (3.13);
+        None when it does not answer."""
+        client = self.gateways.client(url)
         try:
-            settings = self._reload_settings()
-            agent = Agent(settings, metrics=self.metrics, state_dir=self.state_dir)
-        except Exception as exc:  # whatever is wrong with them, the running settings stay
-            logger.error("reload refused, keeping the running settings: {}", redact(str(exc)))
+            head = client.head_config()
+            if head is not None and state.digest:
+                return Holding.HOLDS if head.digest == state.digest else Holding.DRIFTED
+            if head is not None or desired is None:
+                return Holding.UNKNOWN
+            changes = plan(desired.payload, client.get_config().body, self.policy).changes
+        except GatewayError as exc:
+            logger.debug("drift watch: {}: {}", url, exc)
+            return None
+        return Holding.DRIFTED if changes else Holding.HOLDS
+
+    def readiness(self) -> Readiness:
+        """Ready when every gateway holds the last good commit (docs/operations.md, "Readiness")."""
+        if self.last_outcome is None:
+            return Readiness(False, "no sync yet")
+        good = self.state.last_good
+        if not good:
+            return Readiness(False, "no commit applied yet")
+        with self._lock:
+            behind = [url for url in self.gateways.urls
+                      if url not in self.state.gateways or self.state.gateways[url].commit != good]
+        if behind:
+            return Readiness(False, f"not holding {short(good)}: {', '.join(behind)}")
+        text = f"{short(good)} live on {len(self.gateways.urls)} gateway(s)"
+        if self.tip_refused:
+            text += f"; the tip {short(self.tip)} is refused ({self.state.bad.get(self.tip or '', '')})"
+        return Readiness(True, text)
+
+    def finish(self, timeout: float) -> None:
+        """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:
+        a SIGTERM lets the pushes in flight finish. Call from the thread that runs syncs, or after it."""
+        if not self._running:
             return
-        old, self.agent, self.settings = self.agent, agent, settings
-        if old is not None:
-            old.close()
-            if settings.listen != old.settings.listen:
-                logger.warning("listen = {} takes effect at the next restart", settings.listen)
-        if self.server is not None:
-            self.server.webhook_secret = settings.webhook_secret
-        self._schedule()
-        logger.info("settings reloaded: {} gateway(s)", len(settings.gateways))
+        wait([future for *_, future in self._running.values()], timeout=timeout)
+        for ended in self._collect_late("stop"):
+            self._record(ended)
 
-    def stop(self) -> None:
-        """Let the sync in flight finish (bounded), then stop everything."""
-        self.notifier.stopping()
-        self.triggers.stop()
-        self.scheduler.shutdown(wait=False)
-        if self._worker.is_alive():
-            self._worker.join(STOP_GRACE)
-            if self._worker.is_alive():
-                logger.warning("the sync in flight did not end within {:.0f}s; exiting anyway", STOP_GRACE)
-        if self.server is not None:
-            self.server.stop()
-        if self.agent is not None:
-            self.agent.close()
-        self.state_dir.release()
-
-    def run_forever(self) -> int:
-        stop = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            if signum == signal.SIGHUP:
-                self.reload()
-                return
-            logger.info("signal {}: finishing the sync in flight, then exiting", signal.Signals(signum).name)
-            stop.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, on_signal)
-        self.start()
-        while not stop.wait(1.0):
-            pass
-        self.stop()
-        return 0
+    def close(self) -> None:
+        self._writeback_queue.close()
+        self.gateways.close()
+        self.proxy.close()
 
 
-def run_command(settings: Settings, args: argparse.Namespace) -> int:
-    """`gitsync run`: the daemon until SIGTERM/SIGINT (exit 0)."""
-    if not settings.repo and not settings.dir:
-        print("gitsync run: error: repo is required: set --repo, GITSYNC_REPO or source.repo in the "
-              "settings file", file=__import__("sys").stderr)
-        return 2
+class RenderedCommit(NamedTuple):
+    """A commit as the agent keeps it in memory: its payload, subject, and what its author allows."""
 
-    def reload() -> Settings:
-        from gitsync.cli import _flags
-
-        return load(_flags(args), config=args.config, require=("gateways", "admin_key"))
-
-    try:
-        daemon = Daemon(settings, reload)
-        return daemon.run_forever()
-    except StateError as exc:
-        logger.error("{}", exc)
-        return 1
+    rendered: Rendered
+    subject: str
+    allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
 
 
-__all__ = ["Agent", "Backoff", "Daemon", "SyncOutcome", "Triggers", "run_command"]
+class WriteBackQueue:
+    """Write-backs in the background, one at a time, in order; a failure is counted, never raised."""
+
+    def __init__(self, writeback: WriteBack | None, metrics: Metrics) -> None:
+        self.writeback = writeback
+        self.metrics = metrics
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
+
+    def submit(self, publish: Callable[[Any], bool], item: Any) -> None:
+        self._thread.submit(self._publish, publish, item)
+
+    def _publish(self, publish: Callable[[Any], bool], item: Any) -> None:
+        before = self.writeback.failures if self.writeback else 0
+        try:
+            publish(item)
+        except Exception as exc:  # write-back never takes the agent down
+            logger.error("write-back failed: {}", redact(str(exc)))
+            self.metrics.writeback_failures.inc()
+            return
+        failures = (self.writeback.failures if self.writeback else 0) - before
+        if failures > 0:
+            self.metrics.writeback_failures.inc(failures)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=False)
+
+
+def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, urls: list[str], *,
+                   tip_refused: bool) -> None:
+    """The outcome and what each gateway holds, as Prometheus metrics."""
+    metrics.syncs.labels(str(outcome.result)).inc()
+    if outcome.gateways:
+        metrics.sync_duration.observe(outcome.duration)
+    if outcome.ok:
+        metrics.last_success.set(time.time())
+    if state.last_good:
+        metrics.set_applied_commit(state.last_good)
+    metrics.tip_refused.set(1 if tip_refused else 0)
+    for url in outcome.drifted:
+        metrics.drift_detected.labels(url).inc()
+    for result in outcome.gateways:
+        for check in result.checks.failed if result.checks is not None else ():
+            metrics.check_failures.labels(check.name).inc()
+    for url in urls:
+        gw = state.gateways.get(url)
+        for key, version in (gw.versions if gw else {}).items():
+            metrics.gateway_version.labels(url, key.removesuffix("_conf_version")).set(version)
+        metrics.gateway_up.labels(url).set(1 if gw and gw.commit == state.last_good else 0)
+
+
+def log_outcome(outcome: SyncOutcome) -> None:
+    """One line per sync. A failed fetch and a refused commit were logged where they happened: a poll
+    that finds the same again is not worth a second warning."""
+    quiet = outcome.ok or outcome.result in (SyncResult.FETCH_FAILED, SyncResult.SKIPPED, SyncResult.DEFERRED)
+    level = "INFO" if outcome.result in (SyncResult.APPLIED, SyncResult.HEALED) else (
+        "DEBUG" if quiet else "WARNING")
+    logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result, short(outcome.commit),
+               outcome.duration, f" — {outcome.problems[0]}" if outcome.problems else "")
+
+
+__all__ = ["Agent", "gc_paused", "short"]

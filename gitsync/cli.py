@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +16,6 @@ from dataclasses import dataclass
 from gitsync import __version__
 from gitsync import log as gslog
 from gitsync.settings import SPECS, Settings, SettingsError, load
-
-NOT_AVAILABLE = 3
 
 
 @dataclass(frozen=True)
@@ -34,16 +31,16 @@ COMMANDS: tuple[Command, ...] = (
     Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
             "gitsync.commands:render", ("source", "state")),
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
-            "gitsync.commands:validate", ("source", "state")),
+            "gitsync.commands:validate", ("source", "state", "unmanaged")),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
             "gitsync.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key")),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed)",
             "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key")),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
-            "gitsync.agent:run_command", ("source", "gateway", "daemon", "writeback"),
+            "gitsync.commands:run", ("source", "gateway", "daemon", "writeback"),
             ("gateways", "admin_key")),
     Command("status", "this agent's last result; --fleet: every agent's, from the status branch",
-            "gitsync.writeback:status_command", ("state", "source", "writeback")),
+            "gitsync.commands:status", ("state", "source", "writeback")),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.demo:run_demo", ()),
 )
@@ -108,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _flags(args: argparse.Namespace) -> dict:
-    return {k: v for k, v in vars(args).items() if not k.startswith("_") and v is not None}
+    return {k: v for k, v in vars(args).items()
+            if not k.startswith("_") and k != "reload_settings" and v is not None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,12 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gitsync {command.name}: error: {gslog.redact(str(exc))}", file=sys.stderr)
         return 2
     gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)
+    args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
-    if importlib.util.find_spec(module_name) is None or not hasattr(
-        importlib.import_module(module_name), func_name
-    ):
-        print(f"gitsync {command.name}: not available yet in gitsync {__version__}", file=sys.stderr)
-        return NOT_AVAILABLE
     func = getattr(importlib.import_module(module_name), func_name)
     try:
         return int(func(settings, args))

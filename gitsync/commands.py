@@ -1,9 +1,9 @@
-"""One-shot commands: ``gitsync render``, ``validate``, ``diff`` and ``sync`` (see DESIGN.md §8).
+"""The commands: ``gitsync render``, ``validate``, ``diff``, ``sync``, ``run`` and ``status``.
 
-Each takes the resolved settings and the parsed arguments and returns the exit
-status: 0 fine, 1 the config repo has problems (each on stderr as
-``file:line:col: kind[id].field: message``, the file relative to the repo root, as
-in git notes), 2 a usage or settings error.
+Each takes the resolved settings and the parsed arguments and returns the exit status: 0 fine,
+1 the config repo has problems (each on stderr as ``file:line:col: kind[id].field: message``, the
+file relative to the repo root, as in git notes), 2 a usage or settings error. The command line
+itself is docs/architecture.md's contract ("The command line").
 """
 
 from __future__ import annotations
@@ -15,22 +15,20 @@ import json
 import os
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gitsync.gateway import endpoints_from_settings
-from gitsync.kinds import item_id
+from gitsync.gateways import Gateways, wait_for
+from gitsync.gitremote import Remote, SourceError
+from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.httpclient import HttpClient
+from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
-from gitsync.push import (
-    GatewayDiff,
-    RetryPolicy,
-    diff_gateway,
-    each_gateway,
-    policy_from_settings,
-    sync_gateways,
-)
-from gitsync.reconcile import KindStatus
+from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings, unmanaged_items
+from gitsync.reconcile import KindStatus, Policy
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -42,15 +40,18 @@ from gitsync.render import (
     render as render_files,
 )
 from gitsync.render.sourcemap import field_text
+from gitsync.rollout import Release, release
 from gitsync.settings import Settings, SettingsError
-from gitsync.source import SourceError, read_input, writable_dir
+from gitsync.source import read_input, writable_dir
+from gitsync.writeback import fleet_table, read_fleet, summary_text
 
 
-def _read_files(settings: Settings, command: str) -> dict[str, bytes] | int:
-    """The config files of ``--dir`` or of the ``--repo`` commit, or print why not and return 2."""
+def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
+    """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
+    directory); or print why not and return 2."""
     if settings.dir is not None:
         try:
-            return read_directory(settings.dir)
+            return read_directory(settings.dir), ""
         except OSError as exc:
             print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
             return 2
@@ -63,21 +64,28 @@ def _read_files(settings: Settings, command: str) -> dict[str, bytes] | int:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
-    return commit.files
+    return commit.files, commit.message
 
 
 def _render_source(settings: Settings, command: str) -> Rendered | int:
     """Render the configured source, or print why not and return the exit status."""
-    files = _read_files(settings, command)
-    if isinstance(files, int):
-        return files
+    rendered = _render_commit(settings, command)
+    return rendered if isinstance(rendered, int) else rendered[0]
+
+
+def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | int:
+    """Render the configured source (and its commit message), or print why not and return the exit status."""
+    read = _read_files(settings, command)
+    if isinstance(read, int):
+        return read
+    files, message = read
     try:
         options = options_from_settings(settings, os.environ)
     except SettingsError as exc:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        return render_files(files, options)
+        return render_files(files, options), message
     except ProblemsError as exc:
         for problem in exc.problems:
             print(redact(str(problem)), file=sys.stderr)
@@ -102,9 +110,15 @@ def validate(settings: Settings, args: argparse.Namespace) -> int:
     rendered = _render_source(settings, "validate")
     if isinstance(rendered, int):
         return rendered
+    _warn_unmanaged(rendered, settings)
     counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
     print(f"valid: {counts or 'no items'}")
     return 0
+
+
+def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
+    for warning in unmanaged_items(rendered.payload, policy_from_settings(settings)):
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -168,18 +182,35 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
             print("    (order of items changed)")
 
 
-def diff(settings: Settings, args: argparse.Namespace) -> int:
-    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error."""
-    rendered = _render_source(settings, "diff")
-    if isinstance(rendered, int):
+def _gateways(settings: Settings, command: str) -> Gateways | int:
+    """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
+    try:
+        return Gateways(endpoints_from_settings(settings), settings.max_backoff)
+    except SettingsError as exc:
+        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
+
+
+def diff(settings: Settings, args: argparse.Namespace) -> int:
+    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
+    commit the deletion guard would refuse."""
+    read = _render_commit(settings, "diff")
+    if isinstance(read, int):
+        return 2
+    rendered, message = read
+    guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
+    gateways = _gateways(settings, "diff")
+    if isinstance(gateways, int):
+        return gateways
+    _warn_unmanaged(rendered, settings)
     policy = policy_from_settings(settings)
-    diffs = each_gateway(endpoints_from_settings(settings),
-                         lambda e: diff_gateway(e, rendered.payload, policy))
+    with gateways:
+        diffs, _ = wait_for(gateways.each(gateways.urls, lambda g: diff_gateway(g, rendered.payload, policy)))
     show = bool(getattr(args, "show_secrets", False))
     desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values)
     status = 0
-    for one in diffs:
+    for url in gateways.urls:
+        one = diffs[url]
         if one.error is not None or one.plan is None:
             print(f"gitsync diff: {one.url}: {one.error}", file=sys.stderr)
             status = 2
@@ -193,7 +224,18 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             status = max(status, 1)
         else:
             print(f"{one.url}: no changes")
+        verdict = check_deletions(rendered.payload, one.live, _managed(policy), guard)
+        for change in verdict.kinds:
+            if change.deleted:
+                print(f"  guard: {change.describe()}")
+        if verdict.refused:
+            print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
+            status = 2
     return status
+
+
+def _managed(policy: Policy) -> frozenset[str]:
+    return frozenset(kind for kind in KINDS if policy.manages(kind))
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -208,14 +250,23 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     rendered = _render_source(settings, "sync")
     if isinstance(rendered, int):
         return rendered
-    results = sync_gateways(endpoints_from_settings(settings), rendered.payload,
-                            policy_from_settings(settings), source_map=rendered.source_map,
-                            retry=RetryPolicy.from_settings(settings))
-    for result in results:
-        print(result.summary())
-        for problem in result.problems:
+    gateways = _gateways(settings, "sync")
+    if isinstance(gateways, int):
+        return gateways
+    _warn_unmanaged(rendered, settings)
+    policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
+    what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
+                   guard=GuardPolicy.from_settings(settings), managed=_managed(policy))
+    proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
+
+    with gateways, contextlib.closing(HttpClient(None, settings.gateway_timeout)) as proxy:
+        results, _ = wait_for(gateways.push({url: lambda client, url=url: release(
+            client, what, policy, retry, proxy=proxy, proxy_url=proxies.get(url)) for url in gateways.urls}))
+    for url in gateways.urls:
+        print(results[url].summary())
+        for problem in results[url].problems:
             print(redact(str(problem)), file=sys.stderr)
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(r.ok for r in results.values()) else 1
 
 
 def _sync_repo(settings: Settings) -> int:
@@ -232,7 +283,10 @@ def _sync_repo(settings: Settings) -> int:
         try:
             stack.enter_context(state_dir.locked())
             agent = Agent(settings, state_dir=state_dir)
-        except (StateError, SourceError, SettingsError) as exc:
+        except SettingsError as exc:
+            print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
+            return 2
+        except (StateError, SourceError) as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
         stack.callback(agent.close)
@@ -248,3 +302,54 @@ def _sync_repo(settings: Settings) -> int:
         print(redact(problem), file=sys.stderr)
     return 1
 
+
+# ---------------------------------------------------------------------------------------------------------
+# run and status
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    """`gitsync run`: the daemon until SIGTERM/SIGINT (exit 0); exit 2 for settings it cannot run with."""
+    from gitsync.daemon import Daemon
+    from gitsync.state import StateError
+
+    if settings.dir is not None:
+        print("gitsync run: error: the daemon follows a git repo (--repo); --dir is for validate, render, "
+              "diff and sync", file=sys.stderr)
+        return 2
+    if not settings.repo:
+        print("gitsync run: error: repo is required: set --repo, GITSYNC_REPO or source.repo in the "
+              "settings file", file=sys.stderr)
+        return 2
+    try:
+        return Daemon(settings, getattr(args, "reload_settings", None)).run_forever()
+    except SettingsError as exc:
+        print(f"gitsync run: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    except (StateError, SourceError) as exc:
+        logger.error("{}", exc)
+        return 1
+
+
+def status(settings: Settings, args: argparse.Namespace) -> int:
+    """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status branch."""
+    from gitsync.state import StateDir
+
+    now = datetime.now(UTC)
+    if not getattr(args, "fleet", False):
+        print(summary_text(StateDir(settings.state_dir).load(repair=False).last_result, now), end="")
+        return 0
+    if not settings.repo:
+        print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
+        try:
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_branch, Path(tmp))
+        except SourceError as exc:
+            print(redact(f"gitsync status: error: cannot read {settings.status_branch}: {exc.reason}"),
+                  file=sys.stderr)
+            return 1
+    if not fleet:
+        print(f"no agent has written to {settings.status_branch} yet")
+        return 0
+    print(fleet_table(fleet, now), end="")
+    return 0

@@ -54,8 +54,11 @@ from dulwich.server import DictBackend, TCPGitServer
 
 from gitsync import __version__
 from gitsync import log as gslog
-from gitsync.agent import Agent, Daemon, SyncOutcome
+from gitsync.agent import Agent
+from gitsync.daemon import Daemon
+from gitsync.gitremote import Remote
 from gitsync.kinds import METADATA_KEYS, VERSION_SUFFIX
+from gitsync.outcomes import SyncOutcome
 from gitsync.settings import Secret, Settings
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.writeback import AGENTS_DIR, agent_file_name, fleet_table, full_ref, read_fleet
@@ -591,7 +594,7 @@ class Demo:
         self.say.step(6, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
         self.say.block(text)
         with tempfile.TemporaryDirectory(prefix="gitsync-demo-fleet-") as tmp:
-            fleet = read_fleet(self.remote.url, None, branch, Path(tmp))
+            fleet = read_fleet(Remote.of(self.remote.url), branch, Path(tmp))
         self.say.say(f"gitsync status --fleet --repo {self.remote.url}")
         self.say.block(fleet_table(fleet, datetime.now(UTC)))
         self.summary["status_file"] = text

@@ -1,10 +1,16 @@
-"""A thin httpx client for one gateway's ``/apisix/admin/configs`` (apisix-standalone.md §2, §3, §8).
+"""The client of one gateway's ``/apisix/admin/configs``: typed answers, one exception map, a deadline.
 
 It speaks HTTP and turns answers into typed results; what to send is reconcile's job and
-when to retry is push's. Every failure is a `GatewayError` subclass whose text never holds
-the admin key. Older gateways are handled here: 3.13 has no HEAD and no digest headers,
-3.13–3.14 have no validate endpoint (404), 3.13–3.16 prefix item errors with
-``invalid <kind> at index N, err: ``.
+when to retry is push's. Every failure is a `GatewayError` subclass whose text names neither the
+gateway (callers say which one) nor the admin key. Older gateways are handled here: 3.13 has no HEAD
+and no digest headers, 3.13–3.14 have no validate endpoint (404), 3.13–3.16 prefix item errors with
+``invalid <kind> at index N, err: `` (docs/architecture.md, "The gateway's contract").
+
+One `Gateway` lives as long as the agent: one keep-alive connection pool, and what it learnt about
+the gateway (no HEAD, no validate) kept. Each request has one deadline, `Endpoint.timeout`, from
+connect to the last byte of the answer, and each answer a size limit: a gateway that drips its
+answer or sends an endless one costs a bounded time and bounded memory. That needs a deadline on
+every socket read, which is httpcore's network-backend seam (httpx only bounds each read).
 """
 
 from __future__ import annotations
@@ -13,21 +19,27 @@ import functools
 import json
 import re
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-import httpx
-
+from gitsync.httpclient import Answer, HttpClient, HttpError
 from gitsync.log import logger, redact, register_secret
-from gitsync.settings import Secret, Settings
+from gitsync.settings import Secret, Settings, SettingsError
+from gitsync.urls import display_url
 
 CONFIGS_PATH = "/apisix/admin/configs"
 VALIDATE_PATH = CONFIGS_PATH + "/validate"
 READY_PATH = "/status/ready"
 #: The validate endpoint refuses larger bodies (3.17+), so gitsync does not send them there.
 VALIDATE_LIMIT = 1536 * 1024
+#: The largest answer read from a gateway when the settings say nothing: a config is at most APISIX's
+#: 10 MiB shared dict, and GET adds little to it.
+DEFAULT_MAX_ANSWER = 32 * 1024 * 1024
+#: Answers other than GET's config (errors, HEAD, PUT, validate, status) are small.
+SMALL_ANSWER = 1024 * 1024
 
 _STALE = re.compile(
     r"(?P<key>[A-Za-z0-9_]+)_conf_version must be greater than or equal to \((?P<live>[^)]*)\)")
@@ -42,16 +54,12 @@ _DUPLICATE = re.compile(r"^found duplicate (?:id|username|credential id) (?P<id>
 class GatewayError(Exception):
     """Something went wrong talking to a gateway; the text is safe to show (no key, no secret)."""
 
-    retryable = False
-
     def __init__(self, message: str) -> None:
         super().__init__(redact(message))
 
 
 class GatewayUnavailable(GatewayError):
-    """Connection refused or reset, a timeout, or a 5xx: worth another try later."""
-
-    retryable = True
+    """Connection refused or reset, the deadline passed, or a 5xx: worth another try later."""
 
 
 class GatewayAuthError(GatewayError):
@@ -59,7 +67,7 @@ class GatewayAuthError(GatewayError):
 
 
 class GatewayProtocolError(GatewayError):
-    """An answer this client does not understand (an unexpected status or body)."""
+    """An answer this client does not understand (an unexpected status or body, or a huge one)."""
 
 
 @dataclass(frozen=True)
@@ -151,10 +159,6 @@ class ValidateResult:
     items: tuple[ItemError, ...] = ()
     message: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return not self.message and not self.items
-
 
 @dataclass(frozen=True)
 class ReadyResult:
@@ -173,36 +177,27 @@ class Endpoint:
     url: str
     admin_key: Secret | None = None
     status_url: str | None = None
-    timeout: float = 10.0
+    timeout: float = 10.0  # the deadline of one request, connect to last byte
     ca_file: Path | None = None
     client_cert_file: Path | None = None
     client_key_file: Path | None = None
     tls_verify: bool = True
+    max_answer: int = DEFAULT_MAX_ANSWER  # bytes
 
     @property
     def display_url(self) -> str:
         return display_url(self.url)
 
 
-def display_url(url: str) -> str:
-    """The URL without user name or password, for logs, results and status files (never raises)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if "@" not in parts.netloc:
-        return url.rstrip("/")
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])).rstrip("/")
-
-
 def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
-    """One `Endpoint` per configured gateway; `status_urls` pair with gateways by position."""
+    """One `Endpoint` per configured gateway; `status_urls` pair with gateways by position.
+
+    The TLS files are loaded here, once: a file that is not a certificate or key is a settings
+    error naming it, not a traceback at the first request."""
     out = []
     for i, url in enumerate(settings.gateways):
-        password = urlsplit(url).password
-        if password:
-            register_secret(password)
-        out.append(Endpoint(
+        register_secret(urlsplit(url).password)
+        endpoint = Endpoint(
             url=url,
             admin_key=settings.admin_key,
             status_url=settings.status_urls[i] if i < len(settings.status_urls) else None,
@@ -211,28 +206,49 @@ def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
             client_cert_file=settings.client_cert_file,
             client_key_file=settings.client_key_file,
             tls_verify=settings.tls_verify,
-        ))
+            max_answer=max(2 * settings.max_payload_size, SMALL_ANSWER),
+        )
+        tls_context(endpoint)
+        out.append(endpoint)
     return out
 
 
 @functools.cache
 def _default_tls() -> ssl.SSLContext:
-    """httpx's default context (certifi, or SSL_CERT_FILE), built once: building it loads the CA
-    bundle (~18 ms), which every sync would otherwise pay again for each gateway client."""
-    return httpx.create_ssl_context()
+    """The system's trust store, built once (loading it costs milliseconds per client otherwise)."""
+    return ssl.create_default_context()
 
 
-def _tls(endpoint: Endpoint) -> ssl.SSLContext:
+def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
+    """The TLS context of an endpoint; `SettingsError` naming the file that cannot be used."""
     if endpoint.tls_verify and not (endpoint.ca_file or endpoint.client_cert_file):
         return _default_tls()
-    context = ssl.create_default_context(cafile=str(endpoint.ca_file) if endpoint.ca_file else None)
-    if not endpoint.tls_verify:
+    try:
+        return _tls_files(endpoint.ca_file, endpoint.client_cert_file, endpoint.client_key_file,
+                          endpoint.tls_verify)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        files = ", ".join(f"{name} {path}" for name, path in (
+            ("ca_file", endpoint.ca_file), ("client_cert_file", endpoint.client_cert_file),
+            ("client_key_file", endpoint.client_key_file)) if path)
+        raise SettingsError(f"TLS files for {endpoint.display_url}: {_tls_problem(exc)} ({files})") from None
+
+
+@functools.cache
+def _tls_files(ca_file: Path | None, cert_file: Path | None, key_file: Path | None,
+               verify: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    if not verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    if endpoint.client_cert_file:
-        context.load_cert_chain(str(endpoint.client_cert_file),
-                                str(endpoint.client_key_file) if endpoint.client_key_file else None)
+    if cert_file:
+        context.load_cert_chain(str(cert_file), str(key_file) if key_file else None)
     return context
+
+
+def _tls_problem(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError):
+        return f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")
+    return f"not a usable PEM certificate or key ({getattr(exc, 'reason', None) or exc})"
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -247,17 +263,18 @@ def _int_or_none(value: Any) -> int | None:
 
 
 class Gateway:
-    """One gateway's Admin API over one keep-alive connection pool."""
+    """One gateway's Admin API over one keep-alive connection pool, for as long as the agent runs.
+
+    Thread-safe: the pool is, and the deadline is per thread."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.url = endpoint.display_url
-        headers = {"Accept": "application/json", "User-Agent": "gitsync"}
+        self._base = endpoint.url.rstrip("/")
+        self._headers = [(b"Accept", b"application/json"), (b"User-Agent", b"gitsync")]
         if endpoint.admin_key is not None:
-            headers["X-API-KEY"] = endpoint.admin_key.reveal()
-        self._client = httpx.Client(base_url=endpoint.url.rstrip("/"), headers=headers,
-                                    timeout=endpoint.timeout, verify=_tls(endpoint), follow_redirects=False)
-        self._status_client: httpx.Client | None = None
+            self._headers.append((b"X-API-KEY", endpoint.admin_key.reveal().encode()))
+        self._http = HttpClient(tls_context(endpoint), endpoint.timeout)
         self.has_head: bool | None = None  # learnt on first use: False on 3.13
         self.has_validate: bool | None = None  # False before 3.15
         self.server: str | None = None  # the Server header, e.g. APISIX/3.18.0
@@ -269,123 +286,122 @@ class Gateway:
         self.close()
 
     def close(self) -> None:
-        self._client.close()
-        if self._status_client is not None:
-            self._status_client.close()
+        self._http.close()
 
     # -- transport ------------------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, *, client: httpx.Client | None = None, **kwargs: Any,
-              ) -> httpx.Response:
-        client = client or self._client
+    def _request(self, method: str, url: str, *, body: bytes | None = None,
+                 headers: Iterable[tuple[str, str]] = (), limit: int = SMALL_ANSWER,
+                 admin: bool = True) -> Answer:
+        """One request, ended by the endpoint's deadline; the whole answer, at most `limit` bytes."""
+        what = f"{method} {url.removeprefix(self._base)}"
+        sent = [*(self._headers if admin else self._headers[:2]),
+                *((k.encode(), v.encode()) for k, v in headers)]
         try:
-            response = client.request(method, path, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise GatewayUnavailable(f"{self.url}: {method} {path} timed out after "
-                                     f"{self.endpoint.timeout:g}s ({type(exc).__name__})") from None
-        except httpx.HTTPError as exc:
-            raise GatewayUnavailable(f"{self.url}: {method} {path} failed: {exc or type(exc).__name__}") \
-                from None
-        self.server = response.headers.get("server", self.server)
-        logger.debug("gateway {} {} {} → {}", self.url, method, path, response.status_code)
-        if response.status_code >= 500:
-            raise GatewayUnavailable(f"{self.url}: {method} {path} answered {response.status_code}: "
-                                     f"{_snippet(response)}")
-        if response.status_code in (401, 403):
-            raise GatewayAuthError(f"{self.url}: {method} {path} refused ({response.status_code}): "
-                                   f"{_snippet(response)}; check the admin key (admin_key_file) and the "
-                                   "gateway's allow_admin list")
-        return response
+            answer = self._http.request(method, url, headers=sent, body=body, limit=limit)
+        except HttpError as exc:
+            raise (GatewayProtocolError if exc.too_large else GatewayUnavailable)(f"{what}: {exc}") from None
+        if admin:
+            self.server = answer.headers.get("server", self.server)
+        logger.debug("gateway {} {} → {}", self.url, what, answer.status)
+        return answer
 
-    def _unexpected(self, method: str, path: str, response: httpx.Response) -> GatewayProtocolError:
-        return GatewayProtocolError(f"{self.url}: {method} {path} answered {response.status_code}: "
-                                    f"{_snippet(response)}")
+    def _send(self, method: str, path: str, *, body: bytes | None = None,
+              headers: Iterable[tuple[str, str]] = (), limit: int = SMALL_ANSWER) -> Answer:
+        """An Admin API request; 5xx and 401/403 raise, every other answer is the caller's."""
+        answer = self._request(method, self._base + path, body=body, headers=headers, limit=limit)
+        if answer.status >= 500:
+            raise GatewayUnavailable(f"{method} {path} answered {answer.status}: {_snippet(answer)}")
+        if answer.status in (401, 403):
+            raise GatewayAuthError(f"{method} {path} refused ({answer.status}): {_snippet(answer)}; check "
+                                   "the admin key (admin_key_file) and the gateway's allow_admin list")
+        return answer
+
+    @staticmethod
+    def _unexpected(method: str, path: str, answer: Answer) -> GatewayProtocolError:
+        return GatewayProtocolError(f"{method} {path} answered {answer.status}: {_snippet(answer)}")
 
     # -- endpoints ------------------------------------------------------------------------------------
 
     def get_config(self) -> LiveConfig:
         """``GET /apisix/admin/configs``: every version key, the lists, and the digest."""
-        response = self._send("GET", CONFIGS_PATH)
-        if response.status_code != 200:
-            raise self._unexpected("GET", CONFIGS_PATH, response)
+        answer = self._send("GET", CONFIGS_PATH, limit=self.endpoint.max_answer)
+        if answer.status != 200:
+            raise self._unexpected("GET", CONFIGS_PATH, answer)
         try:
-            body = response.json()
+            body = answer.json()
         except ValueError:
-            raise GatewayProtocolError(f"{self.url}: GET {CONFIGS_PATH} did not answer JSON") from None
+            raise GatewayProtocolError(f"GET {CONFIGS_PATH} did not answer JSON") from None
         if not isinstance(body, dict):
-            raise GatewayProtocolError(f"{self.url}: GET {CONFIGS_PATH} answered a {type(body).__name__}, "
-                                       "not an object")
-        digest = response.headers.get("x-digest") or body.get("X-Digest")
-        last_modified = _int_or_none(response.headers.get("x-last-modified") or body.get("X-Last-Modified"))
+            raise GatewayProtocolError(f"GET {CONFIGS_PATH} answered a {type(body).__name__}, not an object")
+        digest = answer.headers.get("x-digest") or body.get("X-Digest")
+        last_modified = _int_or_none(answer.headers.get("x-last-modified") or body.get("X-Last-Modified"))
         body = {k: v for k, v in body.items() if k not in ("X-Digest", "X-Last-Modified")}
-        return LiveConfig(body, digest, last_modified, len(response.content))
+        return LiveConfig(body, digest, last_modified, len(answer.body))
 
     def head_config(self) -> ConfigHead | None:
         """``HEAD /apisix/admin/configs`` (3.14+): digest and last-modified; None where not routed."""
         if self.has_head is False:
             return None
-        response = self._send("HEAD", CONFIGS_PATH)
-        if response.status_code == 404:
+        answer = self._send("HEAD", CONFIGS_PATH)
+        if answer.status == 404:
             self.has_head = False
             return None
-        if response.status_code != 200:
-            raise self._unexpected("HEAD", CONFIGS_PATH, response)
+        if answer.status != 200:
+            raise self._unexpected("HEAD", CONFIGS_PATH, answer)
         self.has_head = True
-        return ConfigHead(response.headers.get("x-digest"),
-                          _int_or_none(response.headers.get("x-last-modified")))
+        return ConfigHead(answer.headers.get("x-digest"), _int_or_none(answer.headers.get("x-last-modified")))
 
     def put_config(self, body: bytes, digest: str) -> PutResult:
         """``PUT /apisix/admin/configs`` with the body as bytes; 400 raises `GatewayRejected`."""
-        response = self._send("PUT", CONFIGS_PATH, content=body,
-                              headers={"Content-Type": "application/json", "X-Digest": digest})
-        if response.status_code in (200, 201, 202, 204):
-            return PutResult(response.status_code, response.headers.get("x-digest"))
-        if response.status_code == 400:
-            raise self._rejected(response)
-        raise self._unexpected("PUT", CONFIGS_PATH, response)
+        answer = self._send("PUT", CONFIGS_PATH, body=body,
+                            headers=[("Content-Type", "application/json"), ("X-Digest", digest)])
+        if answer.status in (200, 201, 202, 204):
+            return PutResult(answer.status, answer.headers.get("x-digest"))
+        if answer.status == 400:
+            raise self._rejected(answer)
+        raise self._unexpected("PUT", CONFIGS_PATH, answer)
 
     def validate(self, body: bytes) -> ValidateResult:
         """``POST /apisix/admin/configs/validate`` (3.15+): per-item errors without storing anything."""
         if self.has_validate is False:
             return ValidateResult(supported=False)
-        response = self._send("POST", VALIDATE_PATH, content=body,
-                              headers={"Content-Type": "application/json"})
-        if response.status_code == 404:
+        answer = self._send("POST", VALIDATE_PATH, body=body, headers=[("Content-Type", "application/json")])
+        if answer.status == 404:
             self.has_validate = False
             return ValidateResult(supported=False)
         self.has_validate = True
-        if response.status_code == 200:
+        if answer.status == 200:
             return ValidateResult(supported=True)
-        if response.status_code == 400:
-            rejected = self._rejected(response)
+        if answer.status == 400:
+            rejected = self._rejected(answer)
             return ValidateResult(True, rejected.items, "" if rejected.items else str(rejected))
-        raise self._unexpected("POST", VALIDATE_PATH, response)
+        raise self._unexpected("POST", VALIDATE_PATH, answer)
 
     def ready(self) -> ReadyResult | None:
         """``GET /status/ready`` on the status API, when one is configured for this gateway."""
         if not self.endpoint.status_url:
             return None
-        if self._status_client is None:
-            self._status_client = httpx.Client(timeout=self.endpoint.timeout, verify=_tls(self.endpoint))
         url = self.endpoint.status_url.rstrip("/")
         if not url.endswith(READY_PATH):
             url += READY_PATH
         try:
-            response = self._status_client.get(url)
-        except httpx.HTTPError as exc:
-            return ReadyResult(False, redact(f"{display_url(url)}: {exc or type(exc).__name__}"))
+            answer = self._request("GET", url, admin=False)
+        except GatewayError as exc:  # the status API is not the Admin API: it answers or it does not
+            return ReadyResult(False, f"{display_url(url)}: {exc}")
         # 503 "worker id: N has not received configuration" until every worker serves the config
-        return ReadyResult(response.status_code == 200, _snippet(response))
+        return ReadyResult(answer.status == 200, _snippet(answer))
 
     # -- errors ---------------------------------------------------------------------------------------
 
-    def _rejected(self, response: httpx.Response) -> GatewayRejected:
+    @staticmethod
+    def _rejected(answer: Answer) -> GatewayRejected:
         try:
-            data = response.json()
+            data = answer.json()
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            return GatewayRejected(f"{self.url}: the gateway refused the config: {_snippet(response)}")
+            return GatewayRejected(f"the gateway refused the config: {_snippet(answer)}")
         message = str(data.get("error_msg") or data)
         items = []
         for entry in data.get("errors") or ():
@@ -404,9 +420,9 @@ class Gateway:
         return GatewayRejected(message, tuple(items), stale)
 
 
-def _snippet(response: httpx.Response, limit: int = 300) -> str:
-    """A short, safe rendering of a response body for error text."""
-    text = response.text.strip()
+def _snippet(answer: Answer, limit: int = 300) -> str:
+    """A short, safe rendering of an answer's body for error text."""
+    text = answer.text.strip()
     try:
         data = json.loads(text)
         if isinstance(data, dict) and "error_msg" in data:

@@ -1,7 +1,7 @@
 """The resource kinds of APISIX's standalone config, and how each item is identified.
 
 One table for the whole project: render, reconcile, the schemas and the test
-double all read it (docs/architecture.md, "Gateway facts the code relies on").
+double all read it (docs/architecture.md, "The gateway's contract").
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ KINDS: tuple[str, ...] = (
     "secrets",
 )
 
+#: Kinds a config repo may declare that are gitsync's own, never pushed: health checks (gitsync.checks).
+REPO_ONLY_KINDS: tuple[str, ...] = ("checks",)
+
 #: Every key APISIX 3.14+ keeps a ``<key>_conf_version`` for: the kinds plus ``plugins``.
 VERSIONED_KEYS: tuple[str, ...] = (*KINDS, "plugins")
 
@@ -43,10 +46,11 @@ def is_credential(kind: str, item: Any) -> bool:
 
 
 def item_id(kind: str, item: Any) -> str | None:
-    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text)."""
+    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text); a health
+    check's is its ``name``."""
     if not isinstance(item, dict):
         return None
-    value = item.get("id")
+    value = item.get("name") if kind in REPO_ONLY_KINDS else item.get("id")
     if value is None and kind == "consumers":
         value = item.get("username")
     return None if value is None else str(value)

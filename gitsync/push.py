@@ -1,29 +1,29 @@
-"""The push loop: make each gateway hold the desired payload, and say what happened.
+"""The push loop: make one gateway hold the desired payload, and say what happened.
 
-Per gateway: GET live → plan → validate (when the gateway can and the body fits) → PUT →
-read back and re-plan (nothing left to change means it is live) → `/status/ready` when
-configured → `GatewayResult`. Reconcile stays pure and the gateway client thin; the
-decisions about retrying live here:
+Per gateway: GET live → plan → PUT → read back and re-plan (nothing left to change means it is
+live) → `/status/ready` when configured → `GatewayResult`. Reconcile stays pure and the gateway
+client thin; the decisions about retrying live here:
 
-- a stale-version 400 or a read-back that differs means another writer raced us: GET again,
-  re-plan, retry soon (short backoff with jitter);
-- a connection error, timeout or 5xx: retry with a longer backoff, then fail; nothing was
-  changed by a request that never reached the gateway or that it answered with 5xx;
+- a stale-version 400 or a read-back that differs means another writer raced us (`Raced`): GET
+  again, re-plan, retry soon;
+- a connection error, a passed deadline or a 5xx: retry later; nothing was changed by a request
+  that never reached the gateway or that it answered with 5xx. While it waits, the loop asks the
+  gateway (HEAD) whether it is back, and retries at once when it is: a gateway back from a restart
+  is refilled within a probe interval, not after the rest of a backoff;
 - a validation 400, 401/403, or an answer not understood: fail at once, nothing retried.
-
-Gateways are independent: each runs in its own thread on its own live state.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from gitsync.backoff import backoff_delay
+from gitsync.checks import ChecksVerdict
 from gitsync.gateway import (
     VALIDATE_LIMIT,
     Endpoint,
@@ -36,13 +36,12 @@ from gitsync.gateway import (
     LiveConfig,
     ReadyResult,
 )
+from gitsync.guard import GuardVerdict
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import Problem
 from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
-
-T = TypeVar("T")
 
 
 class ProblemMapper(Protocol):
@@ -57,26 +56,32 @@ class SyncStatus(StrEnum):
     FAILED = "failed"
 
 
+class Raced(Exception):
+    """Another writer changed the gateway's config between our read and our push, or right after."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Attempts per gateway and the backoff between them (full jitter: uniform in 0..ceiling).
+    """Attempts per gateway and the pause between them (`gitsync.backoff`).
 
-    A race needs only a fresh GET, so it backs off briefly; an unavailable gateway gets
-    time to come back. With the defaults a dead gateway fails in at most 7.5 s.
+    A race needs only a fresh GET, so it backs off briefly; an unavailable gateway gets time to
+    come back, and is asked every `probe_every` seconds whether it is. With the defaults a dead
+    gateway fails in well under 10 s.
     """
 
     attempts: int = 5
     race_base: float = 0.05
     unavailable_base: float = 0.5
     cap: float = 5.0
+    probe_every: float = 1.0
 
     def delay(self, attempt: int, *, race: bool) -> float:
-        base = self.race_base if race else self.unavailable_base
-        return random.uniform(0, min(self.cap, base * 2 ** (attempt - 1)))
+        return backoff_delay(attempt, self.race_base if race else self.unavailable_base, self.cap)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
-        return cls(attempts=max(1, settings.push_attempts), cap=min(cls.cap, settings.max_backoff))
+        return cls(attempts=max(1, settings.push_attempts), cap=min(cls.cap, settings.max_backoff),
+                   probe_every=min(cls.probe_every, settings.drift_interval))
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -99,15 +104,31 @@ class GatewayResult:
     bytes_sent: int = 0
     duration: float = 0.0
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    guard: GuardVerdict | None = None  # the deletion guard's verdict, when it refused the push
+    checks: ChecksVerdict | None = None  # the repo's health checks on this gateway after the push
+    rollback: GatewayResult | None = None  # the last good commit given back after a failed check
 
     @property
     def ok(self) -> bool:
         return self.status is not SyncStatus.FAILED
 
+    @property
+    def unhealthy(self) -> bool:
+        """The push went through but a health check failed on this gateway afterwards."""
+        return self.checks is not None and not self.checks.ok
+
+    @property
+    def refused(self) -> bool:
+        """The gateway refused the config itself (the commit is bad), not just failed to answer."""
+        return self.status is SyncStatus.FAILED and bool(self.problems)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data for status files and JSON output (no plan, problems as text)."""
         data = asdict(self)
         data.pop("plan")
+        data["checks"] = self.checks.to_dict() if self.checks is not None else None
+        data["guard"] = self.guard.problems if self.guard is not None else None
+        data["rollback"] = self.rollback.summary() if self.rollback is not None else None
         data["status"] = str(self.status)
         data["problems"] = [str(p) for p in self.problems]
         data["pruned"] = {k: list(v) for k, v in self.pruned.items()}
@@ -123,6 +144,11 @@ class GatewayResult:
             text += f" ({', '.join(changed) or 'nothing'} changed)"
         for kind, ids in self.pruned.items():
             text += f"; pruned {len(ids)} out-of-band {kind}: {', '.join(ids)}"
+        if self.checks is not None:
+            text += f"; checks: {len(self.checks.results) - len(self.checks.failed)} passed"
+            text += f", {len(self.checks.failed)} failed" if self.checks.failed else ""
+        if self.rollback is not None:
+            text += f"; rolled back: {self.rollback.status}"
         return text
 
 
@@ -150,17 +176,16 @@ def item_problems(items: Sequence[ItemError], desired: Mapping[str, Sequence[Any
     return problems
 
 
-class _Sync:
-    """The state of one gateway's sync while it runs."""
+class GatewayPush:
+    """One push of a desired config to one gateway while it runs: attempts, retries, the result."""
 
-    def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy: Policy,
-                 source_map: ProblemMapper | None, retry: RetryPolicy,
-                 sleep: Callable[[float], None], live: Future[LiveConfig] | None = None) -> None:
+    def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy,
+                 source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
+                 live: Future[LiveConfig] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.gateway = gateway
-        self.live = live  # this sync's GET, already under way: the first attempt's live config
-        self.desired = desired
-        self.prepared = Desired.of(desired, policy)  # shared by the plan and the read-back's
-        self.policy = policy
+        self.prefetched = live  # this sync's GET, already under way: the first attempt's live config
+        self.desired = Desired.of(desired, policy)  # shared by the plan and the read-back's
         self.source_map = source_map
         self.retry = retry
         self.sleep = sleep
@@ -190,35 +215,44 @@ class _Sync:
         while self.attempts < self.retry.attempts:
             self.attempts += 1
             try:
-                outcome = self.attempt()
+                return self.attempt()
+            except Raced as exc:
+                last_error, race = f"another writer raced this push: {exc}", True
             except GatewayRejected as exc:
                 if exc.stale is None:
                     return self.refused(exc)
-                last_error = f"another writer raced this push: {exc}"
-                race = True
-            except GatewayAuthError as exc:
-                return self.failed(str(exc))
+                last_error, race = f"another writer raced this push: {exc}", True
             except GatewayUnavailable as exc:
-                last_error = str(exc)
-                race = False
-            except GatewayError as exc:
+                last_error, race = str(exc), False
+            except (GatewayAuthError, GatewayError) as exc:
                 return self.failed(str(exc))
-            else:
-                if isinstance(outcome, GatewayResult):
-                    return outcome
-                last_error, race = outcome, True
             if self.attempts < self.retry.attempts:
                 delay = self.retry.delay(self.attempts, race=race)
                 logger.info("gateway {}: {}; retrying in {:.2f}s (attempt {}/{})", self.gateway.url,
                             last_error, delay, self.attempts + 1, self.retry.attempts)
-                self.sleep(delay)
+                self.pause(delay, race=race)
         return self.failed(f"gave up after {self.attempts} attempts: {last_error}")
 
-    def attempt(self) -> GatewayResult | str:
-        """One GET → plan → PUT → read back. A string means: raced, try again."""
-        prefetched, self.live = self.live, None  # used once: a retry reads afresh
+    def pause(self, delay: float, *, race: bool) -> None:
+        """Wait before the next attempt; for a gateway that did not answer, only until it answers again."""
+        if race:
+            self.sleep(delay)
+            return
+        until = time.monotonic() + delay
+        while (left := until - time.monotonic()) > 0:
+            self.sleep(min(left, self.retry.probe_every))
+            try:
+                self.gateway.head_config()
+            except GatewayError:
+                continue
+            logger.info("gateway {}: answers again; retrying now", self.gateway.url)
+            return
+
+    def attempt(self) -> GatewayResult:
+        """One GET → plan → PUT → read back; `Raced` when another writer got in the way."""
+        prefetched, self.prefetched = self.prefetched, None  # used once: a retry reads afresh
         live = prefetched.result() if prefetched is not None else self.gateway.get_config()
-        self.plan = plan(self.prepared, live.body, self.policy)
+        self.plan = plan(self.desired, live.body, self.desired.policy)
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
         if not self.plan.changes:
@@ -231,11 +265,10 @@ class _Sync:
         put = self.gateway.put_config(self.plan.body, digest)
         back = self.gateway.get_config()
         if back.digest is not None and back.digest != digest:
-            return "the config changed right after the push (another writer)"
-        if plan(self.prepared, back.body, self.policy).changes:
-            why = "the gateway kept its digest but not our content" if put.already_live else \
-                "the config read back differs from the push (another writer)"
-            return why
+            raise Raced("the config changed right after the push")
+        if plan(self.desired, back.body, self.desired.policy).changes:
+            raise Raced("the gateway kept its digest but not our content" if put.already_live else
+                        "the config read back differs from the push")
         ready = self._wait_ready()
         if ready is not None and not ready.ready:
             return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
@@ -246,7 +279,7 @@ class _Sync:
 
         The PUT names one error (3.17+: without its index); the validate endpoint (3.15+) names
         them all, per item. It is asked only now: validating every push first would double the
-        gateway's work on every sync for the rare one it refuses (DESIGN.md §4 had it first).
+        gateway's work on every sync for the rare one it refuses.
         """
         items, error = exc.items, f"the gateway rejected the config: {exc}"
         if self.plan is not None and len(self.plan.body) <= VALIDATE_LIMIT:
@@ -257,7 +290,7 @@ class _Sync:
             else:
                 if checked.items:
                     items = checked.items
-        return self.failed(error, item_problems(items, self.desired, self.source_map))
+        return self.failed(error, item_problems(items, self.desired.payload, self.source_map))
 
     def _digest_for(self, live: LiveConfig) -> str:
         """The plan's digest, unless the gateway already carries it while holding other content.
@@ -280,21 +313,19 @@ class _Sync:
             self.sleep(0.1)
 
 
-def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], policy: Policy = MANAGE_ALL, *,
-                 source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
-                 sleep: Callable[[float], None] = time.sleep,
-                 live: Future[LiveConfig] | None = None) -> GatewayResult:
-    """Make one gateway hold `desired` for every kind `policy` manages.
+def push(gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL, *,
+         source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
+         live: Future[LiveConfig] | None = None,
+         sleep: Callable[[float], None] = time.sleep) -> GatewayResult:
+    """Make one gateway hold `desired` for every kind `policy` manages; logged, never raises.
 
-    `live`: a GET of the gateway's config this sync started earlier (`read_live`), so that it
-    overlaps the fetch and render; the first attempt plans on it, a retry reads afresh."""
+    `live`: a GET of the gateway's config this sync started earlier, so that it overlaps the fetch
+    and render; the first attempt plans on it, a retry reads afresh."""
     try:
-        with Gateway(endpoint) as gateway:
-            result = _Sync(gateway, desired, policy, source_map, retry, sleep, live).run()
-    except Exception as exc:  # a bug or a bad TLS file must not take other gateways down
-        logger.exception("gateway {}: sync crashed", endpoint.display_url)
-        return GatewayResult(endpoint.display_url, SyncStatus.FAILED,
-                             error=redact(f"{type(exc).__name__}: {exc}"))
+        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep).run()
+    except Exception as exc:  # a bug must not take other gateways down
+        logger.exception("gateway {}: sync crashed", gateway.url)
+        return GatewayResult(gateway.url, SyncStatus.FAILED, error=redact(f"{type(exc).__name__}: {exc}"))
     log = logger.info if result.ok else logger.error
     log("gateway {}: {}", result.url, result.summary().split(": ", 1)[1])
     for problem in result.problems:
@@ -302,26 +333,11 @@ def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], polic
     return result
 
 
-def read_live(endpoint: Endpoint) -> LiveConfig:
-    """One ``GET /apisix/admin/configs`` on a connection of its own (for `sync_gateway`'s `live`)."""
+def sync_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]], policy: Policy = MANAGE_ALL,
+                 **options: Any) -> GatewayResult:
+    """`push` to a gateway reached once (a one-shot command, a test): its own short-lived client."""
     with Gateway(endpoint) as gateway:
-        return gateway.get_config()
-
-
-def each_gateway(endpoints: Sequence[Endpoint], work: Callable[[Endpoint], T]) -> list[T]:
-    """Run `work` for every gateway in its own thread; results in the order of `endpoints`."""
-    if not endpoints:
-        return []
-    with ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="gitsync-gateway") as pool:
-        return list(pool.map(work, endpoints))
-
-
-def sync_gateways(endpoints: Sequence[Endpoint], desired: Mapping[str, Sequence[Any]],
-                  policy: Policy = MANAGE_ALL, *, source_map: ProblemMapper | None = None,
-                  retry: RetryPolicy = DEFAULT_RETRY) -> list[GatewayResult]:
-    """Sync every gateway concurrently; one slow or failing gateway delays or blocks no other."""
-    return each_gateway(endpoints, lambda e: sync_gateway(e, desired, policy, source_map=source_map,
-                                                          retry=retry))
+        return push(gateway, desired, policy, **options)
 
 
 @dataclass(frozen=True)
@@ -335,18 +351,23 @@ class GatewayDiff:
     error: str | None = None
 
 
-def diff_gateway(endpoint: Endpoint, desired: Mapping[str, Sequence[Any]],
+def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]],
                  policy: Policy = MANAGE_ALL) -> GatewayDiff:
     """GET the live config and plan against it, without pushing anything."""
     try:
-        with Gateway(endpoint) as gateway:
-            live = gateway.get_config()
+        live = gateway.get_config()
     except GatewayError as exc:
-        return GatewayDiff(endpoint.display_url, error=str(exc))
+        return GatewayDiff(gateway.url, error=str(exc))
     the_plan = plan(desired, live.body, policy)
-    return GatewayDiff(endpoint.display_url, the_plan, live.body,
-                       tuple(item_changes(desired, live.body, the_plan)))
+    return GatewayDiff(gateway.url, the_plan, live.body, tuple(item_changes(desired, live.body, the_plan)))
 
 
 def policy_from_settings(settings: Settings) -> Policy:
     return Policy(frozenset(settings.unmanaged))
+
+
+def unmanaged_items(payload: Mapping[str, Sequence[Any]], policy: Policy) -> list[str]:
+    """Warnings for the repo's items of kinds the policy leaves alone: they are never pushed."""
+    return [f"{len(items)} {kind} item(s) of the repo are not pushed: {kind} is unmanaged (the gateway's own "
+            f"{kind} stay as they are; what refers to them must exist there)"
+            for kind, items in payload.items() if items and kind in policy.unmanaged]

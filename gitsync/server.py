@@ -51,6 +51,10 @@ class Metrics:
                                           registry=r)
         self.webhooks = Counter("gitsync_webhook_requests", "Webhook requests by provider and result.",
                                 ["provider", "result"], registry=r)
+        self.check_failures = Counter("gitsync_check_failures", "Health checks that still failed after their "
+                                      "retries, by check.", ["check"], registry=r)
+        self.tip_refused = Gauge("gitsync_tip_refused", "1 while the remote's tip is a commit this agent "
+                                 "refused (the last good commit stays live).", registry=r)
         self.fetch_failures = Counter("gitsync_fetch_failures", "Failed checks or fetches of the git "
                                       "remote.", registry=r)
 

@@ -18,13 +18,14 @@ import re
 import socket
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from gitsync.kinds import KINDS
 from gitsync.log import register_secret
+from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
 DOCKER_SECRETS = Path("/run/secrets")
@@ -60,11 +61,11 @@ class Secret:
 
 @dataclass(frozen=True)
 class Spec:
-    """One setting: its TOML section and key, its type, default, and help."""
+    """One setting: its TOML section and key, its type, default, and help (from `Settings`' fields)."""
 
     name: str
     section: str
-    type: str  # str | int | bool | duration | size | path | list | enum | table
+    type: str  # str | int | bool | duration | size | percent | path | list | enum | table | address
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -72,6 +73,8 @@ class Spec:
     groups: tuple[str, ...] = ()  # command-line groups that carry the flag
     flag: str | None = None  # override of the default --name-with-dashes
     metavar: str | None = None
+    minimum: float | None = None  # durations and integers: the smallest value that makes sense
+    must_exist: bool = False  # paths: a file (or directory) that must be there when read
 
     @property
     def env(self) -> str:
@@ -86,189 +89,205 @@ class Spec:
         return f"{self.section}.{self.name}"
 
 
-SPECS: tuple[Spec, ...] = (
-    # [source]
-    Spec("repo", "source", "str", None, "Git URL or local path of the config repo.", groups=("source",),
-         metavar="URL_OR_PATH"),
-    Spec("ref", "source", "str", "main", "Branch (followed), tag, or commit SHA (pinned) to apply.",
-         groups=("source",)),
-    Spec("paths", "source", "list", ["."], "Directories of the repo to read, layered in order: a later "
-         "path's item replaces an earlier one with the same kind and id.", groups=("source",), flag="--path",
-         metavar="P"),
-    Spec("dir", "source", "path", None, "A plain directory instead of a git repo (pre-commit hooks, CI).",
-         groups=("source",), metavar="PATH"),
-    Spec("depth", "source", "int", 0, "Depth of the first fetch into the mirror; 0 fetches the full history.",
-         groups=("source",)),
-    Spec("allow_rewrite", "source", "bool", True, "Follow a force-pushed branch (logged as a rewrite); when "
-         "false, a rewrite fails the sync and the last good commit stays live.", groups=("source",)),
-    Spec("verify", "source", "enum", "none", "Commit signature policy: an unsigned or wrongly signed commit "
-         "is not applied.", choices=("none", "ssh", "gpg"), groups=("source",)),
-    Spec("allowed_signers_file", "source", "path", None, "OpenSSH allowed-signers file for verify = \"ssh\".",
-         groups=("source",)),
-    Spec("gpg_key_ids", "source", "list", [], "Trusted OpenPGP key ids for verify = \"gpg\".",
-         groups=("source",), flag="--gpg-key-id"),
-    Spec("gpg_keyring_file", "source", "path", None, "Armored public keys for verify = \"gpg\".",
-         groups=("source",)),
-    Spec("git_username", "source", "str", None, "User name for HTTP basic auth to the git remote.",
-         groups=("source",)),
-    Spec("git_password", "source", "str", None, "Password for HTTP basic auth to the git remote.",
-         secret=True, groups=("source",)),
-    Spec("git_token", "source", "str", None, "Token sent as `Authorization: Bearer` to an HTTP git remote.",
-         secret=True, groups=("source",)),
-    Spec("ssh_key_file", "source", "path", None, "Private key for ssh:// remotes.", groups=("source",)),
-    Spec("ssh_known_hosts_file", "source", "path", None, "known_hosts for ssh:// remotes; host keys are "
-         "checked strictly and never prompted for.", groups=("source",)),
-    Spec("git_timeout", "source", "duration", 30.0, "Timeout of each git network operation.",
-         groups=("source",)),
-    # [render]
-    Spec("vars", "render", "table", {}, "Values for `${{ vars.NAME }}` (TOML table; also `GITSYNC_VAR_NAME`, "
-         "which wins, and `vars_file`, which loses)."),
-    Spec("vars_file", "render", "path", None, "A YAML or JSON mapping of values for `${{ vars.NAME }}`.",
-         groups=("source",)),
-    Spec("secrets_dir", "render", "path", None, "Directory of files, one value each, for "
-         "`${{ secrets.NAME }}`; defaults to `$CREDENTIALS_DIRECTORY`, else `/run/secrets` when present.",
-         groups=("source",)),
-    Spec("age_key", "render", "str", None, "age identity that decrypts SOPS files (also `SOPS_AGE_KEY_FILE` "
-         "and `SOPS_AGE_KEY`, as sops reads them).", secret=True, groups=("source",)),
-    Spec("max_file_size", "render", "size", 8 * 1024 * 1024, "Largest config file accepted."),
-    Spec("max_items", "render", "int", 100_000, "Most items accepted in one payload."),
-    Spec("max_payload_size", "render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
-         "(APISIX keeps its config in a 10 MiB shared dict)."),
-    # [gateways]
-    Spec("gateways", "gateways", "list", [], "Admin API base URLs of the gateways to keep in step.",
-         groups=("gateway",), flag="--gateway", metavar="URL"),
-    Spec("admin_key", "gateways", "str", None, "APISIX admin key (`X-API-KEY`).", secret=True,
-         groups=("gateway",)),
-    Spec("unmanaged", "gateways", "list", [], "Kinds whose live content gitsync keeps as it is "
-         "(e.g. `[\"secrets\"]`).", groups=("gateway",), metavar="KIND"),
-    Spec("status_urls", "gateways", "list", [], "APISIX status API base URLs (`/status/ready`), one per "
-         "gateway, in the same order; empty to skip the readiness check.", groups=("gateway",),
-         flag="--status-url", metavar="URL"),
-    Spec("gateway_timeout", "gateways", "duration", 10.0, "Timeout of each Admin API request.",
-         groups=("gateway",)),
-    Spec("push_attempts", "gateways", "int", 5, "Attempts per gateway when a push races another writer or "
-         "the gateway is unavailable.", groups=("gateway",)),
-    Spec("ca_file", "gateways", "path", None, "CA bundle for https gateways.", groups=("gateway",)),
-    Spec("client_cert_file", "gateways", "path", None, "Client certificate for mTLS to the Admin API.",
-         groups=("gateway",)),
-    Spec("client_key_file", "gateways", "path", None, "Client key for mTLS to the Admin API.",
-         groups=("gateway",)),
-    Spec("tls_verify", "gateways", "bool", True, "Verify the gateways' TLS certificates.",
-         groups=("gateway",)),
-    # [agent]
-    Spec("interval", "agent", "duration", 30.0, "Poll interval of the git remote.", groups=("daemon",)),
-    Spec("jitter", "agent", "duration", 5.0, "Random delay added to each poll, so agents spread out.",
-         groups=("daemon",)),
-    Spec("drift_interval", "agent", "duration", 10.0, "How often each gateway is checked for drift "
-         "(a restart that emptied it, an out-of-band write).", groups=("daemon",)),
-    Spec("drift", "agent", "enum", "heal", "On drift: re-apply the last good commit, or only report it.",
-         choices=("heal", "report"), groups=("daemon",)),
-    Spec("max_backoff", "agent", "duration", 300.0, "Longest wait between retries of a failing remote or "
-         "gateway.", groups=("daemon",)),
-    Spec("state_dir", "agent", "path", Path("/var/lib/gitsync"), "Mirror, last applied and last good "
-         "commits; `$STATE_DIRECTORY` (systemd) when set.", groups=("daemon", "state")),
-    Spec("listen", "agent", "str", "127.0.0.1:9480", "Address of /healthz, /readyz, /metrics and the "
-         "webhooks.", groups=("daemon",), metavar="HOST:PORT"),
-    Spec("webhook_secret", "agent", "str", None, "Shared secret of the webhooks (HMAC-SHA256 or token).",
-         secret=True, groups=("daemon",)),
-    # [writeback]
-    Spec("writeback", "writeback", "enum", "auto", "Status commits and notes: `auto` writes back whenever "
-         "the remote can be pushed to.", choices=("auto", "on", "off"), groups=("writeback",)),
-    Spec("status_branch", "writeback", "str", "gitsync/status", "Branch holding one status file per agent.",
-         groups=("writeback",)),
-    Spec("notes_ref", "writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
-         groups=("writeback",)),
-    Spec("agent_name", "writeback", "str", None, "This agent's name in status files and notes "
-         "(default: the host name).", groups=("writeback",)),
-    Spec("author", "writeback", "str", "gitsync <gitsync@localhost>", "Author and committer of write-backs.",
-         groups=("writeback",)),
-    Spec("note_max_bytes", "writeback", "size", 16 * 1024, "Largest note section; longer ones are "
-         "summarised.", groups=("writeback",)),
-    Spec("notes_retention", "writeback", "duration", 30 * 86400.0, "Notes older than this are pruned.",
-         groups=("writeback",)),
-    # [log]
-    Spec("log_json", "log", "bool", False, "One JSON object per log line (journald, containers).",
-         groups=("global",)),
-    Spec("verbose", "log", "int", 0, "0 info, 1 debug, 2 trace (`-v`, `-vv`).", groups=("global",)),
-)
+def setting(section: str, kind: str, default: Any, help: str, *, factory: Any = None, **spec: Any) -> Any:
+    """A `Settings` field and its `Spec`, declared together: the TOML key, environment variable, flag,
+    validation and ``docs/configuration.md`` all come from this one declaration."""
+    meta = {"spec": {"section": section, "type": kind, "help": help, **spec}}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
-SPEC_BY_NAME = {s.name: s for s in SPECS}
-SECTIONS = tuple(dict.fromkeys(s.section for s in SPECS))
+
+def _secret_file() -> Any:
+    """The `<name>_file` companion of a secret setting: where its value was read from."""
+    return field(default=None, metadata={"secret_file": True})
 
 
 def _hostname() -> str:
     return socket.gethostname().split(".")[0] or "gitsync"
 
 
+# Command-line groups: each subcommand carries the flags of its groups (gitsync/cli.py).
+SOURCE, GATEWAY, DAEMON, WRITEBACK = "source", "gateway", "daemon", "writeback"
+STATE, GLOBAL = "state", "global"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, resolved and typed. Secrets are `Secret`s, read once at load."""
 
-    repo: str | None = None
-    ref: str = "main"
-    paths: tuple[str, ...] = (".",)
-    dir: Path | None = None
-    depth: int = 0
-    allow_rewrite: bool = True
-    verify: str = "none"
-    allowed_signers_file: Path | None = None
-    gpg_key_ids: tuple[str, ...] = ()
-    gpg_keyring_file: Path | None = None
-    git_username: str | None = None
-    git_password: Secret | None = None
-    git_password_file: Path | None = None
-    git_token: Secret | None = None
-    git_token_file: Path | None = None
-    ssh_key_file: Path | None = None
-    ssh_known_hosts_file: Path | None = None
-    git_timeout: float = 30.0
-    vars: Mapping[str, str] = field(default_factory=dict)
-    vars_file: Path | None = None
-    secrets_dir: Path | None = None
-    age_key: Secret | None = None
-    age_key_file: Path | None = None
-    max_file_size: int = 8 * 1024 * 1024
-    max_items: int = 100_000
-    max_payload_size: int = 9 * 1024 * 1024
-    gateways: tuple[str, ...] = ()
-    admin_key: Secret | None = None
-    admin_key_file: Path | None = None
-    unmanaged: tuple[str, ...] = ()
-    status_urls: tuple[str, ...] = ()
-    gateway_timeout: float = 10.0
-    push_attempts: int = 5
-    ca_file: Path | None = None
-    client_cert_file: Path | None = None
-    client_key_file: Path | None = None
-    tls_verify: bool = True
-    interval: float = 30.0
-    jitter: float = 5.0
-    drift_interval: float = 10.0
-    drift: str = "heal"
-    max_backoff: float = 300.0
-    state_dir: Path = Path("/var/lib/gitsync")
-    listen: str = "127.0.0.1:9480"
-    webhook_secret: Secret | None = None
-    webhook_secret_file: Path | None = None
-    writeback: str = "auto"
-    status_branch: str = "gitsync/status"
-    notes_ref: str = "refs/notes/gitsync"
-    agent_name: str = field(default_factory=_hostname)
-    author: str = "gitsync <gitsync@localhost>"
-    note_max_bytes: int = 16 * 1024
-    notes_retention: float = 30 * 86400.0
-    log_json: bool = False
-    verbose: int = 0
+    # [source]
+    repo: str | None = setting("source", "str", None, "Git URL or local path of the config repo.",
+                               groups=(SOURCE,), metavar="URL_OR_PATH")
+    ref: str = setting("source", "str", "main", "Branch (followed), tag, or commit SHA (pinned) to apply.",
+                       groups=(SOURCE,))
+    paths: tuple[str, ...] = setting(
+        "source", "list", (".",), "Directories of the repo to read, layered in order: a later path's item "
+        "replaces an earlier one with the same kind and id.", groups=(SOURCE,), flag="--path", metavar="P")
+    dir: Path | None = setting("source", "path", None, "A plain directory instead of a git repo (pre-commit "
+                               "hooks, CI).", groups=(SOURCE,), metavar="PATH")
+    depth: int = setting("source", "int", 0, "Depth of the first fetch into the mirror; 0 fetches the full "
+                         "history.", groups=(SOURCE,), minimum=0)
+    allow_rewrite: bool = setting("source", "bool", True, "Follow a force-pushed branch (logged as a "
+                                  "rewrite); when false, a rewrite fails the sync and the last good commit "
+                                  "stays live.", groups=(SOURCE,))
+    verify: str = setting("source", "enum", "none", "Commit signature policy: an unsigned or wrongly signed "
+                          "commit is not applied.", choices=("none", "ssh", "gpg"), groups=(SOURCE,))
+    allowed_signers_file: Path | None = setting("source", "path", None, "OpenSSH allowed-signers file for "
+                                                "verify = \"ssh\".", groups=(SOURCE,), must_exist=True)
+    gpg_key_ids: tuple[str, ...] = setting("source", "list", (), "Trusted OpenPGP key ids for "
+                                           "verify = \"gpg\".", groups=(SOURCE,), flag="--gpg-key-id")
+    gpg_keyring_file: Path | None = setting("source", "path", None, "Armored public keys for "
+                                            "verify = \"gpg\".", groups=(SOURCE,), must_exist=True)
+    git_username: str | None = setting("source", "str", None, "User name for HTTP basic auth to the git "
+                                       "remote.", groups=(SOURCE,))
+    git_password: Secret | None = setting("source", "str", None, "Password for HTTP basic auth to the git "
+                                          "remote.", secret=True, groups=(SOURCE,))
+    git_password_file: Path | None = _secret_file()
+    git_token: Secret | None = setting("source", "str", None, "Token sent as `Authorization: Bearer` to an "
+                                       "HTTP git remote.", secret=True, groups=(SOURCE,))
+    git_token_file: Path | None = _secret_file()
+    ssh_key_file: Path | None = setting("source", "path", None, "Private key for ssh:// remotes.",
+                                        groups=(SOURCE,), must_exist=True)
+    ssh_known_hosts_file: Path | None = setting("source", "path", None, "known_hosts for ssh:// remotes; "
+                                                "host keys are checked strictly and never prompted for.",
+                                                groups=(SOURCE,), must_exist=True)
+    git_timeout: float = setting("source", "duration", 30.0, "Timeout of each git network operation.",
+                                 groups=(SOURCE,), minimum=0.1)
+    # [render]
+    vars: Mapping[str, str] = setting("render", "table", None, "Values for `${{ vars.NAME }}` (TOML table; "
+                                      "also `GITSYNC_VAR_NAME`, which wins, and `vars_file`, which loses).",
+                                      factory=dict)
+    vars_file: Path | None = setting("render", "path", None, "A YAML or JSON mapping of values for "
+                                     "`${{ vars.NAME }}`.", groups=(SOURCE,), must_exist=True)
+    secrets_dir: Path | None = setting("render", "path", None, "Directory of files, one value each, for "
+                                       "`${{ secrets.NAME }}`; defaults to `$CREDENTIALS_DIRECTORY`, else "
+                                       "`/run/secrets` when present.", groups=(SOURCE,))
+    age_key: Secret | None = setting("render", "str", None, "age identity that decrypts SOPS files (also "
+                                     "`SOPS_AGE_KEY_FILE` and `SOPS_AGE_KEY`, as sops reads them).",
+                                     secret=True, groups=(SOURCE,))
+    age_key_file: Path | None = _secret_file()
+    max_file_size: int = setting("render", "size", 8 * 1024 * 1024, "Largest config file accepted.",
+                                 minimum=1)
+    max_items: int = setting("render", "int", 100_000, "Most items accepted in one payload.", minimum=1)
+    max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
+                                    "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    # [gateways]
+    gateways: tuple[str, ...] = setting("gateways", "list", (), "Admin API base URLs of the gateways to keep "
+                                        "in step.", groups=(GATEWAY,), flag="--gateway", metavar="URL")
+    admin_key: Secret | None = setting("gateways", "str", None, "APISIX admin key (`X-API-KEY`).",
+                                       secret=True, groups=(GATEWAY,))
+    admin_key_file: Path | None = _secret_file()
+    unmanaged: tuple[str, ...] = setting("gateways", "list", (), "Kinds whose live content gitsync keeps "
+                                         "as it is (e.g. `[\"secrets\"]`).", groups=(GATEWAY, "unmanaged"),
+                                         metavar="KIND")
+    status_urls: tuple[str, ...] = setting("gateways", "list", (), "APISIX status API base URLs "
+                                           "(`/status/ready`), one per gateway, in the same order; empty to "
+                                           "skip the readiness check.", groups=(GATEWAY,),
+                                           flag="--status-url", metavar="URL")
+    proxy_urls: tuple[str, ...] = setting("gateways", "list", (), "Data-plane base URLs (APISIX's proxy "
+                                          "port), one per gateway, in the same order: where the repo's "
+                                          "health checks run after a push.", groups=(GATEWAY,),
+                                          flag="--proxy-url", metavar="URL")
+    gateway_timeout: float = setting("gateways", "duration", 10.0, "Deadline of each Admin API request, from "
+                                     "connect to the last byte of the answer.", groups=(GATEWAY,),
+                                     minimum=0.1)
+    push_attempts: int = setting("gateways", "int", 5, "Attempts per gateway when a push races another "
+                                 "writer or the gateway is unavailable.", groups=(GATEWAY,), minimum=1)
+    ca_file: Path | None = setting("gateways", "path", None, "CA bundle for https gateways.",
+                                   groups=(GATEWAY,), must_exist=True)
+    client_cert_file: Path | None = setting("gateways", "path", None, "Client certificate for mTLS to the "
+                                            "Admin API.", groups=(GATEWAY,), must_exist=True)
+    client_key_file: Path | None = setting("gateways", "path", None, "Client key for mTLS to the Admin API.",
+                                           groups=(GATEWAY,), must_exist=True)
+    tls_verify: bool = setting("gateways", "bool", True, "Verify the gateways' TLS certificates.",
+                               groups=(GATEWAY,))
+    # [rollout]
+    on_check_failure: str = setting("rollout", "enum", "rollback", "When a health check still fails after "
+                                    "its retries: give that gateway the last good commit back and refuse the "
+                                    "commit, or only report it.", choices=("rollback", "report"),
+                                    groups=(GATEWAY,))
+    rollout: str = setting("rollout", "enum", "all", "How a new commit reaches this agent's gateways: all "
+                           "at once, or the first gateway first (`canary`), then, once its checks pass and "
+                           "`soak` has passed, the others.", choices=("all", "canary"), groups=(GATEWAY,))
+    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run on the canary "
+                          "(rollout = canary), its checks passed, before the other gateways get it.",
+                          groups=(GATEWAY,), minimum=0)
+    # [guard]
+    guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
+                          "items now, or delete more of a kind than max_delete allows, unless its message "
+                          "says `Gitsync-Allow-Delete: KIND` (or `all`).", groups=(GATEWAY,))
+    max_delete: float = setting("guard", "percent", 0.25, "Largest share of a kind's live items one commit "
+                                "may delete without an allowance (but see max_delete_count).",
+                                groups=(GATEWAY,))
+    max_delete_count: int = setting("guard", "int", 10, "Deleting up to this many items of a kind is always "
+                                    "allowed.", groups=(GATEWAY,), minimum=0)
+    max_delete_kinds: Mapping[str, float] = setting("guard", "table", None, "max_delete for some kinds (a "
+                                                  "table: `routes = \"50%\"`).", factory=dict)
+    allow_delete: tuple[str, ...] = setting("guard", "list", (), "Kinds (or `all`) this run may empty or cut "
+                                            "beyond max_delete: for `--dir`, which has no commit message to "
+                                            "carry the trailer.", groups=(GATEWAY,), metavar="KIND")
+    # [agent]
+    interval: float = setting("agent", "duration", 30.0, "Poll interval of the git remote.", groups=(DAEMON,),
+                              minimum=0.1)
+    jitter: float = setting("agent", "duration", 5.0, "Random delay added to each poll, so agents spread "
+                            "out.", groups=(DAEMON,), minimum=0)
+    drift_interval: float = setting("agent", "duration", 10.0, "How often each gateway is checked for drift "
+                                    "(a restart that emptied it, an out-of-band write).", groups=(DAEMON,),
+                                    minimum=0.1)
+    drift: str = setting("agent", "enum", "heal", "On drift: re-apply the last good commit, or only report "
+                         "it.", choices=("heal", "report"), groups=(DAEMON,))
+    max_backoff: float = setting("agent", "duration", 300.0, "Longest wait between retries of a failing "
+                                 "remote or gateway.", groups=(DAEMON,), minimum=0.1)
+    state_dir: Path = setting("agent", "path", Path("/var/lib/gitsync"), "Mirror, last applied and last good "
+                              "commits; `$STATE_DIRECTORY` (systemd) when set.", groups=(DAEMON, STATE))
+    listen: str = setting("agent", "address", "127.0.0.1:9480", "Address of /healthz, /readyz, /metrics and "
+                          "the webhooks.", groups=(DAEMON,), metavar="HOST:PORT")
+    webhook_secret: Secret | None = setting("agent", "str", None, "Shared secret of the webhooks "
+                                            "(HMAC-SHA256 or token).", secret=True, groups=(DAEMON,))
+    webhook_secret_file: Path | None = _secret_file()
+    # [writeback]
+    writeback: str = setting("writeback", "enum", "auto", "Status commits and notes: `auto` writes back "
+                             "whenever the remote can be pushed to.", choices=("auto", "on", "off"),
+                             groups=(WRITEBACK,))
+    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch holding one status file per "
+                                 "agent.", groups=(WRITEBACK,))
+    notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
+                             groups=(WRITEBACK,))
+    agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
+                              "(default: the host name).", groups=(WRITEBACK,), factory=_hostname)
+    author: str = setting("writeback", "str", "gitsync <gitsync@localhost>", "Author and committer of "
+                          "write-backs.", groups=(WRITEBACK,))
+    note_max_bytes: int = setting("writeback", "size", 16 * 1024, "Largest note section; longer ones are "
+                                  "summarised.", groups=(WRITEBACK,), minimum=256)
+    notes_retention: float = setting("writeback", "duration", 30 * 86400.0, "Notes older than this are "
+                                     "pruned.", groups=(WRITEBACK,), minimum=60)
+    # [log]
+    log_json: bool = setting("log", "bool", False, "One JSON object per log line (journald, containers).",
+                             groups=(GLOBAL,))
+    verbose: int = setting("log", "int", 0, "0 info, 1 debug, 2 trace (`-v`, `-vv`).", groups=(GLOBAL,),
+                           minimum=0)
     config_file: Path | None = None  # the TOML file actually read, if any
 
 
-def _check_table_matches_dataclass() -> None:
-    names = {f.name for f in fields(Settings)} - {"config_file"}
-    declared = {s.name for s in SPECS} | {s.name + "_file" for s in SPECS if s.secret}
-    assert names == declared, f"Settings and SPECS disagree: {sorted(names ^ declared)}"
+def _specs() -> tuple[Spec, ...]:
+    specs = []
+    for f in fields(Settings):
+        if "spec" not in f.metadata:
+            continue
+        default = f.default if f.default is not MISSING else None
+        if f.metadata["spec"]["type"] == "table":
+            default = {}
+        specs.append(Spec(name=f.name, default=default, **f.metadata["spec"]))
+    names = {f.name for f in fields(Settings)}
+    missing = [s.name for s in specs if s.secret and s.name + "_file" not in names]
+    assert not missing, f"secret settings without a _file field: {missing}"
+    return tuple(specs)
 
 
-_check_table_matches_dataclass()
+SPECS: tuple[Spec, ...] = _specs()
+SPEC_BY_NAME = {s.name: s for s in SPECS}
+SECTIONS = tuple(dict.fromkeys(s.section for s in SPECS))
 
 # ---------------------------------------------------------------------------------------------------------
 # Conversion
@@ -316,8 +335,54 @@ def _type_name(value: Any) -> str:
 
 
 def _convert(spec: Spec, value: Any, from_text: bool) -> Any:
-    """Convert a raw value (TOML-typed, or text from env/flags) to the spec's type."""
+    """Convert a raw value (TOML-typed, or text from env/flags) to the spec's type, and check it."""
+    converted = _typed(spec, value, from_text)
+    if spec.minimum is not None and isinstance(converted, int | float) and converted < spec.minimum:
+        if spec.type == "duration":
+            raise ValueError(f"must be at least {spec.minimum:g}s, got {value!r}")
+        raise ValueError(f"must be at least {spec.minimum:g}, got {value!r}")
+    if spec.must_exist and converted is not None and not converted.exists():
+        raise ValueError(f"{converted}: no such file")
+    return converted
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; an empty host is 127.0.0.1) → (host, port)."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    number = int(port)
+    if not 0 < number < 65536:
+        raise ValueError(f"port must be 1 to 65535, got {text!r}")
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        raise ValueError(f"expected HOST:PORT (an IPv6 host in brackets: [::1]:9480), got {text!r}")
+    return host.strip("[]") or "127.0.0.1", number
+
+
+def parse_percent(value: Any) -> float:
+    """``25%``, ``0.25`` or ``25`` (a percentage) → a fraction from 0 to 1."""
+    if isinstance(value, bool):
+        raise ValueError("expected a percentage such as 25%, got a boolean")
+    text = str(value).strip()
+    try:
+        number = float(text.removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"expected a percentage such as 25%, got {value!r}") from None
+    fraction = number / 100 if text.endswith("%") or number > 1 else number
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"expected a percentage from 0% to 100%, got {value!r}")
+    return fraction
+
+
+def _typed(spec: Spec, value: Any, from_text: bool) -> Any:
     kind = spec.type
+    if kind == "percent":
+        return parse_percent(value)
+    if kind == "address":
+        if not isinstance(value, str):
+            raise ValueError(f"expected HOST:PORT (a string), got {_type_name(value)}")
+        parse_address(value)
+        return value.strip()
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {_type_name(value)}")
@@ -376,25 +441,41 @@ def _convert(spec: Spec, value: Any, from_text: bool) -> Any:
 
 
 @dataclass
-class _Raw:
+class _LayerValue:
     value: Any
     origin: str  # "FILE:LINE: section.key", "GITSYNC_X", "--flag"
     from_text: bool
 
 
+_HEADER = re.compile(r"^\[\s*([^\]]+?)\s*\]")
+_ASSIGNMENT = re.compile(r"^([A-Za-z0-9_\-\"'. ]+?)\s*=")
+
+
+def _dotted(text: str) -> tuple[str, ...]:
+    """The parts of a TOML key as written (``a."b".c`` → a, b, c); quotes dropped."""
+    return tuple(part.strip().strip("\"'") for part in text.split("."))
+
+
 def _key_line(text: str, section: str | None, key: str) -> int:
-    """The 1-based line of `key` inside `[section]` (0 when not found); tomllib gives no positions."""
-    current: str | None = None
+    """The 1-based line where `section.key` is set (or `[section]` starts, for key ""), 0 when not found.
+
+    tomllib gives no positions. A key may be written under its table header (``[source]`` then
+    ``repo = …``) or dotted from an outer table (``source.repo = …`` at the top)."""
+    wanted = (section, key) if section is not None and key else ((section,) if section else (key,))
+    current: tuple[str, ...] = ()
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
-        header = re.match(r"^\[\s*([^\]\s]+)\s*\]", stripped)
+        header = _HEADER.match(stripped)
         if header:
-            current = header.group(1)
-            if section is not None and key == "" and current == section:
+            current = _dotted(header.group(1))
+            if current == wanted[:1] and len(wanted) == 1:
                 return number
             continue
-        if current == section and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
-            return number
+        assignment = _ASSIGNMENT.match(stripped)
+        if assignment:
+            path = current + _dotted(assignment.group(1))
+            if path[: len(wanted)] == wanted:
+                return number
     return 0
 
 
@@ -403,7 +484,7 @@ def _suggest(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _read_file_layer(path: Path) -> dict[str, _Raw]:
+def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -419,7 +500,7 @@ def _read_file_layer(path: Path) -> dict[str, _Raw]:
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
         raise SettingsError(f"{where}: TOML syntax error: {message}") from None
 
-    layer: dict[str, _Raw] = {}
+    layer: dict[str, _LayerValue] = {}
     by_section = {sec: {s.name: s for s in SPECS if s.section == sec} for sec in SECTIONS}
     all_keys = [s.key_path for s in SPECS] + [s.key_path + "_file" for s in SPECS if s.secret]
     for top, body in data.items():
@@ -439,7 +520,7 @@ def _read_file_layer(path: Path) -> dict[str, _Raw]:
             if spec is None and key.endswith("_file"):
                 base = by_section[top].get(key[: -len("_file")])
                 if base is not None and base.secret:
-                    layer[base.name + "_file"] = _Raw(value, where, False)
+                    layer[base.name + "_file"] = _LayerValue(value, where, False)
                     continue
             if spec is None:
                 raise SettingsError(f"{where}: unknown key{_suggest(f'{top}.{key}', all_keys)}")
@@ -450,19 +531,19 @@ def _read_file_layer(path: Path) -> dict[str, _Raw]:
                     f"{spec.name}:..., docker: /run/secrets/{spec.name}), or pass it as {spec.env} "
                     "in the environment"
                 )
-            layer[spec.name] = _Raw(value, where, False)
+            layer[spec.name] = _LayerValue(value, where, False)
     return layer
 
 
-def _env_layer(env: Mapping[str, str]) -> dict[str, _Raw]:
-    layer: dict[str, _Raw] = {}
+def _env_layer(env: Mapping[str, str]) -> dict[str, _LayerValue]:
+    layer: dict[str, _LayerValue] = {}
     for spec in SPECS:
         if spec.type == "table":
             continue
         if spec.env in env:
-            layer[spec.name] = _Raw(env[spec.env], spec.env, True)
+            layer[spec.name] = _LayerValue(env[spec.env], spec.env, True)
         if spec.secret and spec.env + "_FILE" in env:
-            layer[spec.name + "_file"] = _Raw(env[spec.env + "_FILE"], spec.env + "_FILE", True)
+            layer[spec.name + "_file"] = _LayerValue(env[spec.env + "_FILE"], spec.env + "_FILE", True)
     known = {s.env for s in SPECS} | {s.env + "_FILE" for s in SPECS if s.secret}
     for name in env:
         if name.startswith("GITSYNC_") and not name.startswith(("GITSYNC_VAR_", "GITSYNC_SECRET_")) \
@@ -471,8 +552,8 @@ def _env_layer(env: Mapping[str, str]) -> dict[str, _Raw]:
     return layer
 
 
-def _flag_layer(flags: Mapping[str, Any]) -> dict[str, _Raw]:
-    layer: dict[str, _Raw] = {}
+def _flag_layer(flags: Mapping[str, Any]) -> dict[str, _LayerValue]:
+    layer: dict[str, _LayerValue] = {}
     for name, value in flags.items():
         if value is None:
             continue
@@ -481,10 +562,10 @@ def _flag_layer(flags: Mapping[str, Any]) -> dict[str, _Raw]:
             if spec.secret:
                 raise AssertionError(f"secret {name} cannot be a flag")
             raw = list(value) if isinstance(value, list | tuple) else value
-            layer[name] = _Raw(raw, spec.option, not isinstance(raw, bool | list))
+            layer[name] = _LayerValue(raw, spec.option, not isinstance(raw, bool | list))
         elif name.endswith("_file") and name[: -len("_file")] in SPEC_BY_NAME:
             spec = SPEC_BY_NAME[name[: -len("_file")]]
-            layer[name] = _Raw(value, spec.option + "-file", True)
+            layer[name] = _LayerValue(value, spec.option + "-file", True)
     return layer
 
 
@@ -514,7 +595,7 @@ def load(
     if config is None and "GITSYNC_CONFIG" in env:
         config = env["GITSYNC_CONFIG"]
     config_path: Path | None = None
-    layers: list[dict[str, _Raw]] = []
+    layers: list[dict[str, _LayerValue]] = []
     if config is not None:
         config_path = Path(config)
         layers.append(_read_file_layer(config_path))
@@ -524,7 +605,7 @@ def load(
     env_for_layer = {k: v for k, v in env.items() if k != "GITSYNC_CONFIG"}
     layers += [_env_layer(env_for_layer), _flag_layer(flags)]
 
-    merged: dict[str, _Raw] = {}
+    merged: dict[str, _LayerValue] = {}
     for layer in layers:
         merged.update(layer)
 
@@ -549,15 +630,21 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
-    for name in ("gateways", "status_urls"):
+    for name in ("gateways", "status_urls", "proxy_urls"):
         for url in values.get(name, ()):
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")
-    unknown = [k for k in values.get("unmanaged", ()) if k not in KINDS]
-    if unknown:
-        origin = merged["unmanaged"].origin
-        raise SettingsError(f"{origin}: unknown kind {unknown[0]!r}{_suggest(unknown[0], KINDS)}")
+    for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
+        unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
+        if unknown:
+            origin = merged[name].origin
+            raise SettingsError(f"{origin}: unknown kind {unknown[0]!r}{_suggest(unknown[0], KINDS)}")
+    try:
+        values["max_delete_kinds"] = {kind: parse_percent(share)
+                                      for kind, share in values.get("max_delete_kinds", {}).items()}
+    except ValueError as exc:
+        raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
     settings = Settings(**values, config_file=config_path)
     missing = [name for name in require if not getattr(settings, name)]
     if missing:
@@ -572,7 +659,10 @@ def load(
 
 def _url_problem(url: str) -> str | None:
     """Why `url` cannot be a gateway's base URL (without echoing a password it may carry)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        return f"{display_url(url)!r} is not a valid URL: {exc}"
     shown = url.replace(f":{parts.password}@", ":***@") if parts.password else url
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{shown!r} is not an http:// or https:// URL"
@@ -584,7 +674,7 @@ def _url_problem(url: str) -> str | None:
 
 
 def _resolve_secret(
-    spec: Spec, raw: _Raw | None, file_raw: _Raw | None, env: Mapping[str, str]
+    spec: Spec, raw: _LayerValue | None, file_raw: _LayerValue | None, env: Mapping[str, str]
 ) -> dict[str, Any]:
     """A secret comes from its file setting, its env variable, or $CREDENTIALS_DIRECTORY/<name>."""
     out: dict[str, Any] = {}
@@ -617,7 +707,7 @@ def _credential_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
     return [*dirs, ("/run/secrets", DOCKER_SECRETS)]
 
 
-def _rank(raw: _Raw) -> int:
+def _rank(raw: _LayerValue) -> int:
     if raw.origin.startswith("--"):
         return 2
     if raw.origin.startswith("GITSYNC_"):
@@ -632,7 +722,7 @@ def _rank(raw: _Raw) -> int:
 def _default_text(spec: Spec) -> str:
     if spec.name == "agent_name":
         return "the host name"
-    if spec.default is None or spec.default == {} or spec.default == []:
+    if spec.default is None or spec.default in ({}, [], ()):
         return "—"
     if spec.type == "duration":
         seconds = float(spec.default)
@@ -648,6 +738,8 @@ def _default_text(spec: Spec) -> str:
         return f"`{size}`"
     if spec.type == "bool":
         return f"`{str(spec.default).lower()}`"
+    if spec.type == "percent":
+        return f"`{spec.default * 100:g}%`"
     if spec.type == "list":
         return "`[" + ", ".join(f'"{v}"' for v in spec.default) + "]`"
     return f"`{spec.default}`"
@@ -678,8 +770,9 @@ def render_docs() -> str:
         for spec in (s for s in SPECS if s.section == section):
             key = f"`{spec.name}_file` 🔒" if spec.secret else f"`{spec.name}`"
             flag = f"`{spec.option}-file`" if spec.secret else (f"`{spec.option}`" if spec.groups else "—")
-            envs = f"`{spec.env}`, `{spec.env}_FILE`" if spec.secret else (
-                "`GITSYNC_VAR_<NAME>`" if spec.type == "table" else f"`{spec.env}`")
+            envs = f"`{spec.env}`, `{spec.env}_FILE`" if spec.secret else f"`{spec.env}`"
+            if spec.type == "table":  # tables come from the file only; vars also from GITSYNC_VAR_<NAME>
+                envs = "`GITSYNC_VAR_<NAME>`" if spec.name == "vars" else "—"
             meaning = spec.help + (f" One of: {', '.join(spec.choices)}." if spec.choices else "")
             lines.append(f"| {key} | {flag} | {envs} | {_default_text(spec)} | {meaning} |")
         lines.append("")

@@ -10,9 +10,8 @@ fetched into the mirror's object store, and files are read straight from it. Why
   Any SIGKILL leaves either the old ref or the new one, never a broken mirror.
 - A force-push is followed (logged with old and new SHA) unless ``allow_rewrite`` is false;
   then the ref stays where it was and the fetch fails with the reason.
-- Credentials go to the transport only (an HTTP header, an ssh ``-i``), never into the
-  mirror's config, a URL that is stored or logged, or an error message.
-- Every network wait is bounded by ``timeout``: the longest silence accepted from the remote.
+- The transport (`gitsync.gitremote`) keeps credentials out of the mirror's config, every URL that
+  is stored or logged, and every error message, and bounds every network wait by ``timeout``.
 - Signature policy: an unsigned, wrongly signed or untrusted commit fails ``verify()``. Trust is
   always explicit (an allowed-signers file, or key ids + keyring): dulwich alone lets unsigned
   commits through when it has no key ids.
@@ -25,39 +24,27 @@ import errno
 import fcntl
 import os
 import re
-import select
-import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
 
-import urllib3
-from dulwich.client import (
-    GitClient,
-    HTTPUnauthorized,
-    LocalGitClient,
-    SSHGitClient,
-    SubprocessSSHVendor,
-    SubprocessWrapper,
-    TCPGitClient,
-    Urllib3HttpGitClient,
-)
-from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+from dulwich.client import LocalGitClient
 from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker, iter_tree_contents, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.pack import full_unpacked_object
-from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, DEFAULT_GIT_PROTOCOL_VERSION_SEND, Protocol
 from dulwich.repo import ParentsProvider, Repo
 
-from gitsync.log import logger, redact, register_secret
-from gitsync.settings import Secret, Settings
+from gitsync.compat import remove_pack
+from gitsync.gitremote import GitAuth, Remote, SourceError
+from gitsync.log import logger
+
+if TYPE_CHECKING:
+    from gitsync.settings import Settings
 
 DEFAULT_STATE_DIR = Path("/var/lib/gitsync")
 MIRROR_DIR = "mirror"
@@ -72,37 +59,6 @@ MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-bu
 MAX_PACKS = 8
 
 
-class SourceError(Exception):
-    """A source failure. The message starts with the stage (config/check/fetch/verify/read)
-    and holds no secret; the mirror is left as it was before the failing call."""
-
-    def __init__(self, stage: str, message: str, *, unreachable: bool = False) -> None:
-        self.stage = stage
-        self.reason = redact(message)
-        self.unreachable = unreachable  # the remote did not answer, refused us, or was not there
-        super().__init__(f"{stage}: {self.reason}")
-
-
-class _RefMissing(SourceError):
-    """The remote does not have the configured ref (the message gets a list of its branches)."""
-
-
-@dataclass(frozen=True)
-class GitAuth:
-    """Credentials for the remote: HTTP basic or bearer token, or an ssh key and known_hosts."""
-
-    username: str | None = None
-    password: Secret | None = None
-    token: Secret | None = None
-    ssh_key_file: Path | None = None
-    ssh_known_hosts_file: Path | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> GitAuth:
-        return cls(username=settings.git_username, password=settings.git_password, token=settings.git_token,
-                   ssh_key_file=settings.ssh_key_file, ssh_known_hosts_file=settings.ssh_known_hosts_file)
-
-
 @dataclass(frozen=True)
 class CommitFiles:
     """The files under the configured paths at one commit (repo-relative paths), with blob SHAs
@@ -112,100 +68,7 @@ class CommitFiles:
     subject: str
     files: dict[str, bytes]
     blob_ids: dict[str, str]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Transports with timeouts
-
-
-class _TimeoutTCPGitClient(TCPGitClient):
-    """``git://`` with a timeout on connect and on every read (dulwich's TCP client has none).
-
-    This is dulwich's ``TCPGitClient._connect`` for the direct (no proxy) case, with the socket
-    made by ``socket.create_connection(..., timeout)``.
-    """
-
-    def __init__(self, host: str, port: int | None, timeout: float) -> None:
-        super().__init__(host, port)
-        self.timeout = timeout
-
-    def _connect(
-        self, cmd: bytes, path: str | bytes, protocol_version: int | None = None
-    ) -> tuple[Protocol, Callable[[], bool], IO[bytes] | None]:
-        if not isinstance(path, bytes):
-            path = path.encode(self._remote_path_encoding)
-        sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        rfile = sock.makefile("rb", -1)
-        wfile = sock.makefile("wb", 0)
-
-        def close() -> None:
-            rfile.close()
-            wfile.close()
-            sock.close()
-
-        def shutdown_write() -> None:
-            wfile.flush()
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_WR)
-
-        proto = Protocol(rfile.read, wfile.write, close, report_activity=self._report_activity,
-                         shutdown_write=shutdown_write)
-        if path.startswith(b"/~"):
-            path = path[1:]
-        if cmd == b"upload-pack":
-            self.protocol_version = (DEFAULT_GIT_PROTOCOL_VERSION_FETCH if protocol_version is None
-                                     else protocol_version)
-        else:
-            self.protocol_version = DEFAULT_GIT_PROTOCOL_VERSION_SEND
-        version = b"\0\0version=%d\0" % self.protocol_version if (
-            cmd == b"upload-pack" and self.protocol_version == 2) else b""
-        proto.send_cmd(b"git-" + cmd, path, b"host=" + self._host.encode("ascii") + version)
-
-        def can_read() -> bool:
-            return bool(select.select([sock], [], [], 0)[0])
-
-        return proto, can_read, None
-
-
-class _TimedPipe(SubprocessWrapper):
-    """The ssh subprocess's pipes, where a read that waits longer than `timeout` kills ssh."""
-
-    def __init__(self, wrapped: SubprocessWrapper, timeout: float) -> None:
-        # Reads go straight to the pipe; `wrapped` stays referenced because its unused
-        # BufferedReader owns stdout and would close it when garbage-collected.
-        self._wrapped = wrapped
-        self.proc = wrapped.proc
-        self.write = wrapped.write
-        self.timeout = timeout
-        self.read = self._read  # type: ignore[method-assign]
-
-    def _read(self, size: int = -1) -> bytes:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        chunks: list[bytes] = []
-        wanted = size if size >= 0 else 1 << 62
-        while wanted > 0:
-            ready, _, _ = select.select([fd], [], [], self.timeout)
-            if not ready:
-                self.proc.kill()
-                raise TimeoutError(f"no answer within {self.timeout:g}s")
-            chunk = os.read(fd, min(wanted, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            wanted -= len(chunk)
-        return b"".join(chunks)
-
-
-class _TimedSSHVendor(SubprocessSSHVendor):
-    """OpenSSH as dulwich runs it, with a read timeout on the connection."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-
-    def run_command(self, *args: Any, **kwargs: Any) -> SubprocessWrapper:
-        return _TimedPipe(super().run_command(*args, **kwargs), self.timeout)
+    message: str = ""  # the whole commit message (trailers such as Gitsync-Allow-Delete)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -244,38 +107,6 @@ class _Mirror(Repo):
                                    limit=MAX_HAVES)
 
 
-def _split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """Take user and password out of an http(s) URL (they must never be stored with it).
-
-    A user without a password in an http(s) URL is a token (``https://TOKEN@host/...``): it is
-    registered as a secret too. An ssh URL keeps its user (a login name) and loses any password.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "ssh", "git+ssh") or "@" not in parts.netloc:
-        return url, None, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    user_text = unquote(user) or None
-    password_text = unquote(password) or None
-    register_secret(password_text)
-    if parts.scheme in ("ssh", "git+ssh"):
-        if user:
-            hostport = f"{user}@{hostport}"
-    elif password_text is None:
-        register_secret(user_text)
-    return urlunsplit(parts._replace(netloc=hostport)), user_text, password_text
-
-
-def _is_local(url: str) -> bool:
-    if url.startswith("file://"):
-        return True
-    if "://" in url:
-        return False
-    # scp-like ssh ("host:path", "user@host:path") has a colon before any slash
-    head = url.split("/", 1)[0]
-    return ":" not in head
-
-
 def _peel(repo: Repo, sha: bytes, stage: str = "read") -> Commit:
     """The commit `sha` names (through annotated tags); SourceError if it is something else."""
     obj = repo.object_store[sha]
@@ -291,13 +122,6 @@ def _peeled_or_none(repo: Repo, sha: bytes) -> Commit | None:
         return _peel(repo, sha)
     except (KeyError, SourceError):
         return None
-
-
-def _unreachable(exc: BaseException | None) -> bool:
-    """Whether an OSError says the remote could not be reached. A connection cut short is not
-    that: servers also hang up on a want they refuse."""
-    return isinstance(exc, OSError) and not isinstance(
-        exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError)
 
 
 def _recorded_url(repo: Repo) -> str | None:
@@ -349,7 +173,7 @@ def _consolidate_packs(store: DiskObjectStore) -> None:
             full_unpacked_object(obj) for pack in small for obj in pack.iterobjects()))
         for pack in small:
             if merged is None or pack.name() != merged.name():
-                store._remove_pack(pack)  # dulwich's own removal: its cache, the mmaps, the files
+                remove_pack(store, pack)
     except (OSError, KeyError, ValueError) as exc:
         logger.warning("could not merge {} packs of the mirror: {}", len(small), exc)
 
@@ -379,78 +203,72 @@ def _is_ancestor(repo: Repo, old: bytes, new: bytes) -> bool:
 # The source
 
 
+@dataclass(frozen=True)
+class SignaturePolicy:
+    """Which commits may be applied: any (``none``), or signed by a trusted ssh or OpenPGP key.
+
+    Trust is always explicit (an allowed-signers file, or key ids + keyring): dulwich alone lets
+    unsigned commits through when it has no key ids."""
+
+    verify: str = "none"
+    allowed_signers_file: Path | None = None
+    gpg_key_ids: tuple[str, ...] = ()
+    gpg_keyring_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        keys = tuple(k.strip().upper().removeprefix("0X") for k in self.gpg_key_ids if k.strip())
+        object.__setattr__(self, "gpg_key_ids", keys)
+        if self.verify not in VERIFY_POLICIES:
+            raise SourceError("config", f"verify must be one of {', '.join(VERIFY_POLICIES)}, "
+                                        f"not {self.verify!r}")
+        if self.verify == "ssh" and self.allowed_signers_file is None:
+            raise SourceError("config", 'verify = "ssh" needs allowed_signers_file')
+        if self.verify == "gpg":
+            if not keys:
+                raise SourceError("config", 'verify = "gpg" needs gpg_key_ids (trusted key fingerprints)')
+            short = [k for k in keys if len(k) < MIN_GPG_KEY_ID or not _is_hex(k)]
+            if short:
+                raise SourceError("config", f"gpg_key_ids must be long key ids or fingerprints "
+                                            f"(16+ hex digits): {', '.join(short)}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SignaturePolicy:
+        return cls(settings.verify, settings.allowed_signers_file, tuple(settings.gpg_key_ids),
+                   settings.gpg_keyring_file)
+
+
 class Source:
     """One git remote and ref, mirrored under ``state_dir / "mirror"``."""
 
-    def __init__(self, url: str, ref: str = "main", paths: Sequence[str] = (".",), auth: GitAuth = GitAuth(),
-                 state_dir: Path = DEFAULT_STATE_DIR, *, depth: int = 0, allow_rewrite: bool = True,
-                 timeout: float = 30.0, verify: str = "none", allowed_signers_file: Path | None = None,
-                 gpg_key_ids: Sequence[str] = (), gpg_keyring_file: Path | None = None) -> None:
-        clean_url, url_user, url_password = _split_credentials(url)
-        if (url_user or url_password) and urlsplit(clean_url).scheme in ("http", "https") \
-                and auth.password is None and auth.token is None:
-            auth = replace(auth, username=auth.username or url_user,
-                           password=Secret(url_password) if url_password else None)
-        if _is_local(clean_url):
-            local = clean_url[len("file://"):] if clean_url.startswith("file://") else clean_url
-            clean_url = str(Path(local).expanduser().resolve())
-        self.url = clean_url
+    def __init__(self, remote: Remote, ref: str = "main", paths: Sequence[str] = (".",), *,
+                 state_dir: Path = DEFAULT_STATE_DIR, depth: int = 0, allow_rewrite: bool = True,
+                 signatures: SignaturePolicy = SignaturePolicy()) -> None:
+        if depth < 0:
+            raise SourceError("config", "depth cannot be negative")
+        self.remote = remote
+        self.url = remote.url
         self.ref = ref.strip()
         self.paths = tuple(_normalize_path(p) for p in paths) or ("",)
-        self.auth = auth
         self.state_dir = Path(state_dir)
         self.mirror_path = self.state_dir / MIRROR_DIR
         self.depth = depth
         self.allow_rewrite = allow_rewrite
-        self.timeout = timeout
-        self.verify_policy = verify
-        self.allowed_signers_file = allowed_signers_file
-        self.gpg_key_ids = tuple(k.strip().upper().removeprefix("0X") for k in gpg_key_ids if k.strip())
-        self.gpg_keyring_file = gpg_keyring_file
-        self._check_policy()
+        self.signatures = signatures
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
-        if not settings.repo:
-            raise SourceError("config", "no repo: set source.repo (--repo, GITSYNC_REPO)")
-        return cls(settings.repo, settings.ref, settings.paths, GitAuth.from_settings(settings),
-                   settings.state_dir, depth=settings.depth, allow_rewrite=settings.allow_rewrite,
-                   timeout=settings.git_timeout, verify=settings.verify,
-                   allowed_signers_file=settings.allowed_signers_file, gpg_key_ids=settings.gpg_key_ids,
-                   gpg_keyring_file=settings.gpg_keyring_file)
+        return cls(Remote.from_settings(settings), settings.ref, settings.paths, state_dir=settings.state_dir,
+                   depth=settings.depth, allow_rewrite=settings.allow_rewrite,
+                   signatures=SignaturePolicy.from_settings(settings))
+
+    @property
+    def timeout(self) -> float:
+        return self.remote.timeout
 
     def __repr__(self) -> str:
         return f"Source({self.url!r}, ref={self.ref!r})"
 
-    # -- the transport, for other users of the same remote (write-back) ----------------------------------
-
-    def open_client(self) -> tuple[GitClient, str]:
-        """A dulwich client for the remote exactly as fetches get it (credentials on the transport only,
-        timeouts), and the remote path. The caller closes it."""
-        return self._client()
-
-    def network(self, stage: str, action: Callable[[], Any]) -> Any:
-        """Run `action` (one network operation); a transport failure becomes a `SourceError`, worded
-        as the source words it and free of secrets."""
-        return self._network(stage, action)
-
     # -- configuration --------------------------------------------------------------------------------------
-
-    def _check_policy(self) -> None:
-        if self.verify_policy not in VERIFY_POLICIES:
-            raise SourceError("config", f"verify must be one of {', '.join(VERIFY_POLICIES)}, "
-                                        f"not {self.verify_policy!r}")
-        if self.verify_policy == "ssh" and self.allowed_signers_file is None:
-            raise SourceError("config", 'verify = "ssh" needs allowed_signers_file')
-        if self.verify_policy == "gpg":
-            if not self.gpg_key_ids:
-                raise SourceError("config", 'verify = "gpg" needs gpg_key_ids (trusted key fingerprints)')
-            short = [k for k in self.gpg_key_ids if len(k) < MIN_GPG_KEY_ID or not _is_hex(k)]
-            if short:
-                raise SourceError("config", f"gpg_key_ids must be long key ids or fingerprints "
-                                            f"(16+ hex digits): {', '.join(short)}")
-        if self.depth < 0:
-            raise SourceError("config", "depth cannot be negative")
 
     @property
     def pinned(self) -> str | None:
@@ -468,7 +286,7 @@ class Source:
         """(ref name, advertised SHA, peeled SHA if advertised) of the configured ref."""
         found = [name for name in self._candidates() if refs.get(name)]
         if not found:
-            raise _RefMissing(stage, f"ref {self.ref!r} not found on {self.url}")
+            raise SourceError(stage, f"ref {self.ref!r} not found on {self.url}{self._branches_hint()}")
         if len(found) > 1:
             logger.warning("ref {} is both a branch and a tag on {}; following the branch",
                            self.ref, self.url)
@@ -477,91 +295,9 @@ class Source:
         assert raw is not None
         return name, raw, refs.get(name + b"^{}")
 
-    # -- transport -----------------------------------------------------------------------------------------
-
-    def _client(self) -> tuple[GitClient, str]:
-        """A dulwich client for the URL, with the credentials and timeouts, and the remote path."""
-        if _is_local(self.url):
-            return LocalGitClient(), self.url
-        parts = urlsplit(self.url)
-        scheme = parts.scheme
-        if scheme in ("http", "https"):
-            # A token wins over basic credentials: one Authorization header, never two.
-            basic = self.auth.token is None and (self.auth.username or self.auth.password)
-            username = (self.auth.username or "") if basic else None
-            password = (self.auth.password.reveal() if self.auth.password else "") if basic else None
-            client = Urllib3HttpGitClient(self.url, username=username, password=password,
-                                          timeout=self.timeout)
-            # One try per request: urllib3 would retry a timed-out read, multiplying the timeout.
-            client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(
-                total=None, connect=0, read=0, status=0, other=0, redirect=5)
-            if self.auth.token is not None:
-                client.pool_manager.headers["Authorization"] = f"Bearer {self.auth.token.reveal()}"
-            return client, ""
-        if scheme == "git":
-            return _TimeoutTCPGitClient(parts.hostname or "", parts.port, self.timeout), parts.path
-        if scheme in ("ssh", "git+ssh") or "://" not in self.url:
-            if "://" in self.url:
-                host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
-            else:  # scp-like user@host:path
-                userhost, _, path = self.url.partition(":")
-                user, _, host = userhost.rpartition("@")
-                port = None
-            client = SSHGitClient(host, port=port, username=user or None,
-                                  vendor=_TimedSSHVendor(self.timeout), ssh_command=self._ssh_command())
-            return client, path
-        raise SourceError("config", f"unsupported URL scheme {scheme!r} in {self.url}")
-
-    def _ssh_command(self) -> str:
-        """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""
-        alive = max(1, int(self.timeout / 3))
-        args = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                "-o", f"ConnectTimeout={max(1, int(self.timeout))}", "-o", f"ServerAliveInterval={alive}",
-                "-o", "ServerAliveCountMax=3", "-o", "PasswordAuthentication=no",
-                "-o", "KbdInteractiveAuthentication=no"]
-        if self.auth.ssh_known_hosts_file is not None:
-            args += ["-o", f"UserKnownHostsFile={self.auth.ssh_known_hosts_file}",
-                     "-o", "GlobalKnownHostsFile=none"]
-        if self.auth.ssh_key_file is not None:
-            args += ["-o", "IdentitiesOnly=yes", "-i", str(self.auth.ssh_key_file)]
-        return shlex.join(args)
-
-    def _network(self, stage: str, action: Callable[[], Any]) -> Any:
-        """Run one network operation; turn every transport failure into a SourceError for `stage`."""
-        def failed(reason: str, unreachable: bool = True) -> SourceError:
-            return SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable)
-
-        try:
-            return action()
-        except _RefMissing as exc:
-            raise SourceError(stage, exc.reason + self._branches_hint()) from None
-        except SourceError:
-            raise
-        except HTTPUnauthorized:
-            raise failed("authentication failed (HTTP 401)") from None
-        except NotGitRepository:
-            raise failed("not a git repository") from None
-        except HangupException as exc:
-            # ssh's own last lines say why ("Host key verification failed.", "Permission denied").
-            lines = [ln.decode("utf-8", "replace").strip() for ln in (exc.stderr_lines or [])]
-            lines = [ln for ln in lines if ln and not ln.startswith("@")]
-            # Without ssh's words a hang-up is ambiguous: servers also hang up on a want they refuse.
-            raise failed(" / ".join(lines[-2:]) or str(exc), unreachable=bool(lines)) from None
-        except TimeoutError:
-            raise failed(f"no answer within {self.timeout:g}s") from None
-        except GitProtocolError as exc:  # dulwich wraps a failed read's OSError in one
-            if isinstance(exc.__cause__, TimeoutError) or "timed out" in str(exc).lower():
-                raise failed(f"no answer within {self.timeout:g}s") from None
-            raise failed(_first_lines(str(exc)), unreachable=_unreachable(exc.__cause__)) from None
-        except OSError as exc:
-            raise failed(exc.strerror or str(exc), unreachable=_unreachable(exc)) from None
-        except Exception as exc:  # a remote that breaks the protocol in a way dulwich does not name
-            logger.opt(exception=True).debug("unexpected error from {}", self.url)
-            raise failed(f"{type(exc).__name__}: {_first_lines(str(exc))}", unreachable=False) from None
-
     def _branches_hint(self) -> str:
         """`` (branches: a, b)`` from a full listing of the remote, for a ref that was not found."""
-        client, path = self._client()
+        client, path = self.remote.client()
         try:
             refs = client.get_refs(path.encode()).refs
         except Exception:  # only a hint: the error being reported is the missing ref
@@ -577,9 +313,9 @@ class Source:
         """The remote's commit SHA for the ref, from the ref advertisement only (no pack)."""
         if self.pinned:
             return self.pinned
-        client, path = self._client()
+        client, path = self.remote.client()
         try:
-            _name, raw, peeled = self._network("check", lambda: self._resolve(
+            _name, raw, peeled = self.remote.network("check", lambda: self._resolve(
                 client.get_refs(path.encode(), ref_prefix=self._candidates()).refs, "check"))
         finally:
             client.close()
@@ -685,9 +421,9 @@ class Source:
                 # that a fetch killed before it was written never recorded.
                 return [raw] if deepen or raw not in repo.object_store else []
 
-            client, path = self._client()
+            client, path = self.remote.client()
             try:
-                self._network("fetch", lambda: client.fetch(
+                self.remote.network("fetch", lambda: client.fetch(
                     path.encode(), repo, determine_wants, depth=self.depth if deepen else None,
                     ref_prefix=self._candidates()))
             finally:
@@ -721,7 +457,7 @@ class Source:
 
     def _fetch_pinned(self, repo: Repo, sha: str) -> str:
         """Fetch a pinned commit: asked for directly, else with every branch and tag."""
-        client, path = self._client()
+        client, path = self.remote.client()
         try:
             def wants_sha(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
                 return [sha.encode()]
@@ -730,13 +466,16 @@ class Source:
                 return [v for n, v in refs.items() if n.startswith((b"refs/heads/", b"refs/tags/"))
                         and not n.endswith(b"^{}") and v not in repo.object_store]
 
-            depth = self.depth or None
+            def fetch(wants: Any) -> Any:
+                return self.remote.network("fetch", lambda: client.fetch(path.encode(), repo, wants,
+                                                                         depth=self.depth or None))
+
             try:  # protocol v2 servers hand out any commit by SHA; older ones only advertised tips
-                self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_sha, depth=depth))
+                fetch(wants_sha)
             except SourceError as exc:
                 if exc.unreachable:
                     raise
-                self._network("fetch", lambda: client.fetch(path.encode(), repo, wants_all, depth=depth))
+                fetch(wants_all)
         finally:
             client.close()
         if sha.encode() not in repo.object_store:
@@ -803,7 +542,8 @@ class Source:
                     assert isinstance(blob, Blob)
                     files[name] = blob.data
                     blob_ids[name] = blob_id.decode()
-            return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids)
+            return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids,
+                               commit.message.decode("utf-8", "replace"))
 
     def _entries(self, repo: Repo, commit: Commit, path: str) -> Iterator[tuple[str, int, bytes]]:
         """(repo-relative name, mode, blob SHA) of every file at or under `path`."""
@@ -828,20 +568,21 @@ class Source:
 
     def verify(self, sha: str) -> None:
         """Apply the signature policy to commit `sha`; SourceError if it must not be applied."""
-        if self.verify_policy == "none":
+        if self.signatures.verify == "none":
             return
         with self._mirror_commit("verify", sha) as (_repo, commit):
             payload, signature, _ = commit.extract_signature()
         if not signature:
-            raise SourceError("verify", f"commit {sha} is not signed (verify = {self.verify_policy})")
+            raise SourceError("verify", f"commit {sha} is not signed (verify = {self.signatures.verify})")
         kind = _signature_kind(signature)
-        if kind != self.verify_policy:
+        if kind != self.signatures.verify:
             raise SourceError("verify", f"commit {sha} has {'a ' + kind if kind else 'an unknown kind of'} "
-                                        f"signature, but verify = {self.verify_policy}")
+                                        f"signature, but verify = {self.signatures.verify}")
         if kind == "ssh":
-            _verify_ssh(sha, payload, signature, self.allowed_signers_file)
+            _verify_ssh(sha, payload, signature, self.signatures.allowed_signers_file)
         else:
-            _verify_gpg(sha, payload, signature, self.gpg_key_ids, self.gpg_keyring_file, self.timeout)
+            policy = self.signatures
+            _verify_gpg(sha, payload, signature, policy.gpg_key_ids, policy.gpg_keyring_file, self.timeout)
         logger.debug("commit {} has a trusted {} signature", sha, kind)
 
 
@@ -958,11 +699,6 @@ def _is_hex(text: str) -> bool:
 
 def _subject(message: bytes) -> str:
     return message.decode("utf-8", "replace").strip().split("\n", 1)[0]
-
-
-def _first_lines(text: str, limit: int = 3) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return " / ".join(lines[:limit]) or "failed"
 
 
 # ---------------------------------------------------------------------------------------------------------

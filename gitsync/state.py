@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,15 @@ class GatewayState:
 
     commit: str
     digest: str
-    versions: dict[str, int] = field(default_factory=dict)
-    applied_at: float = 0.0
+    versions: dict[str, int | float] = field(default_factory=dict)
     unmanaged: list[str] = field(default_factory=list)  # the policy it was pushed under
+    since: float | None = None  # time.time() since when it holds this commit (a canary's soak)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GatewayState:
+        """From the state file; keys this version does not know (an older or newer gitsync's) are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
@@ -65,7 +71,7 @@ class AgentState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentState:
-        gateways = {url: GatewayState(**g) for url, g in (data.get("gateways") or {}).items()}
+        gateways = {url: GatewayState.from_json(g) for url, g in (data.get("gateways") or {}).items()}
         return cls(
             last_good=data.get("last_good"),
             last_good_subject=data.get("last_good_subject", ""),

@@ -26,11 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import random
 import re
 import stat
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,7 +35,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from dulwich.file import FileLocked
 from dulwich.gc import maybe_auto_gc
@@ -50,16 +46,16 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
-from gitsync.gateway import display_url
+from gitsync.backoff import backoff_delay
+from gitsync.gitremote import Remote, SourceError
 from gitsync.log import logger, redact
-from gitsync.source import SHA_RE, GitAuth, Source, SourceError
+from gitsync.source import SHA_RE
+from gitsync.urls import display_url
 
 if TYPE_CHECKING:
-    import argparse
 
     from gitsync.settings import Settings
 
-STAGES = ("fetch", "verify", "render", "validate", "push")
 AGENTS_DIR = b"agents"
 MAX_ERROR_CHARS = 1024  # one error line in a note; longer ones are cut (a section is bounded anyway)
 MAX_PRUNED_LISTED = 100  # pruned ids listed per kind in a status file; the count says the rest
@@ -88,6 +84,8 @@ class GatewayStatus:
     counts: Mapping[str, int]
     pruned: Mapping[str, Sequence[str]]
     error: str | None = None
+    checks: Mapping[str, Any] | None = None  # {passed: N, failed: [...]} when the repo declares checks
+    rolled_back: bool = False  # a failed check gave this gateway the last good commit back
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -100,6 +98,10 @@ class GatewayStatus:
         }
         if self.error:
             doc["error"] = self.error
+        if self.checks is not None:
+            doc["checks"] = dict(self.checks)
+        if self.rolled_back:
+            doc["rolled_back"] = True
         return doc
 
 
@@ -382,19 +384,13 @@ def open_work_repo(path: Path) -> Repo:
     return Repo.init_bare(str(path))
 
 
-def transport(url: str, auth: GitAuth | None, timeout: float) -> Source:
-    """The source's view of the remote, used only for its transport: the same URL cleaning
-    (credentials out of the URL), credentials, timeouts and error wording as fetches."""
-    return Source(url, auth=auth or GitAuth(), timeout=timeout)
-
-
-class _Remote:
+class _RemoteRef:
     """One ref of the remote, fetched into and pushed from the local work repo."""
 
-    def __init__(self, remote: Source, repo: Repo, ref: bytes, local_ref: bytes) -> None:
+    def __init__(self, remote: Remote, repo: Repo, ref: bytes, local_ref: bytes) -> None:
         self.url = remote.url
         self.remote = remote
-        self.client, self.path = remote.open_client()
+        self.client, self.path = remote.client()
         self.repo = repo
         self.ref = ref
         self.local_ref = local_ref
@@ -459,6 +455,24 @@ class _Remote:
 # The writer
 
 
+@dataclass(frozen=True)
+class WriteBackOptions:
+    """Where and how write-backs are written."""
+
+    status_branch: str = "gitsync/status"
+    notes_ref: str = "refs/notes/gitsync"
+    author: str = "gitsync <gitsync@localhost>"
+    note_max_bytes: int = 16 * 1024
+    notes_retention: float = 30 * 86400.0
+    attempts: int = 5  # compare-and-swap attempts of one publish
+    stop_when_denied: bool = False  # writeback = "auto": a remote that refuses pushes turns it off
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WriteBackOptions:
+        return cls(settings.status_branch, settings.notes_ref, settings.author, settings.note_max_bytes,
+                   settings.notes_retention, stop_when_denied=settings.writeback == "auto")
+
+
 class WriteBack:
     """Publishes this agent's status and failure notes to the config repo's remote.
 
@@ -466,25 +480,15 @@ class WriteBack:
     counted in `failures`, and what was not published is retried on the next publish.
     """
 
-    def __init__(self, url: str, auth: GitAuth | None, work_dir: Path, *,
-                 status_branch: str = "gitsync/status", notes_ref: str = "refs/notes/gitsync",
-                 author: str = "gitsync <gitsync@localhost>", note_max_bytes: int = 16384,
-                 notes_retention: float = 30 * 86400, timeout: float = 30.0, attempts: int = 5,
-                 stop_when_denied: bool = False) -> None:
-        self._transport = transport(url, auth, timeout)
-        self.url, self.auth = self._transport.url, self._transport.auth
+    def __init__(self, remote: Remote, work_dir: Path, options: WriteBackOptions | None = None) -> None:
+        self.remote = remote
+        self.url = remote.url
         self.work_dir = Path(work_dir)
-        self.status_ref = full_ref(status_branch, "refs/heads/")
-        self.notes_ref = full_ref(notes_ref, "refs/notes/")
-        self.author = author
-        self.note_max_bytes = int(note_max_bytes)
-        self.notes_retention = float(notes_retention)
-        self.timeout = timeout
-        self.attempts = max(1, int(attempts))
-        self.stop_when_denied = stop_when_denied
+        self.options = options = options or WriteBackOptions()
+        self.status_ref = full_ref(options.status_branch, "refs/heads/")
+        self.notes_ref = full_ref(options.notes_ref, "refs/notes/")
         self.enabled = True
         self.failures = 0  # write-backs that failed (exposed as a metric)
-        self.pushes = 0  # commits pushed (status and notes)
         self.conflicts = 0  # pushes refused because another agent moved the ref first (then rebuilt)
         self.last_error: str | None = None
         self._lock = threading.Lock()
@@ -497,16 +501,12 @@ class WriteBack:
         """The writer the settings ask for; None when write-back is off or cannot work (auto)."""
         if settings.writeback == "off" or not settings.repo or settings.dir:
             return None
-        remote = transport(settings.repo, GitAuth.from_settings(settings), settings.git_timeout)
-        if settings.writeback == "auto" and not can_push(remote.url, remote.auth):
+        remote = Remote.from_settings(settings)
+        if settings.writeback == "auto" and not remote.can_push:
             logger.info("write-back off: no write credentials for {} (set writeback = \"on\" to force)",
                         remote.url)
             return None
-        return cls(remote.url, remote.auth, Path(settings.state_dir) / "writeback",
-                   status_branch=settings.status_branch, notes_ref=settings.notes_ref,
-                   author=settings.author, note_max_bytes=settings.note_max_bytes,
-                   notes_retention=settings.notes_retention, timeout=settings.git_timeout,
-                   stop_when_denied=settings.writeback == "auto")
+        return cls(remote, Path(settings.state_dir) / "writeback", WriteBackOptions.from_settings(settings))
 
     # -- public -----------------------------------------------------------------------------------------
 
@@ -571,9 +571,9 @@ class WriteBack:
         """Fetch, build, compare-and-swap push, retry. True pushed, False nothing to do, None failed."""
         try:
             with open_work_repo(self.work_dir) as repo, contextlib.closing(
-                    _Remote(self._transport, repo, ref, local_ref)) as remote:
+                    _RemoteRef(self.remote, repo, ref, local_ref)) as remote:
                 last = ""
-                for attempt in range(self.attempts):
+                for attempt in range(self.options.attempts):
                     try:
                         tip = remote.fetch()
                         new = build(repo, tip)
@@ -583,15 +583,14 @@ class WriteBack:
                     except _RefMoved as moved:
                         last = str(moved)
                         self.conflicts += 1
-                        if attempt + 1 < self.attempts:
-                            time.sleep(random.uniform(0, min(3.0, 0.15 * 2 ** attempt)))
+                        if attempt + 1 < self.options.attempts:
+                            time.sleep(backoff_delay(attempt + 1, base=0.15, cap=3.0))
                         continue
-                    self.pushes += 1
                     logger.debug("write-back: pushed {} {} ({})", what, new.decode()[:7], context)
                     _tidy(repo)
                     return True
-                raise WriteBackError(f"{self.url}: {ref.decode()} not updated after {self.attempts} attempts "
-                                     f"(last: {last})")
+                raise WriteBackError(f"{self.url}: {ref.decode()} not updated after {self.options.attempts} "
+                                     f"attempts (last: {last})")
         except Exception as exc:  # write-back must never break a sync
             self._failed(what, context, exc)
             return None
@@ -606,7 +605,7 @@ class WriteBack:
             reason = f"{self.url}: {type(exc).__name__}: {exc}"
         reason = redact(reason)
         self.last_error = reason
-        if self.stop_when_denied and is_permission_denied(exc):
+        if self.options.stop_when_denied and is_permission_denied(exc):
             self.enabled = False
             logger.warning("write-back turned off: the remote refuses pushes ({}); status stays in the state "
                            "dir and /metrics", reason)
@@ -619,7 +618,7 @@ class WriteBack:
         commit = Commit()
         commit.tree = tree.id
         commit.parents = [parent] if parent else []
-        commit.author = commit.committer = self.author.encode()
+        commit.author = commit.committer = self.options.author.encode()
         commit.author_time = commit.commit_time = int(time.time())
         commit.author_timezone = commit.commit_timezone = 0
         commit.encoding = b"UTF-8"
@@ -659,12 +658,12 @@ class WriteBack:
         for note in notes:
             old_bytes = notes_tree.get_note(note.commit.encode())
             old = old_bytes.decode("utf-8", "replace") if old_bytes is not None else None
-            merged = merge_note(old, note, self.note_max_bytes, self.notes_retention / 2)
+            merged = merge_note(old, note, self.options.note_max_bytes, self.options.notes_retention / 2)
             if merged is not None:
                 tree = notes_tree.set_note(note.commit.encode(), merged.encode())
                 changed.append(f"{note.stage} on {short_sha(note.commit)}")
         pruned = 0
-        cutoff = datetime.fromtimestamp(time.time() - self.notes_retention, UTC)
+        cutoff = datetime.fromtimestamp(time.time() - self.options.notes_retention, UTC)
         for target, blob_sha in list(notes_tree.list_notes()):
             oldest = self._oldest(store, blob_sha)
             if oldest is None or oldest >= cutoff:
@@ -708,28 +707,16 @@ def _copy_tree(tree: Tree) -> Tree:
     return copy
 
 
-def can_push(url: str, auth: GitAuth) -> bool:
-    """Auto mode: can this agent plausibly push to `url` (as `Source` cleaned it)?
-
-    A local path (made absolute), git:// (no auth at all: test servers, trusted networks), or
-    write credentials: an HTTP password or token, or an ssh key.
-    """
-    if Path(url).is_absolute() or urlsplit(url).scheme == "git":
-        return True
-    return bool(auth.password or auth.token or auth.ssh_key_file)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Reading the fleet, and `gitsync status`
 
 
-def read_fleet(url: str, auth: GitAuth | None, status_branch: str, work_dir: Path,
-               timeout: float = 30.0) -> list[dict]:
+def read_fleet(remote: Remote, status_branch: str, work_dir: Path) -> list[dict]:
     """Every agent's status file on the remote status branch, sorted by agent (empty if none)."""
     ref = full_ref(status_branch, "refs/heads/")
     with open_work_repo(Path(work_dir)) as repo, \
-            contextlib.closing(_Remote(transport(url, auth, timeout), repo, ref, LOCAL_STATUS_REF)) as remote:
-        tip = remote.fetch()
+            contextlib.closing(_RemoteRef(remote, repo, ref, LOCAL_STATUS_REF)) as status:
+        tip = status.fetch()
         if tip is None:
             return []
         store = repo.object_store
@@ -797,29 +784,3 @@ def summary_text(result: Mapping[str, Any], now: datetime) -> str:
     if len(problems) > 10:
         lines.append(f"problem:  ... and {len(problems) - 10} more")
     return redact("\n".join(lines) + "\n")
-
-
-def status_command(settings: Settings, args: argparse.Namespace) -> int:
-    """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status branch."""
-    from gitsync.state import StateDir
-
-    now = datetime.now(UTC)
-    if not getattr(args, "fleet", False):
-        print(summary_text(StateDir(settings.state_dir).load(repair=False).last_result, now), end="")
-        return 0
-    if not settings.repo:
-        print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
-        try:
-            fleet = read_fleet(settings.repo, GitAuth.from_settings(settings), settings.status_branch,
-                               Path(tmp), timeout=settings.git_timeout)
-        except SourceError as exc:
-            print(redact(f"gitsync status: error: cannot read {settings.status_branch}: {exc.reason}"),
-                  file=sys.stderr)
-            return 1
-    if not fleet:
-        print(f"no agent has written to {settings.status_branch} yet")
-        return 0
-    print(fleet_table(fleet, now), end="")
-    return 0

@@ -10,6 +10,7 @@ import pytest
 
 from gitsync import log as gslog
 from gitsync.testing.apisix import ApisixDouble
+from tests.agents import own_daemon, spawn  # noqa: F401 - fixtures for every test module
 from tests.gitservers import BareRepo, GitDaemon, HttpGitServer, SshGitServer
 from tests.vaultserver import VaultServer, start_vault
 

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from gitsync import __version__
 from gitsync.cli import COMMANDS
 from tests.support import run_gitsync
@@ -31,3 +35,65 @@ def test_flags_of_the_contract_exist():
                  "--webhook-secret-file", "--repo", "--ref", "--path", "--gateway", "--admin-key-file",
                  "--no-writeback", "--status-branch", "--notes-ref", "--agent-name"):
         assert flag in result.stdout, flag
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings and flags that cannot work: the documented message and exit 2, never a traceback
+
+
+@pytest.fixture
+def basics(tmp_path):
+    key = tmp_path / "admin-key"
+    key.write_text("test-admin-key\n")
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "a.yaml").write_text("routes: []\n")
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    return tmp_path, ["--admin-key-file", str(key), "--state-dir", str(tmp_path / "state")]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "--repo", "{tmp}", "--gateway", "http://127.0.0.1:1", "--listen", "127.0.0.1:99999"],
+     "--listen: port must be 1 to 65535, got '127.0.0.1:99999'"),
+    (["run", "--repo", "{tmp}", "--gateway", "http://127.0.0.1:1", "--listen", "nonsense"],
+     "--listen: expected HOST:PORT, got 'nonsense'"),
+    (["run", "--dir", "{tmp}/config", "--gateway", "http://127.0.0.1:1"],
+     "the daemon follows a git repo (--repo); --dir is for validate, render, diff and sync"),
+    (["diff", "--dir", "{tmp}/config", "--gateway", "http://[::1"],
+     "--gateway: 'http://[::1' is not a valid URL"),
+    (["diff", "--dir", "{tmp}/config", "--gateway", "https://127.0.0.1:1", "--ca-file", "/nonexistent"],
+     "--ca-file: /nonexistent: no such file"),
+    (["diff", "--dir", "{tmp}/config", "--gateway", "https://127.0.0.1:1",
+      "--client-cert-file", "{tmp}/junk.pem"], "not a usable PEM certificate or key"),
+    (["run", "--repo", "{tmp}", "--gateway", "http://127.0.0.1:1", "--interval", "0"],
+     "--interval: must be at least 0.1s, got '0'"),
+    (["sync", "--once", "--dir", "{tmp}/config", "--gateway", "http://127.0.0.1:1",
+      "--gateway-timeout", "0s"], "--gateway-timeout: must be at least 0.1s"),
+])
+def test_settings_that_cannot_work_exit_2_with_the_message(basics, args, message):
+    tmp, common = basics
+    result = run_gitsync(*[a.replace("{tmp}", str(tmp)) for a in args], *common, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert message.replace("{tmp}", str(tmp)) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_listen_port_in_use_exits_2(basics):
+    tmp, common = basics
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_gitsync("run", "--repo", str(tmp), "--gateway", "http://127.0.0.1:1",
+                             "--listen", f"127.0.0.1:{port}", *common, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"listen = 127.0.0.1:{port}: cannot listen there: Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_dotted_key_error_names_its_line(tmp_path):
+    config = tmp_path / "gitsync.toml"
+    config.write_text('# gitsync\nsource.repo = 1\n\n[agent]\ninterval = "30s"\n')
+    result = run_gitsync("validate", "--config", str(config), "--dir", str(tmp_path))
+    assert result.returncode == 2
+    assert f"{config}:2: source.repo: expected a string, got an integer" in result.stderr

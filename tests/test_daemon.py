@@ -1,5 +1,5 @@
 """`gitsync run` as a real process, against a real git remote and the APISIX double: the faults a
-production week brings (DESIGN.md §6, issue 8). Plus unit tests of `Triggers` and `Backoff`.
+production week brings. Plus unit tests of `Triggers` and `Backoff`.
 
 Every agent here polls every second (or never, where a test shows another trigger), so each test
 waits on deadlines, never on fixed sleeps.
@@ -8,8 +8,6 @@ waits on deadlines, never on fixed sleeps.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import random
@@ -19,173 +17,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from gitsync.agent import Backoff, Triggers
+from gitsync.backoff import Backoff
+from gitsync.daemon import Triggers
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import BareRepo, GitDaemon, git
-from tests.support import free_port, gitsync_env
-
-ADMIN_KEY = "test-admin-key"
-HOOK_SECRET = "hook-secret-d41e"
-HOOK_BODY = b'{"ref": "refs/heads/main"}'
-
-T = TypeVar("T")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# helpers
-
-
-def config_files(n: int, *, bad: bool = False) -> dict[str, str]:
-    """A config repo whose route r1 serves /v<n>; `bad` gives it a number as uri (a schema error)."""
-    uri = "42" if bad else f"/v{n}"
-    return {"conf/apisix.yaml": (
-        "upstreams:\n  - id: u1\n    type: roundrobin\n    nodes:\n      \"127.0.0.1:1980\": 1\n"
-        f"routes:\n  - id: r1\n    uri: {uri}\n    upstream_id: u1\n")}
-
-
-def live_uri(double: ApisixDouble) -> str | None:
-    """The uri of the route the gateway holds (None when it holds no route)."""
-    routes = double.config().get("routes") or []
-    return routes[0].get("uri") if routes else None
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll `predicate` until it returns something true; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def signature(body: bytes, secret: str = HOOK_SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-class AgentProcess:
-    """One `python -m gitsync run` with its listener on a free port; stopped by its pid."""
-
-    def __init__(self, workdir: Path, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.workdir = workdir
-        self.state_dir = workdir / "state"
-        self.log_path = workdir / "agent.log"
-        self.port = free_port()
-        self.args = ["--state-dir", str(self.state_dir), "--listen", f"127.0.0.1:{self.port}", *args]
-        self.env = gitsync_env(env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *, wait: bool = True) -> AgentProcess:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "gitsync", "run", *self.args], env=self.env,
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-        if wait:
-            wait_for(self.healthy, 15, f"/healthz of the agent (log: {self.log()[-2000:]})")
-        return self
-
-    def healthy(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the agent exited with {self.proc.returncode}: {self.log()[-3000:]}")
-        try:
-            return self.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url(path), timeout=5)
-
-    def hook(self, body: bytes = HOOK_BODY, secret: str = HOOK_SECRET) -> int:
-        """POST a GitHub push webhook signed with `secret`; the status code."""
-        return httpx.post(self.url("/hooks/github"), content=body, timeout=5,
-                          headers={"X-Hub-Signature-256": signature(body, secret),
-                                   "X-GitHub-Event": "push"}).status_code
-
-    def metric(self, name: str, **labels: str) -> float:
-        """One sample of /metrics (0 when absent)."""
-        for family in text_string_to_metric_families(self.get("/metrics").text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return sample.value
-        return 0.0
-
-    def syncs(self) -> float:
-        """Every sync the agent ran, whatever its result."""
-        return sum(sample.value for family in text_string_to_metric_families(self.get("/metrics").text)
-                   for sample in family.samples if sample.name == "gitsync_syncs_total")
-
-    def state(self) -> dict[str, Any]:
-        """state.json, parsed (a half-written file fails the test)."""
-        path = self.state_dir / "state.json"
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def signal(self, signum: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signum)
-
-    def wait(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
-    """Start agents: `spawn(repo_url, *flags, gateways=[...], env=...)`; killed (by pid) at teardown."""
-    key_file = tmp_path / "admin-key"
-    key_file.write_text(ADMIN_KEY)
-    hook_file = tmp_path / "webhook-secret"
-    hook_file.write_text(HOOK_SECRET)
-    started: list[AgentProcess] = []
-
-    def start(repo_url: str | None, *flags: str, gateways: list[str] = (), env: dict[str, str] | None = None,
-              wait: bool = True, name: str = "agent") -> AgentProcess:
-        workdir = tmp_path / name
-        workdir.mkdir(exist_ok=True)
-        args = [*(["--repo", repo_url] if repo_url else []), "--admin-key-file", str(key_file),
-                "--webhook-secret-file", str(hook_file), "--interval", "1s", "--jitter", "0s",
-                "--drift-interval", "1s", "-v"]
-        for url in gateways:
-            args += ["--gateway", url]
-        agent = AgentProcess(workdir, [*args, *flags], env)
-        started.append(agent)
-        return agent.start(wait=wait)
-
-    yield start
-    for agent in started:
-        agent.kill()
-
-
-@pytest.fixture
-def own_daemon(remotes_root: Path) -> Iterator[GitDaemon]:
-    """A git daemon of this test's own, which the test may stop and start again (same port)."""
-    with GitDaemon(remotes_root, receive_pack=True) as daemon:
-        yield daemon
-
-
-def repo_url(daemon: GitDaemon, repo: BareRepo) -> str:
-    return daemon.url(repo.path.name)
-
+from tests.agents import (
+    ADMIN_KEY,
+    config_files,
+    live_uri,
+    repo_url,
+    wait_for,
+)
+from tests.gitservers import git
 
 # ---------------------------------------------------------------------------------------------------------
 # polls and webhooks
@@ -281,6 +127,41 @@ def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_
 
 
 @pytest.mark.slow
+def test_a_gateway_back_during_a_retry_pause_is_refilled_at_once(spawn, git_daemon, remote_repo, apisix):
+    """The push loop's pause before its next attempt ends when the gateway answers again."""
+    remote_repo.commit(config_files(1), "v1")
+    agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", gateways=[apisix.url])
+    wait_for(lambda: live_uri(apisix) == "/v1", 10, "the first commit live")
+    apisix.stop()
+    # Attempts 1-4 have failed; the pause before the fifth is 2-4 s long.
+    wait_for(lambda: "(attempt 5/5)" in agent.log(), 15, "the last retry's pause")
+    apisix.restart()  # back, and empty
+    started = time.monotonic()
+    wait_for(lambda: live_uri(apisix) == "/v1", 3, "the gateway refilled")
+    assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the rest of the pause
+    assert "answers again; retrying now" in agent.log()
+
+
+@pytest.mark.slow
+def test_a_hung_gateway_delays_neither_the_others_nor_a_webhook(spawn, git_daemon, remote_repo, apisix):
+    remote_repo.commit(config_files(1), "v1")
+    with ApisixDouble(ADMIN_KEY) as hung:
+        hung.set_latency(30)  # answers nothing within any deadline
+        agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", "--gateway-timeout", "3s",
+                      gateways=[hung.url, apisix.url])
+        wait_for(lambda: live_uri(apisix) == "/v1", 5, "the first commit live on the healthy gateway")
+        remote_repo.commit(config_files(2), "v2")
+        started = time.monotonic()
+        assert agent.hook() == 202
+        wait_for(lambda: live_uri(apisix) == "/v2", 5, "the webhook's commit live on the healthy gateway")
+        # Well within one deadline of the hung gateway, whose pushes go on on their own worker.
+        assert time.monotonic() - started < 3
+        assert "still running; the agent moves on" in agent.log()
+        ready = agent.get("/readyz")
+        assert ready.status_code == 503 and hung.url in ready.json()["reason"]
+        hung.set_latency(0)
+
+
 def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         spawn, git_daemon, remote_repo, apisix):
     """Neither a bad commit nor the down gateway's return may take the others back to an older commit."""
@@ -324,10 +205,15 @@ def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applie
                             env=agent.env, capture_output=True, text=True, timeout=30)
     assert status.returncode == 0, status.stderr
     assert bad in status.stdout and "routes[r1].uri" in status.stdout, status.stdout
+    # Ready: the gateway serves the last good commit; the refused tip is its own condition.
+    ready = agent.get("/readyz")
+    assert ready.status_code == 200 and f"the tip {bad[:7]} is refused" in ready.json()["reason"]
+    assert agent.metric("gitsync_tip_refused") == 1
 
     good = remote_repo.commit(config_files(3), "v3")
     wait_for(lambda: live_uri(apisix) == "/v3", 5, "the next good commit live")
     wait_for(lambda: agent.state().get("last_good") == good, 2, "state.json naming the good commit")
+    wait_for(lambda: agent.metric("gitsync_tip_refused") == 0, 2, "the tip no longer refused")
 
 
 @pytest.mark.slow
@@ -341,7 +227,8 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
     wait_for(lambda: agent.log().count("retrying in") >= 2, 8, "two failed polls, logged with their backoff")
     assert agent.metric("gitsync_fetch_failures_total") >= 2
     assert agent.healthy() and live_uri(apisix) == "/v1"
-    assert agent.get("/readyz").status_code == 503
+    # Ready: every gateway serves the last good commit; the remote's outage shows in the metrics.
+    assert agent.get("/readyz").status_code == 200
 
     own_daemon.start()
     wait_for(lambda: live_uri(apisix) == "/v2", 2 + 1 + 2, "the commit pushed during the outage live")

@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitsync.gateway import Endpoint, Gateway, LiveConfig
+from gitsync.gateways import Gateways, wait_for
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, read_live, sync_gateway, sync_gateways
+from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, push, sync_gateway
 from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
 from gitsync.render import RenderOptions, read_directory, render
 from gitsync.settings import Secret
@@ -38,6 +39,14 @@ def sync(double: ApisixDouble, desired: dict[str, Any], policy: Policy = MANAGE_
          ) -> GatewayResult:
     return sync_gateway(endpoint(double, timeout=kw.pop("timeout", 5.0)), desired, policy,
                         retry=kw.pop("retry", FAST), **kw)
+
+
+def sync_all(endpoints: list[Endpoint], desired: dict[str, Any]) -> list[GatewayResult]:
+    """Push to several gateways at once, each on its own worker, as the agent does."""
+    with Gateways(endpoints) as gateways:
+        results, _ = wait_for(gateways.push({url: lambda client: push(client, desired, retry=FAST)
+                                             for url in gateways.urls}))
+    return [results[url] for url in gateways.urls]
 
 
 def route(rid: str, uri: str, **extra: Any) -> dict[str, Any]:
@@ -192,7 +201,8 @@ def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
 
 def test_a_live_config_read_earlier_is_planned_on_once_and_a_retry_reads_afresh(apisix: ApisixDouble) -> None:
     earlier: Future[LiveConfig] = Future()
-    earlier.set_result(read_live(endpoint(apisix)))  # as the agent starts it, before rendering
+    with Gateway(endpoint(apisix)) as gateway:
+        earlier.set_result(gateway.get_config())  # as the agent starts it, before rendering
     apisix.out_of_band("routes", [route("oob", "/oob")], version=7)  # another writer, in between
     before = len(apisix.requests)
     result = sync(apisix, {"routes": [route("r1", "/a")]}, live=earlier)
@@ -273,7 +283,7 @@ def test_stream_routes_on_a_gateway_without_them_fail_clearly() -> None:
 def test_a_body_too_large_for_the_validate_endpoint_is_pushed_without_it(apisix: ApisixDouble) -> None:
     filler = "x" * 255
     routes = [route(f"r{i}", f"/r{i}", desc=filler) for i in range(4500)]
-    result = sync(apisix, {"routes": routes})
+    result = sync(apisix, {"routes": routes}, timeout=60)  # the double validates 4,500 routes slowly
     assert result.status is SyncStatus.APPLIED and result.bytes_sent > 1536 * 1024
     assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "GET"]
 
@@ -329,7 +339,7 @@ def test_a_slow_gateway_times_out_and_is_left_untouched(apisix: ApisixDouble) ->
 
 def test_two_gateways_one_down_the_other_is_applied(apisix: ApisixDouble) -> None:
     down = Endpoint(f"http://127.0.0.1:{free_port()}", Secret(KEY), timeout=1.0)
-    results = sync_gateways([down, endpoint(apisix)], {"routes": [route("r1", "/a")]}, retry=FAST)
+    results = sync_all([down, endpoint(apisix)], {"routes": [route("r1", "/a")]})
     assert [r.status for r in results] == [SyncStatus.FAILED, SyncStatus.APPLIED]
     assert results[0].url == down.url and results[1].url == apisix.url
 
@@ -338,8 +348,8 @@ def test_a_slow_gateway_does_not_delay_another(apisix: ApisixDouble) -> None:
     with ApisixDouble(KEY) as slow:
         slow.set_latency(0.4)
         try:
-            results = sync_gateways([endpoint(slow, timeout=0.2), endpoint(apisix)],
-                                    {"routes": [route("r1", "/a")]}, retry=FAST)
+            results = sync_all([endpoint(slow, timeout=0.2), endpoint(apisix)],
+                               {"routes": [route("r1", "/a")]})
         finally:
             slow.set_latency(0)
     assert [r.status for r in results] == [SyncStatus.FAILED, SyncStatus.APPLIED]

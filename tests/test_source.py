@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from gitsync import log as gslog
+from gitsync.gitremote import GitAuth, Remote, SourceError
 from gitsync.settings import Secret, Settings
-from gitsync.source import MAX_PACKS, GitAuth, Source, SourceError, _packs_to_merge, read_input
+from gitsync.source import MAX_PACKS, SignaturePolicy, Source, _packs_to_merge, read_input
 from tests.gitservers import (
     BareRepo,
     GitDaemon,
@@ -43,6 +44,15 @@ def logs() -> Iterator[io.StringIO]:
     gslog.setup()
 
 
+def make_source(url: str, ref: str = "main", *, auth: GitAuth | None = None, timeout: float = 30.0,
+                verify: str = "none", allowed_signers_file: Path | None = None, gpg_key_ids: tuple = (),
+                gpg_keyring_file: Path | None = None, **options) -> Source:
+    """A Source for `url` as the settings would build it (the remote and signature policy groups)."""
+    signatures = SignaturePolicy(verify, allowed_signers_file, tuple(gpg_key_ids), gpg_keyring_file)
+    return Source(Remote.of(url, auth or GitAuth(), timeout), ref, signatures=signatures,
+                  state_dir=options.pop("state_dir", Path("/nonexistent")), **options)
+
+
 def source_for(kind: str, repo: BareRepo, state_dir: Path, servers: dict, **options) -> Source:
     """A Source reaching `repo` over transport `kind`."""
     auth = GitAuth()
@@ -56,7 +66,7 @@ def source_for(kind: str, repo: BareRepo, state_dir: Path, servers: dict, **opti
         auth = GitAuth(ssh_key_file=ssh.client_key, ssh_known_hosts_file=ssh.known_hosts)
     else:
         url = servers[kind].url(repo.path.name)
-    return Source(url, auth=options.pop("auth", auth), state_dir=state_dir, **options)
+    return make_source(url, auth=options.pop("auth", auth), state_dir=state_dir, **options)
 
 
 def objects_in(repo_path: Path) -> set[str]:
@@ -144,7 +154,7 @@ def posts(server: HttpGitServer) -> list[str]:
 
 def test_no_op_check_reads_the_advertisement_only(remote_repo, http_git, tmp_path):
     tip = remote_repo.commit({"a.yaml": "x: 1\n"})
-    source = Source(http_git.url(remote_repo.path.name), state_dir=tmp_path / "state")
+    source = make_source(http_git.url(remote_repo.path.name), state_dir=tmp_path / "state")
     http_git.requests.clear()
     assert source.check() == tip
     assert not (tmp_path / "state").exists(), "check() must not touch the state dir"
@@ -161,7 +171,7 @@ def test_no_op_check_reads_the_advertisement_only(remote_repo, http_git, tmp_pat
 
 def test_shallow_first_fetch_then_incremental(remote_repo, git_daemon, tmp_path):
     remote_repo.fast_import(50, 40)
-    source = Source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path / "s", depth=1)
+    source = make_source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path / "s", depth=1)
     tip = source.fetch()
     assert len(objects_in(source.mirror_path)) < len(objects_in(remote_repo.path)) / 2
     new = remote_repo.fast_import(3, 40)
@@ -178,41 +188,41 @@ def test_branch_tag_annotated_tag_and_pinned_sha(remote_repo, git_daemon, tmp_pa
     url = git_daemon.url(remote_repo.path.name)
     state = tmp_path / "state"
 
-    branch = Source(url, "main", state_dir=state)
+    branch = make_source(url, "main", state_dir=state)
     assert branch.fetch() == b
     c = remote_repo.commit({"v.yaml": "3"}, "three")
     assert branch.check() == c and branch.fetch() == c  # a branch is followed
 
-    assert Source(url, "light", state_dir=state).fetch() == a
-    release = Source(url, "release", state_dir=state)
+    assert make_source(url, "light", state_dir=state).fetch() == a
+    release = make_source(url, "release", state_dir=state)
     assert release.check() == b and release.fetch() == b  # peeled to the commit
     assert release.local_sha() == b and release.read(b).files == {"v.yaml": b"2"}
-    assert Source(url, "refs/tags/light", state_dir=state).fetch() == a
+    assert make_source(url, "refs/tags/light", state_dir=state).fetch() == a
 
-    pinned = Source(url, a, state_dir=tmp_path / "fresh")
+    pinned = make_source(url, a, state_dir=tmp_path / "fresh")
     assert pinned.check() == a  # nothing to ask the remote
     assert pinned.local_sha() is None
     assert pinned.fetch() == a and pinned.local_sha() == a
     assert pinned.read(a).files == {"v.yaml": b"1"}
 
     with pytest.raises(SourceError, match=r"^fetch: commit 1{40} not found"):
-        Source(url, "1" * 40, state_dir=state).fetch()
+        make_source(url, "1" * 40, state_dir=state).fetch()
     with pytest.raises(SourceError, match=r"^check: ref 'nope' not found on .*\(branches: main\)"):
-        Source(url, "nope", state_dir=state).check()
+        make_source(url, "nope", state_dir=state).check()
 
 
 def test_a_branch_wins_over_a_tag_of_the_same_name(remote_repo, git_daemon, tmp_path, logs):
     a = remote_repo.commit({"v.yaml": "1"})
     b = remote_repo.commit({"v.yaml": "2"})
     remote_repo.tag("main", a)
-    assert Source(git_daemon.url(remote_repo.path.name), "main", state_dir=tmp_path).fetch() == b
+    assert make_source(git_daemon.url(remote_repo.path.name), "main", state_dir=tmp_path).fetch() == b
     assert "both a branch and a tag" in logs.getvalue()
 
 
 def test_force_push_is_followed_and_logged(remote_repo, git_daemon, tmp_path, logs):
     a = remote_repo.commit({"v.yaml": "1"})
     b = remote_repo.commit({"v.yaml": "2"})
-    source = Source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path)
+    source = make_source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path)
     assert source.fetch() == b
     c = remote_repo.commit({"v.yaml": "3"}, parent=a)  # main now a -> c: b is gone
     assert source.fetch() == c
@@ -222,7 +232,7 @@ def test_force_push_is_followed_and_logged(remote_repo, git_daemon, tmp_path, lo
 def test_force_push_refused_keeps_the_last_good_commit(remote_repo, git_daemon, tmp_path):
     a = remote_repo.commit({"v.yaml": "1"})
     b = remote_repo.commit({"v.yaml": "2"})
-    source = Source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path, allow_rewrite=False)
+    source = make_source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path, allow_rewrite=False)
     assert source.fetch() == b
     c = remote_repo.commit({"v.yaml": "3"}, parent=a)
     with pytest.raises(SourceError, match=rf"^fetch: refs/heads/main was rewritten \(force-push\) from {b} "
@@ -238,9 +248,9 @@ def test_a_new_remote_url_starts_afresh_rather_than_reporting_a_rewrite(remotes_
     two = BareRepo.create(remotes_root / "two-of-two.git")
     one.commit({"v.yaml": "1"})
     other = two.commit({"w.yaml": "2"})
-    first = Source(git_daemon.url("one-of-two.git"), state_dir=tmp_path, allow_rewrite=False)
+    first = make_source(git_daemon.url("one-of-two.git"), state_dir=tmp_path, allow_rewrite=False)
     first.fetch()
-    moved = Source(git_daemon.url("two-of-two.git"), state_dir=tmp_path, allow_rewrite=False)
+    moved = make_source(git_daemon.url("two-of-two.git"), state_dir=tmp_path, allow_rewrite=False)
     assert moved.local_sha() is None
     assert moved.fetch() == other and moved.local_sha() == other
     assert "url = " + moved.url in (moved.mirror_path / "config").read_text()
@@ -254,7 +264,8 @@ def test_read_layers_paths_and_exposes_blob_ids(remote_repo, tmp_path):
     sha = remote_repo.commit({"base/routes.yaml": "r: 1\n", "base/deep/u.yaml": "u: 1\n",
                               "overlays/prod/routes.yaml": "r: 2\n", "overlays/dev/x.yaml": "x\n",
                               "top.yaml": "t\n"}, "layered\n\nbody")
-    source = Source(str(remote_repo.path), paths=["./base/", "overlays/prod", "top.yaml"], state_dir=tmp_path)
+    source = make_source(str(remote_repo.path), paths=["./base/", "overlays/prod", "top.yaml"],
+                         state_dir=tmp_path)
     files = source.read(source.fetch())
     assert files.subject == "layered"
     assert list(files.files) == ["base/deep/u.yaml", "base/routes.yaml", "overlays/prod/routes.yaml",
@@ -263,16 +274,16 @@ def test_read_layers_paths_and_exposes_blob_ids(remote_repo, tmp_path):
     assert files.blob_ids == {n: remote_repo.git("rev-parse", f"{sha}:{n}") for n in files.files}
 
     with pytest.raises(SourceError, match=r"^read: path 'nowhere' does not exist at commit"):
-        Source(str(remote_repo.path), paths=["nowhere"], state_dir=tmp_path).read(sha)
+        make_source(str(remote_repo.path), paths=["nowhere"], state_dir=tmp_path).read(sha)
     with pytest.raises(SourceError, match=r"^config: path '../x' leaves the repo"):
-        Source(str(remote_repo.path), paths=["../x"], state_dir=tmp_path)
+        make_source(str(remote_repo.path), paths=["../x"], state_dir=tmp_path)
 
 
 def test_read_works_with_the_remote_down(remotes_root, tmp_path):
     repo = BareRepo.create(remotes_root / "down.git")
     sha = repo.commit({"a.yaml": "a: 1\n"})
     with GitDaemon(remotes_root) as daemon:
-        source = Source(daemon.url("down.git"), state_dir=tmp_path)
+        source = make_source(daemon.url("down.git"), state_dir=tmp_path)
         source.fetch()
     with pytest.raises(SourceError, match="Connection refused"):
         source.check()
@@ -295,7 +306,7 @@ def test_read_input_uses_the_state_dir_mirror_or_a_temporary_one(remote_repo, tm
     other_sha = other.commit({"conf/b.yaml": "b: 1\n"})
     files = read_input(replace(settings, repo=str(other.path)))  # the state dir mirrors another remote
     assert (files.sha, files.files) == (other_sha, {"conf/b.yaml": b"b: 1\n"})
-    kept = Source(str(remote_repo.path), state_dir=tmp_path / "state")
+    kept = make_source(str(remote_repo.path), state_dir=tmp_path / "state")
     assert kept.mirror_url() == kept.url and kept.local_sha() == sha
 
 
@@ -307,12 +318,12 @@ def test_http_basic_auth(remote_repo, remotes_root, tmp_path):
     tip = remote_repo.commit({"a.yaml": "1"})
     with HttpGitServer(remotes_root, HttpAuth("deploy", "s3cret-pass")) as server:
         url = server.url(remote_repo.path.name)
-        good = Source(url, auth=GitAuth("deploy", Secret("s3cret-pass")), state_dir=tmp_path / "good")
+        good = make_source(url, auth=GitAuth("deploy", Secret("s3cret-pass")), state_dir=tmp_path / "good")
         assert good.check() == tip and good.fetch() == tip
-        in_url = Source(url.replace("http://", "http://deploy:s3cret-pass@"), state_dir=tmp_path / "url")
+        in_url = make_source(url.replace("http://", "http://deploy:s3cret-pass@"), state_dir=tmp_path / "url")
         assert in_url.fetch() == tip and in_url.url == url
         for auth in (GitAuth("deploy", Secret("wrong-pass")), GitAuth()):
-            bad = Source(url, auth=auth, state_dir=tmp_path / "bad")
+            bad = make_source(url, auth=auth, state_dir=tmp_path / "bad")
             with pytest.raises(SourceError, match=r"^check: .*authentication failed \(HTTP 401\)"):
                 bad.check()
             with pytest.raises(SourceError, match=r"^fetch: .*authentication failed \(HTTP 401\)"):
@@ -323,20 +334,21 @@ def test_http_bearer_token(remote_repo, remotes_root, tmp_path):
     tip = remote_repo.commit({"a.yaml": "1"})
     with HttpGitServer(remotes_root, HttpAuth(token="tok-abcdef")) as server:
         url = server.url(remote_repo.path.name)
-        assert Source(url, auth=GitAuth(token=Secret("tok-abcdef")), state_dir=tmp_path / "a").fetch() == tip
+        token = GitAuth(token=Secret("tok-abcdef"))
+        assert make_source(url, auth=token, state_dir=tmp_path / "a").fetch() == tip
         with pytest.raises(SourceError, match=r"authentication failed \(HTTP 401\)"):
-            Source(url, auth=GitAuth(token=Secret("tok-wrong")), state_dir=tmp_path / "b").fetch()
+            make_source(url, auth=GitAuth(token=Secret("tok-wrong")), state_dir=tmp_path / "b").fetch()
 
 
 def test_ssh_key_auth_and_strict_host_keys(remote_repo, ssh_git, tmp_path):
     tip = remote_repo.commit({"a.yaml": "1"})
     url = ssh_git.url(remote_repo.path)
     good = GitAuth(ssh_key_file=ssh_git.client_key, ssh_known_hosts_file=ssh_git.known_hosts)
-    assert Source(url, auth=good, state_dir=tmp_path / "a").fetch() == tip
+    assert make_source(url, auth=good, state_dir=tmp_path / "a").fetch() == tip
 
     unknown_key = replace(good, ssh_key_file=ssh_git.other_key)
     with pytest.raises(SourceError, match=r"^fetch: .*Permission denied \(publickey\)"):
-        Source(url, auth=unknown_key, state_dir=tmp_path / "b").fetch()
+        make_source(url, auth=unknown_key, state_dir=tmp_path / "b").fetch()
 
     wrong_host = replace(good, ssh_known_hosts_file=ssh_git.wrong_known_hosts)
     empty_known_hosts = tmp_path / "empty_known_hosts"
@@ -344,7 +356,7 @@ def test_ssh_key_auth_and_strict_host_keys(remote_repo, ssh_git, tmp_path):
     for auth in (wrong_host, replace(good, ssh_known_hosts_file=empty_known_hosts)):
         started = time.monotonic()
         with pytest.raises(SourceError, match=r"^check: .*Host key verification failed"):
-            Source(url, auth=auth, state_dir=tmp_path / "c", timeout=20).check()
+            make_source(url, auth=auth, state_dir=tmp_path / "c", timeout=20).check()
         assert time.monotonic() - started < 5, "a host key problem must fail at once, never prompt"
 
 
@@ -359,13 +371,13 @@ def test_credentials_never_reach_the_mirror_logs_or_errors(remote_repo, remotes_
             HttpGitServer(remotes_root, HttpAuth(token=token)) as bearer, \
             HttpGitServer(remotes_root, HttpAuth(user_token, "")) as token_as_user:
         name = remote_repo.path.name
-        Source(basic.url(name), auth=GitAuth("deploy", Secret(password)), state_dir=state).fetch()
-        Source(basic.url(name).replace("//", f"//deploy:{password}@"), state_dir=state).fetch()
-        Source(bearer.url(name), auth=GitAuth(token=Secret(token)), state_dir=state).fetch()
-        Source(token_as_user.url(name).replace("//", f"//{user_token}@"), state_dir=state).fetch()
-        for source in (Source(basic.url(name), auth=GitAuth("deploy", Secret(wrong)), state_dir=state),
-                       Source(basic.url(name).replace("//", f"//deploy:{wrong}@"), state_dir=state),
-                       Source(bearer.url(name), auth=GitAuth(token=Secret(wrong)), state_dir=state)):
+        make_source(basic.url(name), auth=GitAuth("deploy", Secret(password)), state_dir=state).fetch()
+        make_source(basic.url(name).replace("//", f"//deploy:{password}@"), state_dir=state).fetch()
+        make_source(bearer.url(name), auth=GitAuth(token=Secret(token)), state_dir=state).fetch()
+        make_source(token_as_user.url(name).replace("//", f"//{user_token}@"), state_dir=state).fetch()
+        for source in (make_source(basic.url(name), auth=GitAuth("deploy", Secret(wrong)), state_dir=state),
+                       make_source(basic.url(name).replace("//", f"//deploy:{wrong}@"), state_dir=state),
+                       make_source(bearer.url(name), auth=GitAuth(token=Secret(wrong)), state_dir=state)):
             for operation in (source.check, source.fetch):
                 with pytest.raises(SourceError) as caught:
                     operation()
@@ -419,7 +431,7 @@ def policy_source(policy: str, repo: BareRepo, keys: dict, state: Path) -> Sourc
     trust = {"ssh": {"allowed_signers_file": keys["allowed"]},
              "gpg": {"gpg_key_ids": [keys["fpr"][-16:]], "gpg_keyring_file": keys["keyring"]}}
     options = trust.get(policy, {})
-    return Source(str(repo.path), state_dir=state, verify=policy, **options)
+    return make_source(str(repo.path), state_dir=state, verify=policy, **options)
 
 
 def test_signature_policies(remote_repo, keys, tmp_path):
@@ -445,7 +457,7 @@ def test_signature_policies(remote_repo, keys, tmp_path):
     for policy, passing in accepted.items():
         source = policy_source(policy, remote_repo, keys, tmp_path / policy)
         for sha in commits.values():  # forging moved main: fetch each commit by its SHA
-            Source(str(remote_repo.path), sha, state_dir=source.state_dir).fetch()
+            make_source(str(remote_repo.path), sha, state_dir=source.state_dir).fetch()
         for name, sha in commits.items():
             if name in passing:
                 source.verify(sha)
@@ -462,11 +474,11 @@ def test_signature_policies(remote_repo, keys, tmp_path):
 
 def test_policy_needs_explicit_trust(remote_repo, tmp_path):
     with pytest.raises(SourceError, match=r'^config: verify = "ssh" needs allowed_signers_file'):
-        Source(str(remote_repo.path), state_dir=tmp_path, verify="ssh")
+        make_source(str(remote_repo.path), state_dir=tmp_path, verify="ssh")
     with pytest.raises(SourceError, match=r'^config: verify = "gpg" needs gpg_key_ids'):
-        Source(str(remote_repo.path), state_dir=tmp_path, verify="gpg")
+        make_source(str(remote_repo.path), state_dir=tmp_path, verify="gpg")
     with pytest.raises(SourceError, match=r"16\+ hex digits\): DEADBEEF"):
-        Source(str(remote_repo.path), state_dir=tmp_path, verify="gpg", gpg_key_ids=["deadbeef"])
+        make_source(str(remote_repo.path), state_dir=tmp_path, verify="gpg", gpg_key_ids=["deadbeef"])
 
 
 def test_expired_ssh_signer_is_not_trusted(remote_repo, keys, tmp_path):
@@ -474,7 +486,8 @@ def test_expired_ssh_signer_is_not_trusted(remote_repo, keys, tmp_path):
     line = keys["allowed"].read_text()
     expired = tmp_path / "allowed_expired"
     expired.write_text(line.replace('namespaces="git"', 'namespaces="git",valid-before="20200101"'))
-    source = Source(str(remote_repo.path), state_dir=tmp_path, verify="ssh", allowed_signers_file=expired)
+    source = make_source(str(remote_repo.path), state_dir=tmp_path, verify="ssh",
+                         allowed_signers_file=expired)
     source.fetch()
     with pytest.raises(SourceError, match="no usable key in allowed signers"):
         source.verify(sha)
@@ -490,7 +503,7 @@ def test_a_hung_remote_times_out(kind, ssh_git, tmp_path):
         url = {"git": f"git://127.0.0.1:{hung.port}/r.git", "http": f"http://127.0.0.1:{hung.port}/r.git",
                "ssh": f"ssh://{ssh_git.user}@127.0.0.1:{hung.port}/r.git"}[kind]
         auth = GitAuth(ssh_key_file=ssh_git.client_key, ssh_known_hosts_file=ssh_git.known_hosts)
-        source = Source(url, auth=auth, state_dir=tmp_path, timeout=0.5)
+        source = make_source(url, auth=auth, state_dir=tmp_path, timeout=0.5)
         for stage, operation in (("check", source.check), ("fetch", source.fetch)):
             started = time.monotonic()
             with pytest.raises(SourceError, match=rf"^{stage}: .*no answer within 0.5s") as caught:
@@ -503,7 +516,7 @@ def test_a_hung_remote_leaves_the_mirror_intact(remotes_root, tmp_path):
     repo = BareRepo.create(remotes_root / "hangs.git")
     sha = repo.commit({"a.yaml": "a: 1\n"})
     with GitDaemon(remotes_root) as daemon:
-        source = Source(daemon.url("hangs.git"), state_dir=tmp_path, timeout=0.5)
+        source = make_source(daemon.url("hangs.git"), state_dir=tmp_path, timeout=0.5)
         assert source.fetch() == sha
     repo.commit({"a.yaml": "a: 2\n"})
     with HungServer(daemon.port), pytest.raises(SourceError, match="no answer within"):
@@ -515,7 +528,7 @@ def test_a_held_mirror_lock_fails_a_second_fetch_cleanly(remote_repo, tmp_path):
     import fcntl
 
     remote_repo.commit({"a.yaml": "1"})
-    source = Source(str(remote_repo.path), state_dir=tmp_path, timeout=0.3)
+    source = make_source(str(remote_repo.path), state_dir=tmp_path, timeout=0.3)
     source.fetch()
     with open(source.mirror_path / "gitsync.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
@@ -526,7 +539,7 @@ def test_a_held_mirror_lock_fails_a_second_fetch_cleanly(remote_repo, tmp_path):
 def test_leftovers_of_a_killed_fetch_do_not_break_the_next(remote_repo, tmp_path):
     """The states a SIGKILL can leave: a ref lock, a temp pack, a pack renamed in without its index."""
     a = remote_repo.commit({"a.yaml": "1"})
-    source = Source(str(remote_repo.path), state_dir=tmp_path)
+    source = make_source(str(remote_repo.path), state_dir=tmp_path)
     source.fetch()
     b = remote_repo.commit({"a.yaml": "2"})
     mirror = source.mirror_path
@@ -543,8 +556,9 @@ def test_leftovers_of_a_killed_fetch_do_not_break_the_next(remote_repo, tmp_path
 KILLED_FETCH = """
 import sys
 from pathlib import Path
+from gitsync.gitremote import Remote
 from gitsync.source import Source
-Source(sys.argv[1], state_dir=Path(sys.argv[2])).fetch()
+Source(Remote.of(sys.argv[1]), state_dir=Path(sys.argv[2])).fetch()
 """
 
 
@@ -571,11 +585,11 @@ def test_sigkill_during_a_big_fetch_then_a_clean_fetch(remotes_root, git_daemon,
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
-        source = Source(url, state_dir=state)
+        source = make_source(url, state_dir=state)
         assert source.local_sha() in (None, tip)
     assert kills == 2, "the fetch ended before it could be killed: make the repo bigger"
 
-    source = Source(url, state_dir=state)
+    source = make_source(url, state_dir=state)
     assert source.fetch() == tip and source.local_sha() == tip
     git("fsck", "--full", "--no-dangling", cwd=mirror)
     assert len(source.read(tip).files) == 3000

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from gitsync import log as gslog
+from gitsync.commands import status as status_command
+from gitsync.gitremote import Remote
 from gitsync.settings import Settings, load
 from gitsync.state import StateDir
 from gitsync.writeback import (
@@ -21,12 +23,12 @@ from gitsync.writeback import (
     GatewayStatus,
     StatusReport,
     WriteBack,
+    WriteBackOptions,
     fleet_table,
     merge_note,
     parse_note,
     read_fleet,
     render_section,
-    status_command,
     summary_text,
 )
 from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
@@ -55,8 +57,8 @@ def failure(agent: str, commit: str, errors: list[str] | None = None, *, when: d
                            "routes.yaml:3:5: routes[r1].upstream_id: upstream u9 does not exist"])
 
 
-def writer(url: str, work: Path, **kwargs) -> WriteBack:
-    return WriteBack(url, None, work, **kwargs)
+def writer(url: str, work: Path, *, timeout: float = 30.0, **options) -> WriteBack:
+    return WriteBack(Remote.of(url, timeout=timeout), work, WriteBackOptions(**options))
 
 
 def status_commits(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
@@ -112,7 +114,7 @@ def test_each_agent_keeps_its_own_file(config_repo, git_daemon, tmp_path):
     assert writer(url, tmp_path / "b").publish_status(report("edge-b", sha, result="failed"))
     assert agent_files(repo) == ["edge-a.yaml", "edge-b.yaml"]
 
-    fleet = read_fleet(url, None, "gitsync/status", tmp_path / "fleet")
+    fleet = read_fleet(Remote.of(url), "gitsync/status", tmp_path / "fleet")
     assert [(d["agent"], d["commit"], d["result"]) for d in fleet] == [
         ("edge-a", sha, "applied"), ("edge-b", sha, "failed")]
     table = fleet_table(fleet, NOW + timedelta(hours=2)).splitlines()
@@ -159,7 +161,7 @@ def test_a_moved_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_path):
                 assert other.publish_status(report("edge-other", sha))
             return super()._status_commit(work, tip, rep)
 
-    raced = RacedWriteBack(url, None, tmp_path / "raced")
+    raced = RacedWriteBack(Remote.of(url), tmp_path / "raced")
     assert raced.publish_status(report("edge-raced", sha)) is True
     assert raced.failures == 0 and raced.conflicts == 1
     assert agent_files(repo) == [
@@ -370,7 +372,7 @@ def test_from_settings_auto_mode(tmp_path, flags, enabled):
     assert (wb is not None) is enabled
     if wb is not None:
         assert wb.work_dir == tmp_path / "state" / "writeback"
-        assert wb.stop_when_denied is (flags.get("writeback", "auto") == "auto")
+        assert wb.options.stop_when_denied is (flags.get("writeback", "auto") == "auto")
         assert "s3cret-pass" not in wb.url
 
 

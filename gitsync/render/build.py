@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsync.kinds import KINDS, VERSION_SUFFIX, item_id
+from gitsync.kinds import KINDS, REPO_ONLY_KINDS, VERSION_SUFFIX, item_id
 from gitsync.problems import Location, Problem
 from gitsync.render.load import Document, Pos
 from gitsync.render.sourcemap import ItemSource, describe
@@ -59,7 +59,7 @@ def _top_level_problems(loaded: Loaded) -> tuple[list[Problem], list[str]]:
     problems: list[Problem] = []
     kinds: list[str] = []
     for key, value in data.items():
-        if key in KINDS:
+        if key in KINDS or key in REPO_ONLY_KINDS:
             if value is None or value == {}:
                 continue  # `routes:` with nothing under it, or APISIX's GET rendering of an empty list
             if not isinstance(value, list):
@@ -75,15 +75,15 @@ def _top_level_problems(loaded: Loaded) -> tuple[list[Problem], list[str]]:
                                     "it has no effect in API-driven mode; remove it",
                                     at(doc.key_pos.get(key))))
         else:
-            hint = _hint(key) or f" (expected one of: {', '.join(KINDS)})"
+            hint = _hint(key) or f" (expected one of: {', '.join((*KINDS, *REPO_ONLY_KINDS))})"
             problems.append(Problem(f"unknown top-level key {key!r}{hint}", at(doc.key_pos.get(key))))
     return problems, kinds
 
 
 def build(documents: list[Loaded]) -> Built:
     """Concatenate every document's items per kind, in layer and path order, replacing across layers."""
-    payload: dict[str, list[Any]] = {kind: [] for kind in KINDS}
-    sources: dict[str, list[ItemSource]] = {kind: [] for kind in KINDS}
+    payload: dict[str, list[Any]] = {kind: [] for kind in (*KINDS, *REPO_ONLY_KINDS)}
+    sources: dict[str, list[ItemSource]] = {kind: [] for kind in (*KINDS, *REPO_ONLY_KINDS)}
     # (kind, id) → (index in payload[kind], layer)
     seen: dict[tuple[str, str], tuple[int, int]] = {}
     problems: list[Problem] = []
@@ -110,6 +110,7 @@ def build(documents: list[Loaded]) -> Built:
                     first = sources[kind][earlier[0]]
                     what = "username" if kind == "consumers" and "/credentials/" not in ident \
                         and isinstance(item, dict) and "id" not in item else "id"
+                    what = "name" if kind in REPO_ONLY_KINDS else what
                     problems.append(Problem(
                         f"duplicate {what} {ident!r} in {kind}: also at {Location(first.file, *first.pos)}",
                         Location(loaded.file, *pos), kind, ident))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gitsync.checks import CHECKS, Check, parse_checks
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
@@ -31,6 +32,7 @@ class Rendered:
     payload: dict[str, list[dict]]
     source_map: SourceMap
     secret_values: frozenset[str]
+    checks: tuple[Check, ...] = ()  # health checks of the commit (gitsync.checks); not pushed
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -162,9 +164,13 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 loaded.append(Loaded(name, layer, doc, content))
     built = build(loaded)
     source_map = SourceMap(files, built.sources, positions)
-    problems = built.problems + validate(built.payload, source_map, options, complete, facts,
-                                                unsubstituted)
+    def check_field(index: int, path: tuple[str | int, ...]) -> Location | None:
+        return source_map.problem(CHECKS, index, "", path).location
+
+    checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
+    problems = built.problems + check_problems + validate(built.payload, source_map, options, complete, facts,
+                                                          unsubstituted)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
         raise ProblemsError(stage, [_redacted(p) for p in _sorted(render_problems + problems)])
-    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values))
+    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks))

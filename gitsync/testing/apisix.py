@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import http.cookies
 import ipaddress
 import json
@@ -98,6 +99,7 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str | None = "application/json"
     cors: bool = True  # the preflight carries its own CORS set
+    upstream: dict[str, Any] | None = None  # the data plane's matched upstream (for `forward`)
 
 
 def _error(status: int, message: str) -> Reply:
@@ -243,8 +245,9 @@ class ApisixDouble:
 
     def __init__(self, admin_key: str = "test-admin-key", *, viewer_key: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, proxy: bool = True, version: str = "3.18.0",
-                 proxy_port: int = 0) -> None:
+                 proxy_port: int = 0, forward: bool = False) -> None:
         self.admin_key = admin_key
+        self.forward = forward  # the data plane proxies to the upstream's first node (else it echoes)
         self.viewer_key = viewer_key
         self.host = host
         self.version = version
@@ -667,11 +670,13 @@ class ApisixDouble:
     # ---------------------------------------------------------------- data plane
 
     def _serve_proxy(self, h: _Handler) -> None:
-        h.read_body()
+        body = h.read_body()
         path = h.path.partition("?")[0]
         host = (h.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
         with self._lock:
             reply = self._proxy_reply(h.command, path, host, h.client_address[0])
+        if self.forward and reply.status == 200 and reply.upstream is not None:
+            reply = _forward(h, body, reply.upstream)
         self.proxy_requests.append((h.command, path, reply.status))
         h.reply(reply, cors=False)
 
@@ -710,7 +715,7 @@ class ApisixDouble:
             headers.append(("X-Service-Id", lua_tostring(service.get("id", ""))))
         answer = {"route_id": route_id, "upstream_id": upstream_id, "uri": path, "host": host,
                   "route": route, "upstream": upstream}
-        return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers))
+        return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers), upstream=upstream)
 
     def _match_route(self, method: str, path: str, host: str,
                      client: str) -> tuple[str, dict[str, Any]] | None:
@@ -762,6 +767,44 @@ class ApisixDouble:
         return False
 
 
+def _first_node(upstream: Mapping[str, Any]) -> tuple[str, int] | None:
+    nodes = upstream.get("nodes")
+    if isinstance(nodes, dict) and nodes:
+        address = next(iter(nodes))
+    elif isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
+        address = f"{nodes[0].get('host')}:{nodes[0].get('port', 80)}"
+    else:
+        return None
+    host, _, port = str(address).rpartition(":")
+    return (host.strip("[]"), int(port)) if port.isdigit() else (str(address), 80)
+
+
+def _forward(h: _Handler, body: bytes, upstream: Mapping[str, Any]) -> Reply:
+    """Proxy the request to the upstream's first node as nginx would: its answer, or 502 when the node
+    does not answer (504 when it answers too slowly)."""
+    node = _first_node(upstream)
+    if node is None:
+        return _page(503)
+    skip = {"host", "connection", "content-length", "transfer-encoding"}
+    headers = {k: v for k, v in h.headers.items() if k.lower() not in skip}
+    timeouts = upstream.get("timeout") if isinstance(upstream.get("timeout"), dict) else {}
+    connection = http.client.HTTPConnection(*node, timeout=timeouts.get("read", 6))
+    try:
+        connection.request(h.command, h.path, body=body or None,
+                           headers={**headers, "Host": h.headers.get("Host", "")})
+        answer = connection.getresponse()
+        data = answer.read()
+    except TimeoutError:
+        return _page(504)
+    except OSError:
+        return _page(502)
+    finally:
+        connection.close()
+    hop = ("content-length", "transfer-encoding", "connection", "content-type", "server")
+    kept = tuple((k, v) for k, v in answer.getheaders() if k.lower() not in hop)
+    return Reply(answer.status, data, kept, content_type=answer.getheader("Content-Type"), cors=False)
+
+
 def _remote_matches(route: Mapping[str, Any], client: str) -> bool:
     addrs = route.get("remote_addrs") if isinstance(route.get("remote_addrs"), list) else (
         [route["remote_addr"]] if isinstance(route.get("remote_addr"), str) else None)
@@ -790,6 +833,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admin-key", required=True, help="the admin role's key")
     parser.add_argument("--viewer-key", help="a viewer role's key (GET only)")
     parser.add_argument("--proxy-listen", help="data plane address, e.g. 127.0.0.1:9080")
+    parser.add_argument("--forward-upstreams", action="store_true", help="the data plane proxies to each "
+                        "upstream's first node (else it answers with an echo of the matched route)")
     parser.add_argument("--version", default="3.18.0", dest="apisix_version",
                         help="APISIX version to emulate (3.13.0 … 3.18.0, default %(default)s)")
     args = parser.parse_args(argv)
@@ -799,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--proxy-listen must use the same host as --listen")
     double = ApisixDouble(args.admin_key, viewer_key=args.viewer_key, host=host, port=port,
                           proxy=bool(args.proxy_listen), proxy_port=proxy_port,
-                          version=args.apisix_version).start()
+                          version=args.apisix_version, forward=args.forward_upstreams).start()
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())

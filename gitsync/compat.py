@@ -1,0 +1,89 @@
+"""Every use of dulwich's private API, in one place.
+
+dulwich is pinned below 2; these pieces reach past its public surface because the public one
+cannot do what gitsync needs. `tests/test_compat.py` checks each against the installed dulwich and
+fails loudly, naming the piece, when dulwich changes it: review the piece, then update the recorded
+fingerprint.
+
+- `TimeoutTCPGitClient`: ``git://`` with a timeout. dulwich's `TCPGitClient` opens its socket
+  without one, so a silent daemon would hang a fetch forever; this is its ``_connect`` for the
+  direct (no proxy) case with the socket made by ``socket.create_connection(..., timeout)``.
+- `remove_pack`: drop a pack from a disk object store (its cache entry, mmaps and files). The
+  mirror merges the small packs incremental fetches leave; dulwich's public ``repack()`` would
+  hold every object of the mirror in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+from collections.abc import Callable
+from typing import IO
+
+from dulwich.client import TCPGitClient
+from dulwich.object_store import DiskObjectStore
+from dulwich.pack import Pack
+from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, DEFAULT_GIT_PROTOCOL_VERSION_SEND, Protocol
+
+#: sha256 of the source of each dulwich method copied or called here, as last reviewed (dulwich 1.2.21).
+REVIEWED: dict[str, str] = {
+    "dulwich.client.TCPGitClient._connect":
+        "a2b90669dd4c89d1e22b1bfd690b9a8a69c568850af65468006171ffab3b1bb1",
+    "dulwich.object_store.DiskObjectStore._remove_pack":
+        "37168609d04c0ecfe226bff964d7c1e51a01e97469f2a68dad316e37b794ffce",
+}
+
+
+class TimeoutTCPGitClient(TCPGitClient):
+    """``git://`` with a timeout on connect and on every read."""
+
+    def __init__(self, host: str, port: int | None, timeout: float) -> None:
+        super().__init__(host, port)
+        self.timeout = timeout
+
+    def _connect(
+        self, cmd: bytes, path: str | bytes, protocol_version: int | None = None
+    ) -> tuple[Protocol, Callable[[], bool], IO[bytes] | None]:
+        if not isinstance(path, bytes):
+            path = path.encode(self._remote_path_encoding)
+        sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        rfile = sock.makefile("rb", -1)
+        wfile = sock.makefile("wb", 0)
+
+        def close() -> None:
+            rfile.close()
+            wfile.close()
+            sock.close()
+
+        def shutdown_write() -> None:
+            wfile.flush()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+
+        proto = Protocol(rfile.read, wfile.write, close, report_activity=self._report_activity,
+                         shutdown_write=shutdown_write)
+        if path.startswith(b"/~"):
+            path = path[1:]
+        if cmd == b"upload-pack":
+            self.protocol_version = (DEFAULT_GIT_PROTOCOL_VERSION_FETCH if protocol_version is None
+                                     else protocol_version)
+        else:
+            self.protocol_version = DEFAULT_GIT_PROTOCOL_VERSION_SEND
+        version = b"\0\0version=%d\0" % self.protocol_version if (
+            cmd == b"upload-pack" and self.protocol_version == 2) else b""
+        proto.send_cmd(b"git-" + cmd, path, b"host=" + self._host.encode("ascii") + version)
+
+        def can_read() -> bool:
+            return bool(select.select([sock], [], [], 0)[0])
+
+        return proto, can_read, None
+
+
+def remove_pack(store: DiskObjectStore, pack: Pack) -> None:
+    """Remove `pack` from `store`: dulwich's own removal (its pack cache, the mmaps, the files)."""
+    store._remove_pack(pack)
+
+
+__all__ = ["TimeoutTCPGitClient", "remove_pack"]

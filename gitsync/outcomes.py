@@ -1,0 +1,70 @@
+"""What a sync can end in: the vocabulary shared by the agent, its state, metrics, logs and write-back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gitsync.push import GatewayResult
+
+
+class SyncResult(StrEnum):
+    NOOP = "noop"  # every gateway already held the target
+    APPLIED = "applied"  # a new commit is live on every gateway that answered
+    HEALED = "healed"  # the last good commit was given back to gateways that lost it or were behind
+    FAILED = "failed"  # a commit was refused, or a gateway could not be brought to the target
+    SKIPPED = "skipped"  # the remote's tip is a commit already refused; the last good one stays live
+    FETCH_FAILED = "fetch_failed"  # the git remote could not be asked; the gateways were fine
+    DRIFT_REPORTED = "drift_reported"  # drift = "report": a gateway drifted and was left as it is
+    DEFERRED = "deferred"  # a target to apply, but every gateway that needs it is busy or backing off
+    CANARY = "canary"  # a new commit went to the canary gateway alone (rollout = canary)
+    SOAKING = "soaking"  # the canary runs the new commit; the other gateways follow when the soak ends
+
+    @property
+    def ok(self) -> bool:
+        """Every gateway holds the remote's commit, or is on its way there through a canary (a
+        known-bad tip is not ok)."""
+        return self in (SyncResult.NOOP, SyncResult.APPLIED, SyncResult.HEALED, SyncResult.CANARY,
+                        SyncResult.SOAKING)
+
+
+class Stage(StrEnum):
+    """Where a sync stopped, or where a commit was refused."""
+
+    FETCH = "fetch"
+    VERIFY = "verify"
+    RENDER = "render"
+    VALIDATE = "validate"
+    GUARD = "guard"  # the deletion guard refused the commit
+    PUSH = "push"
+    HEALTH = "health"  # a health check failed after the push
+    DRIFT = "drift"
+    KNOWN_BAD = "known bad"
+
+    @property
+    def refuses_commit(self) -> bool:
+        """A failure at this stage is the commit's own: it is marked bad and not retried."""
+        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.GUARD, Stage.PUSH, Stage.HEALTH)
+
+
+@dataclass
+class SyncOutcome:
+    """What one sync did: the data behind logs, state, metrics, status commits and notes."""
+
+    reason: str
+    result: SyncResult
+    commit: str | None = None
+    subject: str = ""
+    stage: Stage | None = None
+    problems: list[str] = field(default_factory=list)
+    gateways: list[GatewayResult] = field(default_factory=list)
+    drifted: list[str] = field(default_factory=list)  # gateways found to have lost the target
+    wake_at: float | None = None  # time.time() at which a sync should run again (the canary's soak)
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+
+__all__ = ["Stage", "SyncOutcome", "SyncResult"]

@@ -1,0 +1,121 @@
+"""The gateway client against gateways that misbehave at the socket level: every request ends by its
+deadline and every answer within its size limit, whatever the other side does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+import pytest
+
+from gitsync.gateway import Endpoint, Gateway, GatewayProtocolError, GatewayUnavailable
+from gitsync.push import RetryPolicy, SyncStatus, sync_gateway
+from gitsync.settings import Secret
+from gitsync.testing.apisix import ApisixDouble
+
+KEY = "test-admin-key"
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+
+
+@contextmanager
+def raw_server(serve: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that hands each connection to `serve` in a thread of its own."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=_serve_quietly, args=(serve, conn, stop), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def _serve_quietly(serve: Callable[[socket.socket], None], conn: socket.socket,
+                   stop: threading.Event) -> None:
+    with conn:
+        try:
+            conn.recv(65536)  # the request (small)
+            serve(conn)
+        except OSError:
+            pass  # the client gave up: what these tests want
+
+
+def dripping(conn: socket.socket) -> None:
+    """Headers promising a body, then one byte every 0.3 s, for a minute."""
+    conn.sendall(HEADERS % 1000)
+    for _ in range(200):
+        conn.sendall(b" ")
+        time.sleep(0.3)
+
+
+def silent_headers(conn: socket.socket) -> None:
+    """The status line, then one header byte at a time, never finishing the headers."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(200):
+        conn.sendall(b"X")
+        time.sleep(0.3)
+
+
+def endless(conn: socket.socket) -> None:
+    """A JSON body without end: 64 KiB chunks as fast as the client reads."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"[" * 65536
+    for _ in range(100_000):
+        conn.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+
+
+@pytest.mark.parametrize("serve", [dripping, silent_headers], ids=["body", "headers"])
+def test_a_gateway_that_drips_its_answer_costs_one_deadline(serve: Callable[[socket.socket], None]) -> None:
+    with raw_server(serve) as url, Gateway(Endpoint(url, Secret(KEY), timeout=1.0)) as gateway:
+        started = time.monotonic()
+        with pytest.raises(GatewayUnavailable, match="timed out: no complete answer within 1s"):
+            gateway.get_config()
+        assert time.monotonic() - started < 1.6
+
+
+def test_a_sync_against_a_dripping_gateway_is_bounded_by_attempts_times_the_deadline() -> None:
+    retry = RetryPolicy(attempts=2, unavailable_base=0.1, cap=0.2, probe_every=0.1)
+    with raw_server(dripping) as url:
+        started = time.monotonic()
+        result = sync_gateway(Endpoint(url, Secret(KEY), timeout=0.5), {"routes": []}, retry=retry)
+    assert result.status is SyncStatus.FAILED and result.attempts == 2
+    assert time.monotonic() - started < 2 * 0.5 + 0.2 + 1.5  # two deadlines, a pause, and slack
+
+
+def test_an_endless_answer_is_cut_at_the_size_limit() -> None:
+    endpoint = Endpoint("", Secret(KEY), timeout=30, max_answer=2 << 20)
+    with raw_server(endless) as url, Gateway(replace(endpoint, url=url)) as gw:
+        started = time.monotonic()
+        with pytest.raises(GatewayProtocolError, match=f"larger than {2 << 20} bytes"):
+            gw.get_config()
+        assert time.monotonic() - started < 10
+
+
+def test_the_client_lives_across_requests_on_one_connection(apisix: ApisixDouble) -> None:
+    with Gateway(Endpoint(apisix.url, Secret(KEY))) as gateway:
+        for _ in range(5):
+            gateway.head_config()
+            gateway.get_config()
+        assert len(apisix.requests) == 10 and gateway._http.connections == 1  # one kept-alive connection
+
+
+def test_an_error_names_the_request_not_the_gateway_twice(apisix: ApisixDouble) -> None:
+    result = sync_gateway(Endpoint(apisix.url, Secret("not-the-key-1234")), {"routes": []})
+    assert result.summary().count(apisix.url) == 1
+    assert result.summary().startswith(f"{apisix.url}: failed: GET /apisix/admin/configs refused (401)")

@@ -1,0 +1,149 @@
+"""The deletion guard: the pure verdict, and `gitsync sync --once` / `diff` as real processes against
+the double and a real git remote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.testing.apisix import ApisixDouble
+from tests.agents import ADMIN_KEY, repo_url
+from tests.gitservers import git
+from tests.support import run_gitsync
+
+
+def routes(n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"r{i}", "uri": f"/r{i}", "upstream_id": "u"} for i in range(start, start + n)]
+
+
+@pytest.mark.parametrize(("live", "desired", "refused"), [
+    (20, 0, "it would leave routes empty"),
+    (1, 0, "it would leave routes empty"),  # even one item: emptying a kind is never silent
+    (20, 8, "it would delete 12 routes, more than 10"),  # 60 %: over max(25 % of 20, 10)
+    (20, 18, None),  # 10 %
+    (100, 70, "it would delete 30 routes, more than 25"),
+    (100, 75, None),  # exactly 25 %
+    (12, 2, None),  # 10 items: always allowed
+])
+def test_the_verdict(live: int, desired: int, refused: str | None) -> None:
+    verdict = check_deletions({"routes": routes(desired)}, {"routes": routes(live)}, ["routes"],
+                              GuardPolicy())
+    (change,) = verdict.kinds
+    assert (change.live, change.after, change.deleted) == (live, desired, live - desired)
+    assert change.refused == refused
+
+
+def test_the_described_line_and_the_allowances() -> None:
+    live = {"routes": routes(812), "upstreams": [{"id": "u"}]}
+    verdict = check_deletions({"upstreams": [{"id": "u"}]}, live, ["routes", "upstreams"], GuardPolicy())
+    assert verdict.problems == ['routes: 812 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes" '
+                                "(it would leave routes empty)"]
+    for allowed in ({"routes"}, {"all"}):
+        assert not check_deletions({}, live, ["routes"], GuardPolicy(allowed=frozenset(allowed))).refused
+    assert not check_deletions({}, live, ["routes"], GuardPolicy(enabled=False)).refused
+    (upstreams,) = check_deletions({}, live, ["upstreams"], GuardPolicy()).kinds
+    assert upstreams.refused == "it would leave upstreams empty"
+    per_kind = GuardPolicy(per_kind={"routes": 0.5})  # 406 of 812 may go
+    assert not check_deletions({"routes": routes(406)}, live, ["routes"], per_kind).refused
+    assert check_deletions({"routes": routes(405)}, live, ["routes"], per_kind).refused
+
+
+def test_unmanaged_kinds_are_not_looked_at() -> None:
+    assert check_deletions({}, {"secrets": [{"id": "vault/a"}]}, ["routes"], GuardPolicy()).kinds == ()
+
+
+@pytest.mark.parametrize(("message", "kinds"), [
+    ("Drop the legacy API\n\nGitsync-Allow-Delete: routes, upstreams\n", {"routes", "upstreams"}),
+    ("x\n\ngitsync-allow-delete: all\n", {"all"}),
+    ("x\n\nGitsync-Allow-Delete: routes\nGitsync-Allow-Delete: ssls\n", {"routes", "ssls"}),
+    ("x\n\nGitsync-Allow-Delete: nonsense\n", set()),
+    ("Mentions Gitsync-Allow-Delete: routes in the middle of a line", set()),
+])
+def test_trailers(message: str, kinds: set[str]) -> None:
+    assert allowed_kinds(message) == kinds
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real processes
+
+
+def route_file(n: int, start: int = 0) -> str:
+    lines = ["upstreams:", "  - id: u", "    nodes: {'127.0.0.1:1980': 1}", "routes:"]
+    for i in range(start, start + n):
+        lines += [f"  - id: r{i}", f"    uri: /r{i}", "    upstream_id: u"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def once(tmp_path: Path, git_daemon, remote_repo, apisix: ApisixDouble):
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+
+    def run(command: str = "sync", *extra: str):
+        once_flag = ["--once"] if command == "sync" else []
+        return run_gitsync(command, *once_flag, "--repo", repo_url(git_daemon, remote_repo), "--gateway",
+                           apisix.url, "--admin-key-file", str(key), "--state-dir", str(tmp_path / "state"),
+                           *extra)
+
+    return run
+
+
+def live_routes(apisix: ApisixDouble) -> int:
+    return len(apisix.config().get("routes") or [])
+
+
+@pytest.mark.parametrize("emptied", ["", "---\n", "# nothing left\n"])
+def test_an_emptied_commit_is_refused_and_its_trailer_lets_it_through(once, remote_repo, apisix, emptied):
+    remote_repo.commit({"conf/routes.yaml": route_file(20)}, "twenty routes")
+    assert once().returncode == 0 and live_routes(apisix) == 20
+    puts = len(apisix.put_bodies)
+
+    bad = remote_repo.commit({"conf/routes.yaml": emptied}, "truncated by accident")
+    result = once()
+    assert result.returncode == 1
+    assert "failed at guard" in result.stderr
+    assert 'routes: 20 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes"' in result.stderr
+    assert len(apisix.put_bodies) == puts and live_routes(apisix) == 20  # nothing pushed
+    note = git("--git-dir", str(remote_repo.path), "notes", "--ref=gitsync", "show", bad)
+    assert "stage: guard" in note and "refused: add" in note
+
+    diff = once("diff")
+    assert diff.returncode == 2 and "the deletion guard would refuse" in diff.stderr
+
+    remote_repo.commit({"conf/routes.yaml": emptied},
+                       "Retire every route\n\nGitsync-Allow-Delete: routes, upstreams")
+    assert once().returncode == 0
+    assert live_routes(apisix) == 0
+
+
+def test_a_60_percent_deletion_is_refused_and_a_10_percent_one_applied(once, remote_repo, apisix):
+    remote_repo.commit({"conf/routes.yaml": route_file(20)}, "twenty routes")
+    assert once().returncode == 0
+    remote_repo.commit({"conf/routes.yaml": route_file(8)}, "twelve gone")
+    refused = once()
+    assert refused.returncode == 1 and "routes: 20 → 8 (−60 %)" in refused.stderr
+    assert live_routes(apisix) == 20
+    diff = once("diff")
+    assert diff.returncode == 2 and "guard: routes: 20 → 18 (−10 %)" not in diff.stdout
+    remote_repo.commit({"conf/routes.yaml": route_file(18)}, "two gone")
+    diff = once("diff")
+    assert diff.returncode == 1 and "guard: routes: 20 → 18 (−10 %)" in diff.stdout
+    assert once().returncode == 0 and live_routes(apisix) == 18
+
+
+def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "routes.yaml").write_text(route_file(20))
+    args = ["sync", "--once", "--dir", str(conf), "--gateway", apisix.url, "--admin-key-file", str(key)]
+    assert run_gitsync(*args).returncode == 0
+    (conf / "routes.yaml").write_text("routes: []\n")
+    refused = run_gitsync(*args)
+    assert refused.returncode == 1 and "refused by the deletion guard" in refused.stdout
+    assert live_routes(apisix) == 20
+    assert run_gitsync(*args, "--allow-delete", "routes", "--allow-delete", "upstreams").returncode == 0
+    assert live_routes(apisix) == 0
