@@ -162,6 +162,7 @@ def test_a_hung_gateway_delays_neither_the_others_nor_a_webhook(spawn, git_daemo
         hung.set_latency(0)
 
 
+@pytest.mark.slow
 def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         spawn, git_daemon, remote_repo, apisix):
     """Neither a bad commit nor the down gateway's return may take the others back to an older commit."""
