@@ -64,11 +64,14 @@ MB = 1024 * 1024
 SCENARIOS: dict[str, tuple[str, str]] = {
     "cold_render": ("1 cold render", "render ÷ ruamel C loader ≤ 2×"),
     "change_applied": ("2 one-file change → applied", "÷ httpx GET+PUT ≤ 1.5× at 10,000"),
+    "change_own": ("2 … gitsync's own time", "≤ 60 ms at 10,000"),
     "noop_poll": ("3 no-op poll", "÷ ref advertisement ≤ 1.2×"),
     "incremental_fetch": ("4 fetch of 50 commits", "÷ git fetch (no target)"),
     "restart_refill": ("5 restart → refilled", "÷ restart+GET+PUT (no target)"),
     "webhook_live": ("6 webhook → live p50", "p50 ≤ 300 ms"),
     "sync_once_rss": ("7 sync --once peak RSS", "≤ 150 MB at 10,000"),
+    "sync_once_kept": ("8 sync --once, state kept", "≤ 1.0 s at 10,000"),
+    "sync_once_first": ("8 sync --once, first run", "÷ clone --bare + PUT ≤ 2×"),
     "daemon_rss": ("7 daemon RSS, 100 syncs", "no growth"),
 }
 
@@ -180,6 +183,14 @@ class FloorClient:
 
     def live(self) -> dict[str, Any]:
         return self.client.get(CONFIGS).raise_for_status().json()
+
+    def put_raw(self, body: bytes) -> None:
+        """A PUT of `body` as it is, with a digest of its own (the floor of a first sync's push)."""
+        digest = hashlib.sha256(body).hexdigest()
+        response = self.client.put(CONFIGS, content=body, headers={"Content-Type": "application/json",
+                                                                   "X-Digest": digest})
+        if response.status_code not in (202, 204):
+            raise RuntimeError(f"floor PUT answered {response.status_code}: {response.text[:200]}")
 
     def close(self) -> None:
         self.client.close()
@@ -325,7 +336,7 @@ def in_process(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Reps) -
             raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
         result = first.gateways[0]
         floor.get_put(result.plan.body, result.digest)  # the floor gateway starts where gw is
-        return [cold_render(fx, agent, reps), change_applied(fx, agent, floor, reps),
+        return [cold_render(fx, agent, reps), *change_applied(fx, agent, floor, reps),
                 noop_poll(fx, agent, reps)]
     finally:
         agent.close()
@@ -353,11 +364,13 @@ def cold_render(fx: Fixture, agent: Agent, reps: Reps) -> Result:
                                                  "yaml_bytes": sum(len(d) for d in files.values())})
 
 
-def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) -> Result:
+def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) -> list[Result]:
     """A commit changing one route file, synced (check, fetch, render, plan, PUT, read-back) vs the
-    same PUT body sent by plain httpx (GET + PUT) to a second gateway in the same state."""
-    ours, floors = [], []
+    same PUT body sent by plain httpx (GET + PUT) to a second gateway in the same state; and gitsync's
+    own time in that sync (its wall time less its wait for the gateway), against an absolute target."""
+    ours, floors, own, waited = [], [], [], []
     body_bytes = 0
+    phases: dict[str, list[float]] = {}
     for _ in range(reps.reps):
         fx.commit()
         started = time.perf_counter()
@@ -365,12 +378,21 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
         ours.append(time.perf_counter() - started)
         if outcome.result != "applied":
             raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+        own.append(outcome.phases.agent_time(outcome.duration))
+        waited.append(outcome.duration - own[-1])
+        for phase, seconds in outcome.phases.snapshot().items():
+            phases.setdefault(phase, []).append(seconds)
         result = outcome.gateways[0]
+        assert result.plan is not None
         body_bytes = len(result.plan.body)
         floors.append(timed(lambda r=result: floor.get_put(r.plan.body, r.digest)))
-    return Result("change_applied", fx.routes, median(ours), "s", median(floors),
-                  1.5 if fx.routes >= 10_000 else None, samples=ours, floor_samples=floors,
-                  details={"put_bytes": body_bytes})
+    medians = {phase: round(median(values), 5) for phase, values in phases.items()}
+    return [Result("change_applied", fx.routes, median(ours), "s", median(floors),
+                   1.5 if fx.routes >= 10_000 else None, samples=ours, floor_samples=floors,
+                   details={"put_bytes": body_bytes}),
+            Result("change_own", fx.routes, median(own), "s", None, 0.060 if fx.routes >= 10_000 else None,
+                   "max", samples=own, details={"gateway_wait_s": round(median(waited), 5),
+                                               "phases_s": medians})]
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
@@ -431,6 +453,45 @@ def sync_once_rss(fx: Fixture, gw: DoubleProcess, reps: Reps) -> Result:
     return Result("sync_once_rss", fx.routes, median(samples), "MB", None,
                   150.0 if fx.routes >= 10_000 else None, "max", samples=samples,
                   details={"python_and_imports_mb": imports})
+
+
+def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Reps) -> list[Result]:
+    """`gitsync sync --once` as a process: with the state dir kept from the last run (the mirror, the
+    parse cache: only what changed is fetched and parsed), one commit changing one route file; and
+    from an empty state dir against `git clone --bare` + the same PUT by httpx."""
+    state = fx.work / "once-kept"
+    args = [sys.executable, "-m", "gitsync", "sync", "--once", *fx.gitsync_args(gw.url, state)]
+    env = gitsync_env()
+
+    def once() -> float:
+        started = time.perf_counter()
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"gitsync sync --once exited {done.returncode}: {done.stderr[-2000:]}")
+        return time.perf_counter() - started
+
+    fx.commit()
+    once()  # the state dir starts here
+    kept = []
+    for _ in range(reps.reps):
+        fx.commit()
+        kept.append(once())
+    first, floors = [], []
+    for rep in range(reps.rss_reps):
+        fx.commit()
+        shutil.rmtree(state, ignore_errors=True)
+        first.append(once())
+        clone = fx.work / f"clone-{rep}.git"
+        body = json.dumps(floor.live()).encode()  # a body the size of the config
+        started = time.perf_counter()
+        git("clone", "--bare", "-q", fx.url, str(clone))
+        floor.put_raw(body)
+        floors.append(time.perf_counter() - started)
+        shutil.rmtree(clone, ignore_errors=True)
+    return [Result("sync_once_kept", fx.routes, median(kept), "s", None, 1.0 if fx.routes >= 10_000 else None,
+                   "max", samples=kept),
+            Result("sync_once_first", fx.routes, median(first), "s", median(floors), 2.0, samples=first,
+                   floor_samples=floors)]
 
 
 def restart_refill(fx: Fixture, gw: DoubleProcess, fl: DoubleProcess, floor: FloorClient,
@@ -508,7 +569,7 @@ def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Resul
 
 
 #: Scenario groups, in the order they run (``--only`` picks some; the JSON of a full run has all).
-GROUPS = ("agent", "fetch", "memory", "refill", "daemon")
+GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon")
 
 
 def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon: bool,
@@ -527,6 +588,9 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
             if "memory" in only:
                 say(f"{routes} routes: sync --once memory")
                 results.append(sync_once_rss(fx, gw, reps))
+            if "once" in only:
+                say(f"{routes} routes: sync --once with a kept state dir, and a first one")
+                results += sync_once_times(fx, gw, floor, reps)
             if "refill" in only:
                 say(f"{routes} routes: restart refill")
                 results.append(restart_refill(fx, gw, fl, floor, reps))

@@ -41,7 +41,7 @@ from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, policy_from_settings
+from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
 from gitsync.reconcile import plan
 from gitsync.render import ParseCache, Rendered, options_from_settings, render
 from gitsync.rollout import Release, release
@@ -49,6 +49,7 @@ from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
 from gitsync.source import Source
 from gitsync.state import AgentState, GatewayState, StateDir
+from gitsync.timing import Phases
 from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
@@ -108,6 +109,12 @@ class Agent:
         self._rendered: dict[str, RenderedCommit] = {}  # the last good commit and the latest others
         # url → the push an earlier sync left running: (commit, drifted?, advances last good?, future)
         self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
+        # url → the gateway as our last push to it left it; used while its HEAD shows that push's digest
+        self._known: dict[str, Known] = {}
+        self._owned = self.state_dir.load_pushed()  # url → kind → the ids gitsync pushed there
+        self._owned_changed = False
+        self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
+        self._phases = Phases()  # the running sync's
         self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
 
@@ -117,10 +124,12 @@ class Agent:
     def sync_once(self, reason: str = "cli") -> SyncOutcome:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
+        self._phases = phases = Phases()
         with gc_paused():
             late = self._collect_late(reason)
             heads = self._start_heads()
-            remote = self._check_remote(reason)
+            with phases.timed("check"):
+                remote = self._check_remote(reason)
             views = self._views(heads)
             outcome = self._act(self._decide(remote, views), reason)
             if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
@@ -134,6 +143,7 @@ class Agent:
                     outcome.result, outcome.commit, outcome.stage = ended.result, ended.commit, ended.stage
                     outcome.subject, outcome.problems = ended.subject, ended.problems
         outcome.duration = time.monotonic() - started
+        outcome.phases = phases
         self._record(outcome)
         return outcome
 
@@ -164,6 +174,7 @@ class Agent:
 
     def _views(self, heads: Mapping[str, Future[ConfigHead | None]]) -> list[GatewayView]:
         views = []
+        self._digests = {}
         for url, worker in self.gateways.workers.items():
             probe, digest = Probe.NOT_ASKED, None
             if url in heads:
@@ -175,6 +186,8 @@ class Agent:
                 else:
                     probe = Probe.NO_HEAD if answer is None else Probe.ANSWERED
                     digest = answer.digest if answer is not None else None
+                    if answer is not None:
+                        self._digests[url] = digest
             views.append(GatewayView(url, self.state.gateways.get(url), probe, digest, busy=worker.busy,
                                      backing_off=not worker.backoff.ready()))
         return views
@@ -195,7 +208,11 @@ class Agent:
             return SyncOutcome(reason, decision.result or SyncResult.NOOP, target, subject, decision.stage,
                                list(decision.problems), drifted=list(decision.drifted),
                                wake_at=decision.wake_at)
-        lives = self.gateways.read_live((*decision.push, *decision.keep))  # overlap the fetch and render
+        known = {url: ours for url in (*decision.push, *decision.keep)
+                 if (ours := self._known.get(url)) is not None and ours.digest is not None
+                 and self._digests.get(url) == ours.digest}
+        # Each other gateway's GET starts now, to overlap the fetch and render below.
+        lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
         try:
             commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
@@ -216,7 +233,7 @@ class Agent:
         if good is not None and self.state.last_good:
             kept = Release(good.payload, good.source_map)
             jobs |= {url: (self.state.last_good, kept) for url in decision.keep}
-        results, running = self._push(jobs, lives, decision.drifted, advance=decision.advance)
+        results, running = self._push(jobs, lives, known, decision.drifted, advance=decision.advance)
         outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
                                [url for url in running if url in decision.push], advance=decision.advance)
         outcome.gateways += [r for r in results if r.url in decision.keep]
@@ -285,10 +302,13 @@ class Agent:
             self._rendered[sha] = self._rendered.pop(sha)  # most recent last
             return self._rendered[sha]
         if fetch or self.source.local_sha() is None:
-            self.source.fetch()
-        self.source.verify(sha)
-        commit = self.source.read(sha)
-        rendered = render(commit.files, self.render_options, cache=self.cache)
+            with self._phases.timed("fetch"):
+                self.source.fetch()
+        with self._phases.timed("read"):
+            self.source.verify(sha)
+            commit = self.source.read(sha)
+        with self._phases.timed("render"):
+            rendered = render(commit.files, self.render_options, cache=self.cache)
         self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
@@ -296,11 +316,15 @@ class Agent:
         return self._rendered[sha]
 
     def _push(self, jobs: Mapping[str, tuple[str, Release]], lives: Mapping[str, Future[LiveConfig]],
-              drifted: tuple[str, ...], *, advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
+              known: Mapping[str, Known], drifted: tuple[str, ...], *,
+              advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
+        phases = self._phases  # this sync's, also when a push outlives it
+
         def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
             return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
-                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url))
+                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url),
+                                          known=known.get(url), phases=phases, owned=self._owned.get(url))
 
         futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
@@ -320,7 +344,16 @@ class Agent:
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
                 self._applied(self.state.last_good, result.rollback)
+            else:
+                self._known.pop(result.url, None)
             return
+        if not result.ok or result.after is None:
+            self._known.pop(result.url, None)
+        else:
+            self._known[result.url] = Known(result.after, result.digest)
+            owned = result.after.ids([k for k in KINDS if self.policy.manages(k)])
+            if owned != self._owned.get(result.url):
+                self._owned[result.url], self._owned_changed = owned, True
         if not result.ok:
             return
         with self._lock:
@@ -390,6 +423,9 @@ class Agent:
         try:
             with self._lock:
                 self.state_dir.save(self.state)
+            if self._owned_changed:
+                self.state_dir.save_pushed(self._owned)
+                self._owned_changed = False
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
 
@@ -404,7 +440,8 @@ class Agent:
                                               digest=r.digest, counts=dict(r.counts),
                                               pruned={k: list(v) for k, v in r.pruned.items()},
                                               error=r.error, checks=r.checks.to_dict() if r.checks else None,
-                                              rolled_back=r.rollback is not None and r.rollback.ok))
+                                              rolled_back=r.rollback is not None and r.rollback.ok,
+                                              two_step=r.two_step))
             else:
                 gateways.append(GatewayStatus(url=url, status="holding" if gw else "unknown",
                                               versions=dict(gw.versions) if gw else {},
@@ -540,6 +577,9 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
     metrics.syncs.labels(str(outcome.result)).inc()
     if outcome.gateways:
         metrics.sync_duration.observe(outcome.duration)
+        for phase, seconds in outcome.phases.snapshot().items():
+            metrics.sync_phase.labels(phase).observe(seconds)
+        metrics.sync_phase.labels("gitsync").observe(outcome.phases.agent_time(outcome.duration))
     if outcome.ok:
         metrics.last_success.set(time.time())
     if state.last_good:
@@ -565,6 +605,8 @@ def log_outcome(outcome: SyncOutcome) -> None:
         "DEBUG" if quiet else "WARNING")
     logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result, short(outcome.commit),
                outcome.duration, f" — {outcome.problems[0]}" if outcome.problems else "")
+    if outcome.gateways:
+        logger.debug("sync ({}) phases: {}", outcome.reason, outcome.phases.describe(outcome.duration))
 
 
 __all__ = ["Agent", "gc_paused", "short"]

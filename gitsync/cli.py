@@ -25,6 +25,7 @@ class Command:
     target: str  # "module:function"
     groups: tuple[str, ...]
     require: tuple[str, ...] = ()
+    arguments: str = ""  # "module:function" adding the command's own arguments to its parser
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -43,6 +44,17 @@ COMMANDS: tuple[Command, ...] = (
             "gitsync.commands:status", ("state", "source", "writeback")),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.demo:run_demo", ()),
+    Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
+            "proven", "gitsync.adopt.export:export_command", ("gateway",), ("gateways",),
+            "gitsync.adopt.arguments:export"),
+    Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
+            "gitsync.adopt.importing:import_command", (), (), "gitsync.adopt.arguments:import_"),
+    Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",
+            "gitsync.adopt.init:init_command", (), (), "gitsync.adopt.arguments:init"),
+    Command("schema", "write JSON Schema files of the repo format for editors (yaml-language-server)",
+            "gitsync.adopt.schema_export:schema_command", (), (), "gitsync.adopt.arguments:schema"),
+    Command("completion", "print a shell completion script (bash, zsh, fish)",
+            "gitsync.adopt.completion:completion_command", (), (), "gitsync.adopt.arguments:completion"),
 )
 
 
@@ -86,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(command.name, help=command.help, description=command.help, parents=[common])
         p.set_defaults(_command=command)
         _add_setting_flags(p, command.groups)
+        if command.arguments:
+            module_name, func_name = command.arguments.split(":")
+            getattr(importlib.import_module(module_name), func_name)(p)
         if command.name == "render":
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
         if command.name in ("diff",):

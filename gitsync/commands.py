@@ -158,6 +158,8 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
     live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
     print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
+    if diff.first_step is not None:
+        print(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
             print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")

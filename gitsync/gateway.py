@@ -33,6 +33,10 @@ from gitsync.urls import display_url
 CONFIGS_PATH = "/apisix/admin/configs"
 VALIDATE_PATH = CONFIGS_PATH + "/validate"
 READY_PATH = "/status/ready"
+#: APISIX 3.19 answers a PUT with ?wait=<ms> once every worker applied it (200), or after the wait (202).
+WAIT_SINCE = (3, 19)
+MAX_WAIT_MS = 60_000
+_SERVER = re.compile(r"^APISIX/(?P<major>\d+)\.(?P<minor>\d+)")
 #: The validate endpoint refuses larger bodies (3.17+), so gitsync does not send them there.
 VALIDATE_LIMIT = 1536 * 1024
 #: The largest answer read from a gateway when the settings say nothing: a config is at most APISIX's
@@ -141,14 +145,21 @@ class ConfigHead:
 
 @dataclass(frozen=True)
 class PutResult:
-    """A PUT the gateway took: 202 (applied) or 204 (that digest was already live)."""
+    """A PUT the gateway took: 202 (accepted), 204 (that digest was already live), or, asked to wait
+    (3.19+), 200 (every worker applies it) or 202 (not confirmed within the wait)."""
 
     status: int
     digest: str | None
+    waited: bool = False  # sent with ?wait=
 
     @property
     def already_live(self) -> bool:
         return self.status == 204
+
+    @property
+    def on_every_worker(self) -> bool:
+        """The gateway confirmed every worker (and the stream subsystem) applies the config."""
+        return self.waited and self.status == 200
 
 
 @dataclass(frozen=True)
@@ -352,12 +363,29 @@ class Gateway:
         self.has_head = True
         return ConfigHead(answer.headers.get("x-digest"), _int_or_none(answer.headers.get("x-last-modified")))
 
+    @property
+    def version(self) -> tuple[int, int] | None:
+        """The gateway's APISIX version, from the Server header of its last answer (``APISIX/3.19.0``)."""
+        match = _SERVER.match(self.server or "")
+        return (int(match["major"]), int(match["minor"])) if match else None
+
+    def wait_ms(self) -> int | None:
+        """How long a PUT may ask the gateway to wait for its workers (3.19+: ``?wait=<ms>``, at most
+        60 s), leaving a second of the request's deadline for the answer; None where not supported."""
+        version = self.version
+        if version is None or version < WAIT_SINCE:
+            return None
+        return max(0, min(MAX_WAIT_MS, int((self.endpoint.timeout - 1.0) * 1000)))
+
     def put_config(self, body: bytes, digest: str) -> PutResult:
-        """``PUT /apisix/admin/configs`` with the body as bytes; 400 raises `GatewayRejected`."""
-        answer = self._send("PUT", CONFIGS_PATH, body=body,
+        """``PUT /apisix/admin/configs`` with the body as bytes (and ``?wait`` on 3.19+); 400 raises
+        `GatewayRejected`."""
+        wait = self.wait_ms()
+        path = CONFIGS_PATH if not wait else f"{CONFIGS_PATH}?wait={wait}"
+        answer = self._send("PUT", path, body=body,
                             headers=[("Content-Type", "application/json"), ("X-Digest", digest)])
         if answer.status in (200, 201, 202, 204):
-            return PutResult(answer.status, answer.headers.get("x-digest"))
+            return PutResult(answer.status, answer.headers.get("x-digest"), waited=bool(wait))
         if answer.status == 400:
             raise self._rejected(answer)
         raise self._unexpected("PUT", CONFIGS_PATH, answer)

@@ -17,7 +17,7 @@ from typing import TypeVar
 from gitsync.backoff import Backoff
 from gitsync.gateway import ConfigHead, Endpoint, Gateway, GatewayError, LiveConfig
 from gitsync.log import logger
-from gitsync.push import GatewayResult, SyncStatus
+from gitsync.push import GatewayResult
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class GatewayWorker:
         """Run `job` on this gateway's thread; its result moves the backoff (on that thread too)."""
         def run() -> GatewayResult:
             result = job(self.client)
-            if result.status is SyncStatus.FAILED and not result.problems:
+            if result.unreachable:
                 delay = self.backoff.failed()
                 logger.warning("gateway {}: next attempt in {:.1f}s at the earliest", self.url, delay)
             else:

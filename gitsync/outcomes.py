@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gitsync.push import GatewayResult
+from gitsync.timing import Phases
 
 
 class SyncResult(StrEnum):
@@ -61,6 +62,7 @@ class SyncOutcome:
     drifted: list[str] = field(default_factory=list)  # gateways found to have lost the target
     wake_at: float | None = None  # time.time() at which a sync should run again (the canary's soak)
     duration: float = 0.0
+    phases: Phases = field(default_factory=Phases, repr=False)  # where the time went (gitsync.timing)
 
     @property
     def ok(self) -> bool:

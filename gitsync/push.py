@@ -16,9 +16,9 @@ client thin; the decisions about retrying live here:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -34,14 +34,17 @@ from gitsync.gateway import (
     GatewayUnavailable,
     ItemError,
     LiveConfig,
+    PutResult,
     ReadyResult,
 )
 from gitsync.guard import GuardVerdict
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
+from gitsync.moves import FirstStep, first_step, is_move_refusal
 from gitsync.problems import Problem
-from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, Plan, Policy, item_changes, plan
+from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, LiveView, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
+from gitsync.timing import Phases
 
 
 class ProblemMapper(Protocol):
@@ -54,6 +57,14 @@ class SyncStatus(StrEnum):
     APPLIED = "applied"  # a PUT made the gateway hold the desired config
     UNCHANGED = "unchanged"  # it already did: no PUT
     FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Known:
+    """A gateway's config as a plan needs it, and the digest it carries."""
+
+    view: LiveView
+    digest: str | None
 
 
 class Raced(Exception):
@@ -103,10 +114,17 @@ class GatewayResult:
     puts: int = 0
     bytes_sent: int = 0
     duration: float = 0.0
+    two_step: bool = False  # a first push moved keys or plugins off their live owners (gitsync.moves)
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    #: After a PUT: True when the gateway confirmed every worker applies it (3.19's ?wait, or
+    #: /status/ready); None when it only accepted it (nothing asked could tell).
+    on_every_worker: bool | None = None
     guard: GuardVerdict | None = None  # the deletion guard's verdict, when it refused the push
     checks: ChecksVerdict | None = None  # the repo's health checks on this gateway after the push
     rollback: GatewayResult | None = None  # the last good commit given back after a failed check
+    #: The gateway after this sync, as a plan sees it (a later sync plans on it when the gateway's
+    #: digest is still ours); None when it is not known.
+    after: LiveView | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -122,10 +140,15 @@ class GatewayResult:
         """The gateway refused the config itself (the commit is bad), not just failed to answer."""
         return self.status is SyncStatus.FAILED and bool(self.problems)
 
+    @property
+    def unreachable(self) -> bool:
+        """Failed for the gateway's sake (no answer, 5xx, auth), not the config's: worth a backoff."""
+        return self.status is SyncStatus.FAILED and not self.problems and self.guard is None
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data for status files and JSON output (no plan, problems as text)."""
-        data = asdict(self)
-        data.pop("plan")
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("plan", "after")}
+        data["versions"], data["counts"] = dict(self.versions), dict(self.counts)
         data["checks"] = self.checks.to_dict() if self.checks is not None else None
         data["guard"] = self.guard.problems if self.guard is not None else None
         data["rollback"] = self.rollback.summary() if self.rollback is not None else None
@@ -141,7 +164,10 @@ class GatewayResult:
         changed = [k.key for k in self.plan.kinds if k.status == "changed"] if self.plan else []
         text = f"{self.url}: {self.status}"
         if self.status is SyncStatus.APPLIED:
-            text += f" ({', '.join(changed) or 'nothing'} changed)"
+            steps = "; two-step apply" if self.two_step else ""
+            text += f" ({', '.join(changed) or 'nothing'} changed{steps})"
+            if self.puts:
+                text += ", on every worker" if self.on_every_worker else ", accepted"
         for kind, ids in self.pruned.items():
             text += f"; pruned {len(ids)} out-of-band {kind}: {', '.join(ids)}"
         if self.checks is not None:
@@ -182,9 +208,13 @@ class GatewayPush:
     def __init__(self, gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy,
                  source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
                  live: Future[LiveConfig] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, known: Known | None = None,
+                 phases: Phases | None = None, owned: Mapping[str, Collection[str]] | None = None) -> None:
         self.gateway = gateway
+        self.phases = phases or Phases()
+        self.owned = owned  # per kind, the ids gitsync pushed to this gateway before (reconcile.plan)
         self.prefetched = live  # this sync's GET, already under way: the first attempt's live config
+        self.known = known  # the gateway as our last push left it, its digest still ours: no GET needed
         self.desired = Desired.of(desired, policy)  # shared by the plan and the read-back's
         self.source_map = source_map
         self.retry = retry
@@ -193,18 +223,24 @@ class GatewayPush:
         self.attempts = 0
         self.puts = 0
         self.bytes_sent = 0
+        self.two_step = False
+        self.pruned_first: dict[str, tuple[str, ...]] = {}
         self.plan: Plan | None = None
 
     def result(self, status: SyncStatus, *, error: str | None = None, problems: Sequence[Problem] = (),
-               digest: str | None = None) -> GatewayResult:
+               digest: str | None = None, workers: bool | None = None,
+               after: LiveView | None = None) -> GatewayResult:
         p = self.plan
         counts = {k.key: k.count for k in p.kinds if k.key in KINDS} if p else {}
+        pruned = dict(self.pruned_first)  # a first step pruned what the second no longer sees
+        for kind, ids in (p.pruned if p else {}).items():
+            pruned[kind] = pruned.get(kind, ()) + ids
         return GatewayResult(
             url=self.gateway.url, status=status, versions=p.versions if p else {},
-            digest=digest or (p.digest if p else None), counts=counts, pruned=p.pruned if p else {},
+            digest=digest or (p.digest if p else None), counts=counts, pruned=pruned,
             problems=tuple(problems), error=redact(error) if error else None, attempts=self.attempts,
             puts=self.puts, bytes_sent=self.bytes_sent, duration=round(time.monotonic() - self.started, 3),
-            plan=p,
+            two_step=self.two_step, plan=p, on_every_worker=workers, after=after,
         )
 
     def failed(self, error: str, problems: Sequence[Problem] = ()) -> GatewayResult:
@@ -249,30 +285,89 @@ class GatewayPush:
             return
 
     def attempt(self) -> GatewayResult:
-        """One GET → plan → PUT → read back; `Raced` when another writer got in the way."""
-        prefetched, self.prefetched = self.prefetched, None  # used once: a retry reads afresh
-        live = prefetched.result() if prefetched is not None else self.gateway.get_config()
-        self.plan = plan(self.desired, live.body, self.desired.policy)
+        """One read → plan → PUT → read back; `Raced` when another writer got in the way."""
+        url = self.gateway.url
+        with self.phases.timed("push-wait", url):
+            live = self._read()
+        with self.phases.timed("plan"):
+            self.plan = plan(self.desired, live.view, self.desired.policy, self.owned)
         if self.plan.problems:
             return self.failed("this gateway cannot take the config", self.plan.problems)
         if not self.plan.changes:
             # After a PUT whose answer was lost (timeout, 5xx from a proxy), the content may be ours.
             status = SyncStatus.APPLIED if self.puts else SyncStatus.UNCHANGED
-            return self.result(status, digest=live.digest)
-        digest = self._digest_for(live)
+            return self.result(status, digest=live.digest, after=self.plan.after)
+        step = first_step(self.desired.payload, live.view.body(), self.desired.policy, self.plan)
+        if step is not None:
+            live = self._first_step(step, live)
+        digest = self._digest_for(live.digest)
+        with self.phases.timed("serialize"):
+            body = self.plan.body
         self.puts += 1
-        self.bytes_sent += len(self.plan.body)
-        put = self.gateway.put_config(self.plan.body, digest)
+        self.bytes_sent += len(body)
+        try:
+            with self.phases.timed("push-wait", url):
+                put = self.gateway.put_config(body, digest)
+        except GatewayRejected as exc:
+            if self.two_step and exc.stale is None and is_move_refusal(str(exc)):
+                raise Raced("the gateway did not yet run the first step of a two-step apply") from None
+            raise
+        with self.phases.timed("read-back", url):
+            self._read_back(put, digest)
+        if put.on_every_worker:
+            return self.result(SyncStatus.APPLIED, digest=digest, workers=True, after=self.plan.after)
+        with self.phases.timed("read-back", url):
+            ready = self._wait_ready()
+        if ready is not None and not ready.ready:
+            return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
+        return self.result(SyncStatus.APPLIED, digest=digest, workers=True if ready is not None else None,
+                           after=self.plan.after)
+
+    def _read(self) -> Known:
+        """What the gateway holds now: our last push when its digest says so (first attempt only),
+        the GET this sync started early, or a GET now (a retry always reads afresh)."""
+        known, self.known = self.known, None
+        prefetched, self.prefetched = self.prefetched, None
+        if known is not None:
+            return known
+        live = prefetched.result() if prefetched is not None else self.gateway.get_config()
+        return Known(LiveView.of(live.body), live.digest)
+
+    def _read_back(self, put: PutResult, digest: str) -> None:
+        """Prove the gateway holds what was sent, or raise `Raced`.
+
+        A 202 and then our digest on HEAD mean the last config the gateway accepted is this PUT
+        (another writer's PUT carries its own digest), and a PUT is all or nothing. Without HEAD
+        (3.13), or after a 204 (the gateway had our digest, so it did not look at the body), the
+        config is read back whole and planned on again."""
+        if not put.already_live and self.gateway.has_head is not False:
+            head = self.gateway.head_config()
+            if head is not None and head.digest is not None:
+                if head.digest != digest:
+                    raise Raced("the config changed right after the push")
+                return
         back = self.gateway.get_config()
         if back.digest is not None and back.digest != digest:
             raise Raced("the config changed right after the push")
         if plan(self.desired, back.body, self.desired.policy).changes:
             raise Raced("the gateway kept its digest but not our content" if put.already_live else
                         "the config read back differs from the push")
-        ready = self._wait_ready()
-        if ready is not None and not ready.ready:
-            return self.failed(f"the config was accepted but not every worker serves it: {ready.message}")
-        return self.result(SyncStatus.APPLIED, digest=digest)
+
+    def _first_step(self, step: FirstStep, live: Known) -> Known:
+        """Push the config that takes the moved parts off their old owners, then plan the desired
+        config on what the gateway holds now (read afresh); its PUT follows at once. In between,
+        a moved key authenticates no one and a moved global-rule plugin runs nowhere."""
+        self.plan = plan(step.payload, live.view, self.desired.policy)  # a refusal: about what was sent
+        logger.info("gateway {}: two-step apply: {}", self.gateway.url, "; ".join(map(str, step.moves)))
+        self.puts += 1
+        self.bytes_sent += len(self.plan.body)
+        self.gateway.put_config(self.plan.body, self._digest_for(live.digest))
+        self.two_step = True
+        self.pruned_first = self.plan.pruned
+        self._wait_ready()  # where /status/ready is configured: every worker runs the first step
+        back = self.gateway.get_config()
+        self.plan = plan(self.desired, back.body, self.desired.policy)
+        return Known(LiveView.of(back.body), back.digest)
 
     def refused(self, exc: GatewayRejected) -> GatewayResult:
         """A PUT the gateway refused (all or nothing: it changed nothing), with every item error.
@@ -292,14 +387,14 @@ class GatewayPush:
                     items = checked.items
         return self.failed(error, item_problems(items, self.desired.payload, self.source_map))
 
-    def _digest_for(self, live: LiveConfig) -> str:
+    def _digest_for(self, live_digest: str | None) -> str:
         """The plan's digest, unless the gateway already carries it while holding other content.
 
         APISIX answers 204 to a known digest without looking at the body, so a digest
         that cannot be right any more gets a suffix that makes the push go through.
         """
         assert self.plan is not None
-        if live.digest != self.plan.digest:
+        if live_digest != self.plan.digest:
             return self.plan.digest
         return f"{self.plan.digest}-{int(time.time() * 1000)}"
 
@@ -315,14 +410,16 @@ class GatewayPush:
 
 def push(gateway: Gateway, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL, *,
          source_map: ProblemMapper | None = None, retry: RetryPolicy = DEFAULT_RETRY,
-         live: Future[LiveConfig] | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> GatewayResult:
+         live: Future[LiveConfig] | None = None, sleep: Callable[[float], None] = time.sleep,
+         known: Known | None = None, phases: Phases | None = None,
+         owned: Mapping[str, Collection[str]] | None = None) -> GatewayResult:
     """Make one gateway hold `desired` for every kind `policy` manages; logged, never raises.
 
     `live`: a GET of the gateway's config this sync started earlier, so that it overlaps the fetch
     and render; the first attempt plans on it, a retry reads afresh."""
     try:
-        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep).run()
+        result = GatewayPush(gateway, desired, policy, source_map, retry, live, sleep, known, phases,
+                             owned).run()
     except Exception as exc:  # a bug must not take other gateways down
         logger.exception("gateway {}: sync crashed", gateway.url)
         return GatewayResult(gateway.url, SyncStatus.FAILED, error=redact(f"{type(exc).__name__}: {exc}"))
@@ -349,6 +446,7 @@ class GatewayDiff:
     live: dict[str, Any] = field(default_factory=dict)
     changes: tuple[ItemChange, ...] = ()
     error: str | None = None
+    first_step: FirstStep | None = None  # the moves that would take two pushes
 
 
 def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]],
@@ -359,7 +457,9 @@ def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]],
     except GatewayError as exc:
         return GatewayDiff(gateway.url, error=str(exc))
     the_plan = plan(desired, live.body, policy)
-    return GatewayDiff(gateway.url, the_plan, live.body, tuple(item_changes(desired, live.body, the_plan)))
+    step = first_step(desired, live.body, policy, the_plan) if the_plan.changes else None
+    return GatewayDiff(gateway.url, the_plan, live.body, tuple(item_changes(desired, live.body, the_plan)),
+                       first_step=step)
 
 
 def policy_from_settings(settings: Settings) -> Policy:

@@ -1,14 +1,16 @@
 """Reconcile: choose every ``*_conf_version`` and ``modifiedIndex`` from the live config.
 
 Pure: `plan(desired, live, policy)` takes the rendered payload and the body of a
-fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules are
-DESIGN.md §4; they make a stale-version rejection impossible by construction,
+fresh ``GET /apisix/admin/configs`` and returns the PUT body. The rules (docs/reconcile.md)
+make a stale-version rejection impossible by construction,
 because no version sent is ever below the live one read just before:
 
 - every version key the gateway reports is in the body (a missing one wipes its kind);
 - a managed kind equal to live (ignoring ``modifiedIndex``, ``{}`` ≡ ``[]``) is sent at
   the live version without its list, so APISIX keeps it as it is;
-- a managed kind that differs is sent at ``live + 1`` with the full desired list;
+- a managed kind that differs is sent with the full desired list at `next_version` of the live
+  one: the smallest version APISIX stores as a different number (its data plane picks a kind up
+  only when the stored version changes, and it stores 14 significant digits);
 - unmanaged kinds, ``plugins`` and version keys this gitsync does not know keep the live
   version and no list;
 - an item keeps its live twin's ``modifiedIndex`` when its content is equal, and gets a
@@ -17,10 +19,12 @@ because no version sent is ever below the live one read just before:
 
 from __future__ import annotations
 
+import decimal
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,8 +32,11 @@ from typing import Any
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, item_id, version_key
 from gitsync.problems import Problem
 
-#: Versions and indexes stay below this: APISIX round-trips numbers with 14 significant digits.
+#: Indexes stay below this: APISIX round-trips numbers with 14 significant digits.
 VERSION_LIMIT = 10**14
+
+#: How APISIX keeps a number: cjson writes it with ``%.14g`` (the nearest, ties to even).
+_STORED = decimal.Context(prec=14, rounding=decimal.ROUND_HALF_EVEN)
 
 #: Kinds whose items get no ``modifiedIndex``: a plugin's ``metadata_schema`` may refuse the extra field.
 UNINDEXED_KINDS: frozenset[str] = frozenset({"plugin_metadata"})
@@ -82,9 +89,15 @@ class Plan:
     """The PUT for one gateway, and what it does per kind."""
 
     kinds: tuple[KindPlan, ...]
-    body: bytes  # canonical JSON
     digest: str  # X-Digest: SHA-256 of the canonical desired content of the managed kinds
     problems: tuple[Problem, ...] = ()  # reasons this plan must not be pushed
+    after: LiveView | None = field(default=None, repr=False, compare=False)  # the gateway once it took it
+    sent: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # versions and lists
+
+    @functools.cached_property
+    def body(self) -> bytes:
+        """The PUT body, canonical JSON, written when first asked for (the push times it apart)."""
+        return _body(self.sent)
 
     @property
     def changes(self) -> bool:
@@ -227,6 +240,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def next_version(live: int | float) -> int | float | None:
+    """The version that makes APISIX take a changed kind whose stored version is `live`.
+
+    APISIX refuses a version below the stored one, stores the one it accepts with 14
+    significant digits, and its data plane picks a kind up only when that stored number
+    changes: ``live + 1`` on ``1.7000000000001e+15`` is accepted but never served. So the
+    answer is the next integer while that stays below 10^14 (stored exactly), else the next
+    number with 14 significant digits (stored exactly as sent, so a GET echoes it back), in
+    the shortest JSON form that reads back as the same double. None only above
+    1.7976931348623e+308, where no larger finite number exists.
+    """
+    stored = float(live)
+    following = math.floor(stored) + 1
+    if abs(following) < VERSION_LIMIT:
+        return following
+    above = float(_STORED.next_plus(_STORED.plus(decimal.Decimal(stored))))
+    if not math.isfinite(above):
+        return None
+    return int(above) if above.is_integer() and abs(above) < 2**53 else above
+
+
 def live_version_keys(live: Mapping[str, Any]) -> list[str]:
     """The keys with a ``*_conf_version`` on the gateway, known kinds first in their usual order."""
     keys = [k[: -len(VERSION_SUFFIX)] for k in live if k.endswith(VERSION_SUFFIX) and k not in METADATA_KEYS]
@@ -254,6 +288,47 @@ class _Listed:
         return out
 
 
+class LiveView:
+    """What a gateway holds, as plans see it: every ``*_conf_version``, and each kind's items with their
+    identity and canonical content (computed once per kind, when a plan first asks).
+
+    From a GET (`LiveView.of`), or from a push the gateway confirmed by its digest (`Plan.after`): the
+    next sync against that gateway then plans on it without reading the whole config again."""
+
+    def __init__(self, versions: Mapping[str, Any], lists: Mapping[str, Any],
+                 listed: Mapping[str, _Listed] | None = None) -> None:
+        self.versions = dict(versions)  # version key → version, as the gateway reports them
+        self._lists = dict(lists)  # kind → its items, as the gateway reports them
+        self._listed: dict[str, _Listed] = dict(listed or {})
+
+    @classmethod
+    def of(cls, live: Mapping[str, Any] | LiveView) -> LiveView:
+        if isinstance(live, LiveView):
+            return live
+        versions = {k: v for k, v in live.items() if k.endswith(VERSION_SUFFIX)}
+        return cls(versions, {k: v for k, v in live.items() if not k.endswith(VERSION_SUFFIX)})
+
+    def items(self, kind: str) -> list[Any] | None:
+        """A kind's live items; [] when absent or ``{}``, None when the gateway reports a non-list."""
+        if kind in self._listed:
+            return list(self._listed[kind].items)
+        return _live_list(self._lists.get(kind))
+
+    def listed(self, kind: str) -> _Listed:
+        if kind not in self._listed:
+            self._listed[kind] = _Listed.of(kind, self.items(kind) or [])
+        return self._listed[kind]
+
+    def ids(self, kinds: Collection[str]) -> dict[str, list[str]]:
+        """The ids of the items of `kinds`: after our own push, what gitsync pushed there."""
+        return {kind: [i for i in self.listed(kind).ids if i is not None] for kind in kinds
+                if version_key(kind) in self.versions}
+
+    def body(self) -> dict[str, Any]:
+        """The view as a GET body (versions and lists)."""
+        return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}}}
+
+
 def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes]]) -> list[Any]:
     """The desired list with each item's ``modifiedIndex``: the live twin's when equal, else derived."""
     sent = []
@@ -272,16 +347,18 @@ def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes
     return sent
 
 
-def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float) -> tuple[KindPlan, list[Any]]:
+def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float,
+                  owned: Collection[str] | None = None) -> tuple[KindPlan, list[Any]]:
     twins = live.by_id()
     wanted = {key for key in want.ids if key is not None}
     gone = [key for key in twins if key not in wanted]
-    ours = {key for key in gone if written_by_gitsync(*twins[key])}
+    # Ours: what gitsync pushed there before, when it remembers; else what carries the index it derives.
+    ours = {key for key in gone if (key in owned if owned is not None else written_by_gitsync(*twins[key]))}
     kind_plan = KindPlan(
         key=kind,
         status=KindStatus.CHANGED,
         live_version=live_v,
-        version=math.floor(live_v) + 1,
+        version=version,
         count=len(want.items),
         added=tuple(key for key in want.ids if key is not None and key not in twins),
         removed=tuple(key for key in gone if key in ours),
@@ -314,47 +391,67 @@ class Desired:
         return cls(desired, policy, wanted, _digest({kind: want.contents for kind, want in wanted.items()}))
 
 
-def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any],
-         policy: Policy = MANAGE_ALL) -> Plan:
+def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any] | LiveView,
+         policy: Policy = MANAGE_ALL, owned: Mapping[str, Collection[str]] | None = None) -> Plan:
     """The PUT that makes `live` hold `desired` for every managed kind, and leaves the rest alone.
 
-    `desired` is the rendered payload, or a `Desired` prepared from it for several plans."""
+    `desired` is the rendered payload, or a `Desired` prepared from it for several plans; `live` a GET
+    body, or a `LiveView` (the gateway after our own last push). `owned`: per kind, the ids gitsync
+    pushed to this gateway before, so that an item gone from the repo is told from one written out of
+    band (without it, by the modifiedIndex gitsync derives). `Plan.after` is the gateway once it
+    takes the PUT."""
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
-    body: dict[str, Any] = {}
+    versions: dict[str, Any] = {}
+    sent: dict[str, list[Any]] = {}
+    after: dict[str, _Listed] = {}
     prepared = Desired.of(desired, policy)
     wanted = prepared.wanted
-    for key in live_version_keys(live):
-        live_v = live[version_key(key)]
+    view = LiveView.of(live)
+    for key in live_version_keys(view.versions):
+        live_v = view.versions[version_key(key)]
         if not _is_number(live_v):
             problems.append(Problem(f"the gateway reports a {version_key(key)} that is not a number: "
                                     f"{live_v!r}", kind=key))
             continue
-        live_items = _live_list(live.get(key))
+        versions[version_key(key)] = live_v
+        live_items = view.items(key)
         if key not in wanted:
             status = KindStatus.UNMANAGED if key in KINDS else KindStatus.KEPT
             kinds.append(KindPlan(key, status, live_v, live_v, len(live_items or ())))
-            body[version_key(key)] = live_v
             continue
         want = wanted[key]
-        current = _Listed.of(key, live_items or [])
+        current = view.listed(key)
         if live_items is not None and current.contents == want.contents:
             kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want.items)))
-            body[version_key(key)] = live_v
+            after[key] = current
             continue
-        kind_plan, items = _changed_kind(key, want, current, live_v)
-        if kind_plan.version >= VERSION_LIMIT:
-            problems.append(Problem(f"{version_key(key)} is {live_v} on the gateway: no version above it "
-                                    "stays below 10^14; restart the gateway to reset its versions",
+        version = next_version(live_v)
+        if version is None:
+            problems.append(Problem(f"{version_key(key)} is {live_v:.14g} on the gateway, the largest number "
+                                    "APISIX can store: no version can follow it until the gateway restarts",
                                     kind=key))
+            version = live_v
+        kind_plan, items = _changed_kind(key, want, current, live_v, version,
+                                         None if owned is None else owned.get(key, ()))
         kinds.append(kind_plan)
-        body[version_key(key)] = kind_plan.version
-        body[key] = items
+        versions[version_key(key)] = kind_plan.version
+        sent[key] = items
+        after[key] = _Listed(items, want.ids, want.contents)
     for kind, want in wanted.items():
-        if want.items and version_key(kind) not in live:
+        if want.items and version_key(kind) not in view.versions:
             problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
                                     f"support {kind}", kind=kind))
-    return Plan(tuple(kinds), canonical_json(body), prepared.digest, tuple(problems))
+    lists = {kind: view.items(kind) for kind in KINDS if kind not in after and version_key(kind) in versions}
+    return Plan(tuple(kinds), prepared.digest, tuple(problems), LiveView(versions, lists, after),
+                {**versions, **sent})
+
+
+def _body(fields: Mapping[str, Any]) -> bytes:
+    """`canonical_json` of the body, each list item written on its own (a large list is most of it)."""
+    parts = {key: b"[" + b",".join(map(canonical_json, value)) + b"]" if isinstance(value, list)
+             else canonical_json(value) for key, value in fields.items()}
+    return b"{" + b",".join(canonical_json(key) + b":" + parts[key] for key in sorted(parts)) + b"}"
 
 
 FieldPath = tuple[str, ...]

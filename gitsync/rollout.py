@@ -9,7 +9,7 @@ agent then refuses the commit (stage ``health``) and heals every other gateway t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,8 +19,9 @@ from gitsync.gateway import Gateway, GatewayError, LiveConfig
 from gitsync.guard import GuardPolicy, check_deletions
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
-from gitsync.push import GatewayResult, ProblemMapper, RetryPolicy, SyncStatus, push
-from gitsync.reconcile import Policy
+from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
+from gitsync.reconcile import LiveView, Policy
+from gitsync.timing import Phases
 
 Payload = Mapping[str, Sequence[Any]]
 
@@ -39,31 +40,39 @@ class Release:
 
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
-            proxy_url: str | None, live: Any = None, sleep: Callable[[float], None] | None = None,
-            ) -> GatewayResult:
-    """Push `what` to one gateway, check it, and roll it back if a check fails (see the module)."""
+            proxy_url: str | None, live: Future[LiveConfig] | None = None, known: Known | None = None,
+            sleep: Callable[[float], None] | None = None, phases: Phases | None = None,
+            owned: Mapping[str, Collection[str]] | None = None) -> GatewayResult:
+    """Push `what` to one gateway, check it, and roll it back if a check fails (see the module).
+
+    `live`: a GET of the gateway started earlier; `known`: the gateway as our last push left it, when
+    its digest says it still holds it (then no GET at all)."""
     options: dict[str, Any] = {} if sleep is None else {"sleep": sleep}
+    options["phases"] = phases
     if what.guard is not None:
         try:
-            current = live.result() if live is not None else client.get_config()
+            if known is None:
+                with (phases or Phases()).timed("push-wait", client.url):
+                    current = live.result() if live is not None else client.get_config()
+                known, live = Known(LiveView.of(current.body), current.digest), None
         except GatewayError:
-            current = None  # the push reports the gateway's state, and retries
-        if current is not None:
-            verdict = check_deletions(what.payload, current.body, what.managed, what.guard)
+            pass  # the push reports the gateway's state, and retries
+        if known is not None:
+            verdict = check_deletions(what.payload, known.view.body(), what.managed, what.guard)
             if verdict.refused:
                 for line in verdict.problems:
                     logger.error("gateway {}: deletion guard: {}", client.url, line)
                 return GatewayResult(client.url, SyncStatus.FAILED, error="refused by the deletion guard",
                                      guard=verdict)
-            live = _done(current)
-    result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live, **options)
+    result = push(client, what.payload, policy, source_map=what.source_map, retry=retry, live=live,
+                  known=known, owned=owned, **options)
     if not what.checks or result.status is not SyncStatus.APPLIED or not result.puts:
         return result
     if proxy is None or not proxy_url:
         logger.warning("gateway {}: the repo declares {} health check(s) but this gateway has no proxy_url: "
                        "not checked", client.url, len(what.checks))
         return result
-    verdict = run_checks(what.checks, proxy_url, proxy, **options)
+    verdict = run_checks(what.checks, proxy_url, proxy, **({"sleep": sleep} if sleep else {}))
     result = replace(result, checks=verdict)
     for failed in verdict.failed:
         logger.error("gateway {}: {}", client.url, failed.describe())
@@ -73,14 +82,18 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         logger.error("gateway {}: no last good commit to roll back to; the commit stays live", client.url)
         return result
     logger.warning("gateway {}: rolling back to the last good commit", client.url)
-    back = push(client, what.fallback, policy, retry=retry, **options)
+    back = push(client, what.fallback, policy, retry=retry, known=_known_after(result),
+                owned=_owned_after(result, what.managed), **options)
     return replace(result, rollback=back)
 
 
-def _done(value: LiveConfig) -> Future[LiveConfig]:
-    future: Future[LiveConfig] = Future()
-    future.set_result(value)
-    return future
+def _owned_after(result: GatewayResult, managed: Collection[str]) -> dict[str, list[str]] | None:
+    return result.after.ids(managed) if result.ok and result.after is not None else None
+
+
+def _known_after(result: GatewayResult) -> Known | None:
+    """The gateway as a push confirmed it, for the next push to plan on."""
+    return Known(result.after, result.digest) if result.ok and result.after is not None else None
 
 
 __all__ = ["Release", "release"]

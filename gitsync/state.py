@@ -4,6 +4,7 @@ Layout::
 
     <state_dir>/lock         flock'ed by the one agent that owns this directory
     <state_dir>/state.json   last good commit, per-gateway last applied commit and digest, bad commits
+    <state_dir>/pushed.json  per gateway and kind, the ids gitsync pushed (written when they change)
     <state_dir>/mirror/      the bare git mirror (owned by gitsync.source)
 
 Every write goes to a temporary file that is fsync'ed and renamed over the old one, then the
@@ -25,6 +26,7 @@ from typing import Any
 from gitsync.log import logger
 
 STATE_FILE = "state.json"
+PUSHED_FILE = "pushed.json"  # per gateway and kind, the ids gitsync pushed (no content: no secret)
 LOCK_FILE = "lock"
 MAX_BAD_COMMITS = 50  # remembered failures; older ones are forgotten (they are in git notes anyway)
 
@@ -171,6 +173,20 @@ class StateDir:
             logger.error("state file {} is unreadable ({}); kept as {} and starting fresh",
                          self.state_file, exc, aside)
             return AgentState()
+
+    def load_pushed(self) -> dict[str, dict[str, list[str]]]:
+        """Per gateway URL and kind, the ids gitsync last pushed there; {} when unknown or unreadable."""
+        try:
+            data = json.loads((self.path / PUSHED_FILE).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(url): {str(k): [str(i) for i in ids] for k, ids in kinds.items() if isinstance(ids, list)}
+                for url, kinds in data.items() if isinstance(kinds, dict)}
+
+    def save_pushed(self, pushed: dict[str, dict[str, list[str]]]) -> None:
+        atomic_write(self.path / PUSHED_FILE, json.dumps(pushed, sort_keys=True).encode() + b"\n")
 
     def save(self, state: AgentState) -> None:
         atomic_write(self.state_file, json.dumps(state.to_json(), indent=1, sort_keys=True).encode() + b"\n")

@@ -86,12 +86,14 @@ class GatewayStatus:
     error: str | None = None
     checks: Mapping[str, Any] | None = None  # {passed: N, failed: [...]} when the repo declares checks
     rolled_back: bool = False  # a failed check gave this gateway the last good commit back
+    two_step: bool = False  # moved keys or plugins took two pushes (gitsync.moves)
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "url": display_url(self.url),
             "status": self.status,
-            "versions": {str(k): int(v) for k, v in self.versions.items()},
+            "versions": {str(k): int(v) if float(v).is_integer() and abs(v) < 2**53 else v
+                         for k, v in self.versions.items()},
             "digest": self.digest,
             "counts": {str(k): int(v) for k, v in self.counts.items()},
             "pruned": {str(k): _bounded_list(v, MAX_PRUNED_LISTED) for k, v in self.pruned.items() if v},
@@ -102,6 +104,8 @@ class GatewayStatus:
             doc["checks"] = dict(self.checks)
         if self.rolled_back:
             doc["rolled_back"] = True
+        if self.two_step:
+            doc["two_step"] = True
         return doc
 
 

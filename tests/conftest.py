@@ -38,6 +38,13 @@ def apisix() -> Iterator[ApisixDouble]:
         yield double
 
 
+@pytest.fixture(scope="module")
+def shared_apisix() -> Iterator[ApisixDouble]:
+    """One APISIX double for a whole module (property tests: each example sets the state it needs)."""
+    with ApisixDouble("test-admin-key") as double:
+        yield double
+
+
 @pytest.fixture(scope="session")
 def remotes_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory every served repo lives in (one per test, see `remote_repo`)."""

@@ -110,8 +110,9 @@ class BareRepo:
             else:
                 self.git("read-tree", "--empty", env=index_env)
             for name, content in files.items():
-                if content is None:
-                    self.git("update-index", "--force-remove", name, env=index_env)
+                if content is None:  # mode 0 removes the entry (--force-remove wants a work tree)
+                    gone = f"0 {'0' * 40}\t{name}\n".encode()
+                    self.git("update-index", "--index-info", env=index_env, input=gone)
                     continue
                 data = content.encode() if isinstance(content, str) else content
                 blob = self.git("hash-object", "-w", "--stdin", input=data)

@@ -76,3 +76,28 @@ def test_a_poll_asks_each_gateway_once_and_heals_one_that_lost_the_config(agent_
     outcome = agent.sync_once()
     assert outcome.result == "healed" and [r["id"] for r in apisix.config()["routes"]] == ["r1"]
     agent.close()
+
+
+METADATA = """\
+plugin_metadata:
+  - id: http-logger
+    log_format:
+      host: "$host"
+"""
+
+
+def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent_for, apisix,
+                                                                           remote_repo):
+    """plugin_metadata carries no modifiedIndex: what gitsync pushed is remembered (pushed.json)."""
+    remote_repo.commit({"apisix.yaml": ROUTES, "meta.yaml": METADATA}, "with metadata")
+    agent = agent_for()
+    assert agent.sync_once().result == "applied"
+    agent.close()
+    stray = {"id": "syslog", "host": "x"}  # written by someone else
+    apisix.out_of_band("plugin_metadata", [*apisix.config()["plugin_metadata"], stray])
+    remote_repo.commit({"meta.yaml": None}, "metadata gone")
+    again = agent_for(allow_delete=["plugin_metadata"])  # a new process: it reads what it pushed from disk
+    outcome = again.sync_once()
+    (kind,) = [k for k in outcome.gateways[0].plan.kinds if k.key == "plugin_metadata"]
+    assert kind.removed == ("http-logger",) and kind.pruned == ("syslog",)
+    again.close()

@@ -1,4 +1,8 @@
-"""The APISIX double answers as APISIX 3.18 does (docs/architecture.md), over real loopback HTTP."""
+"""The APISIX double answers as APISIX 3.18 (and 3.13–3.21) does, over real loopback HTTP.
+
+tests/test_golden.py replays the recorded 3.18 answers; these tests cover what a recording
+cannot: versions, fault knobs, the data plane's timing.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +62,7 @@ def test_row1_options_on_any_admin_path_is_a_cors_preflight(apisix):
     for path in (CONFIGS, "/apisix/admin/routes"):
         response = httpx.options(apisix.url + path)
         assert response.status_code == 200 and response.content == b""
-        assert response.headers["content-type"] == "text/plain"
+        assert response.headers["content-type"] == "text/plain; charset=utf-8"  # recorded on 3.18
         assert response.headers["access-control-allow-methods"] == "POST, GET, PUT, OPTIONS, DELETE, PATCH"
         assert response.headers["access-control-allow-headers"] == "*"
         assert response.headers.get_list("access-control-allow-origin") == ["*"]
@@ -72,7 +76,7 @@ def test_row2_unrouted_requests_get_nginx_404_before_auth(apisix, method, path):
     response = httpx.request(method, apisix.url + path)  # no key at all: routing comes first
     assert response.status_code == 404
     assert response.content == nginx_page(404)
-    assert response.headers["content-type"] == "text/html"
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
     assert response.headers["server"] == "APISIX/3.18.0"
 
 
@@ -135,7 +139,7 @@ def test_row11_yaml_on_accept_prefix(admin):
     assert not response.text.startswith("---") and not response.text.rstrip().endswith("...")
     from ruamel.yaml import YAML
     data = YAML(typ="safe").load(response.text)
-    assert data["routes"] == [ROUTE] and data["upstreams"][0]["nodes"] == {}
+    assert data["routes"] == [ROUTE] and data["upstreams"][0]["nodes"] == []  # YAML keeps [] (recorded)
     assert admin.get(CONFIGS, headers={"Accept": "text/yaml"}).headers["content-type"] == "application/json"
 
 
@@ -530,6 +534,136 @@ def test_version_3_14_and_3_15_messages_and_validate():
         assert client.get(CONFIGS).headers["server"] == "APISIX/3.15.0"
 
 
+# ---------------------------------------------------------------- workers, 3.19 and 3.21
+
+
+def served(apisix: ApisixDouble, path: str) -> int:
+    return proxy(apisix, path).status_code
+
+
+def test_the_data_plane_serves_a_config_only_once_the_workers_applied_it(admin, apisix):
+    apisix.set_worker_delay(0.4)
+    assert put(admin, {"routes": [ROUTE], "upstreams": [UPSTREAM]}).status_code == 202
+    assert apisix.config()["routes"] == [ROUTE]  # stored (and shown by GET) at once
+    assert served(apisix, "/a") == 404 and "r1" not in apisix.running("routes")
+    time.sleep(0.6)
+    assert served(apisix, "/a") == 200 and "r1" in apisix.running("routes")
+
+
+def test_a_restart_drops_configs_the_workers_had_not_applied_yet(admin, apisix):
+    apisix.set_worker_delay(0.3)
+    put(admin, {"routes": [ROUTE], "upstreams": [UPSTREAM]})
+    apisix.restart()
+    time.sleep(0.5)
+    assert apisix.running("routes") == {} and served(apisix, "/a") == 404
+
+
+@pytest.fixture
+def gateway_3_19() -> Iterator[tuple[ApisixDouble, httpx.Client]]:
+    with ApisixDouble(KEY, version="3.19") as gw, \
+            httpx.Client(base_url=gw.url, headers={"X-API-KEY": KEY}, timeout=10) as client:
+        yield gw, client
+
+
+def put_waiting(client: httpx.Client, body: object, wait: object, digest: str = "d1") -> httpx.Response:
+    return client.put(CONFIGS, params={"wait": wait}, content=json.dumps(body).encode(),
+                      headers={"X-Digest": digest})
+
+
+def test_3_19_put_with_wait_is_200_once_every_worker_applied_it(gateway_3_19):
+    gw, client = gateway_3_19
+    assert client.get(CONFIGS).headers["server"] == "APISIX/3.19.0"
+    gw.set_worker_delay(0.2)
+    started = time.monotonic()
+    applied = put_waiting(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, 5000)
+    assert applied.status_code == 200 and applied.content == b""
+    assert 0.2 <= time.monotonic() - started < 5  # answered when the workers were done, not at the deadline
+    assert applied.headers["x-digest"] == "d1" and int(applied.headers["x-last-modified"]) > 0
+    assert served(gw, "/a") == 200  # "applied on every worker" means served
+
+
+def test_3_19_put_with_wait_is_202_when_the_workers_are_not_done_in_time(gateway_3_19):
+    gw, client = gateway_3_19
+    gw.set_worker_delay(0.5)
+    late = put_waiting(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, 100)
+    assert late.status_code == 202 and served(gw, "/a") == 404  # accepted, not applied yet
+    time.sleep(0.6)
+    assert served(gw, "/a") == 200
+    no_wait = put(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, digest="d2")
+    assert no_wait.status_code == 202
+
+
+@pytest.mark.parametrize("wait", ["60001", "-1", "soon", "1.5"])
+def test_3_19_refuses_a_wait_that_is_not_0_to_60000_ms(gateway_3_19, wait):
+    gw, client = gateway_3_19
+    refused = put_waiting(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, wait)
+    assert refused.status_code == 400 and "wait" in error(refused)
+    assert gw.config() == FRESH
+
+
+def test_3_18_ignores_wait(admin, apisix):
+    apisix.set_worker_delay(0.3)
+    assert put_waiting(admin, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, 5000).status_code == 202
+
+
+@pytest.mark.parametrize("body", ["[]", '"text"', '{"routes": {"r1": {"uri": "/a"}}}', '{"routes": [1]}',
+                                  '{"routes": "abc"}', '{"plugins": [1]}', '{"routes": [null]}'])
+def test_3_19_refuses_a_body_of_the_wrong_shape_and_keeps_the_live_config(gateway_3_19, body):
+    gw, client = gateway_3_19
+    put(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, digest="live")
+    before = gw.config()
+    refused = put(client, body.encode(), digest="bad")
+    assert refused.status_code == 400 and error(refused)
+    assert gw.config() == before and served(gw, "/a") == 200  # 3.18 wiped everything on "[]"
+    validated = client.post(CONFIGS + "/validate", content=body.encode())
+    assert validated.status_code == 400
+
+
+def test_3_19_validate_lists_each_misshapen_kind_and_item(gateway_3_19):
+    _, client = gateway_3_19
+    answer = client.post(CONFIGS + "/validate", content=json.dumps(
+        {"routes": [ROUTE, 1], "services": "abc", "upstreams": {}}).encode())
+    assert answer.json()["errors"] == [
+        {"resource_type": "routes", "index": 1, "resource_id": "",
+         "error": "invalid configuration: routes[1] must be an object"},
+        {"resource_type": "services", "error": "invalid configuration: services must be an array"}]
+
+
+def test_3_18_still_wipes_everything_on_a_top_level_array(admin, apisix):
+    put(admin, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, digest="live")
+    assert put(admin, b"[]", digest="array").status_code == 202
+    assert "routes" not in apisix.config() and apisix.config()["routes_conf_version"] == 2
+
+
+def test_3_21_refuses_an_empty_key_as_missing():
+    with ApisixDouble(KEY, version="3.21.0", proxy=False) as gw:
+        answer = httpx.get(gw.url + CONFIGS, headers={"X-API-KEY": ""})
+        assert answer.status_code == 401 and answer.json()["description"] == "missing apikey"
+    with ApisixDouble(KEY, proxy=False) as gw:  # 3.18: an empty key is a wrong one
+        assert httpx.get(gw.url + CONFIGS, headers={"X-API-KEY": ""}).json()["description"] == "wrong apikey"
+
+
+@pytest.mark.parametrize("keys", [{"admin_key": ""}, {"viewer_key": ""}])
+def test_3_21_will_not_start_with_an_empty_admin_key_entry(keys):
+    with pytest.raises(ValueError, match="empty admin_key entry"):
+        ApisixDouble(**{"admin_key": KEY, **keys}, version="3.21.0")
+
+
+def test_3_21_does_not_echo_an_invalid_plugin_configuration():
+    secret_route = {**ROUTE, "plugins": {"key-auth": "s3cr3t-value"}}
+    with ApisixDouble(KEY, version="3.21.0", proxy=False) as gw, \
+            httpx.Client(base_url=gw.url, headers={"X-API-KEY": KEY}) as client:
+        refused = error(put(client, {"routes": [secret_route]}))
+        body = json.dumps({"routes": [secret_route]}).encode()
+        validated = client.post(CONFIGS + "/validate", content=body)
+    assert refused == "invalid plugin conf for plugin [key-auth]"
+    assert validated.json()["errors"][0]["error"] == refused and "s3cr3t" not in validated.text
+    with ApisixDouble(KEY, proxy=False) as gw, \
+            httpx.Client(base_url=gw.url, headers={"X-API-KEY": KEY}) as client:
+        assert error(put(client, {"routes": [secret_route]})) == (
+            'invalid plugin conf "s3cr3t-value" for plugin [key-auth]')  # 3.18 echoes it
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -537,7 +671,7 @@ def test_command_line_entry_point():
     admin_port, proxy_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "gitsync.testing.apisix", "--listen", f"127.0.0.1:{admin_port}",
-         "--admin-key", "cli-key", "--proxy-listen", f"127.0.0.1:{proxy_port}"],
+         "--admin-key", "cli-key", "--proxy-listen", f"127.0.0.1:{proxy_port}", "--worker-delay", "0.4"],
         env=gitsync_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -546,7 +680,21 @@ def test_command_line_entry_point():
         response = httpx.get(f"http://127.0.0.1:{admin_port}{CONFIGS}", headers={"X-API-KEY": "cli-key"})
         assert response.json() == FRESH
         assert httpx.get(f"http://127.0.0.1:{proxy_port}/x").status_code == 404
+        body = {"routes": [ROUTE], "upstreams": [UPSTREAM]}
+        headers = {"X-API-KEY": "cli-key", "X-Digest": "d"}
+        httpx.put(f"http://127.0.0.1:{admin_port}{CONFIGS}", json=body, headers=headers)
+        assert httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 404  # not applied yet
+        time.sleep(0.6)
+        assert httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 200
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
     assert "cli-key" not in process.stderr.read()
+
+
+def test_command_line_refuses_an_empty_key_in_3_21():
+    process = subprocess.run(
+        [sys.executable, "-m", "gitsync.testing.apisix", "--listen", f"127.0.0.1:{free_port()}",
+         "--admin-key", "", "--version", "3.21"],
+        env=gitsync_env(), capture_output=True, text=True, timeout=60)
+    assert process.returncode == 2 and "empty admin_key entry" in process.stderr

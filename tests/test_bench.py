@@ -30,11 +30,12 @@ def test_quick_mode_runs_every_scenario_and_writes_its_json(tmp_path: Path):
     assert set(by_scenario) == set(SCENARIOS)
     for name, result in by_scenario.items():
         assert result["routes"] == 100 and result["value"] > 0 and result["samples"], name
-    for name in ("cold_render", "change_applied", "noop_poll", "incremental_fetch", "restart_refill"):
+    for name in ("cold_render", "change_applied", "noop_poll", "incremental_fetch", "restart_refill",
+                 "sync_once_first"):
         assert by_scenario[name]["floor"] > 0 and by_scenario[name]["ratio"] > 0, name
     assert by_scenario["restart_refill"]["details"]["healed"] is True
     assert by_scenario["daemon_rss"]["details"]["syncs"] == len(by_scenario["daemon_rss"]["samples"])
     assert len(by_scenario["webhook_live"]["samples"]) == by_scenario["webhook_live"]["details"]["commits"]
     assert report["machine"]["commit"] and report["table"] in done.stdout
     for title, _target in SCENARIOS.values():
-        assert title.split(",")[0] in done.stdout
+        assert title.split(",")[0].split(" …")[0] in done.stdout

@@ -12,9 +12,11 @@ from tests.support import run_gitsync
 def test_help_lists_every_subcommand_of_the_design():
     result = run_gitsync("--help")
     assert result.returncode == 0
-    for name in ("render", "validate", "diff", "sync", "run", "status", "demo"):
-        assert f"    {name} " in result.stdout
-    assert {c.name for c in COMMANDS} == {"render", "validate", "diff", "sync", "run", "status", "demo"}
+    names = {"render", "validate", "diff", "sync", "run", "status", "demo",
+             "export", "import", "init", "schema", "completion"}
+    for name in names:
+        assert f"    {name}" in result.stdout
+    assert {c.name for c in COMMANDS} == names
 
 
 def test_version():

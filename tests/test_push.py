@@ -70,7 +70,8 @@ def test_first_sync_applies_and_an_identical_repeat_sends_no_put(apisix: ApisixD
     assert first.status is SyncStatus.APPLIED and first.puts == 1 and first.attempts == 1
     assert first.versions["routes_conf_version"] == 1 and first.versions["secrets_conf_version"] == 0
     assert first.counts["routes"] == 1 and first.digest == apisix.config()["X-Digest"]
-    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "GET"]  # validate only after a refusal
+    # Validate only after a refusal; the read-back is a HEAD whose digest is ours.
+    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "HEAD"]
     before = len(apisix.requests)
     again = sync(apisix, desired)
     assert again.status is SyncStatus.UNCHANGED and again.ok
@@ -189,6 +190,33 @@ def test_gateway_client_head_and_get(apisix: ApisixDouble, version: str, has_hea
         assert gateway.server == f"APISIX/{version}"
 
 
+@pytest.mark.parametrize(("version", "wait_sent"), [("3.18.0", False), ("3.19.0", True), ("3.21.0", True)])
+def test_a_gateway_with_wait_confirms_every_worker(version: str, wait_sent: bool) -> None:
+    with ApisixDouble(KEY, version=version) as double:
+        result = sync(double, {"routes": [route("r1", "/a")]}, timeout=5.0)
+        assert result.status is SyncStatus.APPLIED
+        assert result.on_every_worker is (True if wait_sent else None)
+        assert result.summary().endswith("on every worker" if wait_sent else "accepted")
+        # 200 only answers a PUT that asked to wait (3.19+); without ?wait every version answers 202.
+        puts = [status for method, _, status in double.requests if method == "PUT"]
+        assert puts == [200 if wait_sent else 202]
+
+
+@pytest.mark.parametrize(("delay", "confirmed"), [(1.6, True), (6.0, False)])
+def test_a_wait_that_runs_out_falls_back_to_readiness(delay: float, confirmed: bool) -> None:
+    """The PUT may wait 1 s (a 2 s deadline); the workers take longer. 202 after the wait, so the
+    status API (the data plane serves /status/ready once the config is applied) decides."""
+    with ApisixDouble(KEY, version="3.19.0") as double:
+        double.set_worker_delay(delay)
+        with_status = Endpoint(double.url, Secret(KEY), status_url=double.proxy_url, timeout=2.0)
+        result = sync_gateway(with_status, {"routes": [route("ready", "/status/ready")]}, retry=FAST)
+        assert [status for method, _, status in double.requests if method == "PUT"] == [202]
+        if confirmed:
+            assert result.status is SyncStatus.APPLIED and result.on_every_worker is True
+        else:
+            assert result.status is SyncStatus.FAILED and "not every worker serves it" in (result.error or "")
+
+
 def test_status_ready_is_awaited_when_configured(apisix: ApisixDouble) -> None:
     """The double has no status API; its data plane stands in: a route at /status/ready answers 200."""
     with_status = Endpoint(apisix.url, Secret(KEY), status_url=apisix.proxy_url, timeout=0.3)
@@ -209,7 +237,7 @@ def test_a_live_config_read_earlier_is_planned_on_once_and_a_retry_reads_afresh(
     assert result.status is SyncStatus.APPLIED and result.attempts == 2
     assert [(m, status) for m, _, status in apisix.requests[before:]] == [
         ("PUT", 400),  # planned on the earlier read: routes_conf_version 1 < 7, refused whole
-        ("GET", 200), ("PUT", 202), ("GET", 200)]  # the retry reads afresh
+        ("GET", 200), ("PUT", 202), ("HEAD", 200)]  # the retry reads afresh
     assert [r["id"] for r in apisix.config()["routes"]] == ["r1"]
 
 
@@ -223,15 +251,20 @@ def rendered(tmp_path: Path, files: dict[str, str]) -> Any:
     return render(read_directory(tmp_path), RenderOptions())
 
 
+LEGACY_RULE = {"id": "legacy", "plugins": {"prometheus": {}}}
 RULES = ("global_rules:\n"
          "  - id: metrics\n"
+         "    plugins:\n"
+         "      prometheus: {}\n"
+         "  - id: legacy\n"  # kept: the plugin is not moving, two rules would hold it
          "    plugins:\n"
          "      prometheus: {}\n")
 
 
 def test_a_rejected_item_is_reported_at_its_file_and_line(tmp_path: Path, apisix: ApisixDouble) -> None:
-    # The rule is valid on its own; the gateway refuses it because a live rule has the same plugin.
-    apisix.out_of_band("global_rules", [{"id": "legacy", "plugins": {"prometheus": {}}}])
+    # The rule is valid on its own; the gateway refuses it because a live rule, which the repo
+    # keeps, has the same plugin.
+    apisix.out_of_band("global_rules", [LEGACY_RULE])
     out = rendered(tmp_path, {"a.yaml": "routes: []\n", "rules.yaml": RULES})
     before = apisix.config()
     result = sync_gateway(endpoint(apisix), out.payload, source_map=out.source_map, retry=FAST)
@@ -285,7 +318,7 @@ def test_a_body_too_large_for_the_validate_endpoint_is_pushed_without_it(apisix:
     routes = [route(f"r{i}", f"/r{i}", desc=filler) for i in range(4500)]
     result = sync(apisix, {"routes": routes}, timeout=60)  # the double validates 4,500 routes slowly
     assert result.status is SyncStatus.APPLIED and result.bytes_sent > 1536 * 1024
-    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "GET"]
+    assert [m for m, _, _ in apisix.requests] == ["GET", "PUT", "HEAD"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -429,12 +462,6 @@ def live_items(draw: st.DrawFn, kind: str) -> list[dict[str, Any]]:
     return draw(st.permutations(items))
 
 
-@pytest.fixture(scope="module")
-def shared_apisix() -> Any:
-    with ApisixDouble(KEY) as double:
-        yield double
-
-
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
@@ -502,13 +529,18 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     apisix.out_of_band("routes", [], version=1720000000005)  # someone wiped the routes
     kept = run_gitsync("sync", "--once", *args, "--unmanaged", "secrets")
     assert kept.returncode == 0, kept.stderr
-    assert kept.stdout == f"{apisix.url}: applied (routes changed)\n"
+    assert kept.stdout == f"{apisix.url}: applied (routes changed), accepted\n"  # 3.18: not confirmed
     assert apisix.config()["secrets"] == [manager] and apisix.config()["routes_conf_version"] == 1720000000006
-    pruned = run_gitsync("sync", "--once", *args, "-vv")
+    # Managed secrets now: the manager would be pruned, which empties the kind. The deletion guard asks
+    # for an explicit allowance; with it, the out-of-band manager goes.
+    guarded = run_gitsync("sync", "--once", *args)
+    assert guarded.returncode == 1 and "secrets: 1 → 0 (−100 %)" in guarded.stdout + guarded.stderr
+    assert apisix.config()["secrets"] == [manager]
+    pruned = run_gitsync("sync", "--once", *args, "-vv", "--allow-delete", "secrets")
     assert pruned.returncode == 0, pruned.stderr
     assert "PUT /apisix/admin/configs" in pruned.stderr  # debug logging was on
-    assert pruned.stdout == (f"{apisix.url}: applied (secrets changed); pruned 1 out-of-band secrets: "
-                             "vault/ops\n")
+    assert pruned.stdout == (f"{apisix.url}: applied (secrets changed), accepted; pruned 1 out-of-band "
+                             "secrets: vault/ops\n")
     assert "secrets" not in apisix.config()
     assert httpx.get(apisix.proxy_url + "/a").headers.get("X-Route-Id") == "r1"
     assert "ops-token-1" not in kept.stdout + kept.stderr + pruned.stdout + pruned.stderr
@@ -547,7 +579,7 @@ def test_cli_diff_exit_codes_and_masked_secrets(tmp_path: Path, apisix: ApisixDo
 def test_cli_sync_failure_exit_code_and_problem_lines(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "rules.yaml").write_text(RULES)
-    apisix.out_of_band("global_rules", [{"id": "legacy", "plugins": {"prometheus": {}}}])
+    apisix.out_of_band("global_rules", [LEGACY_RULE])
     failed = run_gitsync("sync", "--once", *cli_args(tmp_path, apisix), "--push-attempts", "2")
     assert failed.returncode == 1
     assert failed.stdout.startswith(f"{apisix.url}: failed: ")

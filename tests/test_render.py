@@ -205,8 +205,10 @@ def test_ssl_certificate_key_and_sni_checks():
             f"    key: |\n{indent(other_key, 6)}"
             f"  - id: broken\n    sni: other.example.com\n    cert: |\n{indent('x' * 200, 6)}"
             f"    key: |\n{indent(KEY, 6)}"
-            f"  - id: by-reference\n    sni: ref.example.com\n    cert: $secret://vault/main/ssl/cert\n"
-            f"    key: $env://SSL_KEY\n"
+            # references must still be as long as a certificate (128) and a key (64): recorded on APISIX 3.18
+            f"  - id: by-reference\n    sni: ref.example.com\n"
+            f"    cert: $secret://vault/main/ssl/{'c' * 104}\n"
+            f"    key: $env://SSL_KEY_{'K' * 50}\n"
             "secrets:\n  - {id: vault/main, uri: 'http://127.0.0.1:8200', prefix: kv, token: root}\n")
     lines = text.splitlines()
     mismatch = lines.index("  - id: mismatch") + 1

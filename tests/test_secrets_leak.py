@@ -238,17 +238,18 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     leaky.gateway.strict = False
 
     leaky.gateway.out_of_band("consumers", [*leaky.gateway.config()["consumers"], mallory()])
-    conflicting = leaky.commit(routes(uri="/a3"), "alice's key is also mallory's, live")
-    refused = leaky.run(*sync, expect=1)
-    assert "duplicate key of plugin key-auth found with consumer: mallory" in refused.stderr
+    leaky.commit(routes(uri="/a3"), "alice's key is also mallory's, live (mallory is pruned)")
+    moved = leaky.run(*sync, expect=0)  # the key moves from mallory to alice: two pushes, logged
+    assert "two-step apply: consumers[alice] takes key-auth (duplicate key of plugin key-auth found with " \
+           "consumer: mallory)" in moved.stderr
 
     leaky.run("status", "--state-dir", str(leaky.state), expect=0)
     leaky.run("status", "--fleet", "--repo", leaky.url, expect=0)
-    for sha in (schema_bad, echoed, conflicting):
+    for sha in (schema_bad, echoed):
         note = git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=leaky.repo.path)
         assert "errors:" in note
     accepted = [status for method, _, status in leaky.gateway.requests if method == "PUT" and status < 300]
-    assert len(accepted) == 1  # the good commit; every other push was refused whole
+    assert len(accepted) == 3  # the good commit and the two steps of the move; the others were refused
     leaky.assert_nowhere()
 
 

@@ -4,7 +4,7 @@
 checks of ``apisix/admin/<kind>.lua``, ``apisix/upstream.lua``,
 ``apisix/ssl.lua``, ``apisix/plugin.lua``); `check_payload` is
 ``config_validate.validate_configuration`` over a whole standalone body. Both
-are pure. docs/architecture.md lists the gateway facts they follow.
+are pure. tests/test_golden.py holds them to a real 3.18's recorded answers.
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from copy import deepcopy
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from gitsync.kinds import VERSIONED_KEYS, is_credential, version_key
 from gitsync.schema import definitions as defs
+from gitsync.schema.expr import expr_problem
 from gitsync.schema.jsonschema import (
     Path,
     cjson_encode,
+    first_error,
     is_number,
     is_secret_ref,
     iter_errors,
@@ -26,9 +29,15 @@ from gitsync.schema.jsonschema import (
     lua_tostring,
     lua_type,
 )
+from gitsync.schema.lua import compile_problem
+from gitsync.schema.plugin_schemas import META, PLUGIN_SCHEMAS
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, AUTH_PLUGINS, PLUGINS, STREAM_PLUGINS
+from gitsync.schema.proto import unknown_type
 
 INVALID = "invalid configuration: "
+#: APISIX's install prefix, in the Lua error texts that name its source files (the default install).
+APISIX_HOME = "/usr/local/apisix"
+CONFIG_VALIDATE = APISIX_HOME + "/apisix/admin/config_validate.lua"
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,14 @@ class PayloadIssue:
     index: int | None
     resource_id: str | None
     message: str
+    #: A Lua error raised outside config_validate's per-item guard, at this line of config_validate.lua:
+    #: it ends the whole validation (validate answers only it; PUT crashes with a 500 page).
+    lua_line: int | None = None
+
+    @property
+    def lua_error(self) -> str:
+        """The error text as the gateway prints it, with its source location."""
+        return f"{CONFIG_VALIDATE}:{self.lua_line}: {self.message}" if self.lua_line else self.message
 
 
 Issues = list[SchemaIssue]
@@ -61,8 +78,64 @@ def _schema(schema: Mapping[str, Any], value: Any, base: Path = (), prefix: str 
     return [SchemaIssue((*base, *path), prefix + message) for path, message in iter_errors(schema, value)]
 
 
-def _plugins(conf: Mapping[str, Any], known: frozenset[str], prefix: str = "") -> Issues:
-    """``plugin.check_schema``: each plugin conf must be a table and the name known (bodies opaque)."""
+CONSUMER, ROUTE = "consumer", "route"  # which of a plugin's schemas applies to a body
+
+
+def _has_secret_ref(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_secret_ref(v) for v in value.values())
+    return is_secret_ref(value)
+
+
+def _without_secret_refs(schema: Mapping[str, Any], conf: Any) -> tuple[Mapping[str, Any], Any]:
+    """3.17+: a plugin body's ``$secret://``/``$env://`` strings skip every constraint (resolved later).
+
+    APISIX checks a copy of the body without those fields against a copy of the
+    schema that neither declares nor requires them.
+    """
+    if not isinstance(conf, dict) or not isinstance(schema, Mapping) or not _has_secret_ref(conf):
+        return schema, conf
+    refs = {key for key, value in conf.items() if is_secret_ref(value)}
+    properties = dict(schema.get("properties") or {})
+    kept = {}
+    for key, value in conf.items():
+        if key in refs:
+            properties.pop(key, None)
+        elif isinstance(value, dict) and isinstance(properties.get(key), Mapping):
+            properties[key], kept[key] = _without_secret_refs(properties[key], value)
+        else:
+            kept[key] = value
+    if not refs and kept == conf:
+        return schema, conf
+    stripped = dict(schema, properties=properties)
+    if "required" in schema:
+        stripped["required"] = [name for name in schema["required"] if name not in refs]
+    return stripped, kept
+
+
+@cache
+def _plugin_schema(name: str, place: str) -> Mapping[str, Any]:
+    """The plugin's schema for that place, with the injected ``_meta`` property."""
+    known = PLUGIN_SCHEMAS[name]
+    schema = known.consumer if place == CONSUMER and known.consumer is not None else known.schema
+    return dict(schema, properties={**schema.get("properties", {}), "_meta": META})
+
+
+def plugin_conf_problem(name: str, conf: Any, place: str = ROUTE) -> str | None:
+    """Why the plugin's ``check_schema`` refuses `conf` (None: accepted, or a plugin not checked here)."""
+    known = PLUGIN_SCHEMAS.get(name)
+    if known is None:
+        return None
+    schema, conf = _without_secret_refs(_plugin_schema(name, place), deepcopy(conf))
+    error = first_error(schema, conf)
+    if error is not None:
+        return error[1]
+    return known.extra(conf) if known.extra is not None and isinstance(conf, dict) else None
+
+
+def _plugins(conf: Mapping[str, Any], known: frozenset[str], prefix: str = "", place: str = ROUTE,
+             stream: bool = False) -> Issues:
+    """``plugin.check_schema``: each body a table, the name known, the body valid for the plugin."""
     plugins = conf.get("plugins")
     if not isinstance(plugins, dict):
         return []
@@ -72,6 +145,12 @@ def _plugins(conf: Mapping[str, Any], known: frozenset[str], prefix: str = "") -
             message = f"invalid plugin conf {cjson_encode(plugin_conf)} for plugin [{name}]"
         elif name not in known:
             message = f"unknown plugin [{name}]"
+        elif (problem := plugin_conf_problem(name, plugin_conf, place)) is not None:
+            message = (f"failed to check the configuration of stream plugin [{name}]: {problem}" if stream
+                       else f"failed to check the configuration of plugin {name} err: {problem}")
+        elif isinstance(plugin_conf, dict) and isinstance(plugin_conf.get("_meta"), dict) and \
+                (problem := expr_problem(plugin_conf["_meta"].get("filter") or [])) is not None:
+            message = f"failed to validate the 'vars' expression: {problem}"
         else:
             continue
         issues.append(SchemaIssue(("plugins", name), prefix + message))
@@ -136,7 +215,7 @@ def _upstream_semantics(up: Any, base: Path = ()) -> Issues:
         # Standalone has no etcd: the lookup the checker still makes cannot succeed.
         issues.append(SchemaIssue((*base, "tls", "client_cert_id"), (
             f"failed to fetch ssl info by ssl id [{lua_tostring(tls['client_cert_id'])}]: "
-            "connection refused")))
+            "has no healthy etcd endpoint available")))
     if up.get("pass_host") == "rewrite" and up.get("upstream_host") in (None, ""):
         issues.append(SchemaIssue((*base, "upstream_host"),
                                   "`upstream_host` can't be empty when `pass_host` is `rewrite`"))
@@ -161,6 +240,7 @@ def _upstream_semantics(up: Any, base: Path = ()) -> Issues:
 
 
 def _check_route(conf: dict[str, Any], _id: Any) -> Issues:
+    """``apisix/admin/routes.lua``: host/hosts, schema, inline upstream, plugins, vars, Lua sources."""
     issues: Issues = []
     if _present(conf, "host") and _present(conf, "hosts"):
         issues.append(SchemaIssue(("hosts",), "only one of host or hosts is allowed"))
@@ -169,15 +249,26 @@ def _check_route(conf: dict[str, Any], _id: Any) -> Issues:
     schema_issues = _schema(defs.ROUTE, conf)
     if not schema_issues:
         issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
-    return issues + schema_issues + _plugins(conf, PLUGINS)
+    issues += schema_issues + _plugins(conf, PLUGINS)
+    if schema_issues:
+        return issues
+    if _present(conf, "vars") and (problem := expr_problem(conf["vars"])) is not None:
+        issues.append(SchemaIssue(("vars",), f"failed to validate the 'vars' expression: {problem}"))
+    if _present(conf, "filter_func") and (problem := compile_problem("return " + conf["filter_func"])):
+        issues.append(SchemaIssue(("filter_func",), f"failed to load 'filter_func' string: {problem}"))
+    if _present(conf, "script") and (problem := compile_problem(conf["script"])):
+        # APISIX also runs the script and wants a table back; gitsync never runs config code
+        issues.append(SchemaIssue(("script",), f"failed to load 'script' string: {problem}"))
+    return issues
 
 
-def _with_inline_upstream(schema: defs.Schema, conf: dict[str, Any], plugins: frozenset[str]) -> Issues:
+def _with_inline_upstream(schema: defs.Schema, conf: dict[str, Any], plugins: frozenset[str],
+                          stream: bool = False) -> Issues:
     """Schema, then the inline upstream's semantic checks, then the plugins (service, stream route)."""
     issues = _schema(schema, conf)
     if not issues:
         issues += _upstream_semantics(conf.get("upstream"), ("upstream",))
-    return issues + _plugins(conf, plugins)
+    return issues + _plugins(conf, plugins, stream=stream)
 
 
 def _check_service(conf: dict[str, Any], _id: Any) -> Issues:
@@ -193,11 +284,12 @@ def _check_consumer(conf: dict[str, Any], item_id: Any) -> Issues:
     issues = _schema(defs.CONSUMER, conf)
     if not issues and item_id is not None and item_id != conf.get("username"):
         issues.append(SchemaIssue(("id",), "wrong username"))
-    return issues + _plugins(conf, PLUGINS, "invalid plugins configuration: ")
+    return issues + _plugins(conf, PLUGINS, "invalid plugins configuration: ", CONSUMER)
 
 
 def _check_credential(conf: dict[str, Any], _id: Any) -> Issues:
-    issues = _schema(defs.CREDENTIAL, conf) + _plugins(conf, PLUGINS, "invalid plugins configuration: ")
+    issues = _schema(defs.CREDENTIAL, conf) + _plugins(conf, PLUGINS, "invalid plugins configuration: ",
+                                                       CONSUMER)
     if issues:
         return issues
     for name in conf.get("plugins") or {}:
@@ -244,19 +336,29 @@ def _check_ssl(conf: dict[str, Any], _id: Any) -> Issues:
 
 
 def _check_proto(conf: dict[str, Any], _id: Any) -> Issues:
-    return _schema(defs.PROTO, conf)
+    issues = _schema(defs.PROTO, conf)
+    if not issues and (problem := unknown_type(conf["content"])):
+        issues.append(SchemaIssue(("content",), f"invalid content: {PROTOC}: {problem}"))
+    return issues
+
+
+PROTOC = APISIX_HOME + "//deps/share/lua/5.1/protoc.lua:915"  # where protoc.lua raises its type errors
 
 
 def _check_stream_route(conf: dict[str, Any], _id: Any) -> Issues:
-    return _with_inline_upstream(defs.STREAM_ROUTE, conf, STREAM_PLUGINS)
+    return _with_inline_upstream(defs.STREAM_ROUTE, conf, STREAM_PLUGINS, stream=True)
 
 
 def _check_plugin_metadata(conf: dict[str, Any], item_id: Any) -> Issues:
     if item_id is None:
         return [SchemaIssue(("id",), "missing plugin name")]
-    if lua_tostring(item_id) not in PLUGINS | STREAM_PLUGINS:
+    name = lua_tostring(item_id)
+    if name not in PLUGINS | STREAM_PLUGINS:
         return [SchemaIssue(("id",), "invalid plugin name")]
-    return []  # the body follows the plugin's own metadata_schema: opaque here
+    known = PLUGIN_SCHEMAS.get(name)
+    if known is None or known.metadata is None:
+        return []  # the body follows the plugin's own metadata_schema: unchecked for other plugins
+    return _schema(known.metadata, conf)
 
 
 def _check_secret(conf: dict[str, Any], item_id: Any) -> Issues:
@@ -369,7 +471,9 @@ def _consumer_key_conflict(item: dict[str, Any], live: Mapping[str, Any]) -> str
     return None
 
 
-def _live_conflict(kind: str, item: object, live: Mapping[str, Any] | None) -> str | None:
+def live_conflict(kind: str, item: object, live: Mapping[str, Any] | None) -> str | None:
+    """What APISIX refuses in `item` because of the live config `live`: another owner of its auth
+    key or of its global-rule plugin (the same push removing that owner does not help)."""
     if live is None or not isinstance(item, dict):
         return None
     if kind == "global_rules":
@@ -407,13 +511,25 @@ def _duplicate(kind: str, item: object, seen: set[tuple[str, Any]]) -> str | Non
     return None
 
 
-def _length_error(items: object) -> str | None:
-    """What Lua says when ``#items``/``ipairs(items)`` meets something that is not a list."""
+def _length_error(items: object) -> PayloadIssue | None:
+    """The Lua error ``#items``/``ipairs(items)`` raises when a kind is not a list (nothing for an object)."""
     if isinstance(items, str):
-        return "bad argument #1 to 'ipairs' (table expected, got string)" if items else None
+        message = "bad argument #1 to 'ipairs' (table expected, got string)"
+        return PayloadIssue(None, None, None, message, lua_line=150) if items else None
     if isinstance(items, dict | list) or items is False:
         return None
-    return f"attempt to get length of local 'items' (a {lua_type(items)} value)"
+    message = f"attempt to get length of local 'items' (a {lua_type(items)} value)"
+    return PayloadIssue(None, None, None, message, lua_line=145)
+
+
+def _item_crash(kind: str, item: object) -> PayloadIssue | None:
+    """An item Lua cannot index (a number, boolean or null): the error escapes the per-item guard."""
+    if isinstance(item, dict | list | str):
+        return None
+    # plugins has no checker: check_duplicate indexes the item first; other kinds fail when the
+    # refusal of the item is written down (its resource_id), after the guarded checker refused it
+    return PayloadIssue(None, None, None, f"attempt to index local 'item' (a {lua_type(item)} value)",
+                        lua_line=77 if kind == "plugins" else 160)
 
 
 def check_payload(body: Mapping[str, object], *, collect_all: bool = True,
@@ -424,7 +540,8 @@ def check_payload(body: Mapping[str, object], *, collect_all: bool = True,
     (``K_conf_version must be a number``). True is the validate endpoint's mode: one
     issue per refused item or version key. `live`, the gateway's current config,
     enables the checks APISIX makes against live state (global-rule plugins 3.17+,
-    consumer auth keys 3.18+).
+    consumer auth keys 3.18+). A Lua error outside the per-item guard (an issue with
+    `lua_line`) ends the check: it is then the only issue.
     """
     issues: list[PayloadIssue] = []
     for kind in VERSIONED_KEYS:
@@ -436,29 +553,27 @@ def check_payload(body: Mapping[str, object], *, collect_all: bool = True,
             issues.append(PayloadIssue(kind, None, None, f"{vkey} must be a number, got {lua_type(version)}"))
 
         items = body.get(kind, False)
-        problem = _length_error(items)
-        if problem:
-            issues.append(PayloadIssue(kind, None, None, problem))
-            if not collect_all:
-                return issues
-            continue
+        crash = _length_error(items)
+        if crash:
+            return [crash]
         if not isinstance(items, list):
             continue
         seen: set[tuple[str, Any]] = set()
         for index, item in enumerate(items):
+            crash = _item_crash(kind, item)
+            if crash:
+                return [crash]
             if kind == "plugins":
                 found: list[str] = []  # plugins has no checker in APISIX
             else:
                 found = [i.message for i in check_item(kind, item)]
-                conflict = None if found else _live_conflict(kind, item, live)
+                conflict = None if found else live_conflict(kind, item, live)
                 if conflict:
                     found.append(conflict)
             if found:
                 issues.append(PayloadIssue(kind, index, _resource_id(item), found[0]))
                 if not collect_all:
                     return issues
-            if not isinstance(item, dict | list | str):
-                continue  # APISIX would crash on its duplicate check here
             duplicate = _duplicate(kind, item, seen)
             if duplicate:
                 issues.append(PayloadIssue(kind, index, _resource_id(item), duplicate))

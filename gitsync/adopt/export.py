@@ -1,0 +1,205 @@
+"""``gitsync export``: a live gateway's configuration written as a config repo, and proven.
+
+GET ``/apisix/admin/configs`` → drop versions and ``modifiedIndex`` → give id-less items
+a stable id → secret strings out to ``${{ secrets.NAME }}`` → write the layout → render
+the written files with the extracted values and compare with what was read. The last
+step proves the export lossless: it says whether ``render`` of the new repo equals the
+live config, and which kinds only differ in order (a layout that groups items
+by file may reorder a kind; the first sync then re-sends that kind, rebuilding no item).
+
+API-driven standalone APISIX stores items exactly as sent and fills in no default, so a
+field equal to its schema default was sent by whoever wrote the gateway and is kept:
+dropping it would make the first sync rewrite the item. ``--strip-defaults`` drops them
+anyway, for a shorter repo, and the proof then names the items that will change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitsync.adopt import repo_writer
+from gitsync.adopt.schema_export import strip_defaults
+from gitsync.adopt.secret_fields import extract_secrets
+from gitsync.adopt.sops_writer import RecipientError, encrypt_values
+from gitsync.gateway import Gateway, GatewayError, endpoints_from_settings
+from gitsync.kinds import KINDS, item_id
+from gitsync.log import logger, redact, register_secret
+from gitsync.problems import ProblemsError
+from gitsync.reconcile import content_bytes, item_content
+from gitsync.render import RenderOptions, render
+from gitsync.settings import Settings
+
+_SINGULAR = {"routes": "route", "services": "service", "upstreams": "upstream", "ssls": "ssl",
+             "global_rules": "global-rule", "plugin_configs": "plugin-config", "protos": "proto",
+             "stream_routes": "stream-route", "consumer_groups": "consumer-group",
+             "plugin_metadata": "plugin-metadata", "secrets": "secret", "consumers": "consumer"}
+
+
+@dataclass
+class Exported:
+    """What an export produced, before anything is written."""
+
+    files: dict[str, bytes]
+    secrets: dict[str, str]
+    live: dict[str, list[Any]]  # the live items (no modifiedIndex; id-less ones with their new id)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _without_index(item: Any) -> Any:
+    return {k: v for k, v in item.items() if k != "modifiedIndex"} if isinstance(item, Mapping) else item
+
+
+def _stable_id(kind: str, item: Any, taken: set[str]) -> str:
+    base = f"{_SINGULAR[kind]}-{hashlib.sha1(content_bytes(item)).hexdigest()[:12]}"
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def live_items(body: Mapping[str, Any], warnings: list[str]) -> dict[str, list[Any]]:
+    """The kinds of a GET body as lists, without ``modifiedIndex``; id-less items get a stable id."""
+    out: dict[str, list[Any]] = {}
+    for kind in KINDS:
+        value = body.get(kind)
+        if not isinstance(value, list) or not value:
+            continue
+        items = [_without_index(i) for i in value]
+        taken = {i for i in (item_id(kind, x) for x in items) if i is not None}
+        for index, item in enumerate(items):
+            if item_id(kind, item) is None and isinstance(item, dict) and kind != "consumers":
+                new = _stable_id(kind, item, taken)
+                taken.add(new)
+                items[index] = {"id": new, **item}
+                warnings.append(f"{kind}[{index}] has no id on the gateway: exported with the stable id "
+                                f"{new!r} (the first sync writes it to the gateway)")
+        out[kind] = items
+    return out
+
+
+def build(body: Mapping[str, Any], layout: str, strip: bool = False) -> Exported:
+    """The repo files for a GET body (pure): layout, escaped text, secrets taken out."""
+    warnings: list[str] = []
+    live = live_items(body, warnings)
+    desired = live
+    if strip:
+        desired = {kind: [strip_defaults(kind, i) for i in items] for kind, items in live.items()}
+    with_refs, secrets = extract_secrets(desired, repo_writer.escape_templates)
+    files = repo_writer.render_files(repo_writer.plan_files(with_refs, layout))
+    return Exported(files, secrets, live, warnings)
+
+
+def prove(exported: Exported) -> tuple[list[str], list[str]]:
+    """Render the files with the extracted secrets and compare with the live items (no modifiedIndex).
+
+    Returns (problems, notes): problems are differences in content; notes name the kinds whose
+    items are equal but in another order.
+    """
+    live = exported.live
+    values = exported.secrets
+    try:
+        rendered = render(exported.files, RenderOptions(secret_lookup=values.get)).payload
+    except ProblemsError as exc:
+        return [str(p) for p in exc.problems], []
+    problems, notes = [], []
+    for kind in KINDS:
+        want = [item_content(i) for i in live.get(kind) or ()]
+        got = [item_content(i) for i in rendered.get(kind) or ()]
+        if want == got:
+            continue
+        key = sorted(content_bytes(i) for i in want) == sorted(content_bytes(i) for i in got)
+        if key:
+            notes.append(f"{kind}: the files hold every item but in another order than the gateway; the "
+                         f"first sync re-sends {kind} in file order (no item is rebuilt)")
+            continue
+        wanted = {item_id(kind, i): content_bytes(i) for i in want}
+        for item in got:
+            ident = item_id(kind, item)
+            if wanted.get(ident) != content_bytes(item):
+                problems.append(f"{kind}[{ident}]: renders differently from the gateway")
+        missing = set(wanted) - {item_id(kind, i) for i in got}
+        problems += [f"{kind}[{ident}]: missing from the files" for ident in sorted(map(str, missing))]
+    return problems, notes
+
+
+def _write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[str] | None) -> None:
+    if recipients:
+        data = encrypt_values(secrets, recipients)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return
+    repo_writer.check_target(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    repo_writer.write_tree(path, {name: value.encode("utf-8") + b"\n" for name, value in secrets.items()},
+                           mode=0o600)
+
+
+def _usage_problem(args: argparse.Namespace, out: Path, secrets: Mapping[str, str]) -> str | None:
+    target = args.secrets_out
+    if not secrets:
+        return None
+    if target is None:
+        how = ("--secrets-out FILE" if args.age_recipient else
+               "--secrets-out DIR (one file per value) or --age-recipient age1… --secrets-out FILE (SOPS)")
+        return f"the gateway holds {len(secrets)} secret value(s); say where they go: {how}"
+    if target.resolve().is_relative_to(out.resolve()):
+        return f"--secrets-out {target} is inside --out {out}: secret values never go into the repo"
+    if args.age_recipient and target.exists():
+        return f"--secrets-out {target} already exists; nothing is overwritten"
+    return None
+
+
+def export_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Export the first configured gateway; exit 0 proven, 1 written with differences, 2 usage/gateway."""
+    endpoints = endpoints_from_settings(settings)
+    if len(endpoints) != 1:
+        print("gitsync export: give exactly one --gateway", file=sys.stderr)
+        return 2
+    out: Path = args.out
+    try:
+        repo_writer.check_target(out)
+        with Gateway(endpoints[0]) as gateway:
+            live = gateway.get_config()
+        exported = build(live.body, args.layout, args.strip_defaults)
+        for value in exported.secrets.values():
+            register_secret(value)
+        problem = _usage_problem(args, out, exported.secrets)
+        if problem:
+            print(f"gitsync export: {problem}", file=sys.stderr)
+            return 2
+        if exported.secrets:
+            _write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
+        repo_writer.write_tree(out, exported.files)
+    except (GatewayError, repo_writer.WriteError, RecipientError, OSError) as exc:
+        print(f"gitsync export: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    for warning in exported.warnings:
+        logger.warning("{}", warning)
+    problems, notes = prove(exported)
+    if args.strip_defaults:  # expected: those items lost fields equal to their defaults
+        notes += [f"{line}: the first sync rewrites it (fields equal to their defaults were left out)"
+                  for line in problems]
+        problems = []
+    count = sum(len(v) for v in exported.live.values())
+    print(f"exported {count} item(s) from {endpoints[0].display_url} into {len(exported.files)} file(s) "
+          f"under {out}" + (f"; {len(exported.secrets)} secret value(s) in {args.secrets_out}"
+                            if exported.secrets else ""))
+    for note in notes:
+        print(f"note: {note}")
+    if problems:
+        for line in problems:
+            print(f"gitsync export: round trip: {redact(line)}", file=sys.stderr)
+        return 1
+    print("round trip: render of the written repo equals the live config (modifiedIndex aside)")
+    return 0
