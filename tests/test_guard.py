@@ -135,6 +135,7 @@ def test_a_60_percent_deletion_is_refused_and_a_10_percent_one_applied(once, rem
     assert once().returncode == 0 and live_routes(apisix) == 18
 
 
+@pytest.mark.slow
 def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
     key = tmp_path / "key"
     key.write_text(ADMIN_KEY)

@@ -202,6 +202,7 @@ def test_a_gateway_with_wait_confirms_every_worker(version: str, wait_sent: bool
         assert puts == [200 if wait_sent else 202]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("delay", "confirmed"), [(1.6, True), (6.0, False)])
 def test_a_wait_that_runs_out_falls_back_to_readiness(delay: float, confirmed: bool) -> None:
     """The PUT may wait 1 s (a 2 s deadline); the workers take longer. 202 after the wait, so the

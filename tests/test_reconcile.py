@@ -231,6 +231,7 @@ STORED_VERSIONS = st.one_of(
 ).map(round_numbers)  # what APISIX holds: 14 significant digits
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(stored=STORED_VERSIONS)
 @example(stored=1.7000000000001e15)
