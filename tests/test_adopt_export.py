@@ -276,6 +276,7 @@ JSONISH = st.recursive(
     max_leaves=20)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=12), JSONISH, min_size=1, max_size=6))
 def test_the_yaml_written_reads_back_as_the_same_values(item: dict[str, Any]) -> None:

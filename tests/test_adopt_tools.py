@@ -117,6 +117,7 @@ def test_broken_files_fail_on_the_same_fields_as_gitsync_validate(schemas: Path,
         assert schema_path in paths, (name, paths)
 
 
+@pytest.mark.slow
 def test_completion_scripts_complete_subcommands_and_flags(tmp_path: Path) -> None:
     scripts = {}
     for shell in ("bash", "zsh", "fish"):

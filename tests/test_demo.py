@@ -255,6 +255,7 @@ def ready_remote(lines: _Lines) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_workdir_must_be_empty(tmp_path):
     (tmp_path / "something").write_text("x")
     result = run_gitsync("demo", "--workdir", str(tmp_path), timeout=60)

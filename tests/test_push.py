@@ -577,6 +577,7 @@ def test_cli_diff_exit_codes_and_masked_secrets(tmp_path: Path, apisix: ApisixDo
     assert wrong.returncode == 2 and "401" in wrong.stderr and "wrong-key-0000" not in wrong.stderr
 
 
+@pytest.mark.slow
 def test_cli_sync_failure_exit_code_and_problem_lines(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "rules.yaml").write_text(RULES)

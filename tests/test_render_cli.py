@@ -27,6 +27,7 @@ def test_validate_sample_repo_passes_with_its_secret():
     assert layered.returncode == 0, layered.stderr
 
 
+@pytest.mark.slow
 def test_validate_reports_each_problem_as_file_line_col(tmp_path: Path):
     (tmp_path / "routes.yaml").write_text("routes:\n  - id: r1\n    uri: /a\n    upstream_id: nope\n"
                                           "  - id: r1\n    uri: /b\n    upstream_id: nope\n")
@@ -39,6 +40,7 @@ def test_validate_reports_each_problem_as_file_line_col(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_missing_secret_fails_validation_at_its_line():
     result = run_gitsync("validate", "--dir", str(SAMPLE))
     assert result.returncode == 1

@@ -394,6 +394,7 @@ class QuotingGateway(ApisixDouble):
         return Reply(502, text.encode(), content_type="text/plain")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", ["text", "json"])
 def test_a_quoted_secret_is_redacted_however_the_answer_spells_it(leaky: Leaky, answer: str):
     """A secret across the 300-character limit must not leave its start behind (cut after
