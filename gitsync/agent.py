@@ -306,7 +306,7 @@ class Agent:
                 self.source.fetch()
         with self._phases.timed("read"):
             self.source.verify(sha)
-            commit = self.source.read(sha)
+            commit = self.source.read(sha, have=self.cache.has)
         with self._phases.timed("render"):
             rendered = render(commit.files, self.render_options, cache=self.cache)
         self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))

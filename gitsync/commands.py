@@ -51,7 +51,7 @@ def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str
     directory); or print why not and return 2."""
     if settings.dir is not None:
         try:
-            return read_directory(settings.dir), ""
+            return read_directory(settings.dir, settings.max_file_size), ""
         except OSError as exc:
             print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
             return 2

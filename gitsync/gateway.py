@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gitsync.httpclient import Answer, HttpClient, HttpError
-from gitsync.log import logger, redact, register_secret
+from gitsync.log import clip, logger, redact, register_secret
 from gitsync.settings import Secret, Settings, SettingsError
 from gitsync.urls import display_url
 
@@ -458,5 +458,4 @@ def _snippet(answer: Answer, limit: int = 300) -> str:
     except ValueError:
         if text.lstrip().startswith("<"):
             text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)).strip()
-    text = redact(text)  # before cutting: a secret across the limit would leave its start behind
-    return text[:limit] + ("…" if len(text) > limit else "") or "(empty body)"
+    return clip(text, limit) or "(empty body)"

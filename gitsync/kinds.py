@@ -46,11 +46,13 @@ def is_credential(kind: str, item: Any) -> bool:
 
 
 def item_id(kind: str, item: Any) -> str | None:
-    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text); a health
-    check's is its ``name``."""
+    """The identity APISIX gives an item: ``id``, or for a consumer ``username`` (as text, a boolean
+    as JSON writes it: ``routes[true]``, never Python's ``True``); a health check's is its ``name``."""
     if not isinstance(item, dict):
         return None
     value = item.get("name") if kind in REPO_ONLY_KINDS else item.get("id")
     if value is None and kind == "consumers":
         value = item.get("username")
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return None if value is None else str(value)

@@ -1,64 +1,273 @@
 """Logging: loguru to stderr, human or JSON lines, with secret values scrubbed.
 
 Redaction happens in the sink, on the final text of each line, because that is
-the only place that also sees exception text (a loguru patcher does not).
-Any value registered with `register_secret` is replaced by ``***``
-wherever it appears: message, ``extra`` fields, tracebacks.
+the only place that also sees exception text (a loguru patcher does not). Any
+value registered with `register_secret` is replaced by ``***`` wherever it
+appears, in any spelling (`spellings`), whole or cut short: message, ``extra``
+fields, tracebacks.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import logging
+import re
 import sys
 import threading
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TextIO
+from urllib.parse import quote, quote_plus
 
 from loguru import logger
 
 MASK = "***"
-MIN_SECRET_LENGTH = 4  # shorter values would mask ordinary words; settings refuse them instead
+#: Shorter values would mask ordinary words wherever they appear: gitsync refuses them where it loads a
+#: secret by name (settings, ``${{ secrets.NAME }}``); a shorter value decrypted from a SOPS file is
+#: masked only where it stands as a whole quoted value.
+MIN_SECRET_LENGTH = 4
+#: How a cut text is marked: a value's first characters followed by one of these (or its last ones
+#: preceded by one) are masked as the value. An ellipsis only, plain or as JSON writes it: gitsync
+#: marks every cut (`clip`), and the end of a text or line is no sign of one (an agent named
+#: ``gitsync-demo`` is not a cut ``gitsync-demo-key``).
+CUT_MARKERS = ("…", "...", "\\u2026")
+_CUT = re.compile("|".join(re.escape(marker) for marker in CUT_MARKERS))
 
-_lock = threading.Lock()
-_secrets: set[str] = set()
-_ordered: tuple[str, ...] = ()
+
+def _json_body(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def _json_ascii_body(text: str) -> str:
+    return json.dumps(text)[1:-1]
+
+
+def _cjson_body(text: str) -> str:
+    """APISIX's cjson also writes ``/`` as ``\\/``."""
+    return _json_body(text).replace("/", "\\/")
+
+
+def _slashed_ascii_body(text: str) -> str:
+    """JSON with both ``\\/`` and ``\\uXXXX`` (PHP's and other encoders' default)."""
+    return _json_ascii_body(text).replace("/", "\\/")
+
+
+def _lua_body(text: str) -> str:
+    from gitsync.schema.jsonschema import lua_quote  # imported late: the schema package logs
+
+    return lua_quote(text)[1:-1]
+
+
+def _repr_bodies(text: str) -> tuple[str, str]:
+    """Python's repr inside its quotes, as it picks them, and single-quoted (a repr of a longer text)."""
+    return repr(text)[1:-1], repr(text + '"')[1:-2]
+
+
+def _one_line(text: str) -> str:
+    from gitsync.problems import one_line
+
+    return one_line(text)
+
+
+#: Each way gitsync (or a gateway, or a library) may write a value inside a longer text.
+_ESCAPES = (_json_body, _json_ascii_body, _cjson_body, _slashed_ascii_body, _lua_body, _one_line,
+            lambda t: ascii(t)[1:-1], lambda t: quote(t, safe=""), quote, quote_plus)
+#: What gitsync applies to a whole text that may already hold an escaped value: a JSON log line,
+#: a JSON state file, one problem per line.
+_WRAPPERS = (_json_body, _json_ascii_body, _one_line)
+
+
+@functools.lru_cache(maxsize=512)
+def spellings(value: str) -> frozenset[str]:
+    """Every spelling of `value` a message may hold: the value, stripped, each of its lines, and each
+    of those escaped once (JSON, cjson, Lua ``%q``, Python repr, URL encoding, one-line) or twice."""
+    plain = {value, value.strip()}
+    lines = value.splitlines()
+    if len(lines) > 1:
+        plain |= set(lines) | {line.strip() for line in lines}
+    plain = {p for p in plain if p}
+    escaped = {escape(p) for p in plain for escape in _ESCAPES} | {b for p in plain for b in _repr_bodies(p)}
+    twice = {wrap(e) for e in escaped for wrap in _WRAPPERS}
+    return frozenset(plain | escaped | twice)
+
+
+class Redactor:
+    """Masks a set of secret values in any text, whole or cut short, in every spelling of `spellings`.
+
+    A value of `MIN_SECRET_LENGTH` or more is masked wherever it appears, and its first (last)
+    characters too where the text was cut right after (before) them. A shorter value is masked only
+    as a whole quoted value (``"x#y"``), or with `whole_words`, wherever it stands as a word.
+    """
+
+    def __init__(self, whole_words: bool = False) -> None:
+        self.whole_words = whole_words
+        self._lock = threading.Lock()
+        self._values: set[str] = set()
+        self._long: tuple[str, ...] = ()
+        self._longest = 0
+        self._heads: dict[str, tuple[str, ...]] = {}
+        self._tails: dict[str, tuple[str, ...]] = {}
+        self._ends: re.Pattern[str] | None = None  # finds each head or tail, overlapping
+        self._short: re.Pattern[str] | None = None
+
+    def add(self, values: Iterable[str]) -> None:
+        with self._lock:
+            fresh = {v for v in values if v and v.strip()} - self._values
+            if not fresh:
+                return
+            self._values |= fresh
+            long_ones: set[str] = set(self._long)
+            short: set[str] = set()
+            for value in fresh:
+                for spelling in spellings(value):
+                    (long_ones if len(spelling) >= MIN_SECRET_LENGTH else short).add(spelling)
+            # Longest first, so a secret that contains another is masked whole.
+            self._long = tuple(sorted(long_ones, key=len, reverse=True))
+            self._longest = len(self._long[0]) if self._long else 0
+            heads: dict[str, list[str]] = {}
+            tails: dict[str, list[str]] = {}
+            for spelling in self._long:
+                heads.setdefault(spelling[:MIN_SECRET_LENGTH], []).append(spelling)
+                tails.setdefault(spelling[-MIN_SECRET_LENGTH:], []).append(spelling)
+            self._heads = {k: tuple(v) for k, v in heads.items()}
+            self._tails = {k: tuple(v) for k, v in tails.items()}
+            grams = sorted({*heads, *tails})
+            self._ends = re.compile("(?=(" + "|".join(re.escape(g) for g in grams) + "))") if grams else None
+            if short:
+                previous = self._short.pattern + "|" if self._short is not None else ""
+                alternatives = "|".join(re.escape(s) for s in sorted(short, key=len, reverse=True))
+                if self.whole_words:
+                    body = rf"(?<!\w)(?:{alternatives})(?!\w)"
+                else:  # quoted whole, as messages quote a value: "v", 'v', \"v\"
+                    body = rf"(?<=[\"'])(?:{alternatives})(?=\\?[\"'])"
+                self._short = re.compile(previous + body)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def redact(self, text: str) -> str:
+        """`text` with every known value, whole or cut, replaced by ``***``."""
+        long_ones, short = self._long, self._short
+        if not long_ones and short is None:
+            return text
+        for spelling in long_ones:
+            if spelling in text:
+                text = text.replace(spelling, MASK)
+        text = self._cut_ends(text)
+        if short is not None:
+            text = short.sub(MASK, text)
+        return text
+
+    def _cut_ends(self, text: str) -> str:
+        """Mask a value's first characters where the text was cut after them, and its last ones where
+        it was cut before them: a message shortened mid-secret must not keep the part it shows."""
+        heads, tails, ends, size = self._heads, self._tails, self._ends, MIN_SECRET_LENGTH
+        if ends is None:
+            return text
+        markers = [(m.start(), m.end()) for m in _CUT.finditer(text)]
+        if not markers:
+            return text
+        befores = {begin for begin, _ in markers}  # a marker follows
+        afters = {end for _, end in markers}  # a marker precedes
+        # A cut value lies within one spelling's length of a marker: only there is it looked for.
+        reach = self._longest
+        regions = _merged([(max(0, c - reach), c) for c in befores] + [(c, c + reach) for c in afters])
+        cut_before = sorted(befores | {len(text) + 1})  # with sentinels: a bisect never runs off the end
+        cut_after = sorted(afters | {-1})
+        spans: list[tuple[int, int]] = []
+        for low, high in regions:
+            for found in ends.finditer(text, low, high):
+                start, window = found.start(), found.group(1)
+                for spelling in heads.get(window, ()):
+                    nearest = cut_before[bisect.bisect_left(cut_before, start + size)]
+                    if nearest >= start + len(spelling):
+                        continue  # no cut within reach
+                    end = start + _common_prefix(text, start, spelling)
+                    if end in befores and end - start < len(spelling):
+                        spans.append((start, end))
+                end = start + size
+                for spelling in tails.get(window, ()):
+                    nearest = cut_after[bisect.bisect_right(cut_after, start) - 1]
+                    if nearest <= end - len(spelling):
+                        continue
+                    begin = end - _common_suffix(text, end, spelling)
+                    if begin in afters and end - begin < len(spelling):
+                        spans.append((begin, end))
+        if not spans:
+            return text
+        out: list[str] = []
+        last = 0
+        for begin, end in _merged(spans):
+            out += [text[last:begin], MASK]
+            last = end
+        out.append(text[last:])
+        return "".join(out)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping spans as one."""
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((begin, end))
+    return merged
+
+
+def _common_prefix(text: str, start: int, spelling: str) -> int:
+    """How many first characters of `spelling` `text` holds from `start` (binary search: C compares)."""
+    low, high = 0, min(len(spelling), len(text) - start)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text.startswith(spelling[:middle], start):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _common_suffix(text: str, end: int, spelling: str) -> int:
+    """How many last characters of `spelling` `text` holds just before `end`."""
+    low, high = 0, min(len(spelling), end)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text.endswith(spelling[-middle:], 0, end):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+_REDACTOR = Redactor()
 
 
 def register_secret(value: str | bytes | None) -> None:
-    """Remember a secret value so that no log line, error or note ever shows it."""
+    """Remember a secret value so that no log line, error or note ever shows it, in any spelling."""
     if value is None:
         return
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    variants = {text, text.strip()}
-    # APISIX's cjson writes "/" as "\/" (a gateway answer shown as it came), and a value that went
-    # through JSON (serialized logs, payload echoes) is escaped, once more in JSON log lines.
-    variants |= {v.replace("/", "\\/") for v in variants if "/" in v}
-    variants |= {json.dumps(v, ensure_ascii=ascii)[1:-1] for v in list(variants) for ascii in (True, False)}
-    global _ordered
-    with _lock:
-        added = {v for v in variants if len(v) >= MIN_SECRET_LENGTH} - _secrets
-        if not added:
-            return
-        _secrets.update(added)
-        # Longest first, so a secret that contains another is masked whole.
-        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+    _REDACTOR.add([text])
 
 
 def redact(text: str) -> str:
     """Return `text` with every registered secret value replaced by ``***``."""
-    for secret in _ordered:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
+    return _REDACTOR.redact(text)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` redacted, then cut to `limit` characters (``…`` marks the cut): never cut first, or a
+    secret across the limit would leave its start behind, masked by no full match."""
+    text = redact(text)
+    return text[:limit] + "…" if len(text) > limit else text
 
 
 def forget_secrets() -> None:
     """Drop every registered secret (tests only)."""
-    global _ordered
-    with _lock:
-        _secrets.clear()
-        _ordered = ()
+    global _REDACTOR
+    _REDACTOR = Redactor()
 
 
 class _ScrubbingSink:
@@ -147,4 +356,5 @@ def guard_process() -> None:
     threading.excepthook = _log_uncaught_in_thread
 
 
-__all__ = ["MASK", "forget_secrets", "guard_process", "logger", "redact", "register_secret", "setup"]
+__all__ = ["MASK", "Redactor", "clip", "forget_secrets", "guard_process", "logger", "redact",
+           "register_secret", "setup", "spellings"]

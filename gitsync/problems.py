@@ -8,7 +8,45 @@ unknown are left out, never invented.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+#: Characters that would break a one-line record or hide what a name really is: controls (C0, DEL,
+#: C1), Unicode line and paragraph separators, and the lone surrogates that stand for bytes that are
+#: not UTF-8 (``surrogateescape``).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]")
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f",
+              "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _octal(char: str) -> str:
+    """A character as git writes an unprintable one: the octal escape of each of its bytes."""
+    data = char.encode("utf-8", "surrogateescape")
+    return "".join(f"\\{byte:03o}" for byte in data)
+
+
+def quote_name(name: str) -> str:
+    """A file name as one safe line: as it is when it is printable, else in double quotes with C
+    escapes, the way git quotes paths (``"a\\nb.yaml"``; ``"caf\\351.yaml"`` for a byte that is not
+    UTF-8). Every file name gitsync prints goes through it: a name cannot forge a log line or a
+    ``file:line:col`` record, and the text always encodes as UTF-8."""
+    if not _UNSAFE.search(name) and '"' not in name and "\\" not in name:
+        return name
+    return '"' + "".join(_C_ESCAPES.get(c) or (_octal(c) if _UNSAFE.match(c) else c) for c in name) + '"'
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: line breaks and other control characters written as escapes (``\\n``)."""
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _C_ESCAPES:
+        return _C_ESCAPES[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
 
 
 @dataclass(frozen=True, order=True)
@@ -20,7 +58,7 @@ class Location:
     col: int = 0
 
     def __str__(self) -> str:
-        parts = [self.file]
+        parts = [quote_name(self.file)]
         if self.line:
             parts.append(str(self.line))
             if self.col:
@@ -48,11 +86,12 @@ class Problem:
         return text
 
     def __str__(self) -> str:
+        """One line, whatever the parts hold (a value's newline is written ``\\n``)."""
         head = [str(self.location)] if self.location else []
         subject = self.subject()
         if subject:
             head.append(subject)
-        return ": ".join([*head, self.message])
+        return one_line(": ".join([*head, self.message]))
 
 
 class ProblemsError(Exception):

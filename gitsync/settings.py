@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gitsync.kinds import KINDS
-from gitsync.log import register_secret
+from gitsync.log import MIN_SECRET_LENGTH, register_secret
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
@@ -576,7 +576,15 @@ def _read_secret_file(path: Path, origin: str) -> str:
         raise SettingsError(f"{origin}: cannot read {path}: {exc.strerror or exc}") from None
     if not value:
         raise SettingsError(f"{origin}: {path} is empty")
+    _refuse_short_secret(value, f"{origin}: {path}")
     return value
+
+
+def _refuse_short_secret(value: str, where: str) -> None:
+    """A secret shorter than the log redactor masks would be printed in clear: refused by name."""
+    if len(value) < MIN_SECRET_LENGTH:
+        raise SettingsError(f"{where}: the secret is {len(value)} character(s) long; at least "
+                            f"{MIN_SECRET_LENGTH} are needed (a shorter one could not be kept out of logs)")
 
 
 def load(
@@ -689,6 +697,7 @@ def _resolve_secret(
         value = str(raw.value).strip()
         if not value:
             raise SettingsError(f"{raw.origin}: is empty")
+        _refuse_short_secret(value, raw.origin)
         out[spec.name] = Secret(value)
     else:
         for where, directory in _credential_dirs(env):

@@ -28,20 +28,22 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dulwich.client import LocalGitClient
 from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker, iter_tree_contents, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tag, Tree
-from dulwich.pack import full_unpacked_object
+from dulwich.pack import OFS_DELTA, REF_DELTA, full_unpacked_object
 from dulwich.repo import ParentsProvider, Repo
 
 from gitsync.compat import remove_pack
 from gitsync.gitremote import GitAuth, Remote, SourceError
 from gitsync.log import logger
+from gitsync.render.files import DEFAULT_MAX_FILE_SIZE, ConfigFiles, is_config_file, may_hold_config, skipped
 
 if TYPE_CHECKING:
     from gitsync.settings import Settings
@@ -51,6 +53,7 @@ MIRROR_DIR = "mirror"
 LOCK_FILE = "gitsync.lock"
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 FILE_MODES = (0o100644, 0o100755)  # regular files; symlinks and submodules are not config
+SUBMODULE_MODE = 0o160000
 VERIFY_POLICIES = ("none", "ssh", "gpg")
 MAX_HAVES = 256  # commits offered in a fetch negotiation (git gives up after 256 in vain too)
 MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-built keys
@@ -61,12 +64,12 @@ MAX_PACKS = 8
 
 @dataclass(frozen=True)
 class CommitFiles:
-    """The files under the configured paths at one commit (repo-relative paths), with blob SHAs
-    so that render can cache parsed files by content."""
+    """The config files under the configured paths at one commit (repo-relative paths), with blob
+    SHAs so that render can cache parsed files by content."""
 
     sha: str
     subject: str
-    files: dict[str, bytes]
+    files: ConfigFiles
     blob_ids: dict[str, str]
     message: str = ""  # the whole commit message (trailers such as Gitsync-Allow-Delete)
 
@@ -242,7 +245,8 @@ class Source:
 
     def __init__(self, remote: Remote, ref: str = "main", paths: Sequence[str] = (".",), *,
                  state_dir: Path = DEFAULT_STATE_DIR, depth: int = 0, allow_rewrite: bool = True,
-                 signatures: SignaturePolicy = SignaturePolicy()) -> None:
+                 signatures: SignaturePolicy = SignaturePolicy(),
+                 max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
         if depth < 0:
             raise SourceError("config", "depth cannot be negative")
         self.remote = remote
@@ -254,12 +258,13 @@ class Source:
         self.depth = depth
         self.allow_rewrite = allow_rewrite
         self.signatures = signatures
+        self.max_file_size = max_file_size  # a larger config blob is never loaded
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
         return cls(Remote.from_settings(settings), settings.ref, settings.paths, state_dir=settings.state_dir,
                    depth=settings.depth, allow_rewrite=settings.allow_rewrite,
-                   signatures=SignaturePolicy.from_settings(settings))
+                   signatures=SignaturePolicy.from_settings(settings), max_file_size=settings.max_file_size)
 
     @property
     def timeout(self) -> float:
@@ -528,22 +533,55 @@ class Source:
 
     # -- read ----------------------------------------------------------------------------------------------
 
-    def read(self, sha: str) -> CommitFiles:
-        """The files under the configured paths at commit `sha`, from the mirror's object store."""
+    def read(self, sha: str, have: Callable[[str], bool] | None = None) -> CommitFiles:
+        """The config files under the configured paths at commit `sha`, from the mirror's object store.
+
+        `have(blob_sha)`: whether the caller (render's parse cache) already holds that file; its bytes
+        are then read only if asked for later (`ConfigFiles.load`).
+
+        Only config files (`is_config_file`) are read, and each only once its object header says it
+        is within `max_file_size`: a large blob beside them costs nothing. Larger ones are listed in
+        ``files.oversized`` for render to report. A symlink or submodule that may stand for config
+        is skipped with a warning, as ``--dir`` does.
+        """
         with self._mirror_commit("read", sha) as (repo, commit):
-            files: dict[str, bytes] = {}
+            files = ConfigFiles()
             blob_ids: dict[str, str] = {}
             store = repo.object_store
             for path in self.paths:
                 for name, mode, blob_id in self._entries(repo, commit, path):
                     if mode not in FILE_MODES:
+                        if may_hold_config(name):
+                            skipped(name, "a submodule" if mode == SUBMODULE_MODE
+                                    else "a symbolic link (links are not followed)")
+                        continue
+                    if not is_config_file(name):
+                        continue
+                    blob_ids[name] = files.blob_ids[name] = blob_id.decode()
+                    if have is not None and have(blob_ids[name]):
+                        files.unread.add(name)
+                        continue
+                    size = _object_size(store, blob_id)
+                    if size > self.max_file_size:
+                        files.oversized[name] = size
                         continue
                     blob = store[blob_id]
                     assert isinstance(blob, Blob)
                     files[name] = blob.data
-                    blob_ids[name] = blob_id.decode()
+            files.load = self.blob
             return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids,
                                commit.message.decode("utf-8", "replace"))
+
+    def blob(self, blob_sha: str) -> bytes:
+        """One blob's bytes, from the mirror (for a file `read` left unread)."""
+        repo = self._open()
+        if repo is None:
+            raise SourceError("read", f"no mirror at {self.mirror_path}: fetch first")
+        with repo:
+            blob = repo.object_store[blob_sha.encode()]
+        if not isinstance(blob, Blob):
+            raise SourceError("read", f"{blob_sha} is not a blob")
+        return blob.data
 
     def _entries(self, repo: Repo, commit: Commit, path: str) -> Iterator[tuple[str, int, bytes]]:
         """(repo-relative name, mode, blob SHA) of every file at or under `path`."""
@@ -584,6 +622,77 @@ class Source:
             policy = self.signatures
             _verify_gpg(sha, payload, signature, policy.gpg_key_ids, policy.gpg_keyring_file, self.timeout)
         logger.debug("commit {} has a trusted {} signature", sha, kind)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Object sizes, from headers
+
+
+def _object_size(store: DiskObjectStore, sha: bytes) -> int:
+    """An object's size from its header, never inflating the object: a 300 MB blob costs a few
+    hundred bytes read (a packed delta's size is in the first bytes of its delta data)."""
+    hex_sha = sha.decode()
+    for pack in store.packs:
+        try:
+            offset = pack.index.object_offset(sha)
+        except KeyError:
+            continue
+        with open(pack.data.path, "rb") as stream:
+            return _packed_size(stream, offset, len(hex_sha) // 2)
+    with open(os.path.join(store.path, hex_sha[:2], hex_sha[2:]), "rb") as stream:
+        header = _inflate_start(stream, lambda out: b"\0" in out)  # "blob <size>\0"
+    return int(header.split(b"\0", 1)[0].split(b" ", 1)[1])
+
+
+def _packed_size(stream: IO[bytes], offset: int, hash_size: int) -> int:
+    """The size of the object at `offset` of a pack: from its entry header, or for a delta, the
+    result size at the start of its delta data."""
+    stream.seek(offset)
+    byte = stream.read(1)[0]
+    kind, size, shift = (byte >> 4) & 7, byte & 15, 4
+    while byte & 0x80:
+        byte = stream.read(1)[0]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+    if kind == OFS_DELTA:
+        while stream.read(1)[0] & 0x80:  # the base's relative offset
+            pass
+    elif kind == REF_DELTA:
+        stream.read(hash_size)  # the base's object id
+    else:
+        return size
+    sizes = _varints(_inflate_start(stream, lambda out: _varints(out, 2) is not None), 2)
+    assert sizes is not None
+    return sizes[1]
+
+
+def _varints(data: bytes, count: int) -> list[int] | None:
+    """The first `count` little-endian base-128 numbers of `data` (a delta's base and result sizes),
+    or None when `data` ends first."""
+    numbers, value, shift = [], 0, 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            numbers.append(value)
+            if len(numbers) == count:
+                return numbers
+            value, shift = 0, 0
+    return None
+
+
+def _inflate_start(stream: IO[bytes], enough: Callable[[bytes], bool], limit: int = 64) -> bytes:
+    """The first inflated bytes of the zlib stream at `stream`'s position, as soon as `enough`."""
+    inflater = zlib.decompressobj()
+    out = b""
+    while len(out) < limit and not inflater.eof:
+        chunk = inflater.unconsumed_tail or stream.read(512)
+        if not chunk:
+            break
+        out += inflater.decompress(chunk, limit - len(out))
+        if enough(out):
+            return out
+    raise SourceError("read", "a git object has no readable header")
 
 
 # ---------------------------------------------------------------------------------------------------------

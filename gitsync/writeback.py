@@ -48,7 +48,7 @@ from ruamel.yaml.error import YAMLError
 from gitsync import __version__
 from gitsync.backoff import backoff_delay
 from gitsync.gitremote import Remote, SourceError
-from gitsync.log import logger, redact
+from gitsync.log import clip, logger, redact
 from gitsync.source import SHA_RE
 from gitsync.urls import display_url
 
@@ -275,8 +275,7 @@ def render_section(note: FailureNote, max_bytes: int) -> str:
     text = header + "errors:\n"
     used = len(text.encode())
     for index, error in enumerate(errors):
-        if len(error) > per_error:
-            error = error[:per_error] + "…"
+        error = clip(error, per_error)
         line = dump_yaml([error])
         left = len(errors) - index - 1
         reserve = len(dump_yaml([f"… and {left} more"]).encode()) if left else 0

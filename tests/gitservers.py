@@ -92,11 +92,13 @@ class BareRepo:
 
     def commit(self, files: Mapping[str, bytes | str | None], message: str = "change", *,
                branch: str | None = None, parent: str | None = "tip", signer: Signer | None = None,
-               replace: bool = False) -> str:
+               replace: bool = False, modes: Mapping[str, str] | None = None) -> str:
         """Commit `files` ({path: content, or None to delete}) on `branch` and move the branch to it.
 
         `parent="tip"` continues the branch; another SHA (or None, a root commit) force-moves it,
-        which is how tests make a force-push. `replace=True` starts from an empty tree.
+        which is how tests make a force-push. `replace=True` starts from an empty tree. `modes`
+        gives a path another mode than ``100644``: ``120000`` a symlink (content: its target),
+        ``160000`` a submodule (content: hashed into the commit id it points at).
         """
         branch = branch or self.default_branch
         ref = f"refs/heads/{branch}"
@@ -116,7 +118,8 @@ class BareRepo:
                     continue
                 data = content.encode() if isinstance(content, str) else content
                 blob = self.git("hash-object", "-w", "--stdin", input=data)
-                self.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", env=index_env)
+                mode = (modes or {}).get(name, "100644")
+                self.git("update-index", "--add", "--cacheinfo", f"{mode},{blob},{name}", env=index_env)
             tree = self.git("write-tree", env=index_env)
         finally:
             index.unlink(missing_ok=True)

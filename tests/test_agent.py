@@ -101,3 +101,23 @@ def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent
     (kind,) = [k for k in outcome.gateways[0].plan.kinds if k.key == "plugin_metadata"]
     assert kind.removed == ("http-logger",) and kind.pruned == ("syslog",)
     again.close()
+
+
+def test_a_sync_changes_no_item_the_render_cache_shares(agent_for, apisix, remote_repo, tmp_path):
+    """Render hands out one object per cached document (Document.shared): a stage that changed an
+    item in place would corrupt every later render. Everything a sync does runs here, then each
+    shared document is compared with a fresh copy of what was parsed."""
+    sample = Path(__file__).resolve().parent.parent / "sample-repo" / "base"
+    files = {f"base/{p.relative_to(sample)}": p.read_text() for p in sample.rglob("*.yaml")}
+    remote_repo.commit(files, "the sample repo", replace=True)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "VAULT_TOKEN").write_text("s.vault-token-for-tests")
+    agent = agent_for(paths=["base"], allow_delete=["all"], secrets_dir=str(secrets))
+    apisix.out_of_band("consumers", [{"username": "other", "plugins": {"key-auth": {"key": "k-other"}}}])
+    assert agent.sync_once().ok
+    apisix.restart()
+    assert agent.sync_once().ok  # a heal: plans on a fresh GET
+    documents = [doc for parsed, _ in agent.cache._entries.values() for doc in parsed.documents]
+    assert documents and all(doc.shared == doc.data for doc in documents)
+    agent.close()

@@ -100,3 +100,18 @@ def test_a_dotted_key_error_names_its_line(tmp_path):
     result = run_gitsync("validate", "--config", str(config), "--dir", str(tmp_path))
     assert result.returncode == 2
     assert f"{config}:2: source.repo: expected a string, got an integer" in result.stderr
+
+
+def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(tmp_path):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "a.yaml").write_text(
+        "secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
+        "    token: t0k3n-abcd\n"
+        "routes:\n  - id: r1\n    uri: /a\n    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
+        "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
+    managed = run_gitsync("validate", "--dir", str(config))
+    assert managed.returncode == 0 and "warning" not in managed.stderr
+    left_out = run_gitsync("validate", "--dir", str(config), "--unmanaged", "secrets")
+    assert left_out.returncode == 0, left_out.stderr
+    assert "warning: 1 secrets item(s) of the repo are not pushed: secrets is unmanaged" in left_out.stderr

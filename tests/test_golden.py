@@ -269,6 +269,8 @@ DELIBERATE: dict[str, str] = {
     "con_live_validate_credential": "a credential must belong to a declared consumer",
     "ssl_certs_keys_mismatched_pair": "a private key must match its certificate",
     "ssl_long_secret_ref": "a $secret:// reference must name a declared secret manager",
+    "upstream_tls_client_cert_id": "gitsync says what is wrong: an id naming no ssl, or an ssl a standalone "
+                                   "gateway cannot look up (it asks etcd)",
 }
 
 #: case → the gateway's refusal comes from its live config, which ``gitsync validate`` (a repo alone)

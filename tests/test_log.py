@@ -114,3 +114,38 @@ def test_cjson_spelling_of_a_secret_is_scrubbed_in_both_log_modes():
         gslog.setup(stream=out, json_lines=json_lines)
         logger.warning("gateway said {}", escaped)
         assert "tok" not in out.getvalue() and "gateway said ***" in out.getvalue()
+
+
+def test_every_spelling_of_a_secret_is_masked():
+    """The spellings a message may give a value (issue 15): Lua's %q (a line break as backslash and
+    newline), JSON with and without \\u escapes, cjson's \\/, Python's repr, URL encoding, each line
+    of a multi-line value, and a JSON log line of any of them."""
+    from urllib.parse import quote, quote_plus
+
+    from gitsync.schema.jsonschema import lua_quote
+
+    value = 'first "line"\nsecond\\line/é+&'
+    gslog.register_secret(value)
+    spelled = [value, lua_quote(value), json.dumps(value), json.dumps(value, ensure_ascii=False),
+               json.dumps(value).replace("/", "\\/"), repr(value), repr([value]), quote(value, safe=""),
+               quote_plus(value), json.dumps(lua_quote(value)), "first \"line\"", "second\\line/é+&"]
+    for text in spelled:
+        masked = gslog.redact(f"before {text} after")
+        assert "first" not in masked and "second" not in masked, (text, masked)
+
+
+def test_a_secret_cut_short_is_masked_on_either_side_of_the_ellipsis():
+    value = "tok-0123456789-abcdef"
+    gslog.register_secret(value)
+    assert gslog.redact(f"answered: password {value[:9]}…") == "answered: password ***…"
+    assert gslog.redact(f"…{value[-8:]} was refused") == "…*** was refused"
+    assert gslog.redact(f'{{"message": "{value[:12]}..."}}') == '{"message": "***..."}'
+    assert gslog.clip("x" * 20 + value, 25) == "x" * 20 + "***"  # redacted first, then cut
+    # Not a cut: an ordinary word that happens to start the value, at the end of a line, stays.
+    assert gslog.redact("agent tok-0\n") == "agent tok-0\n"
+
+
+def test_a_short_value_is_masked_only_as_a_whole_quoted_value():
+    gslog.register_secret("x#y")
+    assert gslog.redact('with "x#y" and \'x#y\' and \\"x#y\\"') == 'with "***" and \'***\' and \\"***\\"'
+    assert gslog.redact("x#yz, ax#y, x#y") == "x#yz, ax#y, x#y"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -347,9 +348,10 @@ def test_one_changed_file_parses_one_file():
     assert cache.parses == 22
     seven = second.source_map.index_of("routes", "r7")
     assert second.payload["routes"][seven]["uri"] == "/seven"
-    assert first.payload["routes"][seven]["uri"] == "/7"  # earlier results are not shared with the cache
-    second.payload["routes"][0]["uri"] = "/mutated"
-    assert render(given, cache=cache).payload["routes"][0]["uri"] == "/0"
+    assert first.payload["routes"][seven]["uri"] == "/7"  # the changed file's earlier item is its own
+    # An unchanged file's items are the same objects render after render (read-only for every stage).
+    third = render(given, cache=cache)
+    assert third.payload["routes"][0] is second.payload["routes"][0] is first.payload["routes"][0]
     assert cache.parses == 22
 
 
@@ -491,3 +493,161 @@ def test_sops_seam_decrypts_registers_and_reports():
 
     assert errors({"s.sops.yaml": encrypted.encode()}, decrypt=failing) == [
         "s.sops.yaml:1:1: cannot decrypt: MAC mismatch for ***"]
+
+
+# --- hardening (issue 15) ----------------------------------------------------------------------------------
+
+
+def test_every_reference_a_plugin_or_kind_holds_is_checked():
+    """Beyond the top-level ids: traffic-split's upstreams, grpc-transcode's proto, a stream route's
+    superior, consumer-restriction's names, an upstream's client certificate (inline ones too)."""
+    text = """routes:
+  - id: r1
+    uri: /a
+    upstream_id: u1
+    plugins:
+      traffic-split:
+        rules:
+          - weighted_upstreams:
+              - {upstream_id: u1, weight: 1}
+              - {upstream_id: u9, weight: 1}
+              - {upstream: {nodes: {'10.0.0.2:80': 1}, tls: {client_cert_id: nossl}}, weight: 1}
+      grpc-transcode: {proto_id: p9, service: a.B, method: C}
+      consumer-restriction: {whitelist: [jack, nobody]}
+  - id: r2
+    uri: /b
+    upstream: {nodes: {'10.0.0.3:80': 1}, tls: {client_cert_id: s1}}
+    plugins:
+      consumer-restriction: {type: service_id, blacklist: [s9]}
+global_rules:
+  - id: g1
+    plugins:
+      consumer-restriction: {allowed_by_methods: [{user: nobody, methods: [GET]}]}
+stream_routes:
+  - {id: t1, upstream_id: u1, protocol: {name: redis, superior_id: t9}}
+upstreams:
+  - {id: u1, nodes: {'10.0.0.1:80': 1}}
+  - {id: u2, nodes: {'10.0.0.1:80': 1}, tls: {client_cert_id: nossl}}
+consumers:
+  - {username: jack}
+ssls:
+  - {id: s1, type: client, cert: "$env://CERT", key: "$env://KEY"}
+""".replace("CERT", "C" * 130).replace("KEY", "K" * 70)  # the lengths APISIX requires of a reference
+    standalone = ("client_cert_id 's1': a standalone gateway cannot use it (APISIX looks the ssl up in "
+                  "etcd, which standalone mode has not, and refuses the config); give the certificate inline "
+                  "as tls.client_cert and tls.client_key")
+    assert errors(files(a_yaml=text)) == [
+        "a.yaml:10:18: routes[r1].plugins.traffic-split.rules[0].weighted_upstreams[1].upstream_id: "
+        "upstream_id 'u9' names no item of upstreams",
+        "a.yaml:11:62: routes[r1].plugins.traffic-split.rules[0].weighted_upstreams[2].upstream.tls."
+        "client_cert_id: client_cert_id 'nossl' names no item of ssls",
+        "a.yaml:12:24: routes[r1].plugins.grpc-transcode.proto_id: proto_id 'p9' names no item of protos",
+        "a.yaml:13:48: routes[r1].plugins.consumer-restriction.whitelist[1]: whitelist entry 'nobody' names "
+        "no item of consumers",
+        f"a.yaml:16:49: routes[r2].upstream.tls.client_cert_id: {standalone}",
+        "a.yaml:18:60: routes[r2].plugins.consumer-restriction.blacklist[0]: blacklist entry 's9' names no "
+        "item of services",
+        "a.yaml:22:52: global_rules[g1].plugins.consumer-restriction.allowed_by_methods[0].user: user "
+        "'nobody' names no item of consumers",
+        "a.yaml:24:55: stream_routes[t1].protocol.superior_id: superior_id 't9' names no item of "
+        "stream_routes",
+        "a.yaml:27:47: upstreams[u2].tls.client_cert_id: client_cert_id 'nossl' names no item of ssls",
+    ]
+
+
+def test_a_file_that_fails_to_load_hides_only_the_references_it_may_satisfy():
+    """A YAML error in one file: every other file's references and secrets are still checked; a
+    reference to an id the broken file's text holds is not reported (it may declare it)."""
+    broken = "upstreams:\n  - id: u1\n    nodes: {'10.0.0.1:80': 1\n"  # unclosed flow mapping
+    other = """routes:
+  - {id: r1, uri: /a, upstream_id: u1}
+  - {id: r2, uri: /b, upstream_id: u9}
+  - id: r3
+    uri: /c
+    upstream_id: u1
+    plugins: {proxy-rewrite: {headers: {set: {A: "$secret://vault/nope/a/b", B: "${{ secrets.NONE }}"}}}}
+"""
+    problems = errors(files(broken_yaml=broken, routes_yaml=other))
+    assert problems[0].startswith("broken.yaml:4:1: YAML syntax error")
+    assert problems[1:] == [
+        "routes.yaml:3:23: routes[r2].upstream_id: upstream_id 'u9' names no item of upstreams",
+        "routes.yaml:7:47: routes[r3].plugins.proxy-rewrite.headers.set.A: '$secret://vault/nope/a/b' names "
+        "no item of secrets (declare one with id vault/nope)",
+        "routes.yaml:7:78: routes[r3].plugins.proxy-rewrite.headers.set.B: undefined secret secrets.NONE (no "
+        "file NONE in the secrets directory, no GITSYNC_SECRET_NONE)",
+    ]
+    # A file never read (too large) may declare anything: no reference is reported.
+    too_large = errors(files(broken_yaml=UPSTREAM + "#" * 200, routes_yaml=other), max_file_size=150)
+    assert [p for p in too_large if "names no item" in p] == []
+
+
+def test_a_huge_integer_is_refused_at_its_own_place_in_plain_words():
+    text = "routes:\n  - id: r1\n    uri: /a\n    priority: " + "1" * 5000 + "\n    upstream_id: u1\n"
+    assert errors(files(a_yaml=text + UPSTREAM)) == [
+        "a.yaml:4:15: the number '111111111111111111111111'… (5000 characters) is too large: APISIX reads "
+        "numbers as 64-bit floats, which end near 1.8e308; quote it if it is text"]
+    assert "0xffffffffffffffffffffff" in errors(files(a_yaml="a: 0x" + "f" * 5000 + "\n"))[0]
+    assert render(files(a_yaml=ROUTE.replace("/a", "/a\n    priority: " + "9" * 300) + UPSTREAM))
+
+
+def test_a_yaml_1_1_directive_is_refused_and_1_2_accepted():
+    assert errors(files(a_yaml="%YAML 1.1\n---\n" + ROUTE + UPSTREAM)) == [
+        "a.yaml:1:1: %YAML 1.1: gitsync reads YAML 1.2 only (yes/no/on/off are text, 0777 is decimal); "
+        "remove the directive, and quote or rewrite the values YAML 1.1 would read otherwise"]
+    assert render(files(a_yaml="%YAML 1.2\n---\n" + ROUTE + UPSTREAM)).payload["routes"][0]["id"] == "r1"
+
+
+def test_a_boolean_id_is_shown_as_the_file_writes_it():
+    assert errors(files(a_yaml="routes:\n  - {id: true, uri: /a, upstream_id: u1}\n" + UPSTREAM)) == [
+        "a.yaml:2:6: routes[true].id: the id must be a string, not a boolean"]
+
+
+def test_a_secret_shorter_than_4_characters_is_refused_where_it_is_used():
+    text = 'routes:\n  - id: r1\n    uri: /a\n    desc: "${{ secrets.PIN }}"\n    upstream_id: u1\n'
+    text += UPSTREAM
+    assert errors(files(a_yaml=text), secret_lookup={"PIN": "x#y"}.get) == [
+        "a.yaml:4:5: routes[r1].desc: secrets.PIN is 3 character(s) long: a secret needs at least 4 (a "
+        "shorter one could not be kept out of logs without masking ordinary words)"]
+    assert render(files(a_yaml=text), RenderOptions(secret_lookup={"PIN": "x#y!"}.get))
+
+
+def test_a_short_sops_value_is_masked_where_a_problem_quotes_it():
+    """sops may decrypt a short string (it encrypts every value by default): a problem about its
+    field does not quote it, wherever the message puts it."""
+    sealed = ("routes:\n  - id: r1\n    uri: /a\n    host: ENC[x]\n    remote_addr: ENC[x]\n"
+              "    upstream_id: u1\nsops: {version: 3.9.0}\n")
+
+    def decrypt(_file: str, document: dict) -> dict:
+        route = document["routes"][0]
+        route["host"] = route["remote_addr"] = "x#y"
+        return document
+
+    problems = errors(files(a_yaml=sealed + UPSTREAM), decrypt=decrypt)
+    assert len(problems) == 2 and not any("x#y" in p for p in problems)
+    assert problems[0].endswith('with "***"')
+
+
+def test_read_directory_reads_any_case_skips_links_and_fifos_with_a_warning(tmp_path: Path):
+    (tmp_path / "A.YAML").write_text(ROUTE)
+    (tmp_path / "b.Json").write_text("{}")
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "u.yml").write_text(UPSTREAM)
+    os.symlink("conf", tmp_path / "linked")
+    os.symlink("A.YAML", tmp_path / "copy.yaml")
+    os.symlink("A.YAML", tmp_path / "README.md")  # not config: silent
+    os.mkfifo(tmp_path / "pipe.yaml")
+    os.mkfifo(tmp_path / "pipe")  # not config: silent
+    (tmp_path / "big.yaml").write_text("#" * 200)
+    log = io.StringIO()
+    gslog.setup(stream=log)
+    try:
+        read = read_directory(tmp_path, max_file_size=100)
+    finally:
+        gslog.setup()
+    assert sorted(read) == ["A.YAML", "b.Json", "conf/u.yml"] and read.oversized == {"big.yaml": 200}
+    then = "nothing in it is applied (its items are pruned from the gateways)"
+    assert [line.split("gitsync.render.files ")[1] for line in log.getvalue().splitlines()] == [
+        f"skipped linked: a symbolic link to a directory (links are not followed); {then}",
+        f"skipped copy.yaml: a symbolic link (links are not followed); {then}",
+        f"skipped pipe.yaml: not a regular file (a FIFO, socket or device); {then}",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 
 from gitsync.render import RenderOptions, payload_json, read_directory, render
 from gitsync.testing.apisix import ApisixDouble
+from tests.gitservers import BareRepo, GitDaemon, git
 from tests.support import ROOT, run_gitsync
 
 SAMPLE = ROOT / "sample-repo"
@@ -100,3 +102,81 @@ def test_the_double_accepts_the_rendered_sample_payload():
     for kind, items in rendered.payload.items():
         assert [item.get("id", item.get("username")) for item in live[kind]] == \
             [item.get("id", item.get("username")) for item in items]
+
+
+# --- hardening (issue 15) ----------------------------------------------------------------------------------
+
+ROUTE = "routes:\n  - id: r1\n    uri: /a\n    upstream: {nodes: {'127.0.0.1:1980': 1}}\n"
+THEN = "nothing in it is applied (its items are pruned from the gateways)"
+
+
+def test_validate_skips_a_fifo_and_links_with_a_warning_each_and_never_hangs(tmp_path: Path):
+    (tmp_path / "routes.yaml").write_text(ROUTE)
+    os.mkfifo(tmp_path / "x.yaml")  # opening it to read would wait for a writer forever
+    os.symlink("routes.yaml", tmp_path / "copy.yaml")
+    (tmp_path / "real").mkdir()
+    os.symlink("real", tmp_path / "conf")
+    for command in ("validate", "render"):
+        result = run_gitsync(command, "--dir", str(tmp_path), timeout=60)
+        assert result.returncode == 0, result.stderr
+        warnings = [line.split("gitsync.render.files ", 1)[1] for line in result.stderr.splitlines()]
+        assert warnings == [f"skipped conf: a symbolic link to a directory (links are not followed); {THEN}",
+                            f"skipped copy.yaml: a symbolic link (links are not followed); {THEN}",
+                            f"skipped x.yaml: not a regular file (a FIFO, socket or device); {THEN}"]
+
+
+def test_file_names_with_a_newline_or_bytes_that_are_not_utf8_print_quoted_on_one_line(tmp_path: Path):
+    (tmp_path / "bad\nname.yaml").write_text("routes: [\n")
+    with open(os.fsencode(tmp_path) + b"/caf\xe9.yaml", "wb") as f:
+        f.write(b"routes:\n  - {id: r2, uri: 42, upstream_id: u1}\n")
+    result = run_gitsync("validate", "--dir", str(tmp_path))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3, lines  # each problem one line, the other file's references still checked
+    assert lines[0].startswith('"bad\\nname.yaml":2:1: YAML syntax error')
+    assert lines[1].startswith('"caf\\351.yaml":2:14: routes[r2].uri: invalid configuration')
+    assert lines[2] == '"caf\\351.yaml":2:23: routes[r2].upstream_id: upstream_id \'u1\' names no item of ' \
+                       "upstreams"
+
+
+def test_environment_values_that_are_not_utf8_get_a_clear_error(tmp_path: Path):
+    (tmp_path / "routes.yaml").write_text(ROUTE.replace("/a", '/a\n    desc: "${{ secrets.TOKEN }}"'))
+    bad = os.fsdecode(b"caf\xe9-value")  # what os.environ holds for those bytes
+    var = run_gitsync("validate", "--dir", str(tmp_path), env={"GITSYNC_VAR_HOST": bad})
+    assert var.returncode == 2 and "Traceback" not in var.stderr
+    assert var.stderr.strip() == (
+        "gitsync validate: error: GITSYNC_VAR_HOST: cannot read the variable: 'utf-8' codec can't decode "
+        "byte 0xe9 in position 3: invalid continuation byte")
+    secret = run_gitsync("validate", "--dir", str(tmp_path), env={"GITSYNC_SECRET_TOKEN": bad})
+    assert secret.returncode == 1 and "Traceback" not in secret.stderr
+    assert secret.stderr.strip() == (
+        "routes.yaml:4:5: routes[r1].desc: cannot read secrets.TOKEN: GITSYNC_SECRET_TOKEN: cannot read the "
+        "secret: 'utf-8' codec can't decode byte 0xe9 in position 3: invalid continuation byte")
+
+
+def test_a_secret_setting_shorter_than_4_characters_is_refused(tmp_path: Path):
+    (tmp_path / "routes.yaml").write_text(ROUTE)
+    key = tmp_path / "admin.key"
+    key.write_text("x#y\n")
+    result = run_gitsync("diff", "--dir", str(tmp_path), "--gateway", "http://127.0.0.1:9",
+                         "--admin-key-file", str(key))
+    assert result.returncode == 2 and "x#y" not in result.stderr
+    assert result.stderr.startswith(f"gitsync diff: error: --admin-key-file: {key}: the secret is 3 "
+                                    "character(s) long; at least 4 are needed")
+
+
+def test_a_git_path_that_is_not_utf8_is_quoted_in_the_output_and_the_note(
+        tmp_path: Path, remote_repo: BareRepo, git_daemon: GitDaemon, apisix: ApisixDouble):
+    """The failure note is written (it was never: UnicodeEncodeError, retried on every sync)."""
+    refused = remote_repo.commit({"caf\udce9.yaml": "routes:\n  - {id: r1, uri: 42}\n",
+                                  "new\nline.yaml": "routes: [\n"}, "names git allows")
+    key = tmp_path / "admin.key"
+    key.write_text(apisix.admin_key)
+    result = run_gitsync("sync", "--once", "--repo", git_daemon.url(remote_repo.path.name), "--state-dir",
+                         str(tmp_path / "state"), "--gateway", apisix.url, "--admin-key-file", str(key),
+                         "--writeback", "on")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    note = git("notes", "--ref", "refs/notes/gitsync", "show", refused, cwd=remote_repo.path)
+    assert "- '\"caf\\351.yaml\":2:5: routes[r1]: invalid configuration" in note
+    assert "- '\"new\\nline.yaml\":2:1: YAML syntax error" in note
+    assert '"caf\\351.yaml":2:5: routes[r1]: invalid configuration' in result.stderr

@@ -12,7 +12,9 @@ and notes). The admin key and the age identity are hunted for in the same places
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import secrets
 import signal
 import subprocess
@@ -20,13 +22,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from loguru import logger
 
+from gitsync import log as gslog
+from gitsync.problems import Problem, ProblemsError
+from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.schema.jsonschema import lua_quote
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
+from gitsync.writeback import FailureNote, render_section, summary_text
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
@@ -81,7 +92,7 @@ class EchoingGateway(ApisixDouble):
             password = ((item.get("plugins") or {}).get("basic-auth") or {}).get("password")
             if isinstance(password, str) and "/" in password:
                 return index, ('invalid configuration: property "password" validation failed: failed to '
-                               f'match pattern "^[^/]*$" with "{password}"')
+                               f'match pattern "^[^/]*$" with {lua_quote(password)}')
         return None
 
     def _validate(self, h: Any, body: bytes) -> Reply:
@@ -408,3 +419,184 @@ def test_a_quoted_secret_is_redacted_however_the_answer_spells_it(leaky: Leaky, 
         assert "PUT /apisix/admin/configs answered 502: " in failed.stderr
         assert gateway.put_bodies and all(CANARY.value in b.decode() for b in gateway.put_bodies)
     leaky.assert_nowhere()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# property: any secret value, rejected wherever a value can be, is in no message
+
+
+ENCRYPTED = "ENC[AES256_GCM,data:eA==,iv:aXY=,tag:dGFn,type:str]"
+#: Each place a value can be refused, as a route (one line per place: its problem is found by line).
+#: {v} is the value's spelling in the file: ``${{ secrets.LEAK }}`` or a SOPS ``ENC[...]``.
+REJECTING = {
+    "host pattern (Lua %q)": 'host: "{v}"',
+    "id (Python repr)": None,
+    "plugin name (raw)": 'plugins: {{"{v}": {{}}}}',
+    "plugin conf (cjson)": 'plugins: {{proxy-rewrite: "{v}"}}',
+    "secret reference (repr)": 'plugins: {{proxy-rewrite: {{uri: "$secret://{v}"}}}}',
+    "dangling reference (repr)": 'upstream_id: "{v}"',
+    "unknown field (raw)": '"{v}": 1',
+    "upstream key pattern": 'upstream: {{type: chash, hash_on: header, key: "{v}", '
+                            'nodes: {{"127.0.0.1:1": 1}}}}',
+}
+#: The places a SOPS file can hold the value in (sops encrypts whole values, never keys).
+SOPS_REJECTING = ["host pattern (Lua %q)", "id (Python repr)", "plugin conf (cjson)",
+                  "dangling reference (repr)", "upstream key pattern"]
+
+
+def rejecting_routes(spelling: str, places: list[str], prefix: str) -> tuple[str, dict[int, str]]:
+    """A routes file with one route per place, and the line each place's problem is at."""
+    lines, at = ["routes:"], {}
+    for number, name in enumerate(places):
+        text = REJECTING[name]
+        # A problem is at its field's line; an id's is its item's, and so is a renamed key's.
+        at[len(lines) + (1 if text is None or text.startswith('"{v}"') else 3)] = name
+        lines += [f'  - id: "{spelling}"' if text is None else f"  - id: {prefix}{number}", "    uri: /p"]
+        if text is not None:
+            lines.append(f"    {text.format(v=spelling)}")
+        if "upstream" not in (text or ""):
+            lines.append("    upstream: {nodes: {'127.0.0.1:1': 1}}")
+    return "\n".join(lines) + "\n", at
+
+
+def fake_sops(value: str) -> Callable[[str, dict], dict]:
+    """The decrypt seam: every ``ENC[...]`` of the document is `value`."""
+    def decrypt(_file: str, document: dict) -> dict:
+        def walk(node: Any) -> Any:
+            if node == ENCRYPTED:
+                return value
+            if isinstance(node, dict):
+                return {k: walk(v) for k, v in node.items()}
+            return [walk(v) for v in node] if isinstance(node, list) else node
+        return walk(document)
+    return decrypt
+
+
+#: Secret values as an operator's tools make them: any printable text, always with a character some
+#: spelling escapes (quotes, backslashes, line breaks, ``/``, ``%``) and one that is not ASCII (so that a
+#: short value cannot be found in the outputs by chance: they are ASCII but for the value). Never
+#: ``*`` (the mask itself) and no run of blanks (indentation would match it).
+SECRET_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="*")
+    | st.sampled_from(['"', "'", "\\", "\n", "\r", "\t", "/", "%", "&", "+", "é", "€", "\U0001f600",
+                       "\u2028"]),
+    min_size=4, max_size=200,
+).filter(lambda v: len(v.strip()) >= 4 and not re.search(r"\s{3}", v)
+         and any(c in v for c in "\"'\\\n/%") and not v.isascii())
+
+
+def every_output(problems: list[Problem], log: io.StringIO) -> list[str]:
+    """What gitsync makes of refused problems: the lines, log records (the sink `log` is), the note
+    section, the status summary and the state file."""
+    lines = [str(p) for p in problems]
+    sha, now = "4b825dc642cb6eb9a060e54bf8d69288fbee4904", datetime.now(UTC)
+    logger.error("commit {} refused at {} ({} problem(s))", sha[:7], "validate", len(lines))
+    for line in lines:
+        logger.error("  {}", line)
+    return [*lines, log.getvalue(),
+            render_section(FailureNote("agent-1", sha, now, "validate", lines), 4096),
+            summary_text({"commit": sha, "result": "failed", "stage": "validate", "problems": lines}, now),
+            json.dumps({"bad": {sha: f"validate: {lines[0]}"}, "problems": lines})]
+
+
+REJECTING_FILES = (rejecting_routes("${{ secrets.LEAK }}", list(REJECTING), "plain-"),
+                   rejecting_routes(ENCRYPTED, SOPS_REJECTING, "sealed-"))
+
+
+@pytest.mark.parametrize("json_lines", [False, True], ids=["human", "json"])
+def test_a_secret_rejected_anywhere_is_in_no_message(json_lines: bool):
+    """Random secret values, from ``${{ secrets.* }}`` and from SOPS, in every place that rejects a
+    value: neither the value nor any 10-character run of it is in a problem, a log line (human or
+    JSON), a note, the status or the state."""
+    log = io.StringIO()
+    gslog.setup(stream=log, verbose=2, json_lines=json_lines)
+    (substituted, at), (sealed, sealed_at) = REJECTING_FILES
+    files = {"routes.yaml": substituted.encode(),
+             "sealed.yaml": (sealed + "sops: {version: 3.9.0}\n").encode()}
+    cache = ParseCache()
+
+    @given(value=SECRET_TEXT)
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def refused_quietly(value: str) -> None:
+        gslog.forget_secrets()
+        log.seek(0)
+        log.truncate()
+        options = RenderOptions(secret_lookup={"LEAK": value}.get, decrypt=fake_sops(value))
+        with pytest.raises(ProblemsError) as caught:
+            render(files, options, cache)
+        problems = caught.value.problems
+        for file, lines in (("routes.yaml", at), ("sealed.yaml", sealed_at)):  # refused in every place
+            refused = {p.location.line for p in problems if p.location and p.location.file == file}
+            assert set(lines) <= refused, (file, {lines[n] for n in set(lines) - refused}, problems)
+        Canary(value).assert_absent("the outputs of a refused render", every_output(problems, log))
+
+    try:
+        refused_quietly()
+    finally:
+        gslog.setup()
+
+
+#: Values whose spellings differ most from their plain text: a line break (Lua's ``\`` + newline,
+#: JSON's ``\n``), quotes and backslashes, characters URL encoding changes, controls and non-BMP text.
+TRICKY = {
+    "multi-line": 'first-line\nsecond "quoted" line\\ with/slash é',
+    "url-chars": "pa%2Fss wörd/ü+&=?#x-1234",
+    "controls": "x\ty\r\nz€\U0001f600 \"'/-tail",
+}
+
+
+@pytest.mark.parametrize("value", TRICKY.values(), ids=TRICKY.keys())
+def test_a_tricky_secret_leaks_nowhere_end_to_end(tmp_path: Path, remote_repo: BareRepo,
+                                                 git_daemon: GitDaemon, value: str):
+    """The value from a secrets file and from the environment, refused by the schema in three places,
+    then by a gateway quoting it as APISIX's schema does (Lua's %q): `validate`, `sync --once` (human
+    and JSON logs, write-back on) and `status` show it nowhere, and neither does the state dir or any
+    object of the remote (the notes on the commits, the status branch)."""
+    canary = Canary(value)
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "LEAK_FILE").write_text(value + "\n")
+    env = {"GITSYNC_SECRET_LEAK_ENV": value}
+    url = git_daemon.url(remote_repo.path.name)
+    routes = ('routes:\n  - id: r1\n    uri: /a\n    host: "${{ secrets.LEAK_FILE }}"\n' + UPSTREAM
+              + '  - id: r2\n    uri: /b\n    plugins: {proxy-rewrite: "${{ secrets.LEAK_ENV }}"}\n'
+              + UPSTREAM
+              + '  - id: r3\n    uri: /c\n'
+              + '    plugins: {proxy-rewrite: {uri: "$secret://${{ secrets.LEAK_FILE }}"}}\n' + UPSTREAM)
+    state = tmp_path / "state"
+    source = ("--repo", url, "--secrets-dir", str(credentials), "--state-dir", str(state))
+    outputs = []
+    with EchoingGateway(ADMIN_KEY.value) as gateway:
+        admin_key = tmp_path / "admin.key"
+        admin_key.write_text(gateway.admin_key)
+        sync = ("sync", "--once", *source, "--gateway", gateway.url, "--admin-key-file", str(admin_key),
+                "--writeback", "on", "-vv")
+        schema = remote_repo.commit({"routes.yaml": routes}, "refused: the secret where the schema quotes it")
+        for args, expect in ((("validate", *source, "-vv"), 1), (sync, 1), ((*sync, "--log-json"), 1)):
+            result = run_gitsync(*args, env=env)
+            assert result.returncode == expect, (args, result.stdout, result.stderr)
+            outputs.append(result.stdout + result.stderr)
+        assert not gateway.put_bodies
+        gateway.strict = True  # it quotes bob's password, Lua-style, in its 400
+        good_routes = "routes:\n  - id: r1\n    uri: /a\n    plugins: {key-auth: {}}\n" + UPSTREAM
+        echoed = remote_repo.commit({"routes.yaml": good_routes, "consumers.yaml": CONSUMERS},
+                                    "refused by the gateway, which quotes it")
+        for args, expect in ((sync, 1), (("status", "--state-dir", str(state)), 0),
+                             (("status", "--fleet", "--repo", url), 0)):
+            result = run_gitsync(*args, env=env)
+            assert result.returncode == expect, (args, result.stdout, result.stderr)
+            outputs.append(result.stdout + result.stderr)
+        sent = [json.loads(body)["consumers"][1]["plugins"]["basic-auth"]["password"]
+                for body in gateway.put_bodies]
+        assert sent and all(password == value for password in sent)  # the control: it got the value
+    assert 'routes.yaml:4:5: routes[r1].host: invalid configuration: property "host" validation failed: ' \
+           'failed to match pattern' in outputs[0] and 'with "***"' in outputs[0]  # refused, masked
+    assert 'consumers[bob]: invalid configuration: property "password" validation failed: failed to match ' \
+           'pattern "^[^/]*$" with "***"' in outputs[3]
+    notes = [git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=remote_repo.path)
+             for sha in (schema, echoed)]
+    assert "routes[r2].plugins.proxy-rewrite: invalid plugin conf" in notes[0]  # the controls: noted
+    assert "consumers[bob]" in notes[1]
+    canary.assert_absent("command output", outputs)
+    assert canary.leaks_in_tree(state) == {}
+    canary.assert_absent("the remote's objects", [git_objects(remote_repo.path), *notes])

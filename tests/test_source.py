@@ -9,16 +9,21 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from dulwich.repo import Repo
 
 from gitsync import log as gslog
 from gitsync.gitremote import GitAuth, Remote, SourceError
+from gitsync.problems import ProblemsError
+from gitsync.render import RenderOptions, render
+from gitsync.render.files import is_config_file
 from gitsync.settings import Secret, Settings
-from gitsync.source import MAX_PACKS, SignaturePolicy, Source, _packs_to_merge, read_input
+from gitsync.source import MAX_PACKS, SignaturePolicy, Source, _object_size, _packs_to_merge, read_input
 from tests.gitservers import (
     BareRepo,
     GitDaemon,
@@ -80,8 +85,8 @@ def objects_between(repo: BareRepo, old: str, new: str) -> set[str]:
 
 
 def files_at(repo: BareRepo, sha: str) -> dict[str, bytes]:
-    """Every file of commit `sha` as the git CLI reads it (one ``cat-file --batch``)."""
-    names = repo.git("ls-tree", "-r", "--name-only", sha).splitlines()
+    """Every config file of commit `sha` as the git CLI reads it (one ``cat-file --batch``)."""
+    names = [n for n in repo.git("ls-tree", "-r", "--name-only", sha).splitlines() if is_config_file(n)]
     wanted = "".join(f"{sha}:{n}\n" for n in names).encode()
     batch = subprocess.run(["git", "cat-file", "--batch"], input=wanted, cwd=repo.path, capture_output=True,
                            check=True).stdout
@@ -593,3 +598,88 @@ def test_sigkill_during_a_big_fetch_then_a_clean_fetch(remotes_root, git_daemon,
     assert source.fetch() == tip and source.local_sha() == tip
     git("fsck", "--full", "--no-dangling", cwd=mirror)
     assert len(source.read(tip).files) == 3000
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reading: config files only, each blob's size from its header first (issue 15, items 7, 9, 19)
+
+BIG = 32 * 1024 * 1024  # zeros: a few KB packed, 32 MB once inflated
+
+
+def test_read_takes_config_files_only_and_never_inflates_an_oversized_blob(remote_repo, git_daemon, tmp_path):
+    zeros = b"\0" * BIG
+    sha = remote_repo.commit({"routes.yaml": "routes: []\n", "video.bin": zeros, "huge.YAML": zeros,
+                              "notes.txt": "n\n", "B.Yml": "upstreams: []\n"}, "a big blob beside the config")
+    source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon}, max_file_size=1 << 20)
+    assert source.fetch() == sha
+    tracemalloc.start()
+    try:
+        commit = source.read(sha)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        generous = replace_limit(source, BIG).read(sha)  # the control: loading it shows in the peak
+        loaded_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert commit.files == {"routes.yaml": b"routes: []\n", "B.Yml": b"upstreams: []\n"}  # any case
+    assert commit.files.oversized == {"huge.YAML": BIG}
+    assert peak < 2 * 1024 * 1024 < BIG < loaded_peak, (peak, loaded_peak)
+    assert sorted(generous.files) == ["B.Yml", "huge.YAML", "routes.yaml"]
+    with pytest.raises(ProblemsError) as refused:
+        render(commit.files, RenderOptions(max_file_size=1 << 20))
+    assert [str(p) for p in refused.value.problems] == [
+        f"huge.YAML: the file is {BIG} bytes, more than max_file_size = 1048576"]
+
+
+def replace_limit(source: Source, max_file_size: int) -> Source:
+    source.max_file_size = max_file_size
+    return source
+
+
+def test_object_sizes_come_from_headers_loose_packed_and_as_deltas(remote_repo):
+    """`_object_size` against `git cat-file -s`, for loose objects, a pack with offset deltas and
+    one with ref deltas (each pack holds deltas: the control)."""
+    text = "".join(f"line {n}: " + "x" * (n % 70) + "\n" for n in range(3000))
+    for version in range(4):
+        remote_repo.commit({"big.yaml": text + f"version {version}\n" * (version + 1),
+                            "small.json": f'{{"v": {version}}}\n'}, f"v{version}")
+
+    def blobs() -> list[str]:
+        listing = remote_repo.git("cat-file", "--batch-all-objects", "--batch-check")
+        return [line.split()[0] for line in listing.splitlines() if line.split()[1] == "blob"]
+
+    def check() -> None:
+        with Repo(str(remote_repo.path)) as repo:
+            for sha in blobs():
+                size = int(remote_repo.git("cat-file", "-s", sha))
+                assert _object_size(repo.object_store, sha.encode()) == size
+
+    check()  # loose
+    for options in ((), ("-c", "repack.useDeltaBaseOffset=false")):
+        remote_repo.git(*options, "repack", "-a", "-d", "-f", "-q")
+        pack = next((remote_repo.path / "objects" / "pack").glob("*.idx"))
+        verified = remote_repo.git("verify-pack", "-v", str(pack))
+        assert "chain length = 1" in verified  # deltas there are
+        check()
+
+
+def test_read_warns_about_links_and_submodules_that_may_hold_config(remote_repo, git_daemon, tmp_path):
+    log = io.StringIO()
+    gslog.setup(stream=log)
+    try:
+        links = {"linked.yaml": "routes.yaml", "conf": "base", "README.md": "routes.yaml", "vendor": "x"}
+        sha = remote_repo.commit({"routes.yaml": "routes: []\n", "base/u.yaml": "upstreams: []\n", **links},
+                                 "links", modes={"linked.yaml": "120000", "conf": "120000",
+                                                 "README.md": "120000", "vendor": "160000"})
+        source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon})
+        source.fetch()
+        files = source.read(sha).files
+    finally:
+        gslog.setup()
+    assert files == {"routes.yaml": b"routes: []\n", "base/u.yaml": b"upstreams: []\n"}
+    warnings = [line.split("gitsync.render.files ", 1)[1] for line in log.getvalue().splitlines()
+                if "WARNING" in line]
+    link = "a symbolic link (links are not followed)"
+    then = "nothing in it is applied (its items are pruned from the gateways)"
+    assert warnings == [f"skipped conf: {link}; {then}", f"skipped linked.yaml: {link}; {then}",
+                        f"skipped vendor: a submodule; {then}"]

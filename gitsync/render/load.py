@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import math
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,11 @@ from ruamel.yaml.resolver import VersionedResolver
 
 #: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
 MAX_DEPTH = 64
+#: Digits of the largest integer a 64-bit float (what APISIX's JSON decoder makes of a number) can hold.
+MAX_INT_DIGITS = len(str(int(sys.float_info.max)))
+#: The YAML version gitsync reads. A ``%YAML 1.1`` directive asks for other rules (``yes``/``on`` as
+#: booleans, ``0777`` as octal): refused, rather than read with rules its author did not mean.
+YAML_VERSION = (1, 2)
 
 Pos = tuple[int, int]  # 1-based line and column
 
@@ -72,7 +78,7 @@ class Document:
     marshal cannot store: those are copied by the substitution stage instead.)
     """
 
-    __slots__ = ("_blob", "_value", "index", "item_pos", "key_pos", "pos")
+    __slots__ = ("_blob", "_shared", "_value", "index", "item_pos", "key_pos", "pos")
 
     def __init__(self, index: int, data: Any, pos: Pos, key_pos: dict[str, Pos],
                  item_pos: dict[str, tuple[Pos, ...]], keep_objects: bool = False) -> None:
@@ -82,11 +88,24 @@ class Document:
         self.item_pos = item_pos
         self._blob = None if keep_objects else marshal.dumps(data)
         self._value = data if keep_objects else None
+        self._shared: Any = None
 
     @property
     def data(self) -> Any:
         """The document's content: a fresh copy, except for documents holding expressions."""
         return self._value if self._blob is None else marshal.loads(self._blob)
+
+    @property
+    def shared(self) -> Any:
+        """The document's content, one object for every render while the file is cached: no stage
+        after render changes an item (each makes its own copy: the schema check, reconcile's sent
+        items, masking), so unchanged files cost nothing to render again. Only `data` may be
+        changed by its caller."""
+        if self._blob is None:
+            return self._value
+        if self._shared is None:
+            self._shared = marshal.loads(self._blob)
+        return self._shared
 
     def __repr__(self) -> str:
         return f"Document(index={self.index}, pos={self.pos}, data={self.data!r})"
@@ -101,6 +120,7 @@ class ParsedFile:
     has_templates: bool  # contains ``${{``: substitution must look at it
     has_sops: bool  # has a top-level ``sops`` mapping: must be decrypted
     has_secret_references: bool  # contains ``$secret://``
+    size: int = 0  # bytes
     #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -151,13 +171,17 @@ def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, 
     if tag in (_STR, _TIMESTAMP):
         return value, None  # dates stay text: JSON has no date type
     if tag == _INT:
-        if value.isdigit():
-            return int(value), None
-        return loader.construct_yaml_int(ScalarNode(tag, value)), None
+        decimal = value.replace("_", "").lstrip("+-").lstrip("0")
+        if decimal.isdigit() and len(decimal) > MAX_INT_DIGITS:  # before int(): Python refuses 4,300+
+            return None, _too_large(value)
+        number = int(value) if value.isdigit() else loader.construct_yaml_int(ScalarNode(tag, value))
+        if abs(number) > sys.float_info.max:  # 0x… and 0o… have no digit limit
+            return None, _too_large(value)
+        return number, None
     if tag == _FLOAT:
         number = loader.construct_yaml_float(ScalarNode(tag, value))
         if not math.isfinite(number):
-            return None, f"{value!r} is not a number JSON can carry"
+            return None, f"{_shown(value)} is not a number JSON can carry"
         return number, None
     if tag == _BOOL:
         return value.lower() == "true", None
@@ -166,6 +190,16 @@ def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, 
     if tag == _MERGE:
         return value, "merge keys (<<) are not supported; write the keys out"
     return value, f"the tag {tag!r} is not supported (only plain strings, numbers, booleans and null)"
+
+
+def _shown(value: str, limit: int = 24) -> str:
+    """A scalar's text for a message: whole when short, else its start and its length."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def _too_large(value: str) -> str:
+    return (f"the number {_shown(value)} is too large: APISIX reads numbers as 64-bit floats, which end "
+            "near 1.8e308; quote it if it is text")
 
 
 def _key_text(key: Any) -> str:
@@ -234,7 +268,10 @@ def parse(data: bytes) -> ParsedFile:
                 pos = _pos(event.start_mark)
                 if event.anchor:
                     issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
-                value, error = _scalar(loader, event, templates)
+                try:
+                    value, error = _scalar(loader, event, templates)
+                except (ValueError, OverflowError) as exc:  # the resolver accepted it, Python cannot build it
+                    value, error = None, f"cannot read the value {_shown(event.value)}: {exc}"
                 if error:
                     issues.append(LoadIssue(*pos, error))
                 if len(stack) == 2:
@@ -266,6 +303,9 @@ def parse(data: bytes) -> ParsedFile:
                 doc_index += 1
                 key_pos, item_pos, root = {}, {}, []
                 doc_pos = _pos(event.end_mark)
+                version = getattr(event, "version", None)
+                if version is not None and tuple(version) != YAML_VERSION:
+                    issues.append(LoadIssue(*_pos(event.start_mark), _version_message(tuple(version))))
             elif kind is DocumentEndEvent:
                 value, pos = root[0] if root else (None, doc_pos)
                 sops = sops or (isinstance(value, dict) and isinstance(value.get("sops"), dict))
@@ -275,14 +315,18 @@ def parse(data: bytes) -> ParsedFile:
         issues.append(_yaml_issue(exc, data))
     except _Stop:
         pass
-    except (ValueError, OverflowError) as exc:  # a scalar the resolver accepted but Python cannot build
-        issues.append(LoadIssue(1, 1, f"cannot read a value: {exc}"))
     finally:
         loader.close()
-    return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data)
+    return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data, len(data))
 
 
 _NO_KEY = object()
+
+
+def _version_message(version: tuple[int, ...]) -> str:
+    shown = ".".join(map(str, version))
+    return (f"%YAML {shown}: gitsync reads YAML 1.2 only (yes/no/on/off are text, 0777 is decimal); "
+            "remove the directive, and quote or rewrite the values YAML 1.1 would read otherwise")
 _ANCHOR_MESSAGE = ("YAML anchors and aliases (&name, *name) are not accepted: they can hide a huge "
                    "document; write the value out")
 
@@ -393,13 +437,26 @@ class ParseCache:
         self._keep = keep_renders
         self.parses = 0
 
-    def get(self, data: bytes) -> ParsedFile:
-        key = blob_sha(data)
+    def has(self, key: str) -> bool:
+        """Whether the file of this git blob SHA is parsed already (its bytes need not be read)."""
+        with self._lock:
+            return key in self._entries
+
+    def cached(self, key: str) -> ParsedFile | None:
+        """The parsed file of this git blob SHA, when it is in the cache (it stays: used this render)."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None:
-                self._entries[key] = (entry[0], self._generation)
-                return entry[0]
+            if entry is None:
+                return None
+            self._entries[key] = (entry[0], self._generation)
+            return entry[0]
+
+    def get(self, data: bytes, key: str | None = None) -> ParsedFile:
+        """The parsed file of `data` (`key`, its blob SHA, when the caller knows it)."""
+        key = key or blob_sha(data)
+        parsed = self.cached(key)
+        if parsed is not None:
+            return parsed
         parsed = parse(data)
         with self._lock:
             self.parses += 1

@@ -60,10 +60,26 @@ class SecretsLookup:
                 value = None
             except (OSError, UnicodeDecodeError) as exc:
                 raise SettingsError(f"{path}: cannot read the secret: {exc}") from None
-        if value is None:
-            value = self.env.get(name)
+        if value is None and name in self.env:
+            value = self.env[name]
+            reason = not_utf8(value)
+            if reason:
+                raise SettingsError(f"{SECRET_ENV_PREFIX}{name}: cannot read the secret: {reason}")
         register_secret(value)
         return value
+
+
+def not_utf8(text: str) -> str | None:
+    """Why an environment value is not UTF-8 text (Python keeps such bytes as lone surrogates), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            text.encode("utf-8", "surrogateescape").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return str(exc)
+        return "it holds characters that are not UTF-8"
+    return None
 
 
 def read_vars_file(path: Path) -> dict[str, str]:
@@ -100,6 +116,10 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
     if settings.vars_file is not None:
         variables.update(read_vars_file(settings.vars_file))
     variables.update(settings.vars)
+    for name, value in variables.items():
+        reason = not_utf8(value)
+        if reason:  # only the environment can carry bytes that are not UTF-8
+            raise SettingsError(f"GITSYNC_VAR_{name}: cannot read the variable: {reason}")
     try:
         identities = identities_from_settings(settings, env)
     except SopsError as exc:

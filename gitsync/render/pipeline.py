@@ -14,10 +14,10 @@ from typing import Any
 
 from gitsync.checks import CHECKS, Check, parse_checks
 from gitsync.kinds import KINDS, item_id
-from gitsync.log import redact, register_secret
+from gitsync.log import Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Loaded, build
-from gitsync.render.files import layers
+from gitsync.render.files import ConfigFiles, layers
 from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
@@ -40,15 +40,49 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
     return sorted(problems, key=lambda p: (p.location is None, p.location or Location("")))
 
 
-def _redacted(problem: Problem) -> Problem:
+#: (kind, item id) → (field, value) of each string of the item that holds a secret value.
+SecretFields = dict[tuple[str, str | None], list[tuple[str, str]]]
+
+
+def _redacted(problem: Problem, secret_fields: SecretFields,
+              redactors: dict[frozenset[str], Redactor]) -> Problem:
     """A problem safe to log, print or write into a git note: no secret value in any part of it.
 
-    Schema messages quote field values (``failed to match pattern ... with "<value>"``)
-    and a value may have come from ``${{ secrets.* }}`` or a SOPS file.
+    Schema messages quote field values (``failed to match pattern ... with "<value>"``) and a value
+    may have come from ``${{ secrets.* }}`` or a SOPS file. Render knows which fields did: a problem
+    about such a field (or an item or container holding it) has that value masked in every spelling,
+    even one too short for the log redactor (which masks the rest: values quoted elsewhere).
     """
-    return replace(problem, message=redact(problem.message),
-                   id=None if problem.id is None else redact(problem.id),
-                   field=None if problem.field is None else redact(problem.field))
+    own = frozenset(value for field, value in secret_fields.get((problem.kind or "", problem.id), ())
+                    if problem.field is None or _within(field, problem.field))
+    local = redactors.get(own)
+    if local is None:
+        local = redactors[own] = Redactor(whole_words=True)
+        local.add(own)
+
+    def clean(text: str) -> str:
+        return local.redact(redact(text))
+
+    return replace(problem, message=clean(problem.message),
+                   id=None if problem.id is None else clean(problem.id),
+                   field=None if problem.field is None else clean(problem.field))
+
+
+def _within(field: str, container: str) -> bool:
+    """`field` is `container` or inside it (``a.b[0]`` is within ``a`` and ``a.b``)."""
+    return field == container or field.startswith((container + ".", container + "["))
+
+
+def _secret_fields(content: Any, leaves: list[tuple[tuple[str | int, ...], str]], into: SecretFields) -> None:
+    """Record, per item, the fields of a document's `leaves` (paths into `content`) holding a secret."""
+    if not isinstance(content, dict):
+        return
+    for path, value in leaves:
+        if len(path) >= 2 and path[0] in KINDS and isinstance(path[1], int):
+            items = content.get(path[0])
+            item = items[path[1]] if isinstance(items, list) and path[1] < len(items) else None
+            into.setdefault((str(path[0]), item_id(str(path[0]), item)), []).append(
+                (field_text(path[2:]), value))
 
 
 def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
@@ -63,24 +97,25 @@ def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...
     return Problem(message, location, None, None, field_text(path) or None)
 
 
-def _decrypted_values(encrypted: Any, plain: Any) -> set[str]:
-    """The plain strings that were ``ENC[...]`` values in the encrypted document."""
-    found: set[str] = set()
+def _decrypted_leaves(encrypted: Any, plain: Any, path: tuple[str | int, ...] = ()
+                      ) -> list[tuple[tuple[str | int, ...], str]]:
+    """(path, plain string) of each value that was ``ENC[...]`` in the encrypted document."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
     if isinstance(encrypted, str):
         if encrypted.startswith("ENC[") and isinstance(plain, str):
-            found.add(plain)
+            found.append((path, plain))
     elif isinstance(encrypted, dict) and isinstance(plain, dict):
         for key, value in encrypted.items():
             if key != "sops" and key in plain:
-                found |= _decrypted_values(value, plain[key])
+                found += _decrypted_leaves(value, plain[key], (*path, key))
     elif isinstance(encrypted, list) and isinstance(plain, list):
-        for value, plain_value in zip(encrypted, plain, strict=False):
-            found |= _decrypted_values(value, plain_value)
+        for index, (value, plain_value) in enumerate(zip(encrypted, plain, strict=False)):
+            found += _decrypted_leaves(value, plain_value, (*path, index))
     return found
 
 
 def _decrypt(file: str, doc: Document, encrypted: Any, options: RenderOptions, secrets: set[str],
-             problems: list[Problem]) -> Any:
+             problems: list[Problem], secret_fields: SecretFields) -> Any:
     """The plain document of a SOPS-encrypted one, or None (with a problem) when it cannot be had."""
     where = Location(file, *doc.pos)
     if options.decrypt is None:
@@ -92,12 +127,13 @@ def _decrypt(file: str, doc: Document, encrypted: Any, options: RenderOptions, s
     except Exception as exc:  # the decrypt seam: whatever it raises is a problem with this file
         problems.append(Problem(f"cannot decrypt: {redact(str(exc)) or type(exc).__name__}", where))
         return None
-    values = _decrypted_values(encrypted, plain)
-    for value in values:
+    leaves = _decrypted_leaves(encrypted, plain)
+    for _, value in leaves:
         register_secret(value)
-    secrets |= values
+    secrets.update(value for _, value in leaves)
     if isinstance(plain, dict) and "sops" in plain:
         plain = {k: v for k, v in plain.items() if k != "sops"}
+    _secret_fields(plain, leaves, secret_fields)
     return plain
 
 
@@ -114,7 +150,9 @@ def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
 
 def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered:
     render_problems: list[Problem] = []
-    buckets, empty = layers(files, options.paths)
+    known = files if isinstance(files, ConfigFiles) else ConfigFiles()
+    oversized = known.oversized
+    buckets, empty = layers([*files, *known.unread, *oversized], options.paths)
     for path in empty:
         render_problems.append(Problem(f"no config files (*.yaml, *.yml, *.json) under the path {path!r}"))
     positions = FilePositions(files)
@@ -123,19 +161,24 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     loaded: list[Loaded] = []
     facts: dict[str, FileFacts] = {}
     unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
-    complete = True  # every file loaded: cross-item checks are meaningful
+    secret_fields: SecretFields = {}
+    #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
+    #: searched) or None (never read, or encrypted: they may declare anything).
+    unknown: dict[str, bytes | None] = {}
     for layer, names in enumerate(buckets):
         for name in names:
-            data = files[name]
-            if len(data) > options.max_file_size:
-                render_problems.append(Problem(f"the file is {len(data)} bytes, more than max_file_size = "
+            blob = known.blob_ids.get(name)
+            parsed: ParsedFile | None = cache.cached(blob) if blob else None
+            size = parsed.size if parsed is not None else oversized.get(name) or len(files.get(name) or b"")
+            if name in oversized or size > options.max_file_size:
+                render_problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
                                                f"{options.max_file_size}", Location(name)))
-                complete = False
+                unknown[name] = None
                 continue
-            parsed: ParsedFile = cache.get(data)
+            parsed = parsed or cache.get(files[name], blob)
             if parsed.issues:
                 render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
-                complete = False
+                unknown[name] = files[name]
                 continue
             if not parsed.has_templates and not parsed.has_sops:
                 facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
@@ -143,20 +186,22 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
                 render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "
                                                "keep one document per encrypted file", Location(name)))
-                complete = False
+                unknown[name] = None
                 continue
+            plain = not parsed.has_templates and not parsed.has_sops
             for doc in parsed.documents:
-                content = doc.data
+                content = doc.shared if plain else doc.data
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
                                                                                            dict)
                 if encrypted:
-                    content = _decrypt(name, doc, content, options, secrets, render_problems)
+                    content = _decrypt(name, doc, content, options, secrets, render_problems, secret_fields)
                     if content is None:
-                        complete = False
+                        unknown[name] = None
                         continue
                 if parsed.has_templates or encrypted:
-                    before = len(substitution.problems)
+                    before, leaves_before = len(substitution.problems), len(substitution.secret_leaves)
                     content = substitution.document(content)
+                    _secret_fields(content, substitution.secret_leaves[leaves_before:], secret_fields)
                     for path, message in substitution.problems[before:]:
                         render_problems.append(_doc_problem(name, doc, content, path, message, positions))
                         if len(path) >= 2 and isinstance(path[1], int):
@@ -168,9 +213,11 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
         return source_map.problem(CHECKS, index, "", path).location
 
     checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
-    problems = built.problems + check_problems + validate(built.payload, source_map, options, complete, facts,
+    problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
                                                           unsubstituted)
     if render_problems or problems:
         stage = "render" if render_problems else "validate"
-        raise ProblemsError(stage, [_redacted(p) for p in _sorted(render_problems + problems)])
+        redactors: dict[frozenset[str], Redactor] = {}
+        raise ProblemsError(stage, [_redacted(p, secret_fields, redactors)
+                                    for p in _sorted(render_problems + problems)])
     return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks))

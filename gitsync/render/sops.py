@@ -35,7 +35,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gitsync.log import register_secret
-from gitsync.problems import Location, Problem
+from gitsync.problems import Location, Problem, quote_name
 from gitsync.settings import Settings
 
 Identity = pyrage.x25519.Identity
@@ -63,7 +63,8 @@ class SopsError(Exception):
         self.file = file or "<sops document>"
         self.message = message
         self.field = field
-        where = f"{self.file}: {_dotted(field)}: " if field else f"{self.file}: "
+        name = quote_name(self.file)
+        where = f"{name}: {_dotted(field)}: " if field else f"{name}: "
         super().__init__(where + message)
 
     def problem(self) -> Problem:
@@ -92,7 +93,8 @@ def parse_identities(text: str, origin: str) -> list[Identity]:
             identities.append(Identity.from_str(line))
         except pyrage.IdentityError:
             # Never echo the line: it is (a damaged copy of) a private key.
-            raise SopsError(origin, f"line {number} is not an age identity (AGE-SECRET-KEY-1…)") from None
+            raise SopsError(origin, f"line {number} is not an age identity (one starts with "
+                                    "AGE-SECRET-KEY-1)") from None
     if not identities:
         raise SopsError(origin, "holds no age identity")
     return identities

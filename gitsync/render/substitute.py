@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsync.log import redact, register_secret
+from gitsync.log import MIN_SECRET_LENGTH, redact, register_secret
 from gitsync.render.load import PlainTemplate, plain_value
 
 _TOKEN = re.compile(r"\$\$\{\{|\$\{\{(.*?)\}\}|\$\{\{", re.DOTALL)
@@ -33,6 +33,8 @@ class Substitution:
     secret_lookup: Callable[[str], str | None]
     secret_values: set[str] = field(default_factory=set)
     problems: list[tuple[Path, str]] = field(default_factory=list)  # (path in the document, message)
+    #: (path in the document, value) of each string a secret went into: its problems must not quote it.
+    secret_leaves: list[tuple[Path, str]] = field(default_factory=list)
     _secrets: dict[str, str | None] = field(default_factory=dict)
 
     def secret(self, name: str) -> str | None:
@@ -77,11 +79,17 @@ class Substitution:
                 self.problems.append((path, f"undefined secret secrets.{name} (no file {name} in the "
                                             f"secrets directory, no GITSYNC_SECRET_{name})"))
                 return token
-            if not secret:
+            if not secret.strip():
                 self.problems.append((path, f"secrets.{name} is empty"))
+                return token
+            if len(secret) < MIN_SECRET_LENGTH:
+                self.problems.append((path, f"secrets.{name} is {len(secret)} character(s) long: a secret "
+                                            f"needs at least {MIN_SECRET_LENGTH} (a shorter one could not be "
+                                            "kept out of logs without masking ordinary words)"))
                 return token
             register_secret(secret)
             self.secret_values.add(secret)
+            self.secret_leaves.append((path, secret))
             return secret
 
         result = _TOKEN.sub(replace, text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.kinds import KINDS, is_credential, item_id
@@ -26,16 +26,38 @@ SECRET_MANAGERS = ("vault", "aws", "gcp")
 SECRET_REFERENCE = re.compile(r"^\$secret://([^/]*)/([^/]*)/(.+)$")
 ENV_OR_SECRET = re.compile(r"^\$(secret|env|ENV)://")
 
-#: (kind, field, kind the field names): checked here because standalone APISIX skips references.
-REFERENCES: tuple[tuple[str, str, str], ...] = (
-    ("routes", "upstream_id", "upstreams"),
-    ("routes", "service_id", "services"),
-    ("routes", "plugin_config_id", "plugin_configs"),
-    ("services", "upstream_id", "upstreams"),
-    ("consumers", "group_id", "consumer_groups"),
-    ("stream_routes", "upstream_id", "upstreams"),
-    ("stream_routes", "service_id", "services"),
+#: Kinds whose items carry ``plugins``, and where an upstream can be written (its own kind, inline).
+PLUGIN_HOLDERS = ("routes", "services", "plugin_configs", "global_rules", "consumers", "consumer_groups",
+                  "stream_routes")
+UPSTREAM_HOLDERS: tuple[tuple[str, FieldPath], ...] = (
+    ("upstreams", ()), ("routes", ("upstream",)), ("services", ("upstream",)),
+    ("stream_routes", ("upstream",)))
+ANY = "*"  # a step of a reference's path: every item of a list
+TRAFFIC_SPLIT: FieldPath = ("plugins", "traffic-split", "rules", ANY, "weighted_upstreams", ANY)
+
+#: (kind, path of the field, kind the field names): every id an item or a plugin can refer to.
+#: Standalone APISIX checks none of them (it accepts a dangling one, then answers 404, 502 or 503).
+REFERENCES: tuple[tuple[str, FieldPath, str], ...] = (
+    ("routes", ("upstream_id",), "upstreams"),
+    ("routes", ("service_id",), "services"),
+    ("routes", ("plugin_config_id",), "plugin_configs"),
+    ("services", ("upstream_id",), "upstreams"),
+    ("consumers", ("group_id",), "consumer_groups"),
+    ("stream_routes", ("upstream_id",), "upstreams"),
+    ("stream_routes", ("service_id",), "services"),
+    ("stream_routes", ("protocol", "superior_id"), "stream_routes"),
+    *((kind, (*TRAFFIC_SPLIT, "upstream_id"), "upstreams") for kind in PLUGIN_HOLDERS),
+    *((kind, ("plugins", "grpc-transcode", "proto_id"), "protos") for kind in PLUGIN_HOLDERS),
+    *((kind, ("plugins", "consumer-restriction", "allowed_by_methods", ANY, "user"), "consumers")
+      for kind in PLUGIN_HOLDERS),
+    *((kind, (*base, "tls", "client_cert_id"), "ssls") for kind, base in UPSTREAM_HOLDERS),
+    *((kind, (*TRAFFIC_SPLIT, "upstream", "tls", "client_cert_id"), "ssls") for kind in PLUGIN_HOLDERS),
 )
+#: consumer-restriction's ``type``: what the names of its whitelist and blacklist are.
+RESTRICTED = {"consumer_name": "consumers", "service_id": "services", "route_id": "routes",
+              "consumer_group_id": "consumer_groups"}
+#: The gateway's own words when an upstream names its client certificate by id (replaced by ours).
+SSL_LOOKUP = "failed to fetch ssl info by ssl id"
 
 
 @dataclass
@@ -55,6 +77,8 @@ class Checker:
     problems: list[Problem]
     facts: Mapping[str, FileFacts]
     skip_schema: Set[tuple[str, int, str, int]] = frozenset()
+    #: Files that did not load: their bytes (searched for an id), or None when never read.
+    unknown: Mapping[str, bytes | None] = field(default_factory=dict)
 
     def add(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> None:
         self.problems.append(self.sources.problem(kind, index, message, field))
@@ -73,6 +97,11 @@ class Checker:
 
     def ids(self, kind: str) -> set[str]:
         return {ident for _, item in self.items(kind) if (ident := item_id(kind, item)) is not None}
+
+    def may_be_declared_elsewhere(self, ident: str) -> bool:
+        """A file that did not load may declare `ident`: it was never read, or its text holds it."""
+        needle = ident.encode("utf-8", "surrogateescape")
+        return any(data is None or needle in data for data in self.unknown.values())
 
 
 def _plain_id_problem(value: Any) -> str | None:
@@ -119,8 +148,8 @@ def check_items(check: Checker) -> None:
                 check.add(kind, index, f"an item must be a mapping, not {describe(item)}")
                 continue
             own = _id_problems(kind, item)
-            for message, field in own:
-                check.add(kind, index, message, field)
+            for message, path in own:
+                check.add(kind, index, message, path)
             source = check.sources.source(kind, index)
             if source is not None and (source.file, source.doc, kind, source.index) in check.skip_schema:
                 continue  # a failed ${{ }} is still in it: schema errors would only be noise
@@ -130,34 +159,87 @@ def check_items(check: Checker) -> None:
                 issues = tuple(check_item(kind, item))  # an empty tuple costs the cache nothing
                 if facts is not None:
                     facts.schema_issues[key] = issues
-            replaced = {field for _, field in own}
+            replaced = {path for _, path in own}
             for issue in issues:
-                if tuple(issue.path) not in replaced:
+                if tuple(issue.path) not in replaced and not issue.message.startswith(SSL_LOOKUP):
                     check.add(kind, index, issue.message, tuple(issue.path))
 
 
+def _at(value: Any, path: FieldPath, walked: FieldPath = ()) -> Iterator[tuple[FieldPath, Any]]:
+    """The values at `path` inside `value` (`ANY` steps into every list item), with their full paths."""
+    if not path:
+        yield walked, value
+        return
+    step, rest = path[0], path[1:]
+    if step == ANY:
+        if isinstance(value, list):
+            for index, child in enumerate(value):
+                yield from _at(child, rest, (*walked, index))
+    elif isinstance(value, dict) and step in value:
+        yield from _at(value[step], rest, (*walked, step))
+
+
+def _id_text(value: Any) -> str | None:
+    """A reference's id as APISIX compares it (text), or None for what cannot be an id (the schema
+    reports its type)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return str(value)
+
+
 def check_references(check: Checker) -> None:
-    """Every id an item refers to is declared (standalone APISIX accepts dangling ones, then 404/502/503)."""
+    """Every id an item refers to is declared (standalone APISIX accepts dangling ones, then 404/502/503).
+
+    A reference a file that did not load may satisfy is not reported (that check depends on it);
+    every other one is, whatever else failed.
+    """
     declared = {kind: check.ids(kind) for kind in KINDS}
     unmanaged = check.options.unmanaged
-    for kind, field, target in REFERENCES:
-        if target in unmanaged:
-            continue
+
+    def dangling(target: str, ident: str) -> bool:
+        return target not in unmanaged and ident not in declared[target] \
+            and not check.may_be_declared_elsewhere(ident)
+
+    for kind, path, target in REFERENCES:
         for index, item in check.items(kind):
-            value = item.get(field)
-            if value is None or isinstance(value, bool) or not isinstance(value, str | int):
-                continue
-            if str(value) not in declared[target]:
-                check.add(kind, index, f"{field} {str(value)!r} names no item of {target}", (field,))
+            for at, value in _at(item, path):
+                ident = _id_text(value)
+                if ident is None:
+                    continue
+                if at[-1] == "client_cert_id":
+                    _client_cert(check, kind, index, at, ident, dangling(target, ident))
+                elif dangling(target, ident):
+                    check.add(kind, index, f"{at[-1]} {ident!r} names no item of {target}", at)
+    for kind in PLUGIN_HOLDERS:
+        for index, item in check.items(kind):
+            for at, conf in _at(item, ("plugins", "consumer-restriction")):
+                target = RESTRICTED.get(conf.get("type", "consumer_name")) if isinstance(conf, dict) else None
+                for listed in ("whitelist", "blacklist") if target else ():
+                    for name_at, name in _at(conf, (listed, ANY)):
+                        ident = _id_text(name)
+                        if ident is not None and dangling(str(target), ident):
+                            check.add(kind, index, f"{listed} entry {ident!r} names no item of {target}",
+                                      (*at, *name_at))
     if "consumers" not in unmanaged:
         consumer_names = {str(i.get("username")) for _, i in check.items("consumers")
                           if not is_credential("consumers", i)}
         for index, item in check.items("consumers"):
             if is_credential("consumers", item) and isinstance(item.get("id"), str):
                 owner = item["id"].split("/credentials/")[0]
-                if owner not in consumer_names:
+                if owner not in consumer_names and not check.may_be_declared_elsewhere(owner):
                     check.add("consumers", index, f"credential of an unknown consumer {owner!r}", ("id",))
     _check_secret_references(check, declared["secrets"])
+
+
+def _client_cert(check: Checker, kind: str, index: int, at: FieldPath, ident: str, dangling: bool) -> None:
+    """An upstream's ``tls.client_cert_id``: standalone APISIX looks the ssl up in etcd, which it does
+    not have, so it refuses any such upstream (``failed to fetch ssl info by ssl id``)."""
+    if dangling:
+        check.add(kind, index, f"client_cert_id {ident!r} names no item of ssls", at)
+    else:
+        check.add(kind, index, f"client_cert_id {ident!r}: a standalone gateway cannot use it (APISIX looks "
+                  "the ssl up in etcd, which standalone mode has not, and refuses the config); give the "
+                  "certificate inline as tls.client_cert and tls.client_key", at)
 
 
 def _check_secret_references(check: Checker, declared: set[str]) -> None:
@@ -179,7 +261,8 @@ def _check_secret_references(check: Checker, declared: set[str]) -> None:
                 if manager not in SECRET_MANAGERS:
                     check.add(kind, index, f"{text!r}: unknown secret manager {manager!r} (one of "
                               f"{', '.join(SECRET_MANAGERS)})", path)
-                elif not unmanaged and f"{manager}/{name}" not in declared:
+                elif not unmanaged and f"{manager}/{name}" not in declared \
+                        and not check.may_be_declared_elsewhere(f"{manager}/{name}"):
                     check.add(kind, index, f"{text!r} names no item of secrets (declare one with id "
                               f"{manager}/{name})", path)
 
@@ -206,13 +289,13 @@ def check_ssls(check: Checker) -> None:
             names.append((item["sni"], ("sni",)))
         if isinstance(item.get("snis"), list):
             names += [(n, ("snis", i)) for i, n in enumerate(item["snis"]) if isinstance(n, str)]
-        for name, field in names:
+        for name, at in names:
             other = served.setdefault(name.lower(), index)
             if other != index:
                 where = check.sources.location("ssls", other)
                 other_id = item_id("ssls", check.payload["ssls"][other])
                 check.add("ssls", index, f"sni {name!r} is also served by ssls[{other_id}]"
-                          + (f" at {where}" if where else ""), field)
+                          + (f" at {where}" if where else ""), at)
 
 
 def check_limits(check: Checker) -> None:
@@ -233,19 +316,19 @@ def payload_json(payload: dict[str, Any]) -> bytes:
 
 
 def validate(payload: dict[str, list[Any]], sources: SourceMap, options: RenderOptions,
-             references: bool = True, facts: Mapping[str, FileFacts] | None = None,
+             unknown: Mapping[str, bytes | None] | None = None, facts: Mapping[str, FileFacts] | None = None,
              skip_schema: Set[tuple[str, int, str, int]] = frozenset()) -> list[Problem]:
     """Every problem of a built payload.
 
-    `references` False skips cross-item checks (a file failed to load: they would only
-    add noise). `facts` holds what may be reused about files whose items are exactly as
-    parsed; a file not in it is checked in full. Items in `skip_schema` (file, document,
-    kind, index in the document) hold a failed substitution and skip the schema check.
+    `unknown` names the files that did not load: a reference to an id one of them may declare
+    (its text holds the id; or it was never read) is not reported, every other one is. `facts`
+    holds what may be reused about files whose items are exactly as parsed; a file not in it is
+    checked in full. Items in `skip_schema` (file, document, kind, index in the document) hold a
+    failed substitution and skip the schema check.
     """
-    check = Checker(payload, sources, options, [], facts or {}, skip_schema)
+    check = Checker(payload, sources, options, [], facts or {}, skip_schema, unknown or {})
     check_items(check)
-    if references:
-        check_references(check)
+    check_references(check)
     check_ssls(check)
     check_limits(check)
     return check.problems
