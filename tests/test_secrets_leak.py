@@ -545,6 +545,7 @@ TRICKY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", TRICKY.values(), ids=TRICKY.keys())
 def test_a_tricky_secret_leaks_nowhere_end_to_end(tmp_path: Path, remote_repo: BareRepo,
                                                  git_daemon: GitDaemon, value: str):
