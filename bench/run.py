@@ -235,11 +235,11 @@ class DaemonProcess:
     """``gitsync run`` as a real subprocess; its metrics and memory read from outside."""
 
     def __init__(self, fixture: Fixture, gateway: str, state_dir: Path, *, drift_interval: float,
-                 webhook: bool) -> None:
+                 webhook: bool, extra: Sequence[str] = ()) -> None:
         self.port = free_port()
         args = [sys.executable, "-m", "gitsync", "run", *fixture.gitsync_args(gateway, state_dir),
                 "--listen", f"127.0.0.1:{self.port}", "--interval", "3600", "--jitter", "0",
-                "--drift-interval", str(drift_interval)]
+                "--drift-interval", str(drift_interval), *extra]
         if webhook:
             args += ["--webhook-secret-file", str(fixture.webhook_file)]
         self.log = (fixture.work / f"daemon-{self.port}.log").open("w")

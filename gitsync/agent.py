@@ -24,6 +24,7 @@ import gc
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from gitsync.decide import Canary, Decision, GatewayView, Holding, Probe, Remote
 from gitsync.gateway import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import SourceError
+from gitsync.groups import GateVerdict, group_gate
 from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import KINDS
@@ -43,16 +45,18 @@ from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
 from gitsync.reconcile import plan
-from gitsync.render import ParseCache, Rendered, options_from_settings, render
+from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render
 from gitsync.rollout import Release, release
 from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
 from gitsync.source import Source
 from gitsync.state import AgentState, GatewayState, StateDir
 from gitsync.timing import Phases
-from gitsync.writeback import FailureNote, GatewayStatus, StatusReport, WriteBack
+from gitsync.urls import display_url
+from gitsync.writeback import FailureNote, FleetReader, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
+HISTORY = 50  # syncs the agent remembers for the web view
 
 
 @contextlib.contextmanager
@@ -101,6 +105,7 @@ class Agent:
         self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
+        self._fleet = FleetReader.from_settings(settings) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
@@ -117,6 +122,11 @@ class Agent:
         self._phases = Phases()  # the running sync's
         self.tip: str | None = None  # the remote's commit at the last check
         self.last_outcome: SyncOutcome | None = None
+        # What the web view reads (gitsync.web), from other threads: see `view`.
+        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._gateway_syncs: dict[str, dict[str, Any]] = {}  # url → its last push, as plain data
+        self._view_lock = threading.Lock()
+        self._view: dict[str, Any] = self._snapshot()
 
     # ------------------------------------------------------------------------------------------------
     # one sync
@@ -197,7 +207,25 @@ class Agent:
         if self.settings.rollout == "canary" and self.gateways.urls:
             canary = Canary(self.gateways.urls[0], self.settings.soak, time.time())
         return decide(remote, self.state.last_good, self.state.bad, views, unmanaged=self.policy.unmanaged,
-                      report_drift=self.settings.drift == "report", canary=canary)
+                      report_drift=self.settings.drift == "report", canary=canary, gate=self._gate(remote))
+
+    def _gate(self, remote: RemoteView) -> GateVerdict | None:
+        """With `after_group`: whether the fleet lets the remote's new commit through (gitsync.groups).
+        The status refs are read only while a new commit waits."""
+        s = self.settings
+        sha = remote.sha
+        if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
+            return None
+        try:
+            assert self._fleet is not None
+            fleet = self._fleet.read()
+        except SourceError as exc:
+            return GateVerdict(False, f"cannot read the fleet's status: {exc.reason}")
+        verdict = group_gate(fleet, sha, s.after_group, s.after_count, s.soak, datetime.now(UTC),
+                             s.status_heartbeat)
+        if not verdict.allowed:
+            logger.info("commit {} waits: {}", short(sha), verdict.why)
+        return verdict
 
     # -- act -----------------------------------------------------------------------------------------
 
@@ -237,9 +265,22 @@ class Agent:
         outcome = self._settle(reason, target, subject, [r for r in results if r.url in decision.push],
                                [url for url in running if url in decision.push], advance=decision.advance)
         outcome.gateways += [r for r in results if r.url in decision.keep]
+        if rendered.left_out and decision.new and outcome.result is not SyncResult.FAILED:
+            self._left_out(target, rendered, outcome)
         outcome.problems[:0] = decision.problems
         outcome.drifted, outcome.wake_at = list(decision.drifted), decision.wake_at
         return outcome
+
+    def _left_out(self, sha: str, rendered: Rendered, outcome: SyncOutcome) -> None:
+        """Partial apply: say which items `sha` goes live without, and why (log, note, outcome)."""
+        lines = [redact(out.describe()) for out in rendered.left_out]
+        logger.warning("commit {} goes live without {} item(s) partial apply left out:", short(sha),
+                       len(lines))
+        for line in lines[:50]:
+            logger.warning("  {}", line)
+        self._note(sha, Stage.PARTIAL, lines)
+        outcome.problems += lines
+        outcome.stage = outcome.stage or Stage.PARTIAL
 
     def _last_good_rendered(self) -> Rendered | None:
         """The last good commit's payload (for a rollback, or to keep the others on while a canary soaks)."""
@@ -304,16 +345,52 @@ class Agent:
         if fetch or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
                 self.source.fetch()
+        fallback, origins = self._keepable(sha)
         with self._phases.timed("read"):
             self.source.verify(sha)
             commit = self.source.read(sha, have=self.cache.has)
         with self._phases.timed("render"):
-            rendered = render(commit.files, self.render_options, cache=self.cache)
-        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message))
+            rendered = render(commit.files, self.render_options, cache=self.cache, fallback=fallback)
+        kept = {f"{out.kind}/{out.id}": origins[out.kind, out.id] for out in rendered.left_out if out.kept}
+        if kept:
+            self.state.keep_from(sha, kept)
+        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
+                                             commit.files)
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self._rendered[old]
         return self._rendered[sha]
+
+    def _keepable(self, sha: str) -> tuple[LastGood | None, dict[tuple[str, str], str]]:
+        """Partial apply: the last good items `sha`'s left-out items may keep, and the commit whose own
+        version each one is. A new commit keeps from the last good commit; a commit rendered before
+        (the last good one after a restart) from the commits it kept from then, so it renders the same."""
+        if not self.render_options.partial:
+            return None, {}
+        recorded = self.state.kept_from.get(sha)
+        if recorded is None:
+            good = self._last_good_rendered() if sha != self.state.last_good else None
+            if good is None:
+                return None, {}
+            assert self.state.last_good is not None
+            before, last_good = self.state.kept_from.get(self.state.last_good, {}), LastGood.of(good)
+            return last_good, {key: before.get(f"{key[0]}/{key[1]}", self.state.last_good)
+                               for key in last_good.items}
+        items: dict[tuple[str, str], Any] = {}
+        secrets: set[str] = set()
+        origins: dict[tuple[str, str], str] = {}
+        for origin in sorted(set(recorded.values())):
+            try:
+                own = render(self.source.read(origin).files, self.render_options, cache=self.cache)
+            except (ProblemsError, SourceError) as exc:
+                logger.error("commit {}: the last good versions it kept from {} cannot be read again: {}",
+                             short(sha), short(origin), exc)
+                continue
+            secrets |= own.secret_values
+            for key, item in LastGood.of(own).items.items():
+                if recorded.get(f"{key[0]}/{key[1]}") == origin:
+                    items[key], origins[key] = item, origin
+        return LastGood(items, frozenset(secrets)), origins
 
     def _push(self, jobs: Mapping[str, tuple[str, Release]], lives: Mapping[str, Future[LiveConfig]],
               known: Mapping[str, Known], drifted: tuple[str, ...], *,
@@ -411,10 +488,15 @@ class Agent:
         report = self._report(outcome)
         self._save_state(outcome, report)
         record_metrics(self.metrics, outcome, self.state, self.gateways.urls, tip_refused=self.tip_refused)
+        live = self._rendered.get(self.state.last_good or "")
+        self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
+        self._publish_view(outcome)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
             self._writeback_queue.submit(self.writeback.publish_status, report)
+        elif self.writeback is not None:  # every poll: the heartbeat, and what failed to be written before
+            self._writeback_queue.submit_once(self.writeback.refresh)
 
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
         self.state.last_result = {**report.to_dict(), "reason": outcome.reason,
@@ -448,9 +530,11 @@ class Agent:
                                               digest=gw.digest if gw else None, counts={}, pruned={}))
         commit = outcome.commit or self.state.last_good or ""
         subject = outcome.subject or (self.state.last_good_subject if commit == self.state.last_good else "")
-        return StatusReport(agent=self.settings.agent_name, commit=commit, subject=subject,
-                            result=str(outcome.result), gateways=gateways, time=datetime.now(UTC),
-                            duration=outcome.duration, version=__version__)
+        s = self.settings
+        return StatusReport(agent=s.agent_name, commit=commit, subject=subject, result=str(outcome.result),
+                            gateways=gateways, time=datetime.now(UTC), duration=outcome.duration,
+                            version=__version__, group=s.group,
+                            heartbeat=max(s.status_heartbeat, s.interval + s.jitter))
 
     # ------------------------------------------------------------------------------------------------
     # what others ask: the drift watch, readiness
@@ -521,6 +605,45 @@ class Agent:
             text += f"; the tip {short(self.tip)} is refused ({self.state.bad.get(self.tip or '', '')})"
         return Readiness(True, text)
 
+    # ------------------------------------------------------------------------------------------------
+    # what the web view reads (gitsync.web): a snapshot published at the end of each sync
+
+    def view(self) -> dict[str, Any]:
+        """What the agent knows, as plain data, from any thread: a snapshot the sync worker publishes
+        after each sync (never changed after), so a reader needs no lock on the agent's state.
+
+        Keys: agent, repo, ref, paths, tip, tip_refused, last_good, last_good_subject, unmanaged,
+        gateways (url, commit, digest, versions, since, unmanaged, last_sync), history (the last
+        `HISTORY` syncs, newest first), time; and live_commit, the last good commit's
+        `RenderedCommit` when the agent holds it in memory (None after a restart until it needs it)."""
+        with self._view_lock:
+            return self._view
+
+    def _publish_view(self, outcome: SyncOutcome) -> None:
+        now = time.time()
+        remember(self._history, history_record(outcome, now))
+        for result in outcome.gateways:
+            self._gateway_syncs[result.url] = gateway_record(result, now)
+        snapshot = self._snapshot()
+        with self._view_lock:
+            self._view = snapshot
+
+    def _snapshot(self) -> dict[str, Any]:
+        settings, state = self.settings, self.state
+        with self._lock:
+            pushed = dict(state.gateways)
+        gateways = [{"url": url, "commit": gw.commit if gw else None, "digest": gw.digest if gw else None,
+                     "versions": dict(gw.versions) if gw else {}, "since": gw.since if gw else None,
+                     "unmanaged": list(gw.unmanaged) if gw else [], "last_sync": self._gateway_syncs.get(url)}
+                    for url in self.gateways.urls for gw in [pushed.get(url)]]
+        live = self._rendered.get(state.last_good) if state.last_good else None
+        return {"agent": settings.agent_name, "repo": display_url(settings.repo or str(settings.dir or "")),
+                "ref": settings.ref, "paths": list(settings.paths), "tip": self.tip,
+                "tip_refused": state.bad.get(self.tip) if self.tip else None, "last_good": state.last_good,
+                "last_good_subject": state.last_good_subject, "unmanaged": sorted(self.policy.unmanaged),
+                "gateways": gateways, "history": [dict(r) for r in reversed(self._history)],
+                "time": time.time(), "live_commit": live}
+
     def finish(self, timeout: float) -> None:
         """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:
         a SIGTERM lets the pushes in flight finish. Call from the thread that runs syncs, or after it."""
@@ -537,11 +660,13 @@ class Agent:
 
 
 class RenderedCommit(NamedTuple):
-    """A commit as the agent keeps it in memory: its payload, subject, and what its author allows."""
+    """A commit as the agent keeps it in memory: its payload, subject, what its author allows, and its
+    files (the web view shows an item as written; the source map holds the same bytes)."""
 
     rendered: Rendered
     subject: str
     allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
+    files: Mapping[str, bytes]
 
 
 class WriteBackQueue:
@@ -551,18 +676,30 @@ class WriteBackQueue:
         self.writeback = writeback
         self.metrics = metrics
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
+        self._queued = 0  # submitted and not ended
+        self._count = threading.Lock()
 
-    def submit(self, publish: Callable[[Any], bool], item: Any) -> None:
-        self._thread.submit(self._publish, publish, item)
+    def submit(self, publish: Callable[..., bool], *item: Any) -> None:
+        with self._count:
+            self._queued += 1
+        self._thread.submit(self._publish, publish, *item)
 
-    def _publish(self, publish: Callable[[Any], bool], item: Any) -> None:
+    def submit_once(self, publish: Callable[[], bool]) -> None:
+        """Submit unless write-backs are still queued (a slow remote must not pile up refreshes)."""
+        if self._queued == 0:
+            self.submit(publish)
+
+    def _publish(self, publish: Callable[..., bool], *item: Any) -> None:
         before = self.writeback.failures if self.writeback else 0
         try:
-            publish(item)
+            publish(*item)
         except Exception as exc:  # write-back never takes the agent down
             logger.error("write-back failed: {}", redact(str(exc)))
             self.metrics.writeback_failures.inc()
             return
+        finally:
+            with self._count:
+                self._queued -= 1
         failures = (self.writeback.failures if self.writeback else 0) - before
         if failures > 0:
             self.metrics.writeback_failures.inc(failures)
@@ -595,6 +732,37 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
         for key, version in (gw.versions if gw else {}).items():
             metrics.gateway_version.labels(url, key.removesuffix("_conf_version")).set(version)
         metrics.gateway_up.labels(url).set(1 if gw and gw.commit == state.last_good else 0)
+
+
+def history_record(outcome: SyncOutcome, now: float) -> dict[str, Any]:
+    """One sync as the web view lists it (problems redacted, at most 20 of them)."""
+    return {"time": now, "first_time": now, "count": 1, "reason": outcome.reason,
+            "result": str(outcome.result), "commit": outcome.commit,
+            "subject": outcome.subject, "stage": str(outcome.stage) if outcome.stage else None,
+            "problems": [redact(p) for p in outcome.problems[:20]], "problem_count": len(outcome.problems),
+            "duration": outcome.duration, "drifted": list(outcome.drifted),
+            "gateways": [{"url": r.url, "status": str(r.status),
+                          "error": redact(r.error) if r.error else None} for r in outcome.gateways]}
+
+
+def remember(history: deque[dict[str, Any]], record: dict[str, Any]) -> None:
+    """Append `record`; a sync that pushed nothing and ended as the one before (a no-op poll, the same
+    refused tip skipped again) is counted on that one instead, so polls do not push out what happened."""
+    last = history[-1] if history else None
+    same = ("result", "commit", "stage", "problems")
+    if last is not None and not record["gateways"] and not last["gateways"] \
+            and all(last[k] == record[k] for k in same):
+        last.update(count=last["count"] + 1, time=record["time"], duration=record["duration"])
+        return
+    history.append(record)
+
+
+def gateway_record(result: GatewayResult, now: float) -> dict[str, Any]:
+    """A gateway's last push as the web view shows it."""
+    return {"time": now, "duration": result.duration, "status": str(result.status),
+            "counts": dict(result.counts), "error": redact(result.error) if result.error else None,
+            "checks": result.checks.to_dict() if result.checks is not None else None,
+            "rolled_back": result.rollback is not None and result.rollback.ok, "two_step": result.two_step}
 
 
 def log_outcome(outcome: SyncOutcome) -> None:

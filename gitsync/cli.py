@@ -35,12 +35,13 @@ COMMANDS: tuple[Command, ...] = (
             "gitsync.commands:validate", ("source", "state", "unmanaged")),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
             "gitsync.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key")),
-    Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed)",
+    Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "
+            "3 synced but the write-back failed)",
             "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key")),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
             "gitsync.commands:run", ("source", "gateway", "daemon", "writeback"),
             ("gateways", "admin_key")),
-    Command("status", "this agent's last result; --fleet: every agent's, from the status branch",
+    Command("status", "this agent's last result; --fleet: every agent's, from the status refs",
             "gitsync.commands:status", ("state", "source", "writeback")),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.demo:run_demo", ()),
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         if command.name == "sync":
             p.add_argument("--once", action="store_true", help="one sync, then exit (the only mode of sync)")
         if command.name == "status":
-            p.add_argument("--fleet", action="store_true", help="every agent's status from the status branch")
+            p.add_argument("--fleet", action="store_true", help="every agent's status from the status refs")
         if command.name == "demo":
             p.add_argument("--keep-running", action="store_true", help="stay up after the last step")
             p.add_argument("--json", action="store_true",

@@ -2,8 +2,9 @@
 
 Each takes the resolved settings and the parsed arguments and returns the exit status: 0 fine,
 1 the config repo has problems (each on stderr as ``file:line:col: kind[id].field: message``, the
-file relative to the repo root, as in git notes), 2 a usage or settings error. The command line
-itself is docs/architecture.md's contract ("The command line").
+file relative to the repo root, as in git notes), 2 a usage or settings error, 3 (``sync --once``)
+the gateways were synced but the status or a note could not be written back. The table is in
+docs/operations.md ("Exit status").
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from gitsync.gateway import endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import Remote, SourceError
+from gitsync.groups import fleet_table
 from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import KINDS, item_id
@@ -43,7 +45,9 @@ from gitsync.render.sourcemap import field_text
 from gitsync.rollout import Release, release
 from gitsync.settings import Settings, SettingsError
 from gitsync.source import read_input, writable_dir
-from gitsync.writeback import fleet_table, read_fleet, summary_text
+from gitsync.writeback import read_fleet, summary_text
+
+EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
 
 
 def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
@@ -85,11 +89,14 @@ def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | i
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        return render_files(files, options), message
+        rendered = render_files(files, options)
     except ProblemsError as exc:
         for problem in exc.problems:
             print(redact(str(problem)), file=sys.stderr)
         return 1
+    for out in rendered.left_out:  # partial apply, from a directory: there is no last good version
+        print(f"warning: {redact(out.describe())}", file=sys.stderr)
+    return rendered, message
 
 
 def render(settings: Settings, args: argparse.Namespace) -> int:
@@ -241,7 +248,9 @@ def _managed(policy: Policy) -> frozenset[str]:
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
-    """One sync of every gateway to the source: exit 0 applied or already live, 1 failed.
+    """One sync of every gateway to the source: exit 0 applied or already live, 1 failed, 3 synced but
+    the status or a note could not be written back (``writeback = "on"``, or a remote that answers
+    but fails; ``auto`` turns itself off without failing when the remote refuses pushes).
 
     With ``--repo`` this is the daemon's own pipeline, once: the mirror, last good commit and
     write-back live in the state dir (a temporary one when it is not writable). With ``--dir``
@@ -291,13 +300,20 @@ def _sync_repo(settings: Settings) -> int:
         except (StateError, SourceError) as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
-        stack.callback(agent.close)
+        stack.callback(agent.close)  # waits for the write-backs of this sync
         outcome = agent.sync_once("cli")
     for result in outcome.gateways:
         print(result.summary())
+    unwritten = agent.writeback.pending if agent.writeback is not None else 0
+    if unwritten:
+        assert agent.writeback is not None
+        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: "
+              f"{agent.writeback.last_error}", file=sys.stderr)
     if outcome.ok:
         print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
-        return 0
+        for problem in outcome.problems:  # e.g. what partial apply left out
+            print(f"warning: {redact(problem)}", file=sys.stderr)
+        return EXIT_WRITEBACK_FAILED if unwritten else 0
     print(f"gitsync sync: {outcome.result} at {outcome.stage or '?'}: {outcome.commit or '-'}",
           file=sys.stderr)
     for problem in outcome.problems:
@@ -333,7 +349,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
-    """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status branch."""
+    """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status refs."""
     from gitsync.state import StateDir
 
     now = datetime.now(UTC)
@@ -345,13 +361,13 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_branch, Path(tmp))
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp))
         except SourceError as exc:
-            print(redact(f"gitsync status: error: cannot read {settings.status_branch}: {exc.reason}"),
+            print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
                   file=sys.stderr)
             return 1
     if not fleet:
-        print(f"no agent has written to {settings.status_branch} yet")
+        print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
-    print(fleet_table(fleet, now), end="")
+    print(fleet_table(fleet, now, settings.status_heartbeat), end="")
     return 0

@@ -24,6 +24,7 @@ from gitsync.sdnotify import Notifier
 from gitsync.server import Metrics, Readiness, StatusServer
 from gitsync.settings import Settings, SettingsError
 from gitsync.state import StateDir
+from gitsync.web import WebView
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the sync in flight
 
@@ -79,6 +80,7 @@ class Daemon:
         self.agent: Agent | None = None
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
         self.server: StatusServer | None = None
+        self.web: WebView | None = None
         self._beat = time.monotonic()
         self._worker = threading.Thread(target=self._work, name="sync-worker", daemon=True)
 
@@ -86,8 +88,11 @@ class Daemon:
         self.state_dir.acquire()
         try:
             self.agent = self._agent(self.settings)
+            if self.settings.ui:  # the read-only web view (gitsync.web); a token is checked here
+                self.web = WebView(lambda: self.settings, lambda: self.agent, self.state_dir.path / "web")
             self.server = StatusServer(self.settings.listen, self.metrics, self._readiness,
-                                       self.triggers.request, self.settings.webhook_secret).start()
+                                       self.triggers.request, self.settings.webhook_secret,
+                                       web=self.web.answer if self.web else None).start()
         except OSError as exc:
             self.state_dir.release()
             raise SettingsError(f"listen = {self.settings.listen}: cannot listen there: "
@@ -102,6 +107,8 @@ class Daemon:
         logger.info("gitsync {} running: repo {} ref {} → {} gateway(s); listening on {}:{}", __version__,
                     self.settings.repo, self.settings.ref, len(self.settings.gateways),
                     self.server.httpd.server_address[0], self.server.port)
+        if self.web is not None:
+            logger.info("web view on http://{}:{}/", self.server.httpd.server_address[0], self.server.port)
         self.notifier.ready(f"started; last good {short(self.agent.state.last_good)}")
 
     def _agent(self, settings: Settings) -> Agent:
@@ -204,6 +211,8 @@ class Daemon:
                 logger.warning("the sync in flight did not end within {:.0f}s; exiting anyway", STOP_GRACE)
         if self.server is not None:
             self.server.stop()
+        if self.web is not None:
+            self.web.close()
         if self.agent is not None:
             self.agent.finish(STOP_GRACE)
             self.agent.close()

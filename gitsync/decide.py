@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gitsync.groups import GateVerdict
 from gitsync.outcomes import Stage, SyncResult
 from gitsync.state import GatewayState
 
@@ -104,8 +105,12 @@ def holding(view: GatewayView, target: str, unmanaged: Iterable[str]) -> Holding
 
 def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], views: Iterable[GatewayView], *,
            unmanaged: Iterable[str] = (), report_drift: bool = False,
-           canary: Canary | None = None) -> Decision:
-    """The decision of one sync from what was observed (see the module's docstring)."""
+           canary: Canary | None = None, gate: GateVerdict | None = None) -> Decision:
+    """The decision of one sync from what was observed (see the module's docstring).
+
+    `gate`: for an agent whose group follows another, whether the fleet lets the remote's new
+    commit through yet (`gitsync.groups.group_gate`); until it does, the gateways keep (or get back)
+    the last good commit."""
     unmanaged = sorted(unmanaged)
     if remote.error is not None:
         target, new = last_good, False
@@ -115,6 +120,11 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
         target, new = last_good, False
         idle = Decision(remote.sha, result=SyncResult.SKIPPED, stage=Stage.KNOWN_BAD,
                         problems=(bad[remote.sha],), why=f"the tip {remote.sha[:7]} was refused")
+    elif gate is not None and not gate.allowed and remote.sha != last_good:
+        target, new = last_good, False
+        wake = gate.earliest.timestamp() if gate.earliest is not None else None
+        idle = Decision(remote.sha, result=SyncResult.WAITING, problems=(gate.why,), wake_at=wake,
+                        why=f"{remote.sha[:7]} waits for the group that goes first: {gate.why}")
     else:
         target, new = remote.sha, remote.sha != last_good
         idle = Decision(target, result=SyncResult.NOOP, why="every gateway holds the target")
@@ -145,7 +155,7 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
         return idle
     why = "a new commit" if new else "gateways that do not hold the last good commit"
     carried = idle.problems if idle.result is not SyncResult.NOOP else ()
-    return Decision(target, new, tuple(push), tuple(drifted), problems=carried, why=why)
+    return Decision(target, new, tuple(push), tuple(drifted), problems=carried, why=why, wake_at=idle.wake_at)
 
 
 def _canary_phase(target: str, last_good: str | None, views: list[GatewayView], unmanaged: list[str],

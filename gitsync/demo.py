@@ -57,11 +57,12 @@ from gitsync import log as gslog
 from gitsync.agent import Agent
 from gitsync.daemon import Daemon
 from gitsync.gitremote import Remote
+from gitsync.groups import fleet_table
 from gitsync.kinds import METADATA_KEYS, VERSION_SUFFIX
 from gitsync.outcomes import SyncOutcome
 from gitsync.settings import Secret, Settings
 from gitsync.testing.apisix import ApisixDouble
-from gitsync.writeback import AGENTS_DIR, agent_file_name, fleet_table, full_ref, read_fleet
+from gitsync.writeback import AGENTS_DIR, agent_file_name, full_ref, read_fleet, status_ref
 
 AGENT_NAME = "demo"
 REPO_NAME = "config.git"
@@ -332,7 +333,7 @@ def demo_settings(base: Settings, remote_url: str, gateway_url: str, admin_key: 
         gateway_timeout=5.0, git_timeout=10.0,
         interval=3600.0, jitter=0.0,  # no polls during the steps: every sync has a reason shown
         drift_interval=DRIFT_INTERVAL, max_backoff=2.0,
-        state_dir=workdir / "state", listen="127.0.0.1:0",
+        state_dir=workdir / "state", listen="127.0.0.1:0", ui=True,
         webhook_secret=Secret(secrets.token_hex(16)),
         writeback="on", agent_name=AGENT_NAME, author="gitsync demo <gitsync@localhost>",
         log_json=base.log_json, verbose=base.verbose,
@@ -588,15 +589,18 @@ class Demo:
 
     def status_branch(self) -> None:
         """Step 5: this agent's file on the status branch, and the fleet table `status --fleet` prints."""
-        branch, good = self.settings.status_branch, self.shas["customers"]
+        s = self.settings
+        branch, good = s.status_branch, self.shas["customers"]
         text, _ = wait_for("the status file", lambda: _status_naming(
             self.remote.status_file(branch, AGENT_NAME), good, "healed"))
         self.say.step(6, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
+        self.say.say(f"(the agent writes its own ref {status_ref(s.status_refs, AGENT_NAME).decode()}; the "
+                     "branch is a view of every agent's ref, for browsing)")
         self.say.block(text)
         with tempfile.TemporaryDirectory(prefix="gitsync-demo-fleet-") as tmp:
-            fleet = read_fleet(Remote.of(self.remote.url), branch, Path(tmp))
+            fleet = read_fleet(Remote.of(self.remote.url), s.status_refs, Path(tmp))
         self.say.say(f"gitsync status --fleet --repo {self.remote.url}")
-        self.say.block(fleet_table(fleet, datetime.now(UTC)))
+        self.say.block(fleet_table(fleet, datetime.now(UTC), s.status_heartbeat))
         self.summary["status_file"] = text
 
     def finish(self, *, json_summary: bool) -> None:
@@ -619,6 +623,7 @@ class Demo:
               f"  curl -H 'Host: {API_HOST}' {self.double.proxy_url}{FIRST_PATH}\n"
               f"  curl -H \"X-API-KEY: $(cat {key_file})\" {self.double.url}/apisix/admin/configs\n"
               f"  curl {self.listen_url}/metrics\n"
+              f"  open {self.listen_url}/   # the web view: what is live, and each item's file:line\n"
               f"READY data_plane={self.double.proxy_url} admin={self.double.url} agent={self.listen_url}",
               flush=True)
         try:

@@ -20,13 +20,14 @@ class SyncResult(StrEnum):
     DEFERRED = "deferred"  # a target to apply, but every gateway that needs it is busy or backing off
     CANARY = "canary"  # a new commit went to the canary gateway alone (rollout = canary)
     SOAKING = "soaking"  # the canary runs the new commit; the other gateways follow when the soak ends
+    WAITING = "waiting"  # after_group: the commit waits for the group that goes first (gitsync.groups)
 
     @property
     def ok(self) -> bool:
         """Every gateway holds the remote's commit, or is on its way there through a canary (a
         known-bad tip is not ok)."""
         return self in (SyncResult.NOOP, SyncResult.APPLIED, SyncResult.HEALED, SyncResult.CANARY,
-                        SyncResult.SOAKING)
+                        SyncResult.SOAKING, SyncResult.WAITING)
 
 
 class Stage(StrEnum):
@@ -39,6 +40,7 @@ class Stage(StrEnum):
     GUARD = "guard"  # the deletion guard refused the commit
     PUSH = "push"
     HEALTH = "health"  # a health check failed after the push
+    PARTIAL = "partial"  # applied without the items partial apply left out (a note lists them)
     DRIFT = "drift"
     KNOWN_BAD = "known bad"
 

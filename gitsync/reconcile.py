@@ -22,18 +22,22 @@ from __future__ import annotations
 import decimal
 import functools
 import hashlib
-import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gitsync.content import (  # noqa: F401 - re-exported for callers of reconcile
+    INDEX_FIELD,
+    VERSION_LIMIT,
+    canonical_json,
+    content_bytes,
+    item_content,
+    normalize,
+)
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, item_id, version_key
 from gitsync.problems import Problem
-
-#: Indexes stay below this: APISIX round-trips numbers with 14 significant digits.
-VERSION_LIMIT = 10**14
 
 #: How APISIX keeps a number: cjson writes it with ``%.14g`` (the nearest, ties to even).
 _STORED = decimal.Context(prec=14, rounding=decimal.ROUND_HALF_EVEN)
@@ -41,7 +45,6 @@ _STORED = decimal.Context(prec=14, rounding=decimal.ROUND_HALF_EVEN)
 #: Kinds whose items get no ``modifiedIndex``: a plugin's ``metadata_schema`` may refuse the extra field.
 UNINDEXED_KINDS: frozenset[str] = frozenset({"plugin_metadata"})
 
-INDEX_FIELD = "modifiedIndex"
 
 
 class KindStatus(StrEnum):
@@ -120,65 +123,6 @@ class Plan:
 # Content: normal form, equality, digest, modifiedIndex
 
 
-def normalize(value: Any) -> Any:
-    """The form in which two values are compared: what APISIX would give back for what it was sent.
-
-    Empty objects and arrays are the same (GET renders ``[]`` as ``{}``), and numbers are
-    rounded the way cjson stores them (14 significant digits; integral floats are ints).
-    Plain dicts, lists, strings and small ints (nearly everything) take the fast paths: this
-    runs over every item of both sides of every plan.
-    """
-    kind = type(value)
-    if kind is str or value is None or kind is bool:
-        return value
-    if kind is dict:
-        if not value:
-            return []
-        return {k if type(k) is str else str(k): v if type(v) is str else normalize(v)
-                for k, v in value.items()}
-    if kind is list:
-        return [v if type(v) is str else normalize(v) for v in value]
-    if kind is int and -VERSION_LIMIT < value < VERSION_LIMIT:
-        return value
-    return _normalize_other(value)
-
-
-def _normalize_other(value: Any) -> Any:
-    """`normalize` for what is not a plain dict, list, string or small int."""
-    if isinstance(value, Mapping):
-        return {str(k): normalize(v) for k, v in value.items()} if value else []
-    if isinstance(value, list | tuple):
-        return [normalize(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int | float):
-        if isinstance(value, float) and not math.isfinite(value):
-            return value
-        if abs(value) >= VERSION_LIMIT or isinstance(value, float):
-            rounded = float(f"{value:.14g}")
-            return int(rounded) if rounded.is_integer() and abs(rounded) < 2**53 else rounded
-        return value
-    return value
-
-
-def canonical_json(value: Any) -> bytes:
-    """Deterministic JSON bytes: sorted keys, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
-
-
-def item_content(item: Any) -> Any:
-    """An item's normal form without its ``modifiedIndex`` (which is bookkeeping, not content)."""
-    if isinstance(item, Mapping):
-        item = {k: v for k, v in item.items() if k != INDEX_FIELD}
-    return normalize(item)
-
-
-def content_bytes(item: Any) -> bytes:
-    """The canonical JSON of an item's content: what equality, indexes and the digest are computed on."""
-    return canonical_json(item_content(item))
-
-
 def items_equal(desired: Sequence[Any], live: Any) -> bool:
     """Whether a kind's desired list equals the live value, in order, ignoring ``modifiedIndex``."""
     live_list = _live_list(live)
@@ -217,12 +161,6 @@ def _digest(contents: Mapping[str, Sequence[bytes]]) -> str:
     for kind, items in contents.items():  # canonical JSON holds no raw newline: the separators are safe
         digest.update(kind.encode() + b"\n" + b"\n".join(items) + b"\n\n")
     return digest.hexdigest()
-
-
-def desired_digest(desired: Mapping[str, Sequence[Any]], policy: Policy) -> str:
-    """SHA-256 of the canonical desired content of the kinds this agent manages."""
-    return _digest({kind: [content_bytes(i) for i in desired.get(kind) or ()] for kind in KINDS
-                    if policy.manages(kind)})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -270,21 +208,39 @@ def live_version_keys(live: Mapping[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class _Listed:
-    """A list of items with each one's identity and content bytes, computed once."""
+    """A list of items with each one's identity and content bytes, computed once.
+
+    `fragments` is set when the items are ones gitsync sent (a push's `Plan.after`): each one's
+    JSON as it went into the body, None until written. The next plan sends such an item again as
+    it is, and its JSON with it, when its content did not change."""
 
     items: Sequence[Any]
     ids: list[str | None]
     contents: list[bytes]
+    fragments: list[bytes | None] | None = None
 
     @classmethod
-    def of(cls, kind: str, items: Sequence[Any]) -> _Listed:
-        return cls(items, [item_id(kind, i) for i in items], [content_bytes(i) for i in items])
+    def of(cls, kind: str, items: Sequence[Any], contents: Sequence[bytes] | None = None) -> _Listed:
+        """`contents`: the items' canonical content when render kept it (else computed here)."""
+        if contents is None or len(contents) != len(items):
+            contents = [content_bytes(i) for i in items]
+        return cls(items, [item_id(kind, i) for i in items], list(contents))
 
     def by_id(self) -> dict[str, tuple[Any, bytes]]:
         out: dict[str, tuple[Any, bytes]] = {}
         for key, item, content in zip(self.ids, self.items, self.contents, strict=True):
             if key is not None:
                 out.setdefault(key, (item, content))
+        return out
+
+    def sent_by_id(self) -> dict[str, tuple[Any, bytes | None]]:
+        """Each item gitsync sent, with its JSON (None: not written, or not gitsync's items)."""
+        if self.fragments is None:
+            return {}
+        out: dict[str, tuple[Any, bytes | None]] = {}
+        for key, item, fragment in zip(self.ids, self.items, self.fragments, strict=True):
+            if key is not None:
+                out.setdefault(key, (item, fragment))
         return out
 
 
@@ -329,26 +285,38 @@ class LiveView:
         return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}}}
 
 
-def _with_indexes(kind: str, want: _Listed, twins: Mapping[str, tuple[Any, bytes]]) -> list[Any]:
-    """The desired list with each item's ``modifiedIndex``: the live twin's when equal, else derived."""
-    sent = []
+def _with_indexes(kind: str, want: _Listed, live: _Listed,
+                  twins: Mapping[str, tuple[Any, bytes]]) -> tuple[list[Any], list[bytes | None]]:
+    """The desired list with each item's ``modifiedIndex`` (the live twin's when equal, else derived),
+    and each one's JSON where it is known already: an item gitsync sent before, unchanged, is sent
+    again as it was (`_Listed.fragments`)."""
+    sent: list[Any] = []
+    fragments: list[bytes | None] = []
+    ours = live.sent_by_id()
     for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
         if not isinstance(item, Mapping) or kind in UNINDEXED_KINDS:
             sent.append(item)
+            fragments.append(None)
             continue
-        out = {k: v for k, v in item.items() if k != INDEX_FIELD}
         twin, twin_content = twins.get(key or "", (None, b""))
         twin_index = twin.get(INDEX_FIELD) if isinstance(twin, Mapping) else None
+        if key in ours and twin_content == content and _is_number(twin_index):
+            previous, fragment = ours[key]
+            sent.append(previous)
+            fragments.append(fragment)
+            continue
+        out = {k: v for k, v in item.items() if k != INDEX_FIELD}
         if _is_number(twin_index) and twin_content == content:
             out[INDEX_FIELD] = twin_index
         else:
             out[INDEX_FIELD] = content_index(out, avoid=twin_index, content=content)
         sent.append(out)
-    return sent
+        fragments.append(None)
+    return sent, fragments
 
 
 def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float,
-                  owned: Collection[str] | None = None) -> tuple[KindPlan, list[Any]]:
+                  owned: Collection[str] | None = None) -> tuple[KindPlan, _Listed]:
     twins = live.by_id()
     wanted = {key for key in want.ids if key is not None}
     gone = [key for key in twins if key not in wanted]
@@ -366,7 +334,8 @@ def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, 
                        if key is not None and key in twins and twins[key][1] != content),
         pruned=tuple(key for key in gone if key not in ours),
     )
-    return kind_plan, _with_indexes(kind, want, twins)
+    items, fragments = _with_indexes(kind, want, live, twins)
+    return kind_plan, _Listed(items, want.ids, want.contents, fragments)
 
 
 @dataclass(frozen=True)
@@ -381,12 +350,15 @@ class Desired:
     digest: str
 
     @classmethod
-    def of(cls, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL) -> Desired:
+    def of(cls, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL,
+           contents: Mapping[str, Sequence[bytes]] | None = None) -> Desired:
+        """`contents`: each item's canonical content by kind, when render kept it (`Rendered.contents`)."""
         if isinstance(desired, Desired):
             if desired.policy == policy:
                 return desired
             desired = desired.payload
-        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ())) for kind in KINDS
+        contents = contents or {}
+        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ()), contents.get(kind)) for kind in KINDS
                   if policy.manages(kind)}
         return cls(desired, policy, wanted, _digest({kind: want.contents for kind, want in wanted.items()}))
 
@@ -403,7 +375,7 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
     problems: list[Problem] = []
     kinds: list[KindPlan] = []
     versions: dict[str, Any] = {}
-    sent: dict[str, list[Any]] = {}
+    sent: dict[str, _Listed] = {}
     after: dict[str, _Listed] = {}
     prepared = Desired.of(desired, policy)
     wanted = prepared.wanted
@@ -432,12 +404,11 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
                                     "APISIX can store: no version can follow it until the gateway restarts",
                                     kind=key))
             version = live_v
-        kind_plan, items = _changed_kind(key, want, current, live_v, version,
-                                         None if owned is None else owned.get(key, ()))
+        kind_plan, sent[key] = _changed_kind(key, want, current, live_v, version,
+                                             None if owned is None else owned.get(key, ()))
         kinds.append(kind_plan)
         versions[version_key(key)] = kind_plan.version
-        sent[key] = items
-        after[key] = _Listed(items, want.ids, want.contents)
+        after[key] = sent[key]
     for kind, want in wanted.items():
         if want.items and version_key(kind) not in view.versions:
             problems.append(Problem(f"the gateway has no {version_key(kind)}: this APISIX version does not "
@@ -448,9 +419,18 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
 
 
 def _body(fields: Mapping[str, Any]) -> bytes:
-    """`canonical_json` of the body, each list item written on its own (a large list is most of it)."""
-    parts = {key: b"[" + b",".join(map(canonical_json, value)) + b"]" if isinstance(value, list)
-             else canonical_json(value) for key, value in fields.items()}
+    """`canonical_json` of the body, each list item written on its own (a large list is most of it)
+    or taken as already written (`_Listed.fragments`, which keeps what is written here)."""
+    parts = {}
+    for key, value in fields.items():
+        if isinstance(value, _Listed):
+            fragments = value.fragments if value.fragments is not None else [None] * len(value.items)
+            for index, fragment in enumerate(fragments):
+                if fragment is None:
+                    fragments[index] = canonical_json(value.items[index])
+            parts[key] = b"[" + b",".join(fragments) + b"]"  # type: ignore[arg-type]
+        else:
+            parts[key] = canonical_json(value)
     return b"{" + b",".join(canonical_json(key) + b":" + parts[key] for key in sorted(parts)) + b"}"
 
 

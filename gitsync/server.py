@@ -25,11 +25,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, BinaryIO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -45,6 +45,11 @@ BODY_TIMEOUT = 10.0  # seconds from the headers to the end of the body (1 MiB at
 MAX_CONNECTIONS = 32  # served at once; probes, scrapes and webhooks need a handful
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two records about refused connections
 _DIGITS = re.compile(r"[0-9]+")
+
+#: The web view's hook (gitsync.web): given the method, the request target, the headers and the body
+#: stream, its answer as (status, body, content type, extra headers), or None for a path it does not serve.
+WebAnswer = Callable[[str, str, Mapping[str, str], BinaryIO],
+                     "tuple[int, bytes, str, Sequence[tuple[str, str]]] | None"]
 
 
 class Metrics:
@@ -82,6 +87,8 @@ class Metrics:
                                       "retries, by check.", ["check"], registry=r)
         self.tip_refused = Gauge("gitsync_tip_refused", "1 while the remote's tip is a commit this agent "
                                  "refused (the last good commit stays live).", registry=r)
+        self.left_out = Gauge("gitsync_left_out_items", "Items partial apply left out of the live commit "
+                              "(partial = true): a broken item and what refers to it.", registry=r)
         self.fetch_failures = Counter("gitsync_fetch_failures", "Failed checks or fetches of the git "
                                       "remote.", registry=r)
         self.refused_connections = Counter("gitsync_listener_refused_connections", "Connections answered "
@@ -148,8 +155,10 @@ class StatusServer:
         header_timeout: float = HEADER_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        web: WebAnswer | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
+        self.web = web
         self.metrics = metrics
         self.readiness = readiness
         self.trigger = trigger
@@ -299,11 +308,14 @@ class _Handler(BaseHTTPRequestHandler):
             code = HTTPStatus.METHOD_NOT_ALLOWED
         super().send_error(code, message, explain)
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "application/json",
+              headers: Sequence[tuple[str, str]] = ()) -> None:
         self.connection.settimeout(self.owner.body_timeout)  # a client that never reads its answer
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -327,8 +339,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200 if state.ready else 503, {"ready": state.ready, "reason": state.reason})
         elif path == "/metrics":
             self._send(200, self.owner.metrics.render(), CONTENT_TYPE_LATEST)
-        else:
+        elif not self._web():
             self._json(404, {"error": "not found"})
+
+    def _web(self) -> bool:
+        """Let the web view answer, if it is on and serves this path."""
+        answer = self.owner.web(self.command, self.path, self.headers, self.rfile) if self.owner.web else None
+        if answer is not None:
+            self._send(*answer)
+        return answer is not None
 
     do_HEAD = do_GET
 
@@ -336,7 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         provider = path[len("/hooks/"):] if path.startswith("/hooks/") else ""
         if provider not in PROVIDERS:
-            self._json(404, {"error": "not found"})
+            if not self._web():
+                self._json(404, {"error": "not found"})
             return
         secret = self.owner.webhook_secret
         if secret is None:

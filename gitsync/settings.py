@@ -170,6 +170,10 @@ class Settings:
     max_file_size: int = setting("render", "size", 8 * 1024 * 1024, "Largest config file accepted.",
                                  minimum=1)
     max_items: int = setting("render", "int", 100_000, "Most items accepted in one payload.", minimum=1)
+    partial: bool = setting("render", "bool", False, "Partial apply: an item that fails validation, and "
+                            "every item that refers to it, is left out of the commit (keeping its last good "
+                            "version where there is one) instead of refusing the whole commit; a file that "
+                            "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
     # [gateways]
@@ -210,9 +214,17 @@ class Settings:
     rollout: str = setting("rollout", "enum", "all", "How a new commit reaches this agent's gateways: all "
                            "at once, or the first gateway first (`canary`), then, once its checks pass and "
                            "`soak` has passed, the others.", choices=("all", "canary"), groups=(GATEWAY,))
-    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run on the canary "
-                          "(rollout = canary), its checks passed, before the other gateways get it.",
-                          groups=(GATEWAY,), minimum=0)
+    soak: float = setting("rollout", "duration", 60.0, "How long a new commit must run, its checks passed, "
+                          "on the canary (rollout = canary) before the other gateways get it, and on "
+                          "`after_group`'s agents before this agent applies it.", groups=(GATEWAY,),
+                          minimum=0)
+    group: str | None = setting("rollout", "str", None, "This agent's group in the fleet (in its status), "
+                                "for other agents' `after_group`.", groups=(GATEWAY,))
+    after_group: str | None = setting("rollout", "str", None, "Apply a new commit only once `after_count` "
+                                      "live agents of this group have run it, checks passed, for `soak`.",
+                                      groups=(GATEWAY,))
+    after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
+                               "commit.", groups=(GATEWAY,), minimum=1)
     # [guard]
     guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
                           "items now, or delete more of a kind than max_delete allows, unless its message "
@@ -246,12 +258,34 @@ class Settings:
     webhook_secret: Secret | None = setting("agent", "str", None, "Shared secret of the webhooks "
                                             "(HMAC-SHA256 or token).", secret=True, groups=(DAEMON,))
     webhook_secret_file: Path | None = _secret_file()
+    ui: bool = setting("agent", "bool", False, "Serve the read-only web view (`/`, `/items`, `/fleet`) on "
+                       "`listen`. On an address that is not loopback it needs `ui_token_file`.",
+                       groups=(DAEMON,))
+    ui_token: Secret | None = setting("agent", "str", None, "Token that opens the web view (typed into its "
+                                      "login form, or sent as `Authorization: Bearer`); at least 16 "
+                                      "characters. Required when `listen` is not loopback.", secret=True,
+                                      groups=(DAEMON,))
+    ui_token_file: Path | None = _secret_file()
+    commit_url: str | None = setting("agent", "str", None, "Link template of a commit in the web view, with "
+                                     "`{sha}` (`https://git.example/org/repo/commit/{sha}`); with `{path}` "
+                                     "and `{line}` too, each `file:line` links to that line "
+                                     "(`…/blob/{sha}/{path}#L{line}`).", groups=(DAEMON,), metavar="TEMPLATE")
     # [writeback]
     writeback: str = setting("writeback", "enum", "auto", "Status commits and notes: `auto` writes back "
                              "whenever the remote can be pushed to.", choices=("auto", "on", "off"),
                              groups=(WRITEBACK,))
-    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch holding one status file per "
-                                 "agent.", groups=(WRITEBACK,))
+    status_refs: str = setting("writeback", "str", "refs/gitsync/status", "Namespace of the status refs: "
+                               "each agent writes only `<status_refs>/<agent_name>`, so a fleet never "
+                               "contends; `status --fleet` and `after_group` read them.", groups=(WRITEBACK,),
+                               metavar="REF")
+    status_branch: str = setting("writeback", "str", "gitsync/status", "Branch showing every agent's status "
+                                 "as `agents/<agent>.yaml`, rebuilt from the status refs by an agent whose "
+                                 "status changed, for people browsing the forge (best effort); empty: this "
+                                 "agent does not write it.", groups=(WRITEBACK,))
+    status_heartbeat: float = setting("writeback", "duration", 60.0, "The status ref is rewritten (a fresh "
+                                      "commit time) at least this often, on the first poll after it is due, "
+                                      "so readers tell a live agent from a down one: down after two periods "
+                                      "without a write.", groups=(WRITEBACK,), minimum=1)
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -643,6 +677,9 @@ def load(
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")
+    problem = _template_problem(values.get("commit_url"))
+    if problem:
+        raise SettingsError(f"{merged['commit_url'].origin}: {problem}")
     for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
         unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
         if unknown:
@@ -653,6 +690,9 @@ def load(
                                       for kind, share in values.get("max_delete_kinds", {}).items()}
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
+    if values.get("after_group") and values.get("after_group") == values.get("group"):
+        raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
+                            f"{values['group']!r}: its agents would wait for one another forever")
     settings = Settings(**values, config_file=config_path)
     missing = [name for name in require if not getattr(settings, name)]
     if missing:
@@ -679,6 +719,22 @@ def _url_problem(url: str) -> str | None:
     except ValueError:
         return f"{shown!r} has an invalid port"
     return None
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _template_problem(template: str | None) -> str | None:
+    """Why `template` cannot be a `commit_url`: an http(s) URL with `{sha}` (and `{path}`, `{line}`)."""
+    if template is None:
+        return None
+    names = _PLACEHOLDER.findall(template)
+    unknown = [n for n in names if n not in ("sha", "path", "line")]
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}} (use {{sha}}, {{path}} and {{line}})"
+    if "sha" not in names:
+        return "the template must contain {sha}"
+    return _url_problem(template)
 
 
 def _resolve_secret(

@@ -61,12 +61,22 @@ class AgentState:
     gateways: dict[str, GatewayState] = field(default_factory=dict)
     bad: dict[str, str] = field(default_factory=dict)  # commit SHA → why it was refused
     last_result: dict[str, Any] = field(default_factory=dict)  # the last sync's summary (gitsync status)
+    #: Partial apply: commit SHA → for each left-out item that kept its last good version ("kind/id"),
+    #: the commit whose own version it is, so the commit renders the same after a restart.
+    kept_from: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def mark_bad(self, sha: str, reason: str) -> None:
         self.bad.pop(sha, None)
         self.bad[sha] = reason
         while len(self.bad) > MAX_BAD_COMMITS:
             self.bad.pop(next(iter(self.bad)))
+
+    def keep_from(self, sha: str, origins: dict[str, str]) -> None:
+        self.kept_from.pop(sha, None)
+        self.kept_from[sha] = origins
+        live = {self.last_good, *(gw.commit for gw in self.gateways.values())}
+        for old in [k for k in self.kept_from if k not in live][:-MAX_BAD_COMMITS]:
+            del self.kept_from[old]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +90,7 @@ class AgentState:
             gateways=gateways,
             bad=dict(data.get("bad") or {}),
             last_result=dict(data.get("last_result") or {}),
+            kept_from=dict(data.get("kept_from") or {}),
         )
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,5 +174,63 @@ def own_daemon(remotes_root: Path) -> Iterator[GitDaemon]:
 
 def repo_url(daemon: GitDaemon, repo: BareRepo) -> str:
     return daemon.url(repo.path.name)
+
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A real upstream, and a config with a health check on it (safe apply, groups)
+
+
+@contextmanager
+def upstream(body: bytes = b'{"status": "ok"}\n') -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 answering 200 with `body` to everything: `host:port`."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+CHECKS = """\
+checks:
+  - name: orders-answer
+    request:
+      path: /orders
+      host: api.example.com
+    expect:
+      status: 200
+      body: '"ok"'
+    timeout: 500ms
+    retries: 2
+    interval: 200ms
+"""
+#: retries × (timeout + interval) + 1 s: the bound the issue sets on a rollback.
+ROLLBACK_BOUND = 2 * (0.5 + 0.2) + 1
+
+
+def config(node: str) -> dict[str, str]:
+    """A route /orders on api.example.com to an upstream with one node, and the check above."""
+    return {
+        "conf/routes.yaml": ("upstreams:\n  - id: orders\n    type: roundrobin\n    nodes:\n"
+                             f"      \"{node}\": 1\n"
+                             "routes:\n  - id: orders\n    uri: /orders\n    host: api.example.com\n"
+                             "    upstream_id: orders\n"),
+        "conf/checks.yaml": CHECKS,
+    }
 
 

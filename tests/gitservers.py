@@ -4,6 +4,9 @@ Servers: `GitDaemon` (git://, optionally with receive-pack; from `testkit.git`),
 ``git http-backend`` behind a threaded stdlib CGI runner, with basic or bearer auth),
 `SshGitServer` (``sshd -D`` as the current user, key auth, its own host key) and `HungServer`
 (accepts TCP and never answers). Each is a context manager; subprocesses are stopped by pid.
+`GitGate` relays git:// to a git daemon, counting connections and bytes per service; it and
+`HttpGitServer` can hold the requests of one service until a number of them wait (`Hold`), to
+release a fleet's pushes at one instant.
 
 Repos: `BareRepo` is a bare repo on disk (the "remote") with `commit()` (plumbing, so it can
 sign, branch from any parent and force-move a ref) and `fast_import()` (thousands of commits
@@ -17,6 +20,7 @@ import contextlib
 import hmac
 import os
 import re
+import select
 import socket
 import subprocess
 import threading
@@ -24,13 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Self
 
 from testkit.git import GitDaemon, git, git_env
 from testkit.processes import LOCALHOST, ServerProcess, free_port, stop_process, wait_for_port
 
 # `GitDaemon`, `git` and `git_env` are shared with bench/ (testkit); tests import them from here.
-__all__ = ["BareRepo", "GitDaemon", "HttpAuth", "HttpGitServer", "HungServer", "Signer", "SshGitServer",
-           "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
+__all__ = ["BareRepo", "GitDaemon", "GitGate", "Hold", "HttpAuth", "HttpGitServer", "HungServer", "Signer",
+           "SshGitServer", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -84,6 +89,9 @@ class BareRepo:
         self._clock += 1
         date = f"{self._clock} +0000"
         return {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, **(extra or {})}
+
+    def rev(self, name: str) -> str:
+        return self.git("rev-parse", "--verify", "-q", name + "^{commit}")
 
     def tip(self, branch: str | None = None) -> str | None:
         ref = f"refs/heads/{branch or self.default_branch}"
@@ -170,6 +178,50 @@ class BareRepo:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# What a server did, and holding requests back
+
+
+@dataclass
+class Traffic:
+    """Requests (HTTP) or connections (git://) of one git service, and the bytes each way."""
+
+    requests: int = 0
+    sent: int = 0  # client → server
+    received: int = 0  # server → client
+
+
+class Hold:
+    """Holds the first `count` requests for one git service (``git-receive-pack``, ``git-upload-pack``)
+    until that many wait, then lets them all through at once; after `timeout` it gives up holding."""
+
+    def __init__(self, service: str, count: int, timeout: float = 600.0) -> None:
+        self.service = service
+        self.count = count
+        self.timeout = timeout
+        self.waiting = 0
+        self.released = threading.Event()
+        self._cond = threading.Condition()
+
+    def wait(self, service: str) -> None:
+        if service != self.service or self.released.is_set():
+            return
+        with self._cond:
+            self.waiting += 1
+            # the last one to arrive releases them all; so does a wait that timed out
+            if self.waiting >= self.count or not self._cond.wait_for(self.released.is_set, self.timeout):
+                self.released.set()
+                self._cond.notify_all()
+
+
+def _count(traffic: dict[str, Traffic], lock: threading.Lock, service: str, sent: int, received: int) -> None:
+    with lock:
+        seen = traffic.setdefault(service, Traffic())
+        seen.requests += 1
+        seen.sent += sent
+        seen.received += received
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Smart HTTP: git http-backend behind a threaded CGI runner
 
 
@@ -246,6 +298,10 @@ class _CgiHandler(BaseHTTPRequestHandler):
             self.wfile.write(_DENIED)
             return
         path, _, query = self.path.partition("?")
+        service = path.rsplit("/", 1)[-1] if self.command == "POST" else \
+            f"info/refs {query.removeprefix('service=')}"
+        if self.server.hold is not None:
+            self.server.hold.wait(service)
         env = git_env({
             "GIT_PROJECT_ROOT": str(self.server.project_root),
             "GIT_HTTP_EXPORT_ALL": "1",
@@ -275,6 +331,8 @@ class _CgiHandler(BaseHTTPRequestHandler):
                 status = int(value.strip().split()[0])
             elif name:
                 headers.append((name, value.strip()))
+        # counted before answering: once the client has its answer, the count is there to read
+        _count(self.server.traffic, self.server.lock, f"{service}{suffix}", len(body), len(payload))
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)
@@ -294,10 +352,16 @@ class _GitHttpd(ThreadingHTTPServer):
         self.backend = str(Path(git("--exec-path")) / "git-http-backend")
         self.requests: list[str] = []
         self.rejected = 0
+        self.hold: Hold | None = None
+        self.traffic: dict[str, Traffic] = {}  # by service and protocol-v2 command, request bodies only
+        self.lock = threading.Lock()
 
 
 class HttpGitServer:
-    """Smart HTTP for every repo under `project_root` as ``http://127.0.0.1:PORT/<name>``."""
+    """Smart HTTP for every repo under `project_root` as ``http://127.0.0.1:PORT/<name>``.
+
+    `traffic` counts the requests and the bytes of their bodies each way (headers aside) by service:
+    ``info/refs``, ``git-upload-pack ls-refs``, ``git-upload-pack fetch``, ``git-receive-pack``."""
 
     def __init__(self, project_root: Path, auth: HttpAuth = HttpAuth(), *, receive_pack: bool = True) -> None:
         self.httpd = _GitHttpd(project_root, auth, receive_pack)
@@ -311,6 +375,15 @@ class HttpGitServer:
     @property
     def rejected(self) -> int:
         return self.httpd.rejected
+
+    @property
+    def traffic(self) -> dict[str, Traffic]:
+        return self.httpd.traffic
+
+    def hold(self, service: str, count: int, timeout: float = 600.0) -> Hold:
+        """Hold the next `count` requests for `service` until all of them wait (see `Hold`)."""
+        self.httpd.hold = Hold(service, count, timeout)
+        return self.httpd.hold
 
     def url(self, name: str) -> str:
         return f"http://{LOCALHOST}:{self.port}/{name}"
@@ -412,36 +485,154 @@ def _current_user() -> str:
 # A remote that hangs
 
 
-class HungServer:
-    """Listens on 127.0.0.1 and never says a word: connections are accepted and left hanging."""
+class _Listener:
+    """Accepts TCP connections on 127.0.0.1 in a thread and hands each to `accepted`; a context manager."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, backlog: int = 16) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((LOCALHOST, port))
-        self.sock.listen(16)
+        self.sock.listen(backlog)
         self.port = self.sock.getsockname()[1]
-        self._held: list[socket.socket] = []
         self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._accept, name="hung", daemon=True)
+        self.thread = threading.Thread(target=self._accept, name=type(self).__name__, daemon=True)
+
+    def accepted(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def closed(self) -> None:
+        """After the listener stopped: release what `accepted` kept."""
 
     def _accept(self) -> None:
         self.sock.settimeout(0.1)
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError, OSError):
                 conn, _ = self.sock.accept()
-                self._held.append(conn)
+                self.accepted(conn)
 
-    def __enter__(self) -> HungServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self.thread.join(timeout=5)
+        self.closed()
+        self.sock.close()
+
+
+class HungServer(_Listener):
+    """Listens on 127.0.0.1 and never says a word: connections are accepted and left hanging."""
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(port)
+        self._held: list[socket.socket] = []
+
+    def accepted(self, conn: socket.socket) -> None:
+        self._held.append(conn)
+
+    def closed(self) -> None:
         for conn in self._held:
             conn.close()
-        self.sock.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A relay in front of git daemon: what each service costs, and holding a fleet's pushes
+
+
+class GitGate(_Listener):
+    """Relays ``git://127.0.0.1:PORT/<name>`` to a git daemon's port. It reads each connection's request
+    (``git-upload-pack /x.git\\0host=…``) to know its service: `traffic` counts connections and bytes
+    each way per service, and `hold` keeps connections for one service waiting (see `Hold`)."""
+
+    def __init__(self, target_port: int, hold: Hold | None = None) -> None:
+        super().__init__(backlog=1024)
+        self.target_port = target_port
+        self.hold = hold
+        self.traffic: dict[str, Traffic] = {}
+        self._lock = threading.Lock()
+        self._active = 0  # connections being relayed
+        self._idle = threading.Condition(self._lock)
+
+    def url(self, name: str) -> str:
+        return f"git://{LOCALHOST}:{self.port}/{name}"
+
+    def accepted(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._active += 1
+        threading.Thread(target=self._relay, args=(conn,), name="git-gate-conn", daemon=True).start()
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every connection accepted so far is relayed to its end (and counted)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._active == 0, timeout)
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            self._relay_one(client)
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def _relay_one(self, client: socket.socket) -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(client)
+            client.settimeout(60)
+            try:
+                head = _read_exactly(client, 4)
+                first = head + _read_exactly(client, int(head, 16) - 4)
+            except (OSError, ValueError):
+                return
+            service = first[4:].split(b" ", 1)[0].decode(errors="replace")
+            if self.hold is not None:
+                self.hold.wait(service)
+            try:
+                upstream = stack.enter_context(socket.create_connection((LOCALHOST, self.target_port), 10))
+                upstream.sendall(first)
+            except OSError:
+                return
+            sent, received = _pump(client, upstream)
+            _count(self.traffic, self._lock, service, sent + len(first), received)
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data
+
+
+def _pump(client: socket.socket, upstream: socket.socket) -> tuple[int, int]:
+    """Copy both ways until both sides are done; the bytes client → upstream and back."""
+    counts = {client: 0, upstream: 0}
+    peer = {client: upstream, upstream: client}
+    open_ = {client, upstream}
+    while open_:
+        ready, _, _ = select.select(list(open_), [], [], 60)
+        if not ready:
+            break
+        for sock in ready:
+            try:
+                chunk = sock.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                open_.discard(sock)
+                with contextlib.suppress(OSError):
+                    peer[sock].shutdown(socket.SHUT_WR)
+                if sock is upstream:  # the server is done: nothing more will be read from the client
+                    open_.discard(client)
+                continue
+            counts[sock] += len(chunk)
+            try:
+                peer[sock].sendall(chunk)
+            except OSError:
+                open_.clear()
+    return counts[client], counts[upstream]
 
 
 # ---------------------------------------------------------------------------------------------------------

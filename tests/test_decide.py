@@ -120,3 +120,19 @@ def test_a_fetch_error_is_carried_into_a_heal() -> None:
 ])
 def test_holding(view: GatewayView, expected: Holding) -> None:
     assert holding(view, GOOD, ()) is expected
+
+
+def test_a_commit_the_group_gate_holds_keeps_the_last_good_live() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from gitsync.groups import GateVerdict
+
+    later = datetime.now(UTC) + timedelta(seconds=30)
+    held = GateVerdict(False, "waiting: 1 of 2 needed live agent(s) of canary have run it", later)
+    decision = decide(RemoteView(NEW), GOOD, {}, [HOLDS_GOOD], gate=held)
+    assert (decision.target, decision.result, decision.push) == (NEW, SyncResult.WAITING, ())
+    assert decision.wake_at == later.timestamp() and decision.problems == (held.why,)
+    # A gateway that lost the last good commit meanwhile still gets it back.
+    healing = decide(RemoteView(NEW), GOOD, {}, [answered(A, given(), None)], gate=held)
+    assert (healing.target, healing.push, healing.new) == (GOOD, (A,), False)
+    assert decide(RemoteView(NEW), GOOD, {}, [HOLDS_GOOD], gate=GateVerdict(True, "2 of 2")).push == (A,)

@@ -211,6 +211,15 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         assert 'gitsync_webhook_requests_total{provider="github",result="accepted"} 3.0' in metrics
         assert 'gitsync_syncs_total{result="failed"} 1.0' in metrics
         assert re.search(r'gitsync_drift_heals_total\{gateway="[^"]+"\} 1\.0', metrics)
+        # The web view, whose address the demo prints: the live commit, and items without the Vault token.
+        assert f"open {urls['agent']}/" in "".join(lines.seen)
+        overview = http.get(urls["agent"] + "/", headers={"Accept": "text/html"})
+        assert overview.status_code == 200 and commits["change"][:7] in overview.text
+        items = http.get(urls["agent"] + "/items?q=vault", headers={"Accept": "text/html"}).text
+        vault = http.get(urls["agent"] + "/items/secrets/vault%2Fmain", headers={"Accept": "text/html"}).text
+        assert 'href="/items/secrets/vault%2Fmain"' in items and "base/secrets/vault.yaml:4" in vault
+        assert "&quot;token&quot;: &quot;***&quot;" in vault
+        assert DEMO_TOKEN not in overview.text + items + vault
 
         # The temp remote, read with the git CLI: four commits, the note, the status branch.
         subjects = git("-C", str(remote), "log", "--format=%s", "main").splitlines()

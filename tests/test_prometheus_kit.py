@@ -27,7 +27,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     checked = promtool("check", "rules", "gitsync-rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 14 rules found" in checked.stdout
+    assert "SUCCESS: 15 rules found" in checked.stdout
     tested = promtool("test", "rules", "gitsync-rules.test.yaml")
     assert tested.returncode == 0, tested.stdout + tested.stderr
 

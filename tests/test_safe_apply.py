@@ -7,77 +7,22 @@ route moved to an upstream that does not answer gets nginx's 502, as on APISIX.
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import ADMIN_KEY, repo_url, wait_for
+from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream, wait_for
 from tests.gitservers import git
 from tests.support import free_port, run_gitsync
-
-
-@contextmanager
-def upstream(body: bytes = b'{"status": "ok"}\n') -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 answering 200 with `body` to everything: `host:port`."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
 def forwarding() -> Iterator[ApisixDouble]:
     with ApisixDouble(ADMIN_KEY, forward=True) as double:
         yield double
-
-
-CHECKS = """\
-checks:
-  - name: orders-answer
-    request:
-      path: /orders
-      host: api.example.com
-    expect:
-      status: 200
-      body: '"ok"'
-    timeout: 500ms
-    retries: 2
-    interval: 200ms
-"""
-#: retries × (timeout + interval) + 1 s: the bound the issue sets on a rollback.
-ROLLBACK_BOUND = 2 * (0.5 + 0.2) + 1
-
-
-def config(node: str) -> dict[str, str]:
-    """A route /orders on api.example.com to an upstream with one node, and the check above."""
-    return {
-        "conf/routes.yaml": ("upstreams:\n  - id: orders\n    type: roundrobin\n    nodes:\n"
-                             f"      \"{node}\": 1\n"
-                             "routes:\n  - id: orders\n    uri: /orders\n    host: api.example.com\n"
-                             "    upstream_id: orders\n"),
-        "conf/checks.yaml": CHECKS,
-    }
 
 
 def served(double: ApisixDouble) -> int:

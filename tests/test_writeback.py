@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
+import re
 import subprocess
 import threading
 import time
@@ -16,6 +18,7 @@ import pytest
 from gitsync import log as gslog
 from gitsync.commands import status as status_command
 from gitsync.gitremote import Remote
+from gitsync.groups import fleet_table
 from gitsync.settings import Settings, load
 from gitsync.state import StateDir
 from gitsync.writeback import (
@@ -24,7 +27,7 @@ from gitsync.writeback import (
     StatusReport,
     WriteBack,
     WriteBackOptions,
-    fleet_table,
+    agent_slug,
     merge_note,
     parse_note,
     read_fleet,
@@ -57,16 +60,28 @@ def failure(agent: str, commit: str, errors: list[str] | None = None, *, when: d
                            "routes.yaml:3:5: routes[r1].upstream_id: upstream u9 does not exist"])
 
 
-def writer(url: str, work: Path, *, timeout: float = 30.0, **options) -> WriteBack:
-    return WriteBack(Remote.of(url, timeout=timeout), work, WriteBackOptions(**options))
+def writer(url: str, work: Path, *, timeout: float = 30.0, agent: str = "edge-1", **options) -> WriteBack:
+    return WriteBack(Remote.of(url, timeout=timeout), work, WriteBackOptions(agent=agent, **options))
 
 
-def status_commits(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
-    out = git("rev-list", f"refs/heads/{branch}", "--", cwd=repo.path, check=False)
+def status_commits(repo: BareRepo, agent: str = "edge-1") -> list[str]:
+    """The commits of an agent's status ref (newest first): its status, and a heartbeat on it."""
+    out = git("rev-list", f"refs/gitsync/status/{agent}", "--", cwd=repo.path, check=False)
     return out.split() if out else []
 
 
+def status_refs(repo: BareRepo) -> list[str]:
+    """The agents with a status ref on the remote."""
+    out = repo.git("for-each-ref", "--format=%(refname)", "refs/gitsync/status/")
+    return [line.removeprefix("refs/gitsync/status/") for line in out.splitlines()]
+
+
+def status_text(repo: BareRepo, agent: str = "edge-1") -> str:
+    return repo.git("show", f"refs/gitsync/status/{agent}:status.yaml")
+
+
 def agent_files(repo: BareRepo, branch: str = "gitsync/status") -> list[str]:
+    """The files on the status branch (the view)."""
     return repo.git("ls-tree", "--name-only", f"{branch}:agents").split()
 
 
@@ -90,36 +105,41 @@ def test_applied_commit_gives_exactly_one_status_commit(config_repo, git_daemon,
     # The same result, later and slower: not a change in substance, so no commit.
     assert wb.publish_status(report("edge-1", sha, when=NOW + timedelta(minutes=5), duration=9.0)) is False
     assert len(status_commits(repo)) == 1
-    assert wb.failures == 0
+    assert wb.failures == 0 and wb.pending == 0
 
-    message = repo.git("log", "-1", "--format=%B", "gitsync/status")
+    message = repo.git("log", "-1", "--format=%B", "refs/gitsync/status/edge-1")
     assert message.splitlines()[0] == f"gitsync(edge-1): applied {sha[:7]} to 2 gateways"
     assert "add route" in message
-    text = repo.git("show", "gitsync/status:agents/edge-1.yaml")
-    assert f"commit: {sha}" in text
+    text = status_text(repo)
+    assert f"commit: {sha}" in text and f"applied_at: '{NOW:%Y-%m-%dT%H:%M:%SZ}'" in text
     assert "url: http://10.0.0.2:9180" in text and "old-route" in text
-    # The main branch is untouched.
+    # The branch shows the same file, for people browsing the forge; the main branch is untouched.
+    assert repo.git("show", "gitsync/status:agents/edge-1.yaml") == text
     assert repo.tip() == sha
 
-    # A real change (a new commit applied) is a new status commit.
+    # A real change (a new commit applied) is a new status commit: no parents (the branch keeps history).
     sha2 = repo.commit({"routes.yaml": "routes: [1]\n"}, "second")
     assert wb.publish_status(report("edge-1", sha2, subject="second")) is True
-    assert len(status_commits(repo)) == 2
+    assert len(status_commits(repo)) == 1 and f"commit: {sha2}" in status_text(repo)
+    assert status_refs(repo) == ["edge-1"]
+    assert repo.git("rev-list", "--count", "gitsync/status") == "2"
 
 
 def test_each_agent_keeps_its_own_file(config_repo, git_daemon, tmp_path):
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
-    assert writer(url, tmp_path / "a").publish_status(report("edge-a", sha))
-    assert writer(url, tmp_path / "b").publish_status(report("edge-b", sha, result="failed"))
+    assert writer(url, tmp_path / "a", agent="edge-a").publish_status(report("edge-a", sha))
+    assert writer(url, tmp_path / "b", agent="edge-b").publish_status(report("edge-b", sha, result="failed"))
+    assert status_refs(repo) == ["edge-a", "edge-b"]
     assert agent_files(repo) == ["edge-a.yaml", "edge-b.yaml"]
 
-    fleet = read_fleet(Remote.of(url), "gitsync/status", tmp_path / "fleet")
+    fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
     assert [(d["agent"], d["commit"], d["result"]) for d in fleet] == [
         ("edge-a", sha, "applied"), ("edge-b", sha, "failed")]
-    table = fleet_table(fleet, NOW + timedelta(hours=2)).splitlines()
-    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE"]
-    assert table[2].split() == ["edge-b", sha[:7], "failed", "2h"]
+    assert "applied_at" in fleet[0] and "applied_at" not in fleet[1]  # edge-b never applied it
+    table = fleet_table(fleet, NOW + timedelta(hours=2), 60).splitlines()
+    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"]
+    assert table[2].split() == ["edge-b", sha[:7], "failed", "2h", "-", "-", "1h", "(down)"]  # seen just now
 
 
 def test_failed_commit_gets_a_note_the_git_cli_reads(config_repo, git_daemon, tmp_path):
@@ -146,35 +166,155 @@ def test_failed_commit_gets_a_note_the_git_cli_reads(config_repo, git_daemon, tm
     assert sections["edge-a"].stage == "validate"
 
 
-def test_a_moved_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_path):
-    """Compare-and-swap: another agent pushes between our fetch and our push; nothing is lost."""
+def test_a_moved_notes_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_path):
+    """Compare-and-swap on the shared notes ref: another agent pushes between our fetch and our push."""
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
-    other = writer(url, tmp_path / "other")
+    other = writer(url, tmp_path / "other", agent="edge-other")
 
     class RacedWriteBack(WriteBack):
         raced = False
 
-        def _status_commit(self, work, tip, rep):
+        def _notes_commit(self, work, tip, notes):
             if not self.raced:  # the other agent wins the race, after our fetch
                 self.raced = True
-                assert other.publish_status(report("edge-other", sha))
-            return super()._status_commit(work, tip, rep)
+                assert other.publish_failure(failure("edge-other", sha))
+            return super()._notes_commit(work, tip, notes)
 
-    raced = RacedWriteBack(Remote.of(url), tmp_path / "raced")
-    assert raced.publish_status(report("edge-raced", sha)) is True
+    raced = RacedWriteBack(Remote.of(url), tmp_path / "raced", WriteBackOptions(agent="edge-raced"))
+    assert raced.publish_failure(failure("edge-raced", sha)) is True
     assert raced.failures == 0 and raced.conflicts == 1
-    assert agent_files(repo) == [
-        "edge-other.yaml", "edge-raced.yaml"]
-    assert len(status_commits(repo)) == 2  # linear: rebuilt on the other agent's commit
+    assert sorted(parse_note(note_of(repo, sha))[1]) == ["edge-other", "edge-raced"]
+    assert len(repo.git("rev-list", "refs/notes/gitsync").split()) == 2  # linear: rebuilt on the other's
+
+
+def test_a_status_ref_moved_by_someone_else_is_read_and_built_on(config_repo, git_daemon, tmp_path):
+    """The agent's own ref moved behind its back (its state dir was lost, or a namesake agent): the
+    push finds it moved, reads it, and builds the new status on it; nothing is lost."""
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    assert writer(url, tmp_path / "before").publish_status(report("edge-1", sha))
+    before = status_text(repo)
+    fresh = writer(url, tmp_path / "after")  # a new work dir: it has never seen the ref
+    assert fresh.publish_status(report("edge-1", sha)) is False  # read it: the same status, nothing to do
+    assert fresh.conflicts == 1 and fresh.failures == 0 and fresh.pending == 0
+    assert fresh.publish_status(report("edge-1", sha, result="failed")) is True  # now it knows the tip
+    assert fresh.conflicts == 1
+    assert "result: failed" in status_text(repo) and before != status_text(repo)
+
+    # Two agents with one name: each finds the ref moved behind its back, and says so.
+    log = io.StringIO()
+    gslog.setup(stream=log)
+    assert writer(url, tmp_path / "before").publish_status(report("edge-1", sha, result="drift_reported"))
+    assert "refs/gitsync/status/edge-1 was moved by another writer" in log.getvalue()
+    assert "another agent have the name 'edge-1'" in log.getvalue()
+
+
+def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_due(config_repo, git_daemon,
+                                                                                  tmp_path):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    wb = writer(url, tmp_path / "wb", heartbeat=1.0)
+    assert wb.publish_status(report("edge-1", sha))
+    first = status_commits(repo)
+    # Not due yet: no network at all (a writer on the same work dir whose remote does not exist).
+    offline = WriteBack(Remote.of("git://127.0.0.1:9/nowhere.git", timeout=1), tmp_path / "wb",
+                        WriteBackOptions(agent="edge-1", heartbeat=60.0))
+    assert offline.refresh() is False and offline.failures == 0 and offline.pending == 0
+
+    for _ in range(2):
+        time.sleep(1.1)  # the heartbeat period is whole seconds of commit time
+        assert wb.refresh() is True
+        beat = status_commits(repo)
+        # a child of the status commit with its tree; the next heartbeat replaces it: never deeper than 2
+        assert len(beat) == 2 and beat[1] == first[0]
+        assert repo.git("rev-parse", f"{beat[0]}^{{tree}}") == repo.git("rev-parse", f"{first[0]}^{{tree}}")
+    times = [int(repo.git("log", "-1", "--format=%ct", c)) for c in (first[0], beat[0])]
+    assert times[1] > times[0]
+    fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
+    assert fleet[0]["seen"] == datetime.fromtimestamp(times[1], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # A change after heartbeats is a new status commit, without parents.
+    sha2 = repo.commit({"routes.yaml": "routes: [2]\n"}, "two")
+    assert wb.publish_status(report("edge-1", sha2))
+    assert len(status_commits(repo)) == 1 and f"commit: {sha2}" in status_text(repo)
+
+
+def test_applied_at_is_kept_while_the_commit_stays_and_renewed_with_a_new_one(config_repo, tmp_path):
+    repo, sha = config_repo
+    wb = writer(str(repo.path), tmp_path / "wb")
+    assert wb.publish_status(report("edge-1", sha, when=NOW - timedelta(hours=1)))
+    assert wb.publish_status(report("edge-1", sha, "healed"))  # a drift heal: the same commit
+    applied = f"applied_at: '{NOW - timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}'"
+    assert "result: healed" in status_text(repo) and applied in status_text(repo)
+    sha2 = repo.commit({"routes.yaml": "routes: [2]\n"}, "two")
+    assert wb.publish_status(report("edge-1", sha2, "failed"))  # refused: never applied
+    assert "applied_at" not in status_text(repo)
+    assert wb.publish_status(report("edge-1", sha2))
+    assert f"applied_at: '{NOW:%Y-%m-%dT%H:%M:%SZ}'" in status_text(repo)
+
+
+def test_the_branch_is_a_view_of_the_refs_keeping_files_it_has_no_ref_for(config_repo, git_daemon, tmp_path):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    # An older gitsync wrote its file on the branch directly.
+    legacy = git("hash-object", "-w", "--stdin", cwd=repo.path, input=b"agent: legacy\nresult: applied\n")
+    tree = git("mktree", cwd=repo.path, input=f"100644 blob {legacy}\tlegacy.yaml\n".encode())
+    root = git("mktree", cwd=repo.path, input=f"040000 tree {tree}\tagents\n".encode())
+    old = git("commit-tree", root, "-m", "gitsync(legacy): applied", cwd=repo.path)
+    repo.git("update-ref", "refs/heads/gitsync/status", old)
+
+    assert writer(url, tmp_path / "a", agent="edge-a").publish_status(report("edge-a", sha))
+    assert writer(url, tmp_path / "b", agent="edge-b").publish_status(report("edge-b", sha))
+    assert agent_files(repo) == ["edge-a.yaml", "edge-b.yaml", "legacy.yaml"]
+    assert repo.git("rev-list", "--count", "gitsync/status") == "3"
+    assert repo.git("log", "-1", "--format=%s", "gitsync/status") == f"gitsync(edge-b): applied {sha[:7]} " \
+                                                                     "to 2 gateways"
+    for agent in ("edge-a", "edge-b"):
+        assert repo.git("show", f"gitsync/status:agents/{agent}.yaml") == status_text(repo, agent)
+    # A heartbeat changes no file: the branch does not move.
+    tip = repo.rev("gitsync/status")
+    hb = writer(url, tmp_path / "a", agent="edge-a", heartbeat=1.0)
+    time.sleep(1.1)
+    assert hb.refresh() is True and repo.rev("gitsync/status") == tip
+
+
+def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, tmp_path):
+    """receive.denyNonFastForwards: git applies it under refs/heads/ only, so the status refs (outside)
+    are rewritten freely; put them under refs/heads/ and the rewrite is refused at once, with the fix."""
+    repo, sha = config_repo
+    repo.git("config", "receive.denyNonFastForwards", "true")
+    url = git_daemon.url(repo.path.name)
+    for namespace, allowed in (("refs/gitsync/status", True), ("refs/heads/status", False)):
+        wb = writer(url, tmp_path / namespace.replace("/", "-"), heartbeat=1.0, status_refs=namespace)
+        assert wb.publish_status(report("edge-1", sha)) is True
+        time.sleep(1.1)
+        assert wb.refresh() is True  # the first heartbeat is a child of the status commit: a fast-forward
+        time.sleep(1.1)
+        began = time.monotonic()
+        assert wb.refresh() is allowed  # the second replaces the first
+        if not allowed:
+            assert time.monotonic() - began < 5 and wb.failures == 1 and wb.pending == 1
+            assert "allow non-fast-forward updates" in (wb.last_error or "")
+
+
+@pytest.mark.parametrize(("name", "slug"), [
+    ("edge-1", "edge-1"), ("gw eu/1", "gw-eu-1"), ("..hidden", "hidden"), ("a..b", "a.b"),
+    ("x.lock", "x-lock"), ("trailing.", "trailing"), ("", "agent"), ("ünï", "-n-"),
+])
+def test_agent_names_become_valid_ref_and_file_names(name, slug):
+    assert agent_slug(name) == slug
+    assert git("check-ref-format", f"refs/gitsync/status/{slug}", check=False) == ""
 
 
 @pytest.mark.slow
 def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
+    """Twenty writers in one process, released together: a status ref each, no contention on them;
+    the notes (one shared ref) are compare-and-swapped and all land."""
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
     agents = [f"edge-{i:02d}" for i in range(20)]
-    writers = {a: writer(url, tmp_path / a) for a in agents}
+    writers = {a: writer(url, tmp_path / a, agent=a) for a in agents}
     start = threading.Barrier(len(agents))
     outcomes: dict[str, tuple[bool, bool]] = {}
 
@@ -183,11 +323,11 @@ def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
         start.wait()
         status = wb.publish_status(report(agent, sha))
         note = wb.publish_failure(failure(agent, sha, [f"{agent}.yaml:1:1: routes[{agent}].uri: bad"]))
-        # What a failed publish left pending goes out with the next publish (the next sync).
+        # What a failed publish left pending goes out on the next refresh (the daemon's next poll).
         for _ in range(10):
             if not wb.pending:
                 break
-            wb.publish_status(report(agent, sha))
+            wb.refresh()
         outcomes[agent] = (status, note)
 
     began = time.monotonic()
@@ -195,18 +335,19 @@ def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=120)
     elapsed = time.monotonic() - began
 
-    assert agent_files(repo) == [f"{a}.yaml" for a in agents]
+    assert status_refs(repo) == agents
+    assert all(f"agent: {a}" in status_text(repo, a) for a in agents)
+    assert all(status for status, _ in outcomes.values())  # the status refs: first try, every one
     _, sections = parse_note(note_of(repo, sha))
     assert sorted(sections) == agents
     for agent in agents:
         assert sections[agent].errors == (f"{agent}.yaml:1:1: routes[{agent}].uri: bad",)
-    assert sum(w.conflicts for w in writers.values()) > 0  # they really raced
-    assert len(status_commits(repo)) == 20
+    assert all(w.pending == 0 for w in writers.values())
     print(f"20 agents: {elapsed:.2f}s, conflicts={sum(w.conflicts for w in writers.values())}, "
-          f"failures={sum(w.failures for w in writers.values())}")
+          f"failures={sum(w.failures for w in writers.values())}, view={len(agent_files(repo))}")
 
 
 def test_retention_prunes_old_notes(config_repo, tmp_path):
@@ -284,7 +425,8 @@ def test_unreachable_remote_never_raises_and_retries_on_next_publish(git_daemon,
     repo = BareRepo.create(remotes_root / name)
     config = repo.commit({"a.yaml": "routes: []\n"})
     assert wb.publish_failure(failure("edge-1", config)) is True
-    # The status that failed before went out with this publish.
+    # The status that failed before went out with this publish, and into the view.
+    assert status_text(repo).count(sha) == 1
     assert repo.git("show", "gitsync/status:agents/edge-1.yaml").count(sha) == 1
     assert wb.failures == 1 and wb.pending == 0
 
@@ -300,7 +442,7 @@ def test_refused_push_turns_auto_writeback_off_once(config_repo, remotes_root, t
         assert wb.publish_failure(failure("edge-1", sha)) is False
         assert wb.failures == 1  # not even tried again
     assert log.getvalue().count("write-back turned off") == 1
-    assert status_commits(repo) == []
+    assert status_refs(repo) == [] and wb.pending == 0  # turned off: nothing counts as pending
 
 
 def test_http_remote_refusing_credentials_is_a_permission_failure(config_repo, remotes_root, tmp_path):
@@ -317,7 +459,7 @@ def test_smart_http_push(config_repo, http_git, tmp_path):
     assert wb.publish_status(report("edge-1", sha)) is True
     assert wb.publish_failure(failure("edge-1", sha)) is True
     assert "agent: edge-1" in note_of(repo, sha)
-    assert len(status_commits(repo)) == 1
+    assert len(status_commits(repo)) == 1 and agent_files(repo) == ["edge-1.yaml"]
 
 
 def test_status_summary_text():
@@ -383,13 +525,15 @@ def test_from_settings_with_token_pushes_over_http(config_repo, remotes_root, tm
     token_file.write_text(token + "\n")
     with HttpGitServer(remotes_root, HttpAuth(token=token)) as server:
         settings = settings_for(tmp_path, repo=server.url(repo.path.name), git_token_file=str(token_file),
-                                agent_name="edge-http", status_branch="ops/status", notes_ref="ops-notes")
+                                agent_name="edge-http", status_branch="ops/status", notes_ref="ops-notes",
+                                status_refs="refs/ops/status")
         wb = WriteBack.from_settings(settings)
         assert wb is not None
         assert wb.publish_status(report(settings.agent_name, sha)) is True
         assert wb.publish_failure(failure(settings.agent_name, sha)) is True
         assert "agent: edge-http" in repo.git("notes", "--ref=ops-notes", "show", sha)
         assert agent_files(repo, "ops/status") == ["edge-http.yaml"]
+        assert "agent: edge-http" in repo.git("show", "refs/ops/status/edge-http:status.yaml")
     # The token went to the transport only: not into the local work repo, not to the remote.
     for path in wb.work_dir.rglob("*"):
         assert not path.is_file() or token.encode() not in path.read_bytes(), path
@@ -409,18 +553,23 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
     url = git_daemon.url(repo.path.name)
     settings = settings_for(tmp_path, repo=url)
     assert status_command(settings, argparse.Namespace(fleet=True)) == 0
-    assert capsys.readouterr().out == "no agent has written to gitsync/status yet\n"
-    for agent in ("edge-b", "edge-a"):
-        assert writer(url, tmp_path / agent).publish_status(report(agent, sha, when=NOW - timedelta(hours=3)))
+    assert capsys.readouterr().out == "no agent has written a status under refs/gitsync/status yet\n"
+    checked = (gateway(checks={"passed": 2, "failed": []}),)
+    for agent, group in (("edge-b", "main"), ("edge-a", "canary")):
+        wb = writer(url, tmp_path / agent, agent=agent)
+        assert wb.publish_status(dataclasses.replace(
+            report(agent, sha, when=NOW - timedelta(hours=3), gateways=checked), group=group))
     assert status_command(settings, argparse.Namespace(fleet=True)) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split() for line in lines] == [
-        ["AGENT", "COMMIT", "RESULT", "AGE"], ["edge-a", sha[:7], "applied", "3h"],
-        ["edge-b", sha[:7], "applied", "3h"]]
+    assert [line.split()[:7] for line in lines] == [
+        ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"],
+        ["edge-a", sha[:7], "applied", "3h", "canary", "2", "passed"],
+        ["edge-b", sha[:7], "applied", "3h", "main", "2", "passed"]]
+    assert all(re.fullmatch(r"\d+s", line.split()[-1]) for line in lines[1:])  # just written: live
 
     gone = settings_for(tmp_path, repo=git_daemon.url("no-such-repo.git"))
     assert status_command(gone, argparse.Namespace(fleet=True)) == 1
-    assert "cannot read gitsync/status" in capsys.readouterr().err
+    assert "cannot read refs/gitsync/status" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -432,7 +581,7 @@ def test_ssh_remote_with_key_from_settings(config_repo, ssh_git, tmp_path):
     assert wb is not None
     assert wb.publish_status(report("edge-ssh", sha)) is True
     assert wb.publish_failure(failure("edge-ssh", sha)) is True
-    assert agent_files(repo) == ["edge-ssh.yaml"]
+    assert status_refs(repo) == ["edge-ssh"] and agent_files(repo) == ["edge-ssh.yaml"]
     assert "agent: edge-ssh" in note_of(repo, sha)
 
     # A key the server does not know: ssh says "Permission denied", auto mode turns write-back off.

@@ -8,11 +8,13 @@ from gitsync.render.files import read_directory
 from gitsync.render.load import ParseCache
 from gitsync.render.mask import mask_secrets
 from gitsync.render.options import RenderOptions, options_from_settings
-from gitsync.render.pipeline import Rendered, render
+from gitsync.render.pipeline import LastGood, LeftOut, Rendered, render
 from gitsync.render.sourcemap import SourceMap
 from gitsync.render.validate import payload_json
 
 __all__ = [
+    "LastGood",
+    "LeftOut",
     "ParseCache",
     "RenderOptions",
     "Rendered",

@@ -35,6 +35,8 @@ class RenderOptions:
     max_payload_size: int = SPEC_BY_NAME["max_payload_size"].default
     #: Kinds the agent leaves as they are live: references into them cannot be checked here.
     unmanaged: frozenset[str] = frozenset()
+    #: Partial apply: items with problems (and what refers to them) are left out, not the commit.
+    partial: bool = False
 
 
 class SecretsLookup:
@@ -133,4 +135,5 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
         max_items=settings.max_items,
         max_payload_size=settings.max_payload_size,
         unmanaged=frozenset(settings.unmanaged),
+        partial=settings.partial,
     )

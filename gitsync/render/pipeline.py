@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gitsync.checks import CHECKS, Check, parse_checks
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
-from gitsync.render.build import Loaded, build
+from gitsync.render.build import Built, Loaded, build
 from gitsync.render.files import ConfigFiles, layers
 from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
-from gitsync.render.validate import FileFacts, validate
+from gitsync.render.validate import FileFacts, dependants, item_contents, refers_to, validate
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,37 @@ class Rendered:
     source_map: SourceMap
     secret_values: frozenset[str]
     checks: tuple[Check, ...] = ()  # health checks of the commit (gitsync.checks); not pushed
+    #: Each item's canonical content, by kind, in payload order (`gitsync.content.content_bytes`).
+    contents: dict[str, list[bytes]] = field(default_factory=dict, repr=False, compare=False)
+    #: Partial apply: the items this commit could not apply, and why (see `_leave_out`).
+    left_out: tuple[LeftOut, ...] = ()
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """An item partial apply left out of a commit: why, and whether its last good version stays."""
+
+    kind: str
+    id: str
+    why: Problem
+    kept: bool  # the last good version stays live; else the item is not applied at all
+
+    def describe(self) -> str:
+        fate = "its last good version stays live" if self.kept else "not applied"
+        return f"{self.why} (left out: {fate})"
+
+
+@dataclass(frozen=True)
+class LastGood:
+    """What partial apply may keep: last good items by (kind, id), and the secret values among them."""
+
+    items: Mapping[tuple[str, str], Any]
+    secret_values: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, rendered: Rendered) -> LastGood:
+        return cls({(kind, ident): item for kind, items in rendered.payload.items() for item in items
+                    if (ident := item_id(kind, item)) is not None}, rendered.secret_values)
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -138,17 +169,21 @@ def _decrypt(file: str, doc: Document, encrypted: Any, options: RenderOptions, s
 
 
 def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
-           cache: ParseCache | None = None) -> Rendered:
-    """Render the config files to one payload; raise ProblemsError with every problem found."""
+           cache: ParseCache | None = None, fallback: LastGood | None = None) -> Rendered:
+    """Render the config files to one payload; raise ProblemsError with every problem found.
+
+    With ``options.partial``, problems that each belong to one item do not refuse the whole: see
+    `_leave_out`; `fallback` gives a left-out item its last good version."""
     options = options or RenderOptions()
     cache = cache if cache is not None else ParseCache()
     try:
-        return _render(files, options, cache)
+        return _render(files, options, cache, fallback)
     finally:
         cache.end_render()
 
 
-def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered:
+def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache,
+            fallback: LastGood | None = None) -> Rendered:
     render_problems: list[Problem] = []
     known = files if isinstance(files, ConfigFiles) else ConfigFiles()
     oversized = known.oversized
@@ -181,7 +216,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 unknown[name] = files[name]
                 continue
             if not parsed.has_templates and not parsed.has_sops:
-                facts[name] = FileFacts(parsed.memo.setdefault("schema", {}), parsed.has_secret_references)
+                facts[name] = parsed.memo.setdefault("facts", FileFacts({}, parsed.has_secret_references))
             if parsed.has_sops and len(parsed.documents) > 1:
                 # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
                 render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "
@@ -215,9 +250,70 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
                                                           unsubstituted)
-    if render_problems or problems:
+    everything = render_problems + problems
+    left_out: dict[tuple[str, str], LeftOut] = {}
+    while everything and options.partial and _each_of_one_item(everything):
+        for out in _leave_out(built, source_map, everything, fallback, set(left_out)):
+            left_out[out.kind, out.id] = out
+        source_map = SourceMap(files, built.sources, positions)
+        facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
+        everything = validate(built.payload, source_map, options, unknown, facts, unsubstituted)
+    if everything:
         stage = "render" if render_problems else "validate"
         redactors: dict[frozenset[str], Redactor] = {}
-        raise ProblemsError(stage, [_redacted(p, secret_fields, redactors)
-                                    for p in _sorted(render_problems + problems)])
-    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks))
+        raise ProblemsError(stage, [_redacted(p, secret_fields, redactors) for p in _sorted(everything)])
+    if left_out and fallback is not None:
+        secrets |= fallback.secret_values
+    redactors = {}
+    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks),
+                    item_contents(built.payload, source_map, facts),
+                    tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
+                                  for out in left_out.values()), key=_where)))
+
+
+def _where(out: LeftOut) -> tuple[Location, str, str]:
+    return out.why.location or Location(""), out.kind, out.id
+
+
+def _each_of_one_item(problems: list[Problem]) -> bool:
+    """Whether every problem belongs to one identified item (else partial apply cannot help: a file
+    that did not load, a payload too large, an item without an id)."""
+    return all(p.kind in KINDS and p.id is not None for p in problems)
+
+
+def _leave_out(built: Built, sources: SourceMap, problems: list[Problem], fallback: LastGood | None,
+               again: set[tuple[str, str]]) -> list[LeftOut]:
+    """Partial apply: the items with a problem, and every item that refers to one of them (until none
+    does), are left out of this commit. Each keeps its last good version where `fallback` has one,
+    in place, unless it is in `again` (its last good version was kept and failed too); else it is
+    not applied at all. `built` is changed in place."""
+    why: dict[tuple[str, str], Problem] = {}
+    for problem in problems:
+        assert problem.kind is not None and problem.id is not None
+        why.setdefault((problem.kind, problem.id), problem)
+    bad = set(why)
+    while more := dependants(built.payload, bad) - bad:
+        for kind, ident in more:
+            target = min(refers_to(kind, _item(built.payload, (kind, ident))) & bad)
+            why[kind, ident] = sources.problem(kind, sources.index_of(kind, ident),
+                                               f"refers to {target[0]}[{target[1]}], which is left out")
+        bad |= more
+    kept = fallback.items if fallback is not None else {}
+    out = []
+    for kind in list(built.payload):
+        keep = []
+        for item, source in zip(built.payload[kind], built.sources[kind], strict=True):
+            key = (kind, item_id(kind, item) or "")
+            last = None if key in again else kept.get(key)
+            if key in bad:
+                out.append(LeftOut(kind, key[1], why[key], last is not None))
+                item = last
+            if item is not None:
+                keep.append((item, source))
+        built.payload[kind] = [item for item, _ in keep]
+        built.sources[kind] = [source for _, source in keep]
+    return out
+
+
+def _item(payload: Mapping[str, list[Any]], key: tuple[str, str]) -> Any:
+    return next(item for item in payload.get(key[0], ()) if item_id(key[0], item) == key[1])

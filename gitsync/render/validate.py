@@ -13,12 +13,13 @@ from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsync.content import content_bytes
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
 from gitsync.render.certs import key_matches
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
-from gitsync.schema import SchemaIssue, check_item
+from gitsync.schema import check_item
 
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_.]+$")
 ID_MAX = 64
@@ -60,13 +61,28 @@ RESTRICTED = {"consumer_name": "consumers", "service_id": "services", "route_id"
 SSL_LOOKUP = "failed to fetch ssl info by ssl id"
 
 
+@dataclass(frozen=True)
+class Reference:
+    """An id an item names: the kind it must be in, where in the item, and how a problem calls it."""
+
+    target: str
+    at: FieldPath
+    ident: str
+    label: str  # "upstream_id", "whitelist entry", ...
+
+
 @dataclass
 class FileFacts:
     """What validation may reuse about one file whose items are exactly as parsed (no templates, no SOPS)."""
 
-    #: (doc, kind, index) → the item's schema issues; lives as long as the file's parse is cached.
-    schema_issues: dict[Any, tuple[SchemaIssue, ...]]
+    #: (doc, kind, index) → the item's own problems (id and schema: (message, field)), kept as long
+    #: as the file's parse is cached.
+    issues: dict[Any, tuple[tuple[str, FieldPath], ...]]
     secret_references: bool  # the bytes contain "$secret://"
+    #: (doc, kind, index) → the ids the item refers to (`Reference`s), and its JSON size.
+    references: dict[Any, tuple[Reference, ...]] = field(default_factory=dict)
+    sizes: dict[Any, int] = field(default_factory=dict)
+    contents: dict[Any, bytes] = field(default_factory=dict)  # reconcile's canonical content
 
 
 @dataclass
@@ -83,6 +99,18 @@ class Checker:
     def add(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> None:
         self.problems.append(self.sources.problem(kind, index, message, field))
 
+    def __post_init__(self) -> None:
+        # Per kind and item: the reusable facts of its file and its key in them (None: not plain).
+        self._where: dict[str, list[tuple[FileFacts | None, Any]]] = {}
+        for kind, items in self.payload.items():
+            places = []
+            for index in range(len(items)):
+                source = self.sources.source(kind, index)
+                facts = self.facts.get(source.file) if source is not None else None
+                places.append((facts, (source.doc, kind, source.index)) if facts is not None and source
+                              else (None, None))
+            self._where[kind] = places
+
     def items(self, kind: str) -> Iterator[tuple[int, dict[str, Any]]]:
         for index, item in enumerate(self.payload.get(kind, ())):
             if isinstance(item, dict):
@@ -90,10 +118,19 @@ class Checker:
 
     def facts_of(self, kind: str, index: int) -> tuple[FileFacts | None, Any]:
         """The reusable facts of the file an item came from, and the item's key in them."""
-        source = self.sources.source(kind, index)
-        if source is None:
-            return None, None
-        return self.facts.get(source.file), (source.doc, kind, source.index)
+        return self._where[kind][index]
+
+    def memo(self, store: str, kind: str, index: int, compute: Any) -> Any:
+        """`compute(item)` for item `index` of `kind`, kept with the file's parse when the file is
+        plain (`store` names the `FileFacts` table): an unchanged file is not looked into again."""
+        facts, key = self.facts_of(kind, index)
+        table = getattr(facts, store) if facts is not None else None
+        if table is not None and key in table:
+            return table[key]
+        value = compute(self.payload[kind][index])
+        if table is not None:
+            table[key] = value
+        return value
 
     def ids(self, kind: str) -> set[str]:
         return {ident for _, item in self.items(kind) if (ident := item_id(kind, item)) is not None}
@@ -147,22 +184,22 @@ def check_items(check: Checker) -> None:
             if not isinstance(item, dict):
                 check.add(kind, index, f"an item must be a mapping, not {describe(item)}")
                 continue
-            own = _id_problems(kind, item)
-            for message, path in own:
-                check.add(kind, index, message, path)
             source = check.sources.source(kind, index)
             if source is not None and (source.file, source.doc, kind, source.index) in check.skip_schema:
-                continue  # a failed ${{ }} is still in it: schema errors would only be noise
-            facts, key = check.facts_of(kind, index)
-            issues = facts.schema_issues.get(key) if facts is not None else None
-            if issues is None:
-                issues = tuple(check_item(kind, item))  # an empty tuple costs the cache nothing
-                if facts is not None:
-                    facts.schema_issues[key] = issues
-            replaced = {path for _, path in own}
-            for issue in issues:
-                if tuple(issue.path) not in replaced and not issue.message.startswith(SSL_LOOKUP):
-                    check.add(kind, index, issue.message, tuple(issue.path))
+                for message, path in _id_problems(kind, item):  # a failed ${{ }} is still in it:
+                    check.add(kind, index, message, path)  # schema errors would only be noise
+                continue
+            for message, path in check.memo("issues", kind, index, lambda i, kind=kind: _own_issues(kind, i)):
+                check.add(kind, index, message, path)
+
+
+def _own_issues(kind: str, item: dict[str, Any]) -> tuple[tuple[str, FieldPath], ...]:
+    """An item's id problems (gitsync's wording) and APISIX's schema issues (except those the id
+    problems say better, and the gateway's own words for a client_cert_id, which references say)."""
+    own = _id_problems(kind, item)
+    replaced = {path for _, path in own}
+    return (*own, *((issue.message, tuple(issue.path)) for issue in check_item(kind, item)
+                    if tuple(issue.path) not in replaced and not issue.message.startswith(SSL_LOOKUP)))
 
 
 def _at(value: Any, path: FieldPath, walked: FieldPath = ()) -> Iterator[tuple[FieldPath, Any]]:
@@ -187,6 +224,51 @@ def _id_text(value: Any) -> str | None:
     return str(value)
 
 
+#: The reference paths of each kind.
+_REFERENCES_OF: dict[str, tuple[tuple[FieldPath, str], ...]] = {
+    kind: tuple((path, target) for k, path, target in REFERENCES if k == kind) for kind in KINDS}
+
+
+def _references(kind: str, item: Any) -> tuple[Reference, ...]:
+    """Every id `item` names (`REFERENCES`, consumer-restriction's lists)."""
+    found: list[Reference] = []
+    for path, target in _REFERENCES_OF.get(kind, ()):
+        for at, value in _at(item, path):
+            ident = _id_text(value)
+            if ident is not None:
+                found.append(Reference(target, at, ident, str(at[-1])))
+    if kind in PLUGIN_HOLDERS:
+        for at, conf in _at(item, ("plugins", "consumer-restriction")):
+            target = RESTRICTED.get(conf.get("type", "consumer_name")) if isinstance(conf, dict) else None
+            for listed in ("whitelist", "blacklist") if target else ():
+                for name_at, name in _at(conf, (listed, ANY)):
+                    ident = _id_text(name)
+                    if ident is not None:
+                        found.append(Reference(str(target), (*at, *name_at), ident, f"{listed} entry"))
+    return tuple(found)
+
+
+def refers_to(kind: str, item: Any) -> set[tuple[str, str]]:
+    """(kind, id) of every item `item` names: references, the consumer a credential belongs to, the
+    secret managers of its ``$secret://`` references."""
+    if not isinstance(item, dict):
+        return set()
+    found = {(ref.target, ref.ident) for ref in _references(kind, item)}
+    if is_credential(kind, item) and isinstance(item.get("id"), str):
+        found.add(("consumers", item["id"].split("/credentials/")[0]))
+    for _, text in string_leaves(item):
+        match = SECRET_REFERENCE.match(text) if text.startswith("$secret://") else None
+        if match:
+            found.add(("secrets", f"{match.group(1)}/{match.group(2)}"))
+    return found
+
+
+def dependants(payload: Mapping[str, list[Any]], named: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(kind, id) of the items that name one of `named`."""
+    return {(kind, ident) for kind, items in payload.items() for item in items
+            if (ident := item_id(kind, item)) is not None and refers_to(kind, item) & named}
+
+
 def check_references(check: Checker) -> None:
     """Every id an item refers to is declared (standalone APISIX accepts dangling ones, then 404/502/503).
 
@@ -200,26 +282,15 @@ def check_references(check: Checker) -> None:
         return target not in unmanaged and ident not in declared[target] \
             and not check.may_be_declared_elsewhere(ident)
 
-    for kind, path, target in REFERENCES:
-        for index, item in check.items(kind):
-            for at, value in _at(item, path):
-                ident = _id_text(value)
-                if ident is None:
-                    continue
-                if at[-1] == "client_cert_id":
-                    _client_cert(check, kind, index, at, ident, dangling(target, ident))
-                elif dangling(target, ident):
-                    check.add(kind, index, f"{at[-1]} {ident!r} names no item of {target}", at)
-    for kind in PLUGIN_HOLDERS:
-        for index, item in check.items(kind):
-            for at, conf in _at(item, ("plugins", "consumer-restriction")):
-                target = RESTRICTED.get(conf.get("type", "consumer_name")) if isinstance(conf, dict) else None
-                for listed in ("whitelist", "blacklist") if target else ():
-                    for name_at, name in _at(conf, (listed, ANY)):
-                        ident = _id_text(name)
-                        if ident is not None and dangling(str(target), ident):
-                            check.add(kind, index, f"{listed} entry {ident!r} names no item of {target}",
-                                      (*at, *name_at))
+    for kind in KINDS:
+        if not _REFERENCES_OF.get(kind) and kind not in PLUGIN_HOLDERS:
+            continue
+        for index, _item in check.items(kind):
+            for ref in check.memo("references", kind, index, lambda i, kind=kind: _references(kind, i)):
+                if ref.label == "client_cert_id":
+                    _client_cert(check, kind, index, ref.at, ref.ident, dangling(ref.target, ref.ident))
+                elif dangling(ref.target, ref.ident):
+                    check.add(kind, index, f"{ref.label} {ref.ident!r} names no item of {ref.target}", ref.at)
     if "consumers" not in unmanaged:
         consumer_names = {str(i.get("username")) for _, i in check.items("consumers")
                           if not is_credential("consumers", i)}
@@ -303,16 +374,37 @@ def check_limits(check: Checker) -> None:
     if count > check.options.max_items:
         check.problems.append(Problem(f"{count} items, more than max_items = {check.options.max_items}"))
         return
-    size = len(payload_json(check.payload))
+    size = _payload_size(check)
     if size > check.options.max_payload_size:
         check.problems.append(Problem(
             f"the rendered payload is {size} bytes, more than max_payload_size = "
             f"{check.options.max_payload_size} (APISIX keeps its whole config in a 10 MiB shared dict)"))
 
 
+def _payload_size(check: Checker) -> int:
+    """`len(payload_json(payload))`, from each item's JSON size (kept for the items of plain files)."""
+    size = 2 + max(len(check.payload) - 1, 0)  # {} and the commas between kinds
+    for kind, items in check.payload.items():
+        size += len(json.dumps(kind)) + 3 + max(len(items) - 1, 0)  # "kind":[] and the commas
+        size += sum(check.memo("sizes", kind, index, _json_size) for index in range(len(items)))
+    return size
+
+
+def _json_size(item: Any) -> int:
+    return len(json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 def payload_json(payload: dict[str, Any]) -> bytes:
     """The payload as deterministic JSON bytes: sorted keys, compact, UTF-8."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def item_contents(payload: Mapping[str, list[Any]], sources: SourceMap,
+                  facts: Mapping[str, FileFacts]) -> dict[str, list[bytes]]:
+    """Each item's canonical content (what reconcile compares), kept for the items of plain files."""
+    check = Checker(dict(payload), sources, RenderOptions(), [], facts)
+    return {kind: [check.memo("contents", kind, index, content_bytes) for index in range(len(items))]
+            for kind, items in payload.items()}
 
 
 def validate(payload: dict[str, list[Any]], sources: SourceMap, options: RenderOptions,

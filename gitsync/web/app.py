@@ -1,0 +1,191 @@
+"""The web view's requests: routing, access, headers. A read-only view of what is live: it changes
+nothing, and what it shows comes from the agent's snapshot, brief GETs and HEADs of the gateways,
+and the status branch (gitsync.web.live). Every answer carries the security headers; every page
+goes through the log redactor as well, so a secret the masking missed still never reaches a page.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import parse_qs, quote, unquote, urlencode
+
+from gitsync.kinds import KINDS
+from gitsync.log import logger, redact
+from gitsync.settings import Settings
+from gitsync.web import auth, pages
+from gitsync.web.catalog import paginate
+from gitsync.web.html import Markup, page
+from gitsync.web.links import Links
+from gitsync.web.live import FleetReader, Gateways, LiveCatalog
+
+Reply = tuple[int, bytes, str, list[tuple[str, str]]]
+
+HTML = "text/html; charset=utf-8"
+#: No inline script or style, nothing from elsewhere, no framing, forms only to this site.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
+       "frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = [("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
+                    ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
+                    ("Cross-Origin-Opener-Policy", "same-origin"),
+                    ("Cross-Origin-Resource-Policy", "same-origin")]
+STATIC = {"style.css": "text/css; charset=utf-8", "filter.js": "text/javascript; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}
+PAGES = ("/", "/items", "/fleet", "/login", "/logout")
+
+
+def serves(path: str) -> bool:
+    return path in PAGES or path.startswith(("/items/", "/static/"))
+
+
+class WebView:
+    """The web view of one `gitsync run`: `answer` is the listener's hook (gitsync.server)."""
+
+    def __init__(self, settings: Callable[[], Settings], agent: Callable[[], Any], work_dir: Path) -> None:
+        current = settings()
+        self._settings = settings
+        self._agent = agent
+        self.access = auth.Access(current.listen, current.ui_token)  # SettingsError: not allowed as set
+        self._lock = threading.Lock()
+        self._gateways = Gateways(current)
+        self._gateways_of = current.gateways
+        self.fleet = FleetReader(settings, work_dir)
+        self.catalog = LiveCatalog()
+
+    def close(self) -> None:
+        self._gateways.close()
+        self.fleet.close()
+        self.catalog.close()
+
+    def gateways(self, settings: Settings) -> Gateways:
+        """The view's gateway clients, made again when a reload changed the gateways."""
+        with self._lock:
+            if settings.gateways != self._gateways_of:
+                self._gateways.close()
+                self._gateways, self._gateways_of = Gateways(settings), settings.gateways
+            return self._gateways
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    def answer(self, method: str, target: str, headers: Mapping[str, str], body: BinaryIO) -> Reply | None:
+        """The answer to a request, or None for a path the view does not serve."""
+        path, _, query = target.partition("?")
+        if not serves(path):
+            return None
+        if not self.access.allowed_host(headers):
+            return _text(403, "This view answers only to a loopback host name (127.0.0.1, localhost, [::1]).")
+        if path.startswith("/static/"):
+            return _static(path[len("/static/"):])
+        settings = self._settings()
+        try:
+            if path == "/login":
+                return self._login(method, query, headers, body, settings)
+            if path == "/logout":
+                if method != "POST":
+                    return _text(405, "Log out with POST.", [("Allow", "POST")])
+                return _redirect("/login", [("Set-Cookie", auth.clear_cookie())])
+            if method not in ("GET", "HEAD"):
+                return _text(405, "This view is read-only.", [("Allow", "GET, HEAD")])
+            if not self.access.authorized(headers, settings.ui_token):
+                if headers.get("Authorization") or "text/html" not in (headers.get("Accept") or ""):
+                    return _text(401, "This view needs the token: Authorization: Bearer <ui_token>.",
+                                 [("WWW-Authenticate", 'Bearer realm="gitsync"')])
+                return _redirect("/login?" + urlencode({"next": auth.local_path(target)}))
+            return self._route(path, parse_qs(query), settings)
+        except Exception as exc:  # a bug in a page must not take the listener's thread with it
+            logger.opt(exception=exc).error("web view: {} {} failed: {}", method, path, redact(str(exc)))
+            return _text(500, "The page could not be built; the agent's log says why.")
+
+    def _login(self, method: str, query: str, headers: Mapping[str, str], body: BinaryIO,
+               settings: Settings) -> Reply:
+        if method in ("GET", "HEAD"):
+            next_path = auth.local_path((parse_qs(query).get("next") or ["/"])[0])
+            return self._page(200, "Log in", pages.login(next_path, failed=False), settings, nav="")
+        if method != "POST":
+            return _text(405, "Log in with GET or POST.", [("Allow", "GET, HEAD, POST")])
+        length = (headers.get("Content-Length") or "").strip()
+        if not length.isdigit() or int(length) > auth.MAX_FORM_BYTES:
+            return _text(400, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
+        try:
+            form = body.read(int(length))
+        except (TimeoutError, ConnectionError):  # the listener's deadline for a request passed
+            return _text(408, "The login form did not arrive in time.")
+        given, next_path = auth.login_form(form)
+        if not self.access.token_required:
+            return _redirect(next_path)
+        if settings.ui_token is None or not auth.token_matches(given, settings.ui_token):
+            logger.warning("web view: a wrong token was typed into the login form")
+            # 200, not 401: a browser reports a 401 page as an error in its console
+            return self._page(200, "Log in", pages.login(next_path, failed=True), settings, nav="")
+        return _redirect(next_path, [("Set-Cookie", auth.set_cookie(auth.session_value(settings.ui_token)))])
+
+    def _route(self, path: str, params: dict[str, list[str]], settings: Settings) -> Reply:
+        agent = self._agent()
+        view: dict[str, Any] = agent.view() if agent is not None else {}
+        links = Links(settings.commit_url)
+        now = time.time()
+        if path == "/":
+            known = self.catalog.peek(view.get("last_good"))
+            body = pages.overview(view, self.gateways(settings).heads(), links, now,
+                                  known.counts if known is not None else None)
+            if agent is not None:  # after this page is built: the items pages that follow find it ready
+                self.catalog.warm(view, agent)
+            return self._page(200, "Overview", body, settings, nav="overview")
+        if path == "/fleet":
+            body = pages.fleet(self.fleet.get(), view.get("tip"), settings.status_refs, links, now)
+            return self._page(200, "Fleet", body, settings, nav="fleet")
+        catalog, error = self.catalog.get(view, agent) if agent is not None else (None, "starting")
+        if path == "/items":
+            kind = _one(params, "kind")
+            kind = kind if kind in KINDS else None
+            query = _one(params, "q")[:200]
+            number = int(_one(params, "page")) if _one(params, "page").isdigit() else 1
+            if catalog is None:
+                body = pages.items(None, {}, None, query, kind, links, error)
+            else:
+                found = paginate(catalog.search(query, kind), number)
+                body = pages.items(catalog.sha, catalog.counts, found, query, kind, links)
+            return self._page(200, "Items", body, settings, nav="items")
+        kind, _, ident = path[len("/items/"):].partition("/")
+        kind, ident = unquote(kind), unquote(ident)
+        detail = catalog.detail(kind, ident) if catalog is not None else None
+        if catalog is None or detail is None:
+            what = error or f"The live commit has no item {kind}/{ident}."
+            return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
+        lives = self.gateways(settings).lives()
+        body = pages.item(detail, catalog.sha, lives, view.get("unmanaged") or [], links, now)
+        return self._page(200, f"{kind} {ident}", body, settings, nav="items")
+
+    def _page(self, status: int, title: str, main: Markup, settings: Settings,
+              extra: list[tuple[str, str]] | None = None, *, nav: str) -> Reply:
+        logout = self.access.token_required and nav != ""
+        html = page(title, main, agent=settings.agent_name, nav=nav, logout=logout)
+        body = redact(html.decode()).encode()
+        return status, body, HTML, [*SECURITY_HEADERS, ("Cache-Control", "no-store"), *(extra or [])]
+
+
+def _one(params: Mapping[str, list[str]], name: str) -> str:
+    return (params.get(name) or [""])[0]
+
+
+def _text(status: int, message: str, extra: list[tuple[str, str]] | None = None) -> Reply:
+    return status, message.encode() + b"\n", "text/plain; charset=utf-8", [*SECURITY_HEADERS, *(extra or [])]
+
+
+def _redirect(location: str, extra: list[tuple[str, str]] | None = None) -> Reply:
+    headers = [*SECURITY_HEADERS, ("Location", quote(location, safe="/?=&%:;,+@")), *(extra or [])]
+    return 303, b"", "text/plain; charset=utf-8", headers
+
+
+def _static(name: str) -> Reply:
+    if name not in STATIC:
+        return _text(404, "No such file.")
+    data = resources.files(__package__).joinpath("static", name).read_bytes()
+    return 200, data, STATIC[name], [*SECURITY_HEADERS, ("Cache-Control", "max-age=300")]
+
+
+__all__ = ["CSP", "SECURITY_HEADERS", "WebView", "serves"]

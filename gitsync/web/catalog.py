@@ -1,0 +1,316 @@
+"""The items of one commit as the web view lists them: rows to search and page through, and one
+item as written in its file and as pushed, secret values masked. Pure: no I/O.
+
+Masking is `gitsync.render.mask`'s, the same as ``gitsync render`` and ``gitsync diff``: the pushed
+JSON is the masked item; the text as written is the file's own lines, where every value the
+masker would change is cut from its key on (a multi-line value is dropped), and every line then
+goes through the masker's known-value and URL-password masking. When the item's lines cannot be
+told apart from its neighbours' (several items on one line, as in JSON files), the masked item is
+shown re-formatted instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from gitsync.kinds import KINDS, item_id
+from gitsync.render import Rendered, mask_secrets
+from gitsync.render.load import parse, positions
+from gitsync.render.sourcemap import FieldPath, ItemSource
+from gitsync.writeback import dump_yaml
+
+PER_PAGE = 100
+_KEY_END = re.compile(r":(?=\s|$)")
+#: Trailing lines of an item's span that belong to no item: blank lines, comments, document markers.
+_NOT_ITEM = re.compile(r"^\s*(#.*)?$|^(---|\.\.\.)(\s.*)?$")
+
+@dataclass(frozen=True)
+class Row:
+    """One item in the list: what it is, where it was written, and the text a search looks in."""
+
+    kind: str
+    id: str
+    index: int
+    title: str  # name, username or description
+    match: str  # what it answers to: uris and hosts, snis, nodes...
+    plugins: tuple[str, ...]
+    file: str | None
+    line: int | None
+    haystack: str  # lower case
+
+
+@dataclass(frozen=True)
+class ItemDetail:
+    """One item: where it was written, its text there, and its JSON as pushed (both masked)."""
+
+    row: Row
+    written: tuple[tuple[int, str], ...]  # (line number, text); empty when `reformatted`
+    reformatted: str | None  # the masked item as YAML, when its own lines cannot be shown
+    pushed: str  # masked JSON
+    item: Any  # the item as rendered, NOT masked: for comparisons only, never for display
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: tuple[Row, ...]
+    total: int  # rows that match
+    number: int  # 1-based
+    pages: int
+    start: int  # the index of its first row among those that match
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value if v is not None)
+    return "" if value is None or isinstance(value, dict) else str(value)
+
+
+def _nodes(nodes: Any) -> str:
+    if isinstance(nodes, dict):
+        return " ".join(str(k) for k in nodes)
+    if isinstance(nodes, list):
+        return " ".join(f"{n.get('host')}:{n.get('port')}" for n in nodes if isinstance(n, dict))
+    return ""
+
+
+def describe(kind: str, item: Mapping[str, Any]) -> tuple[str, str]:
+    """(title, match) of an item, as the list shows it."""
+    title = _text(item.get("name") or item.get("username") or item.get("desc"))
+    if kind in ("routes", "stream_routes", "services"):
+        parts = [_text(item.get("methods")), _text(item.get("uri")), _text(item.get("uris")),
+                 _text(item.get("host")), _text(item.get("hosts")), _text(item.get("server_port")),
+                 _text(item.get("remote_addr")), _text(item.get("sni"))]
+    elif kind == "upstreams":
+        parts = [_text(item.get("type")), _nodes(item.get("nodes")), _text(item.get("service_name"))]
+    elif kind == "ssls":
+        parts = [_text(item.get("snis")), _text(item.get("sni"))]
+    elif kind == "secrets":
+        parts = [_text(item.get("uri")), _text(item.get("prefix"))]
+    else:
+        parts = []
+    return title, " ".join(p for p in parts if p)
+
+
+class Catalog:
+    """Every item of one rendered commit. A page of the plain list builds only its own rows; the first
+    search builds every row's text once (at 10,000 items, a few hundred ms), later ones scan strings."""
+
+    def __init__(self, sha: str, rendered: Rendered, files: Mapping[str, bytes]) -> None:
+        self.sha = sha
+        self.rendered = rendered
+        self.files = files
+        self._entries: list[tuple[str, int, str]] = []  # (kind, index in the payload, id), in KINDS order
+        self._at: dict[tuple[str, str], int] = {}  # (kind, id) → position in _entries
+        self._rows: dict[int, Row] = {}
+        self._haystacks: list[str] | None = None
+        self._lock = threading.Lock()
+        self._positions: dict[str, dict[FieldPath, tuple[int, int]]] = {}
+        for kind in KINDS:
+            for index, item in enumerate(rendered.payload.get(kind) or ()):
+                ident = item_id(kind, item)
+                if ident is not None:
+                    self._at.setdefault((kind, ident), len(self._entries))
+                    self._entries.append((kind, index, ident))
+        self.counts = {kind: 0 for kind in KINDS}
+        for kind, _, _ in self._entries:
+            self.counts[kind] += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def prepared(self) -> bool:
+        return self._haystacks is not None
+
+    def _build(self, positions: Sequence[int]) -> list[Row]:
+        """The rows at `positions` (built once each; titles and matches masked in one pass)."""
+        missing = [p for p in positions if p not in self._rows]
+        if missing:
+            payload = self.rendered.payload
+            described = [describe(k, payload[k][i]) for k, i, _ in (self._entries[p] for p in missing)]
+            shown = mask_secrets({"titles": [d[0] for d in described], "matches": [d[1] for d in described]},
+                                 self.rendered.secret_values)
+            for position, title, match in zip(missing, shown["titles"], shown["matches"], strict=True):
+                kind, index, ident = self._entries[position]
+                item = payload[kind][index]
+                plugins = tuple(sorted(item["plugins"])) if isinstance(item.get("plugins"), dict) else ()
+                location = self.rendered.source_map.location(kind, index)
+                file, line = (location.file, location.line) if location is not None else (None, None)
+                text = " ".join((kind, ident, title, match, *plugins, file or "")).lower()
+                self._rows[position] = Row(kind, ident, index, title, match, plugins, file, line, text)
+        return [self._rows[p] for p in positions]
+
+    def search(self, query: str = "", kind: str | None = None) -> Rows:
+        """Rows of `kind` (all kinds when None) holding every word of `query` (case-insensitive)."""
+        words = query.lower().split()
+        if not words:
+            found = [p for p, entry in enumerate(self._entries) if kind is None or entry[0] == kind]
+            return Rows(self, found)
+        haystacks = self.prepare()
+        return Rows(self, [p for p, entry in enumerate(self._entries)
+                           if (kind is None or entry[0] == kind) and all(w in haystacks[p] for w in words)])
+
+    def prepare(self) -> list[str]:
+        """Every row built, and the text each search scans (once)."""
+        with self._lock:
+            if self._haystacks is None:
+                self._haystacks = [row.haystack for row in self._build(range(len(self._entries)))]
+            return self._haystacks
+
+    def rows_at(self, positions: Sequence[int]) -> list[Row]:
+        # No lock: two threads building the same row build equal rows, and a dict's item assignment is
+        # atomic; so a page never waits for `prepare` building every row.
+        return self._build(positions)
+
+    def row(self, kind: str, ident: str) -> Row | None:
+        position = self._at.get((kind, ident))
+        return None if position is None else self.rows_at([position])[0]
+
+    def detail(self, kind: str, ident: str) -> ItemDetail | None:
+        row = self.row(kind, ident)
+        if row is None:
+            return None
+        item = self.rendered.payload[kind][row.index]
+        secrets = self.rendered.secret_values
+        masked = mask_secrets({kind: [item]}, secrets)[kind][0]
+        pushed = json.dumps(masked, indent=2, ensure_ascii=False, default=str)
+        source = self.rendered.source_map.source(kind, row.index)
+        data = self.files.get(source.file) if source is not None else None
+        lines = None
+        if source is not None and data is not None:
+            if source.file not in self._positions:
+                self._positions = {source.file: positions(data)}  # the last file asked for
+            lines = written_lines(data, kind, source, secrets, self._positions[source.file])
+        if lines is None:
+            return ItemDetail(row, (), dump_yaml(masked), pushed, item)
+        return ItemDetail(row, tuple(lines), None, pushed, item)
+
+
+class Rows(Sequence[Row]):
+    """Rows found by a search, built only when read (a page reads a hundred of them)."""
+
+    def __init__(self, catalog: Catalog, positions: list[int]) -> None:
+        self._catalog = catalog
+        self._positions = positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, at: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[Row]: ...
+
+    def __getitem__(self, at: int | slice) -> Row | list[Row]:
+        if isinstance(at, slice):
+            return self._catalog.rows_at(self._positions[at])
+        return self._catalog.rows_at([self._positions[at]])[0]
+
+
+def paginate(rows: Sequence[Row], number: int, per_page: int = PER_PAGE) -> Page:
+    pages = max(1, -(-len(rows) // per_page))
+    number = min(max(1, number), pages)
+    start = (number - 1) * per_page
+    return Page(tuple(rows[start:start + per_page]), len(rows), number, pages, start)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# An item's own lines, masked
+
+
+def _after(table: Mapping[FieldPath, tuple[int, int]], path: FieldPath) -> int | None:
+    """The line of the first node after `path` and all it holds, in document order (None: the end)."""
+    seen = False
+    for key, (line, _) in table.items():
+        if seen and key[:len(path)] != path:
+            return line
+        if key == path:
+            seen = True
+    return None
+
+
+def changed_paths(original: Any, masked: Any, path: FieldPath = ()) -> Iterator[FieldPath]:
+    """The outermost paths where masking changed a value."""
+    if original == masked:
+        return
+    if isinstance(original, dict) and isinstance(masked, dict) and original.keys() == masked.keys():
+        for key in original:
+            yield from changed_paths(original[key], masked[key], (*path, key))
+    elif isinstance(original, list) and isinstance(masked, list) and len(original) == len(masked):
+        for i, (a, b) in enumerate(zip(original, masked, strict=True)):
+            yield from changed_paths(a, b, (*path, i))
+    else:
+        yield path
+
+
+def _value_at(value: Any, path: FieldPath) -> Any:
+    for step in path:
+        value = value[step]
+    return value
+
+
+def _cut(text: str, col: int, is_key: bool, masked: Any) -> str:
+    """`text` up to the node at `col` (its key and colon, for a mapping entry), then the masked value."""
+    head = text[:col - 1]
+    if is_key:
+        end = _KEY_END.search(text, col - 1)
+        if end is None:
+            return head + "***"
+        head = text[:end.end()]
+    shown = json.dumps(masked, ensure_ascii=False) if isinstance(masked, str) else "***"
+    return f"{head} {shown}" if is_key else head + shown
+
+
+def written_lines(data: bytes, kind: str, source: ItemSource, secret_values: Iterable[str],
+                  table: Mapping[FieldPath, tuple[int, int]] | None = None) -> list[tuple[int, str]] | None:
+    """The item's lines in its file, numbered, with every value the masker changes cut; None when its
+    lines are shared with other items or its place cannot be found again. `table`: the file's
+    `positions`, when already known."""
+    table = positions(data) if table is None else table
+    item_path: FieldPath = (source.doc, kind, source.index)
+    if item_path not in table:
+        return None
+    text = data.decode("utf-8", "replace").splitlines()
+    first, col = table[item_path]
+    end = _after(table, item_path) or len(text) + 1
+    if end <= first or text[first - 1][:col - 1].strip() not in ("", "-"):
+        return None  # another item shares its first or its next line
+    try:
+        original = parse(data).documents[source.doc].data[kind][source.index]
+    except (IndexError, KeyError, TypeError):
+        return None
+    secret_values = tuple(secret_values)
+    masked = mask_secrets({kind: [original]}, secret_values)[kind][0]
+    cuts: dict[int, tuple[int, str | None]] = {}  # line → (column, its new text; None: dropped)
+    for path in changed_paths(original, masked):
+        full = (*item_path, *path)
+        if not path or full not in table:
+            return None
+        line, at = table[full]
+        stop = _after(table, full) or end
+        if line not in cuts or cuts[line][0] > at:  # the leftmost cut of a line wins: it hides the rest
+            cuts[line] = (at, _cut(text[line - 1], at, isinstance(path[-1], str), _value_at(masked, path)))
+        for dropped in range(line + 1, min(stop, end)):
+            cuts.setdefault(dropped, (0, None))
+    out = []
+    for number in range(first, end):
+        if number in cuts:
+            new = cuts[number][1]
+            if new is not None:
+                out.append((number, new))
+        else:
+            out.append((number, text[number - 1]))
+    while out and _NOT_ITEM.match(out[-1][1]):
+        out.pop()
+    shown = mask_secrets({"lines": [line for _, line in out]}, secret_values)["lines"]
+    return [(number, line) for (number, _), line in zip(out, shown, strict=True)]
+
+
+__all__ = ["PER_PAGE", "Catalog", "ItemDetail", "Page", "Row", "Rows", "changed_paths", "describe",
+           "paginate", "written_lines"]

@@ -1,0 +1,194 @@
+"""The web view's pure parts: escaping, masking an item's own lines, search and pages, access rules,
+forge links, the agent's history. The browser tests (test_webview.py) show the whole; these pin the
+rules one by one, fast."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import deque
+
+import httpx
+import pytest
+
+from gitsync.agent import remember
+from gitsync.render import render
+from gitsync.server import Metrics, Readiness, StatusServer
+from gitsync.settings import Secret, SettingsError
+from gitsync.web import auth
+from gitsync.web.catalog import Catalog, paginate
+from gitsync.web.html import Markup, esc, tag
+from gitsync.web.links import Links
+from gitsync.web.pages import problem
+from tests.support import ROOT, gitsync_env
+
+SECRET_FILE = """consumers:
+  - username: carol
+    plugins:
+      basic-auth: {username: carol, password: pw-one-1234, other: x}
+      jwt-auth:
+        key: carol-key
+        secret: |
+          line-one-of-the-secret
+          line-two-of-the-secret
+    desc: after the secret
+  # a comment about the next item
+  - username: dave
+    plugins:
+      key-auth: {key: dave-key-5678}
+upstreams:
+  - id: u1
+    nodes:
+      "127.0.0.1:1980": 1
+    desc: http://user:url-password-9@example.com/x
+"""
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    files = {"c.yaml": SECRET_FILE.encode(),
+             "j.json": b'{"routes": [{"id": "a", "uri": "/a", "upstream_id": "u1"}, '
+                       b'{"id": "b", "uri": "/b", "upstream_id": "u1"}]}'}
+    return Catalog("0" * 40, render(files), files)
+
+
+def test_markup_concatenation_escapes_what_is_not_markup():
+    assert esc('<a href="x">') == "&lt;a href=&quot;x&quot;&gt;"
+    joined = tag("b", "x") + '<img src=x onerror="y">'
+    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&quot;y&quot;&gt;'
+    assert "<p>" + tag("i", "<") == "&lt;p&gt;<i>&lt;</i>"
+    assert tag("input", value='"><script>') == '<input value="&quot;&gt;&lt;script&gt;">'
+
+
+def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
+    carol = catalog.detail("consumers", "carol")
+    assert carol is not None and carol.reformatted is None
+    assert carol.written == (
+        (2, "  - username: carol"),
+        (3, "    plugins:"),
+        (4, '      basic-auth: {username: carol, password: "***"'),  # the leftmost cut hides the rest
+        (5, "      jwt-auth:"),
+        (6, '        key: "***"'),
+        (7, '        secret: "***"'),  # its two lines dropped
+        (10, "    desc: after the secret"),
+    )  # and the comment before the next item is not this item's
+    text = "\n".join(line for _, line in carol.written) + carol.pushed
+    for secret in ("pw-one-1234", "carol-key", "line-one", "line-two"):
+        assert secret not in text
+    dave = catalog.detail("consumers", "dave")
+    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"')
+    upstream = catalog.detail("upstreams", "u1")
+    assert upstream is not None and "url-password-9" not in str(upstream.written) + upstream.pushed
+    assert "http://user:***@example.com/x" in str(upstream.written)
+
+
+def test_items_sharing_their_lines_are_shown_reformatted(catalog):
+    route = catalog.detail("routes", "b")
+    assert route is not None and route.written == ()
+    assert route.reformatted == "id: b\nupstream_id: u1\nuri: /b\n"
+    assert route.row.file == "j.json" and route.row.line == 1
+
+
+def test_search_and_pages(catalog):
+    assert [r.id for r in catalog.search("jwt")] == ["carol"]
+    assert [r.id for r in catalog.search("/b")] == ["b"]
+    assert [r.id for r in catalog.search("c.yaml 1980")] == ["u1"]
+    assert [r.id for r in catalog.search("", "routes")] == ["a", "b"]
+    assert len(catalog.search("pw-one")) == 0  # a secret is not searchable, as it is not shown
+    page = paginate(catalog.search(), 2, per_page=2)
+    assert (page.number, page.pages, page.start, [r.id for r in page.rows]) == (2, 3, 2, ["u1", "carol"])
+    assert paginate([], 5).number == 1 and paginate(catalog.search(), 99, per_page=2).number == 3
+    assert catalog.prepared  # a search with words built every row's text
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.8.9.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("app.localhost", True), ("0.0.0.0", False), ("10.0.0.1", False), ("example.com", False),
+    ("localhost.example.com", False)])
+def test_loopback_addresses(host, loopback):
+    assert auth.is_loopback(host) is loopback
+
+
+def test_access_rules():
+    with pytest.raises(SettingsError, match=r"not a loopback address: .* set ui_token_file"):
+        auth.Access("0.0.0.0:9480", None)
+    with pytest.raises(SettingsError, match="shorter than 16 characters"):
+        auth.Access("0.0.0.0:9480", Secret("short-token"))
+    token = Secret("a-token-of-24-characters")
+    open_view = auth.Access("127.0.0.1:0", None)
+    assert not open_view.token_required and open_view.authorized({}, None)
+    assert open_view.allowed_host({"Host": "127.0.0.1:9480"}) and open_view.allowed_host({"Host": "[::1]:1"})
+    assert not open_view.allowed_host({"Host": "rebound.example.com:9480"})
+    gated = auth.Access("0.0.0.0:9480", token)
+    assert gated.token_required and gated.allowed_host({"Host": "gw.example.com"})
+    assert gated.authorized({"Authorization": "Bearer a-token-of-24-characters"}, token)
+    assert not gated.authorized({"Authorization": "Bearer a-token-of-24-characterz"}, token)
+    assert not gated.authorized({"Authorization": "Bearer é"}, token)  # not ASCII: refused, no TypeError
+    cookie = auth.session_value(token)
+    assert "a-token" not in cookie and gated.authorized({"Cookie": f"x=1; gitsync_ui={cookie}"}, token)
+    assert not gated.authorized({"Cookie": f"gitsync_ui={cookie}"}, Secret("another-token-of-24-chars"))
+    assert auth.Access("[::1]:9480", token).token_required  # a token set is always asked for
+
+
+@pytest.mark.parametrize(("target", "safe"), [
+    ("/items?q=a", "/items?q=a"), ("//evil.example/", "/"), ("https://evil.example/", "/"),
+    ("/\\evil.example", "/"), ("items", "/"), ("/x\r\nSet-Cookie: a=b", "/")])
+def test_login_goes_back_only_to_this_site(target, safe):
+    assert auth.local_path(target) == safe
+
+
+def test_forge_links():
+    plain = Links("https://git.example/o/r/commit/{sha}")
+    assert plain.commit("abc") == "https://git.example/o/r/commit/abc"
+    assert plain.file("abc", "conf/a b.yaml", 3) == "https://git.example/o/r/commit/abc"
+    deep = Links("https://git.example/o/r/blob/{sha}/{path}#L{line}")
+    assert deep.commit("abc") == "https://git.example/o/r/blob/abc/"
+    assert deep.file("abc", 'conf/"><x.yaml', 3) == "https://git.example/o/r/blob/abc/conf/%22%3E%3Cx.yaml#L3"
+    assert Links(None).commit("abc") is None and Links(None).file("abc", "f", 1) is None
+
+
+def test_a_problems_file_line_is_linked_and_a_gateway_url_is_not():
+    links = Links("https://g/{sha}/{path}#L{line}")
+    linked = problem("conf/a.yaml:7:5: routes[r1].uri: <bad>", "abc", links)
+    assert linked == ('<a href="https://g/abc/conf/a.yaml#L7"><code>conf/a.yaml:7:5</code></a>'
+                      ": routes[r1].uri: &lt;bad&gt;")
+    assert problem("http://127.0.0.1:9180: no answer", "abc", links) == "http://127.0.0.1:9180: no answer"
+
+
+def test_a_sync_like_the_one_before_is_counted_on_it():
+    history: deque = deque(maxlen=50)
+
+    def record(result, t, gateways=()):
+        return {"time": t, "first_time": t, "count": 1, "result": result, "commit": "c", "stage": None,
+                "problems": [], "duration": 0.1, "gateways": list(gateways)}
+
+    for t in range(5):
+        remember(history, record("noop", t))
+    remember(history, record("applied", 5, [{"url": "u"}]))
+    remember(history, record("noop", 6))
+    assert [(r["result"], r["count"], r["first_time"], r["time"]) for r in history] == [
+        ("noop", 5, 0, 4), ("applied", 1, 5, 5), ("noop", 1, 6, 6)]
+
+
+def test_the_view_is_off_unless_asked_for():
+    server = StatusServer("127.0.0.1:0", Metrics(), lambda: Readiness(True, "ok"), lambda reason: None,
+                          None).start()
+    try:
+        for path in ("/", "/items", "/fleet", "/static/style.css"):
+            assert httpx.get(f"http://127.0.0.1:{server.port}{path}", timeout=5).status_code == 404
+    finally:
+        server.stop()
+
+
+def test_the_web_view_benchmark_runs_and_writes_its_json(tmp_path):
+    """`python -m bench.webview` end to end at 100 routes: every page measured (timings not checked)."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bench.webview", "--routes", "100", "--reps", "2", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=gitsync_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "webview-latest.json").read_text())
+    assert report["routes"] == 100 and report["table"] in done.stdout
+    assert set(report["results"]) == {"overview", "items, page 1", "items, middle page", "items, last page",
+                                      "items, search", "item page", "healthz (floor)"}
+    assert all(r["cold_s"] > 0 and len(r["samples"]) == 2 for r in report["results"].values())
