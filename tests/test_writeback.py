@@ -279,6 +279,7 @@ def test_the_branch_is_a_view_of_the_refs_keeping_files_it_has_no_ref_for(config
     assert hb.refresh() is True and repo.rev("gitsync/status") == tip
 
 
+@pytest.mark.slow
 def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, tmp_path):
     """receive.denyNonFastForwards: git applies it under refs/heads/ only, so the status refs (outside)
     are rewritten freely; put them under refs/heads/ and the rewrite is refused at once, with the fix."""
@@ -445,6 +446,7 @@ def test_refused_push_turns_auto_writeback_off_once(config_repo, remotes_root, t
     assert status_refs(repo) == [] and wb.pending == 0  # turned off: nothing counts as pending
 
 
+@pytest.mark.slow
 def test_http_remote_refusing_credentials_is_a_permission_failure(config_repo, remotes_root, tmp_path):
     repo, sha = config_repo
     with HttpGitServer(remotes_root, HttpAuth(username="git", password="right-password")) as server:
