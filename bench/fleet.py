@@ -4,7 +4,7 @@
     python -m bench.fleet --agents 300    # another size
 
 A fleet of N writers (`WriteBack`, one status ref each) and a reader (`FleetReader`) run in this
-process against a real server on 127.0.0.1: ``git daemon`` behind `tests.gitservers.GitGate` (which
+process against a real server on 127.0.0.1: ``git daemon`` behind `testkit.gitservers.GitGate` (which
 counts connections and bytes per service) and ``git http-backend`` (`HttpGitServer`, which counts
 requests and body bytes per service). Each row is what the server saw for one operation of one
 agent, measured by the difference of those counters around it:
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gitsync.gitremote import Remote
 from gitsync.writeback import FleetReader, GatewayStatus, StatusReport, WriteBack, WriteBackOptions
-from tests.gitservers import BareRepo, GitDaemon, GitGate, HttpGitServer, Traffic
+from testkit.gitservers import BareRepo, GitDaemon, GitGate, HttpGitServer, Traffic
 
 
 def _report(agent: str, commit: str, result: str = "applied") -> StatusReport:

@@ -61,13 +61,6 @@ def config_files(routes: int, revision: int = 0, routes_per_file: int = ROUTES_P
     return files
 
 
-def write_tree(root: Path, files: dict[str, bytes]) -> None:
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-
 def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main") -> None:
     """A bare repo (a remote to serve) whose first commit holds the whole config and each later
     commit changes one route file."""

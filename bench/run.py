@@ -45,8 +45,8 @@ from gitsync.reconcile import plan
 from gitsync.render import ParseCache, render
 from gitsync.settings import Settings, load
 from gitsync.source import Source
-from tests.gitservers import GitDaemon, git, stop_process, wait_for_port
-from tests.support import free_port, gitsync_env
+from testkit.git import GitDaemon, git
+from testkit.processes import free_port, gitsync_env, stop_process, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"

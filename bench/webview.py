@@ -29,7 +29,7 @@ import httpx
 
 from bench.double import DoubleProcess
 from bench.run import ADMIN_KEY, OUT, DaemonProcess, Fixture, machine
-from tests.gitservers import GitDaemon
+from testkit.git import GitDaemon
 
 TARGET = 0.200  # seconds: the overview and an items page at 10,000 routes (issue 19)
 HTML = {"Accept": "text/html"}

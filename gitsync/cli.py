@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--fleet", action="store_true", help="every agent's status from the status refs")
         if command.name == "demo":
             p.add_argument("--keep-running", action="store_true", help="stay up after the last step")
+            p.add_argument("--json", action="store_true",
+                           help="end with one line DEMO-SUMMARY {json}: what each step saw (for scripts)")
             p.add_argument("--workdir", metavar="DIR", default=None,
                            help="an empty directory for the demo's remote, state and keys, kept afterwards "
                                 "(default: a temporary directory, removed at the end)")

@@ -10,11 +10,18 @@ It needs nothing but the package, so a newcomer sees the loop work right after `
   and a fast drift watch; the sample's ``${{ secrets.VAULT_TOKEN }}`` comes from
   a demo token in a secrets directory, as a systemd credential would.
 
+The steps: a first sync; a commit applied on a webhook; another writer registering a ``secrets``
+manager out of band with a bumped ``secrets_conf_version`` (the state in which a pusher that
+echoes cached versions, as ADC and the APISIX ingress controller do, is refused on every retry)
+and the next commit applied over it; a broken commit refused with its file:line and a git note; a
+gateway restart healed by the drift watch; the status branch.
+
 Each step is narrated on stdout as it happens, with what was measured; the agent's own log lines
-go to stderr at WARNING (``-v`` for more). The last line is a JSON summary a test can check. Every
-commit has a fixed author and time, so the SHAs are the same on every run. Everything started is
-stopped at the end (daemon, double, git server) and the temporary directory removed, unless
-``--workdir`` keeps it; ``--keep-running`` stays up until Ctrl-C or SIGTERM.
+go to stderr at WARNING (``-v`` for more). ``--json`` adds a last line, ``DEMO-SUMMARY {json}``,
+that scripts and tests can check. Every commit has a fixed author and time, so the SHAs are the
+same on every run. Everything started is stopped at the end (daemon, double, git server) and the
+temporary directory removed, unless ``--workdir`` keeps it; ``--keep-running`` stays up until
+Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from gitsync.agent import Agent
 from gitsync.daemon import Daemon
 from gitsync.gitremote import Remote
 from gitsync.groups import fleet_table
+from gitsync.kinds import METADATA_KEYS, VERSION_SUFFIX
 from gitsync.outcomes import SyncOutcome
 from gitsync.settings import Secret, Settings
 from gitsync.testing.apisix import ApisixDouble
@@ -71,12 +79,22 @@ KEEP_RUNNING_POLL = 2.0  # with --keep-running, the agent polls the remote this 
 ROUTE_FILE = "base/routes/api.yaml"
 CHANGE = (ROUTE_FILE, "uris: [/api/orders, /api/orders/*]",
           "uris: [/api/orders, /api/orders/*, /api/v2/orders/*]", "routes: serve /api/v2/orders too")
+CUSTOMERS = (ROUTE_FILE, "uri: /api/users/*\n", "uris: [/api/users/*, /api/customers/*]\n",
+             "routes: serve /api/customers as users too")
 BREAK = (ROUTE_FILE, "upstream_id: orders\n", "upstream_id: order\n",
          "routes: move api-orders to the new upstream")  # a typo: no upstream "order" exists
 API_HOST = "api.example.com"
 FIRST_PATH = "/api/orders"
 CHANGED_PATH = "/api/v2/orders/42"
 ROUTE_ID = "api-orders"
+CUSTOMERS_PATH = "/api/customers/7"
+USERS_ROUTE_ID = "api-users"
+
+# The other writer of step 3: a secrets manager of its own, and its version, a millisecond
+# timestamp as ADC writes them (fixed, so the narration is the same on every run).
+OTHER_MANAGER = {"id": "vault/ops", "uri": "http://127.0.0.1:8201", "prefix": "kv/ops",
+                 "token": "$env://OPS_VAULT_TOKEN"}
+OTHER_WRITER_VERSION = (EPOCH + 7200) * 1000
 
 T = TypeVar("T")
 
@@ -248,6 +266,36 @@ class DataPlane:
         self._client.close()
 
 
+class OtherWriter:
+    """Another client of the gateway's Admin API (an operator's script, ADC): whole configs in and out."""
+
+    def __init__(self, url: str, admin_key: str) -> None:
+        self._client = httpx.Client(base_url=url, timeout=5.0, trust_env=False,
+                                    headers={"X-API-KEY": admin_key})
+
+    def get(self) -> dict[str, Any]:
+        """The live config, without the metadata keys (as ADC keeps it in its cache)."""
+        response = self._client.get("/apisix/admin/configs")
+        response.raise_for_status()
+        return {k: v for k, v in response.json().items() if k not in METADATA_KEYS}
+
+    def put(self, config: dict[str, Any]) -> httpx.Response:
+        """PUT a whole config, its digest the SHA-1 of the body (as ADC sends it)."""
+        body = json.dumps(config, sort_keys=True).encode()
+        return self._client.put("/apisix/admin/configs", content=body,
+                                headers={"Content-Type": "application/json",
+                                         "X-Digest": hashlib.sha1(body).hexdigest()})
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def versions_of(config: dict[str, Any]) -> dict[str, Any]:
+    """``{kind: version}`` of a config (``routes_conf_version`` → ``routes``)."""
+    return {k.removesuffix(VERSION_SUFFIX): v for k, v in sorted(config.items())
+            if k.endswith(VERSION_SUFFIX)}
+
+
 def github_push(listen_url: str, secret: str, sha: str) -> int:
     """POST a GitHub push event, signed with the webhook secret, to the agent; return the status."""
     body = json.dumps({"ref": BRANCH.decode(), "after": sha}).encode()
@@ -336,10 +384,11 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
             demo = Demo.start(settings, workdir, stack)
             demo.first_sync()
             demo.change_route()
+            demo.other_writer()
             demo.broken_commit()
             demo.restart_gateway()
             demo.status_branch()
-            demo.finish()
+            demo.finish(json_summary=bool(getattr(args, "json", False)))
             if getattr(args, "keep_running", False):
                 demo.keep_running()
             if workdir_arg:
@@ -421,9 +470,7 @@ class Demo:
         items = sum(len(v) for v in live.values() if isinstance(v, list))
         self.say.step(1, f"first sync: {sha[:7]} applied in {took:.2f}s (sync reason: {outcome.reason}); "
                          f"{items} items on the gateway")
-        versions = sorted((k.removesuffix("_conf_version"), v) for k, v in live.items()
-                          if k.endswith("_conf_version"))
-        self.say.say("versions     " + ", ".join(f"{kind}={v}" for kind, v in versions))
+        self.say.say("versions     " + ", ".join(f"{kind}={v}" for kind, v in versions_of(live).items()))
         answer = self.plane.get(FIRST_PATH)
         self.say.say(f"GET {FIRST_PATH} (Host: {API_HOST}) through the data plane → {answer}")
         if answer != Answer(200, ROUTE_ID):
@@ -450,10 +497,65 @@ class Demo:
         self.summary.update(before_change_answer=before.status, webhook_apply_seconds=round(took, 3),
                             webhook_sync_reason=outcome.reason)
 
+    def other_writer(self) -> None:
+        """Step 3: another writer bumps ``secrets_conf_version`` out of band; the next commit still applies.
+
+        The drift watch is paused for the step: it would notice the write first and heal it the
+        same way, and the point here is the next commit."""
+        admin_key = self.settings.admin_key.reveal() if self.settings.admin_key else ""
+        writer = OtherWriter(self.double.url, admin_key)
+        drift = self.daemon.scheduler.get_job("drift")
+        if drift is not None:
+            drift.pause()
+        self.say.step(3, f"another writer registers the secrets manager {OTHER_MANAGER['id']} out of band")
+        try:
+            cached = writer.get()  # what a pusher that caches versions (ADC, the ingress controller) holds
+            before = versions_of(cached)
+            config = {**cached, "secrets": [*(cached.get("secrets") or []), OTHER_MANAGER],
+                      "secrets_conf_version": OTHER_WRITER_VERSION}
+            written = writer.put(config)
+            theirs = {str(s.get("id")) for s in writer.get().get("secrets") or []}
+            self.say.say(f"PUT /apisix/admin/configs from another client: secrets_conf_version "
+                         f"{before['secrets']} → {OTHER_WRITER_VERSION} (a millisecond timestamp, as ADC "
+                         f"writes them) → {written.status_code}")
+            if written.status_code != 202:
+                raise DemoError(f"the other writer's PUT was answered {written.status_code}: {written.text}")
+            stale = writer.put(cached)
+            refusal = str(stale.json().get("error_msg")) if stale.status_code == 400 else stale.text
+            self.say.say(f"a pusher that sends the versions it cached before (ADC, the ingress controller) "
+                         f"is refused now, and on every retry: {stale.status_code} {refusal}")
+            if stale.status_code != 400:
+                raise DemoError(f"a stale PUT was answered {stale.status_code}, not 400")
+            sha = self._commit("customers", CUSTOMERS)
+            self.say.say(f"commit {sha[:7]} \"{CUSTOMERS[3]}\" lands on main ({ROUTE_FILE}: "
+                         f"{CUSTOMERS[2].strip()}); webhook → {self._webhook(sha)}")
+            outcome, took = wait_for("the commit over the other writer", lambda: self.plane.get(
+                CUSTOMERS_PATH) == Answer(200, USERS_ROUTE_ID) and outcome_of(self.agent, sha, "applied"))
+        finally:
+            if drift is not None:
+                drift.resume()
+            writer.close()
+        live = self.double.config()
+        after = versions_of(live)
+        self.say.say(f"applied in {took:.2f}s (sync reason: {outcome.reason}): GET {CUSTOMERS_PATH} → "
+                     f"{self.plane.get(CUSTOMERS_PATH)}")
+        moved = [f"{kind} {before.get(kind)}" + (f" → {OTHER_WRITER_VERSION}" if kind == "secrets" else "")
+                 + f" → {after[kind]}" for kind in after if after[kind] != before.get(kind)]
+        self.say.say(f"versions     {', '.join(moved)}; every other kind kept at its version: gitsync read "
+                     "them live just before its PUT, so none it sent was below the gateway's")
+        gone = sorted(theirs - {str(s.get("id")) for s in live.get("secrets") or []})
+        pruned = {"secrets": gone} if gone else {}
+        if gone:
+            self.say.say(f"pruned       secrets {', '.join(gone)}: the repo is the truth for the kinds "
+                         "gitsync manages (unmanaged = [\"secrets\"] leaves another tool's managers alone)")
+        self.summary.update(other_writer={"before": before, "written": OTHER_WRITER_VERSION, "after": after,
+                                          "stale_put": [stale.status_code, refusal],
+                                          "sync_reason": outcome.reason, "pruned": pruned})
+
     def broken_commit(self) -> None:
         """Step 3: a broken commit is refused with file:line, the gateway keeps the last good, a note."""
         sha = self._commit("broken", BREAK)
-        self.say.step(3, f"commit {sha[:7]} \"{BREAK[3]}\" lands on main, with a typo ({ROUTE_FILE}: "
+        self.say.step(4, f"commit {sha[:7]} \"{BREAK[3]}\" lands on main, with a typo ({ROUTE_FILE}: "
                          f"{BREAK[2].strip()})")
         self.say.say(f"webhook → {self._webhook(sha)}")
         outcome, took = wait_for("the refusal", lambda: outcome_of(self.agent, sha, "failed"))
@@ -461,7 +563,7 @@ class Demo:
         for problem in outcome.problems:
             self.say.say(f"  {problem}")
         still = self.plane.get(CHANGED_PATH)
-        self.say.say(f"the gateway stays on {self.shas['change'][:7]}: GET {CHANGED_PATH} → {still}")
+        self.say.say(f"the gateway stays on {self.shas['customers'][:7]}: GET {CHANGED_PATH} → {still}")
         if still != Answer(200, ROUTE_ID):
             raise DemoError(f"the gateway lost the last good commit: {still}")
         notes_ref = self.settings.notes_ref
@@ -473,10 +575,10 @@ class Demo:
 
     def restart_gateway(self) -> None:
         """Step 4: the gateway restarts empty; the drift watch refills it from the last good commit."""
-        good, tip = self.shas["change"], self.shas["broken"]
+        good, tip = self.shas["customers"], self.shas["broken"]
         self.double.restart()
         emptied = self.plane.get(CHANGED_PATH)
-        self.say.step(4, f"the gateway restarts and comes back empty: GET {CHANGED_PATH} → {emptied}")
+        self.say.step(5, f"the gateway restarts and comes back empty: GET {CHANGED_PATH} → {emptied}")
         outcome, took = wait_for("the drift heal", lambda: self._serves(CHANGED_PATH)
                                  and outcome_of(self.agent, good, "healed"))
         self.say.say(f"the drift watch refilled it in {took:.2f}s (sync reason: {outcome.reason}) with "
@@ -488,10 +590,10 @@ class Demo:
     def status_branch(self) -> None:
         """Step 5: this agent's file on the status branch, and the fleet table `status --fleet` prints."""
         s = self.settings
-        branch, good = s.status_branch, self.shas["change"]
+        branch, good = s.status_branch, self.shas["customers"]
         text, _ = wait_for("the status file", lambda: _status_naming(
             self.remote.status_file(branch, AGENT_NAME), good, "healed"))
-        self.say.step(5, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
+        self.say.step(6, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
         self.say.say(f"(the agent writes its own ref {status_ref(s.status_refs, AGENT_NAME).decode()}; the "
                      "branch is a view of every agent's ref, for browsing)")
         self.say.block(text)
@@ -501,14 +603,15 @@ class Demo:
         self.say.block(fleet_table(fleet, datetime.now(UTC), s.status_heartbeat))
         self.summary["status_file"] = text
 
-    def finish(self) -> None:
-        """The closing line and the JSON summary (the gateway's live versions and routes included)."""
+    def finish(self, *, json_summary: bool) -> None:
+        """The closing line, and with ``--json`` the summary (the gateway's live versions and routes too)."""
         live = self.double.config()
         self.summary["gateway"] = {"versions": {k: v for k, v in live.items() if k.endswith("_conf_version")},
                                    "routes": sorted(str(r.get("id")) for r in live.get("routes") or [])}
         self.summary["seconds"] = round(self.say.elapsed(), 3)
         print(f"\ndone in {self.say.elapsed():.1f}s: every step happened as narrated.", flush=True)
-        print("DEMO-SUMMARY " + gslog.redact(json.dumps(self.summary, sort_keys=True)), flush=True)
+        if json_summary:
+            print("DEMO-SUMMARY " + gslog.redact(json.dumps(self.summary, sort_keys=True)), flush=True)
 
     def keep_running(self) -> None:
         """--keep-running: poll every few seconds, say how to play with it, stay up until a signal."""

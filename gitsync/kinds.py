@@ -1,7 +1,7 @@
 """The resource kinds of APISIX's standalone config, and how each item is identified.
 
 One table for the whole project: render, reconcile, the schemas and the test
-double all read it (``../shared/apisix-standalone.md`` §2.1).
+double all read it (docs/architecture.md, "The gateway's contract").
 """
 
 from __future__ import annotations

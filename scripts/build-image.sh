@@ -2,7 +2,7 @@
 # Build the gitsync container image with buildah from a local base, then run it: `gitsync --version`
 # and `gitsync demo` inside the image (buildah run).
 #
-# No Docker engine and no registry are needed (../shared/STACK.md): the base is a debootstrap rootfs
+# No Docker engine and no registry are needed: the base is a debootstrap rootfs
 # of Debian bookworm + python3 (pip, venv), imported with `podman import`; the build uses vfs
 # storage, chroot isolation and --pull=never. The Dockerfile is the one users build with docker.
 #

@@ -7,18 +7,16 @@ and one way to encrypt, so every test decrypts what sops itself wrote.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyrage
 
 from gitsync.render import sops
+from tests.support import installed_tool
 
-_BESIDE = Path(sys.executable).with_name("sops")
-SOPS = str(_BESIDE) if _BESIDE.exists() else shutil.which("sops")
+SOPS = installed_tool("sops")
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,7 @@ def assert_no_change(double: ApisixDouble, key_file: Path, repo: Path, secrets_d
     assert [m for m, _, _ in double.requests].count("PUT") == puts
 
 
+@pytest.mark.slow
 def test_export_of_the_sample_repos_gateway_round_trips_with_no_change(apisix: ApisixDouble, key_file: Path,
                                                                        tmp_path: Path) -> None:
     token = Canary("canary-sample-vault-token-51d0")
@@ -151,6 +152,7 @@ def test_export_of_the_sample_repos_gateway_round_trips_with_no_change(apisix: A
     assert tree(out) == tree(tmp_path / "again")
 
 
+@pytest.mark.slow
 def test_export_of_every_kind_keeps_every_secret_out_and_round_trips(apisix: ApisixDouble, key_file: Path,
                                                                      tmp_path: Path) -> None:
     payload, secret_values = every_kind()
@@ -196,6 +198,7 @@ def test_every_layout_renders_the_live_items(apisix: ApisixDouble) -> None:
     assert b"priority" not in stripped.files["routes.yaml"] and b"status" not in stripped.files["routes.yaml"]
 
 
+@pytest.mark.slow
 def test_export_with_an_age_recipient_writes_a_sops_file_the_real_sops_decrypts(
         apisix: ApisixDouble, key_file: Path, tmp_path: Path) -> None:
     payload, secret_values = every_kind()
@@ -218,6 +221,7 @@ def test_export_with_an_age_recipient_writes_a_sops_file_the_real_sops_decrypts(
     assert values["SECRETS_VAULT_MAIN_TOKEN"] == CANARIES["vault-token"]
 
 
+@pytest.mark.slow
 def test_secret_values_need_a_place_and_never_go_inside_the_repo(apisix: ApisixDouble, key_file: Path,
                                                                  tmp_path: Path) -> None:
     payload, _ = every_kind()
@@ -272,6 +276,7 @@ JSONISH = st.recursive(
     max_leaves=20)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=12), JSONISH, min_size=1, max_size=6))
 def test_the_yaml_written_reads_back_as_the_same_values(item: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from gitsync.kinds import VERSIONED_KEYS, version_key
 from gitsync.testing.apisix import ApisixDouble
@@ -157,6 +158,7 @@ def live(double: ApisixDouble) -> dict[str, Any]:
     return httpx.get(double.url + "/apisix/admin/configs", headers={"X-API-KEY": KEY}).json()
 
 
+@pytest.mark.slow
 def test_an_adc_managed_gateway_is_taken_over_with_zero_changed_items(apisix: ApisixDouble,
                                                                       tmp_path: Path) -> None:
     adc_sync(apisix)
@@ -218,6 +220,7 @@ consumers:
 """
 
 
+@pytest.mark.slow
 def test_adcs_documented_examples_import_with_adcs_ids_and_validate(tmp_path: Path) -> None:
     (tmp_path / "quick.yaml").write_text(ADC_QUICK_START)
     (tmp_path / "consumer.yaml").write_text(ADC_E2E_CONSUMER)
@@ -264,6 +267,7 @@ unknown: {}
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_file_driven_apisix_yaml_splits_into_the_per_kind_layout(tmp_path: Path) -> None:
     (tmp_path / "apisix.yaml").write_text("""\
 routes:

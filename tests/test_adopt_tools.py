@@ -25,6 +25,7 @@ def check_jsonschema(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CHECK_JSONSCHEMA, *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_init_scaffolds_a_repo_that_validates_with_ci_that_runs(apisix: ApisixDouble, tmp_path: Path) -> None:
     repo = tmp_path / "config"
     result = run_gitsync("init", str(repo))
@@ -56,6 +57,7 @@ def schemas(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_schemas_have_descriptions_and_pass_the_sample_repo(schemas: Path) -> None:
     whole = json.loads((schemas / "config-file.schema.json").read_text())
     assert whole["$schema"].startswith("http://json-schema.org/draft-07")
@@ -98,6 +100,7 @@ def _paths(report: Any) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_broken_files_fail_on_the_same_fields_as_gitsync_validate(schemas: Path, tmp_path: Path) -> None:
     for name, (text, _, _) in BROKEN.items():
         (tmp_path / name).write_text(text)
@@ -114,6 +117,7 @@ def test_broken_files_fail_on_the_same_fields_as_gitsync_validate(schemas: Path,
         assert schema_path in paths, (name, paths)
 
 
+@pytest.mark.slow
 def test_completion_scripts_complete_subcommands_and_flags(tmp_path: Path) -> None:
     scripts = {}
     for shell in ("bash", "zsh", "fish"):
@@ -137,6 +141,7 @@ def test_completion_scripts_complete_subcommands_and_flags(tmp_path: Path) -> No
             assert parsed.returncode == 0, parsed.stderr
 
 
+@pytest.mark.slow
 def test_pre_commit_hooks_pass_a_good_commit_and_stop_a_bad_one_with_file_and_line(tmp_path: Path) -> None:
     """`pre-commit try-repo` on this repository's .pre-commit-hooks.yaml, offline (language: system)."""
     bin_dir = tmp_path / "bin"

@@ -11,10 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.run import SCENARIOS
 from tests.support import ROOT, gitsync_env
 
 
+@pytest.mark.slow
 def test_quick_mode_runs_every_scenario_and_writes_its_json(tmp_path: Path):
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)], cwd=ROOT,

@@ -80,6 +80,7 @@ def test_settings_that_cannot_work_exit_2_with_the_message(basics, args, message
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_listen_port_in_use_exits_2(basics):
     tmp, common = basics
     with socket.socket() as taken:

@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from gitsync.backoff import Backoff
 from gitsync.daemon import Triggers
 from gitsync.testing.apisix import ApisixDouble
@@ -48,6 +50,7 @@ def test_a_pushed_commit_is_live_after_the_next_poll(spawn, git_daemon, remote_r
     wait_for(lambda: agent.state().get("last_good") == second, 2, "state.json naming the new commit")
 
 
+@pytest.mark.slow
 def test_webhook_applies_at_once_and_is_never_lost_during_a_sync(spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
     agent = spawn(repo_url(git_daemon, remote_repo), "--interval", "1h", "--drift-interval", "1h",
@@ -88,6 +91,7 @@ def test_webhook_applies_at_once_and_is_never_lost_during_a_sync(spawn, git_daem
 # faults
 
 
+@pytest.mark.slow
 def test_a_restarted_gateway_is_refilled_by_the_drift_watch_with_the_remote_down(
         spawn, own_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
@@ -106,6 +110,7 @@ def test_a_restarted_gateway_is_refilled_by_the_drift_watch_with_the_remote_down
     assert agent.state()["last_good"] == first
 
 
+@pytest.mark.slow
 def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_backoff(
         spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -121,6 +126,7 @@ def test_a_gateway_back_after_a_long_outage_is_refilled_without_waiting_out_its_
     assert time.monotonic() - started < 1 + 1  # drift_interval + 1 s, not the backoff
 
 
+@pytest.mark.slow
 def test_a_gateway_back_during_a_retry_pause_is_refilled_at_once(spawn, git_daemon, remote_repo, apisix):
     """The push loop's pause before its next attempt ends when the gateway answers again."""
     remote_repo.commit(config_files(1), "v1")
@@ -136,6 +142,7 @@ def test_a_gateway_back_during_a_retry_pause_is_refilled_at_once(spawn, git_daem
     assert "answers again; retrying now" in agent.log()
 
 
+@pytest.mark.slow
 def test_a_hung_gateway_delays_neither_the_others_nor_a_webhook(spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
     with ApisixDouble(ADMIN_KEY) as hung:
@@ -155,6 +162,7 @@ def test_a_hung_gateway_delays_neither_the_others_nor_a_webhook(spawn, git_daemo
         hung.set_latency(0)
 
 
+@pytest.mark.slow
 def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         spawn, git_daemon, remote_repo, apisix):
     """Neither a bad commit nor the down gateway's return may take the others back to an older commit."""
@@ -177,6 +185,7 @@ def test_a_commit_applied_while_one_gateway_is_down_is_the_last_good_one(
         assert live_uri(apisix) == "/v2"
 
 
+@pytest.mark.slow
 def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applies(
         spawn, git_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -208,6 +217,7 @@ def test_a_bad_commit_is_refused_recorded_and_noted_and_the_next_good_one_applie
     wait_for(lambda: agent.metric("gitsync_tip_refused") == 0, 2, "the tip no longer refused")
 
 
+@pytest.mark.slow
 def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
     agent = spawn(repo_url(own_daemon, remote_repo), "--max-backoff", "2s", gateways=[apisix.url])
@@ -227,6 +237,7 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
     wait_for(lambda: agent.get("/readyz").status_code == 200, 3, "ready again")
 
 
+@pytest.mark.slow
 def test_a_webhook_tries_the_remote_at_once_even_during_a_long_backoff(
         spawn, own_daemon, remote_repo, apisix):
     remote_repo.commit(config_files(1), "v1")
@@ -244,6 +255,7 @@ def test_a_webhook_tries_the_remote_at_once_even_during_a_long_backoff(
     assert time.monotonic() - started < 1
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_never_corrupts_state_and_a_restart_converges(
         spawn, git_daemon, remote_repo, apisix):
     kills = 20
@@ -285,6 +297,7 @@ def test_sigkill_at_random_moments_never_corrupts_state_and_a_restart_converges(
     assert agent.wait(15) == 0
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_push_lets_it_finish_and_exits_0(spawn, git_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
     apisix.set_latency(2)
@@ -303,6 +316,7 @@ def test_sigterm_during_a_push_lets_it_finish_and_exits_0(spawn, git_daemon, rem
 # health, metrics, systemd, reload
 
 
+@pytest.mark.slow
 def test_health_readiness_and_metrics(spawn, git_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
     apisix.set_latency(0.5)  # a slow first sync: /readyz is seen before it ends
@@ -334,6 +348,7 @@ def test_health_readiness_and_metrics(spawn, git_daemon, remote_repo, apisix):
     assert agent.metric("gitsync_syncs_total", result="noop") >= 1
 
 
+@pytest.mark.slow
 def test_sd_notify_ready_status_and_watchdog_arrive(spawn, git_daemon, remote_repo, apisix, tmp_path):
     remote_repo.commit(config_files(1), "v1")
     path = str(tmp_path / "notify.sock")
@@ -361,6 +376,7 @@ def test_sd_notify_ready_status_and_watchdog_arrive(spawn, git_daemon, remote_re
         assert agent.wait(15) == 0
 
 
+@pytest.mark.slow
 def test_sighup_reloads_the_settings_file(spawn, git_daemon, remote_repo, apisix, tmp_path):
     remote_repo.commit(config_files(1), "v1")
     settings = tmp_path / "gitsync.toml"

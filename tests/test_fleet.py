@@ -48,6 +48,7 @@ def view_files(repo: BareRepo) -> list[str]:
 # a status that could not be written
 
 
+@pytest.mark.slow
 def test_sync_once_exits_3_when_its_status_cannot_be_written(remotes_root, remote_repo, apisix, key_file,
                                                              tmp_path):
     commit = remote_repo.commit(config_files(1), "v1")
@@ -83,6 +84,7 @@ def test_a_failed_commit_whose_note_cannot_be_written_still_exits_1(remotes_root
 # the daemon: retries, heartbeats, down
 
 
+@pytest.mark.slow
 def test_the_daemon_retries_an_unwritten_status_on_its_polls_then_heartbeats_until_it_is_down(
         spawn, remotes_root, remote_repo, apisix):
     """Nothing changes after the first sync, so no new publish will come: the retry is the poll's. Then

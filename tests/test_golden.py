@@ -111,6 +111,7 @@ def test_the_corpus_is_the_recorded_one() -> None:
         "route_plugin_request_id_unavailable", "secret_aws_valid", "secret_aws_missing_secret_key"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_double_answers_as_the_real_gateway(case: Case, replayed: dict[str, Answer],
                                                 fidelity: Fidelity) -> None:

@@ -94,6 +94,7 @@ def live_routes(apisix: ApisixDouble) -> int:
     return len(apisix.config().get("routes") or [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("emptied", ["", "---\n", "# nothing left\n"])
 def test_an_emptied_commit_is_refused_and_its_trailer_lets_it_through(once, remote_repo, apisix, emptied):
     remote_repo.commit({"conf/routes.yaml": route_file(20)}, "twenty routes")
@@ -118,6 +119,7 @@ def test_an_emptied_commit_is_refused_and_its_trailer_lets_it_through(once, remo
     assert live_routes(apisix) == 0
 
 
+@pytest.mark.slow
 def test_a_60_percent_deletion_is_refused_and_a_10_percent_one_applied(once, remote_repo, apisix):
     remote_repo.commit({"conf/routes.yaml": route_file(20)}, "twenty routes")
     assert once().returncode == 0
@@ -133,6 +135,7 @@ def test_a_60_percent_deletion_is_refused_and_a_10_percent_one_applied(once, rem
     assert once().returncode == 0 and live_routes(apisix) == 18
 
 
+@pytest.mark.slow
 def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
     key = tmp_path / "key"
     key.write_text(ADMIN_KEY)

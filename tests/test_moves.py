@@ -205,6 +205,7 @@ def test_a_refused_first_step_is_reported_for_what_it_sent(apisix: ApisixDouble)
         'invalid configuration: property "uri" validation failed: wrong type: expected string, got number']
 
 
+@pytest.mark.slow
 def test_the_cli_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "consumers.yaml").write_text(
@@ -275,6 +276,7 @@ def states(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
     return consumers_of(keys, present), rules_of(plugins, rules)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(live=states(), wanted=states())

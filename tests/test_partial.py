@@ -121,6 +121,7 @@ def test_a_file_that_does_not_load_still_refuses_the_commit() -> None:
         render(files({"conf/routes.yaml": "routes: [\n"}), PARTIAL)
 
 
+@pytest.mark.slow
 def test_sync_once_applies_the_rest_notes_what_it_left_out_and_keeps_it_across_runs(
         tmp_path, git_daemon, remote_repo, apisix) -> None:
     key = tmp_path / "key"

@@ -202,6 +202,7 @@ def test_a_gateway_with_wait_confirms_every_worker(version: str, wait_sent: bool
         assert puts == [200 if wait_sent else 202]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("delay", "confirmed"), [(1.6, True), (6.0, False)])
 def test_a_wait_that_runs_out_falls_back_to_readiness(delay: float, confirmed: bool) -> None:
     """The PUT may wait 1 s (a 2 s deadline); the workers take longer. 202 after the wait, so the
@@ -312,6 +313,7 @@ def test_stream_routes_on_a_gateway_without_them_fail_clearly() -> None:
         assert "does not support stream_routes" in str(result.problems[0])
 
 
+@pytest.mark.slow
 def test_a_body_too_large_for_the_validate_endpoint_is_pushed_without_it(apisix: ApisixDouble) -> None:
     filler = "x" * 255
     routes = [route(f"r{i}", f"/r{i}", desc=filler) for i in range(4500)]
@@ -461,6 +463,7 @@ def live_items(draw: st.DrawFn, kind: str) -> list[dict[str, Any]]:
     return draw(st.permutations(items))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(data=st.data(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))
@@ -507,6 +510,7 @@ def cli_args(tmp_path: Path, double: ApisixDouble, key: str = KEY) -> list[str]:
     return ["--dir", str(tmp_path / "repo"), "--gateway", double.url, "--admin-key-file", str(key_file)]
 
 
+@pytest.mark.slow
 def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "apisix.yaml").write_text(ROUTES)
@@ -544,6 +548,7 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     assert KEY not in kept.stderr + pruned.stderr
 
 
+@pytest.mark.slow
 def test_cli_diff_exit_codes_and_masked_secrets(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "apisix.yaml").write_text(
@@ -572,6 +577,7 @@ def test_cli_diff_exit_codes_and_masked_secrets(tmp_path: Path, apisix: ApisixDo
     assert wrong.returncode == 2 and "401" in wrong.stderr and "wrong-key-0000" not in wrong.stderr
 
 
+@pytest.mark.slow
 def test_cli_sync_failure_exit_code_and_problem_lines(tmp_path: Path, apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo" / "rules.yaml").write_text(RULES)

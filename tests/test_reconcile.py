@@ -231,6 +231,7 @@ STORED_VERSIONS = st.one_of(
 ).map(round_numbers)  # what APISIX holds: 14 significant digits
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(stored=STORED_VERSIONS)
 @example(stored=1.7000000000001e15)
@@ -331,6 +332,7 @@ def repos(draw: st.DrawFn) -> dict[str, list[dict[str, Any]]]:
     return {k: draw(items(k, live=False)) for k in draw(st.lists(st.sampled_from(KINDS), unique=True))}
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stored=gateway_states(), desired=repos(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=3))
 def test_any_live_state_converges_without_rejection(stored, desired, unmanaged) -> None:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gitsync.render import RenderOptions, payload_json, read_directory, render
 from gitsync.testing.apisix import ApisixDouble
@@ -28,6 +29,7 @@ def test_validate_sample_repo_passes_with_its_secret():
     assert layered.returncode == 0, layered.stderr
 
 
+@pytest.mark.slow
 def test_validate_reports_each_problem_as_file_line_col(tmp_path: Path):
     (tmp_path / "routes.yaml").write_text("routes:\n  - id: r1\n    uri: /a\n    upstream_id: nope\n"
                                           "  - id: r1\n    uri: /b\n    upstream_id: nope\n")
@@ -40,6 +42,7 @@ def test_validate_reports_each_problem_as_file_line_col(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_missing_secret_fails_validation_at_its_line():
     result = run_gitsync("validate", "--dir", str(SAMPLE))
     assert result.returncode == 1
@@ -48,6 +51,7 @@ def test_missing_secret_fails_validation_at_its_line():
         "(no file VAULT_TOKEN in the secrets directory, no GITSYNC_SECRET_VAULT_TOKEN)"]
 
 
+@pytest.mark.slow
 def test_render_prints_deterministic_masked_json(tmp_path: Path):
     first = run_gitsync("render", "--dir", str(SAMPLE), env=WITH_TOKEN)
     second = run_gitsync("render", "--dir", str(SAMPLE), env=WITH_TOKEN)
@@ -65,6 +69,7 @@ def test_render_prints_deterministic_masked_json(tmp_path: Path):
     assert json.loads(shown.stdout)["secrets"][0]["token"] == TOKEN
 
 
+@pytest.mark.slow
 def test_render_and_validate_read_a_commit_with_repo(tmp_path: Path, git_daemon, remote_repo):
     """`--repo` reads the commit from a real git remote (git daemon), with the same output as `--dir`."""
     files = {str(p.relative_to(SAMPLE)): p.read_bytes() for p in SAMPLE.rglob("*") if p.is_file()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,7 @@ def check(files: dict[str, bytes]) -> None:
             assert rendered.source_map.location(kind, index) is not None
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(st.lists(documents, min_size=1, max_size=3), st.booleans())
 def test_generated_documents_and_item_shapes(docs: list[Any], block: bool):

@@ -34,6 +34,7 @@ def note(repo, sha: str) -> str:
     return git("--git-dir", str(repo.path), "notes", "--ref=gitsync", "show", sha, check=False) or ""
 
 
+@pytest.mark.slow
 def test_a_commit_that_breaks_a_route_is_rolled_back_by_its_check(spawn, git_daemon, remote_repo,
                                                                    forwarding):
     with upstream() as good_node:
@@ -70,6 +71,7 @@ def test_a_commit_that_breaks_a_route_is_rolled_back_by_its_check(spawn, git_dae
         wait_for(lambda: agent.state().get("last_good") == fixed, 10, "the next good commit applied")
 
 
+@pytest.mark.slow
 def test_sync_once_rolls_back_and_exits_1(tmp_path, git_daemon, remote_repo, forwarding):
     key = tmp_path / "key"
     key.write_text(ADMIN_KEY)
@@ -99,6 +101,7 @@ def test_on_check_failure_report_keeps_the_commit_and_says_so(tmp_path, git_daem
     assert forwarding.config()["upstreams"][0]["nodes"] == {dead: 1}
 
 
+@pytest.mark.slow
 def test_a_canary_goes_first_and_the_others_follow_after_the_soak(spawn, git_daemon, remote_repo):
     with upstream() as node, ApisixDouble(ADMIN_KEY, forward=True) as canary, \
             ApisixDouble(ADMIN_KEY, forward=True) as main:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitsync.testing import vault
 from gitsync.testing.apisix import ApisixDouble
+from tests import vaultrefs
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
@@ -85,6 +85,7 @@ def legacy_manager() -> dict[str, Any]:
     return {"id": "vault/legacy", "uri": "http://127.0.0.1:9", "prefix": "kv/old", "token": "legacy-t0ken"}
 
 
+@pytest.mark.slow
 def test_vault_token_from_sops_resolves_against_the_real_server(setup: Setup, vault_server: VaultServer):
     double = setup.double
     double.out_of_band("secrets", [legacy_manager()])  # a manager added by hand on the gateway
@@ -99,8 +100,8 @@ def test_vault_token_from_sops_resolves_against_the_real_server(setup: Setup, va
     assert set(double.running("secrets")) == {"vault/main"}
 
     # The gateway's vault manager: the secrets items it was sent, the real server, KV v1.
-    assert vault.resolve(REFERENCE, body["secrets"]) == setup.value
-    assert vault.resolve_all(body) == {REFERENCE: setup.value}
+    assert vaultrefs.resolve(REFERENCE, body["secrets"]) == setup.value
+    assert vaultrefs.resolve_all(body) == {REFERENCE: setup.value}
 
     # Nothing that gitsync wrote to the remote (status branch) holds the token.
     assert "refs/heads/gitsync/status" in git("for-each-ref", "--format=%(refname)", cwd=setup.repo.path)
@@ -122,6 +123,7 @@ def test_vault_token_from_sops_resolves_against_the_real_server(setup: Setup, va
     assert Canary(setup.token).leaks_in_tree(setup.state) == {}  # mirror, state file, write-back clone
 
 
+@pytest.mark.slow
 def test_an_undeclared_manager_is_an_error_at_its_line(setup: Setup):
     assert setup.sync().returncode == 0
     puts = len(setup.double.put_bodies)

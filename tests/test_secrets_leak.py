@@ -197,6 +197,7 @@ def mallory() -> dict[str, Any]:
     return {"username": "mallory", "plugins": {"key-auth": {"key": CANARY.value}}}
 
 
+@pytest.mark.slow
 def test_commands_show_the_canary_nowhere(leaky: Leaky):
     leaky.commit(routes(), "good")
     src, gw = leaky.source_args, leaky.gateway_args
@@ -231,6 +232,7 @@ def test_commands_show_the_canary_nowhere(leaky: Leaky):
     leaky.assert_nowhere()
 
 
+@pytest.mark.slow
 def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     src, gw = leaky.source_args, leaky.gateway_args
     sync = ("sync", "--once", *src, *gw, "--writeback", "on", "-vv")
@@ -268,6 +270,7 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     leaky.assert_nowhere()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["sops", "secrets-dir", "env"])
 def test_each_source_alone_registers_the_canary(tmp_path: Path, sealed: tuple[AgeKey, str], source: str):
     """The canary from one source only, in a field masked by value alone (a description) and in
@@ -358,6 +361,7 @@ class Daemon:
         return self.stdout.read_text() + self.stderr.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_flags", [("-vv",), ("-vv", "--log-json")], ids=["human", "json"])
 def test_the_daemon_leaks_nothing(leaky: Leaky, log_flags: tuple[str, ...]):
     first = leaky.commit(routes(), "good")
@@ -407,6 +411,7 @@ class QuotingGateway(ApisixDouble):
         return Reply(502, text.encode(), content_type="text/plain")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", ["text", "json"])
 def test_a_quoted_secret_is_redacted_however_the_answer_spells_it(leaky: Leaky, answer: str):
     """A secret across the 300-character limit must not leave its start behind (cut after
@@ -546,6 +551,7 @@ TRICKY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", TRICKY.values(), ids=TRICKY.keys())
 def test_a_tricky_secret_leaks_nowhere_end_to_end(tmp_path: Path, remote_repo: BareRepo,
                                                  git_daemon: GitDaemon, value: str):

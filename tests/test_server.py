@@ -220,6 +220,7 @@ def test_a_trickling_client_is_cut_at_the_header_deadline(strict, log):
     assert "listener: 127.0.0.1 Request timed out" in log.getvalue()
 
 
+@pytest.mark.slow
 def test_stuck_clients_take_at_most_the_cap_of_threads(log):
     """300 connections that send only a request line: 8 are held (until their header deadline), every
     other is answered 503 at once by the accepting thread; no thread beyond the cap is started."""
@@ -277,6 +278,7 @@ def test_a_malformed_request_is_a_4xx_and_one_record(strict, log, request_bytes,
 # a real agent process
 
 
+@pytest.mark.slow
 def test_the_listener_holds_against_stuck_clients_and_odd_requests(spawn, git_daemon, remote_repo, apisix):
     """A real `gitsync run --log-json`: 300 connections that send only a request line start at most
     the cap of threads (32), the rest get 503 at once; a non-ASCII signature is a counted 401; a client

@@ -128,6 +128,7 @@ def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote
     assert files.files == files_at(remote_repo, second)
 
 
+@pytest.mark.slow
 def test_many_incremental_fetches_leave_few_packs_and_all_readable(remote_repo, git_daemon, tmp_path):
     first = remote_repo.fast_import(1, 50)
     source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon})
@@ -566,6 +567,7 @@ Source(Remote.of(sys.argv[1]), state_dir=Path(sys.argv[2])).fetch()
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_big_fetch_then_a_clean_fetch(remotes_root, git_daemon, tmp_path):
     repo = BareRepo.create(remotes_root / "big.git")
     tip = repo.fast_import(1500, 3000)

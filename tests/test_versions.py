@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from gitsync.testing.apisix import ApisixDouble
 from tests.support import run_gitsync
@@ -91,6 +92,7 @@ def test_a_modified_index_that_rounds_to_the_running_one_keeps_the_old_object(ap
     assert get(apisix)[0]["routes"][0]["uri"] == "/b" and served_uri(apisix) == "/a"
 
 
+@pytest.mark.slow
 def test_a_gateway_at_1_7e15_converges_in_one_sync_and_serves_the_change(tmp_path: Path,
                                                                           apisix: ApisixDouble) -> None:
     (tmp_path / "repo").mkdir()

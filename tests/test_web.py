@@ -181,6 +181,7 @@ def test_the_view_is_off_unless_asked_for():
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_web_view_benchmark_runs_and_writes_its_json(tmp_path):
     """`python -m bench.webview` end to end at 100 routes: every page measured (timings not checked)."""
     out = tmp_path / "out"

@@ -27,6 +27,9 @@ from tests.browser import Browser
 from tests.gitservers import BareRepo, GitDaemon
 from tests.support import run_gitsync
 
+# A real browser (chromium + chromedriver) for every test: the fast lane leaves them out.
+pytestmark = pytest.mark.slow
+
 ALICE_KEY = "alice-canary-3c9d1e7a"  # comes from the secrets directory
 BOB_KEY = "bob-plaintext-canary-7f3a"  # written in the repo itself, in key-auth's secret field
 UI_TOKEN = "ui-token-canary-5b2f8e41aa"

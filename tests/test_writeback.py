@@ -279,6 +279,7 @@ def test_the_branch_is_a_view_of_the_refs_keeping_files_it_has_no_ref_for(config
     assert hb.refresh() is True and repo.rev("gitsync/status") == tip
 
 
+@pytest.mark.slow
 def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, tmp_path):
     """receive.denyNonFastForwards: git applies it under refs/heads/ only, so the status refs (outside)
     are rewritten freely; put them under refs/heads/ and the rewrite is refused at once, with the fix."""
@@ -307,6 +308,7 @@ def test_agent_names_become_valid_ref_and_file_names(name, slug):
     assert git("check-ref-format", f"refs/gitsync/status/{slug}", check=False) == ""
 
 
+@pytest.mark.slow
 def test_twenty_agents_at_once_lose_nothing(config_repo, git_daemon, tmp_path):
     """Twenty writers in one process, released together: a status ref each, no contention on them;
     the notes (one shared ref) are compare-and-swapped and all land."""
@@ -444,6 +446,7 @@ def test_refused_push_turns_auto_writeback_off_once(config_repo, remotes_root, t
     assert status_refs(repo) == [] and wb.pending == 0  # turned off: nothing counts as pending
 
 
+@pytest.mark.slow
 def test_http_remote_refusing_credentials_is_a_permission_failure(config_repo, remotes_root, tmp_path):
     repo, sha = config_repo
     with HttpGitServer(remotes_root, HttpAuth(username="git", password="right-password")) as server:
@@ -571,6 +574,7 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
     assert "cannot read refs/gitsync/status" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ssh_remote_with_key_from_settings(config_repo, ssh_git, tmp_path):
     repo, sha = config_repo
     settings = settings_for(tmp_path, repo=ssh_git.url(repo.path), ssh_key_file=str(ssh_git.client_key),

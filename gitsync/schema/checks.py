@@ -212,7 +212,7 @@ def _upstream_semantics(up: Any, base: Path = ()) -> Issues:
                 issues.append(SchemaIssue((*base, "nodes", addr), f"invalid port {lua_number(port)}"))
     tls = up.get("tls") if isinstance(up.get("tls"), dict) else {}
     if _present(tls, "client_cert_id"):
-        # Standalone has no etcd: the lookup the checker still makes cannot succeed (§5.4).
+        # Standalone has no etcd: the lookup the checker still makes cannot succeed.
         issues.append(SchemaIssue((*base, "tls", "client_cert_id"), (
             f"failed to fetch ssl info by ssl id [{lua_tostring(tls['client_cert_id'])}]: "
             "has no healthy etcd endpoint available")))

@@ -1,9 +1,9 @@
 """Resolve ``$secret://vault/...`` references the way APISIX's vault secret manager does.
 
-For tests and for users' CI: given the ``secrets`` items of a standalone payload,
-check that a reference really resolves against the Vault (or OpenBao) server the
-gateway will ask. It follows apisix-standalone.md §6 (``secret.lua``, ``secret/vault.lua``
-and ``core/env.lua``):
+For the end-to-end secrets tests: given the ``secrets`` items of a rendered payload, check
+that a reference really resolves against the Vault (or OpenBao) server the gateway would ask.
+It follows APISIX's ``apisix/secret.lua``, ``apisix/secret/vault.lua`` and
+``apisix/core/env.lua``:
 
 - ``$secret://<manager>/<confid>/<key>`` (prefix case-insensitive); the manager
   config is the ``secrets`` item whose id is ``<manager>/<confid>``;
