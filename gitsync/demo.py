@@ -13,8 +13,10 @@ It needs nothing but the package, so a newcomer sees the loop work right after `
 The steps: a first sync; a commit applied on a webhook; another writer registering a ``secrets``
 manager out of band with a bumped ``secrets_conf_version`` (the state in which a pusher that
 echoes cached versions, as ADC and the APISIX ingress controller do, is refused on every retry)
-and the next commit applied over it; a broken commit refused with its file:line and a git note; a
-gateway restart healed by the drift watch; the status branch.
+and the next commit applied over it; a commit that passes validation but breaks a route, rolled
+back by the health check the demo adds to the sample (`CHECK_FILE`, run against the double's data
+plane), then its fix applied; a broken commit refused with its file:line and a git note; a gateway restart healed by the
+drift watch; the status branch.
 
 Each step is narrated on stdout as it happens, with what was measured; the agent's own log lines
 go to stderr at WARNING (``-v`` for more). ``--json`` adds a last line, ``DEMO-SUMMARY {json}``,
@@ -83,6 +85,25 @@ CUSTOMERS = (ROUTE_FILE, "uri: /api/users/*\n", "uris: [/api/users/*, /api/custo
              "routes: serve /api/customers as users too")
 BREAK = (ROUTE_FILE, "upstream_id: orders\n", "upstream_id: order\n",
          "routes: move api-orders to the new upstream")  # a typo: no upstream "order" exists
+# A valid commit that breaks a route: a typo in its host, so requests for api.example.com find no route.
+HOST_TYPO = (ROUTE_FILE, "hosts: [api.example.com]\n    upstream_id: orders",
+             "hosts: [api.exmaple.com]\n    upstream_id: orders", "routes: orders on the new host name")
+HOST_FIX = (ROUTE_FILE, HOST_TYPO[2], HOST_TYPO[1], "routes: orders back on api.example.com")
+# The health check the demo adds to the sample: the orders route answers through the data plane.
+CHECK_FILE = "base/checks/orders.yaml"
+CHECK = b"""\
+checks:
+  - name: orders-answer
+    request:
+      path: /api/orders
+      host: api.example.com
+    expect:
+      status: 200
+    timeout: 1s
+    retries: 2
+    interval: 300ms
+"""
+CHECK_BOUND = 2 * (1 + 0.3) + 1  # retries x (timeout + interval) + 1 s: the rollback's bound
 API_HOST = "api.example.com"
 FIRST_PATH = "/api/orders"
 CHANGED_PATH = "/api/v2/orders/42"
@@ -318,7 +339,7 @@ def outcome_of(agent: Agent, sha: str, *results: str) -> SyncOutcome | None:
 # the demo
 
 
-def demo_settings(base: Settings, remote_url: str, gateway_url: str, admin_key: str,
+def demo_settings(base: Settings, remote_url: str, gateway_url: str, proxy_url: str, admin_key: str,
                   workdir: Path) -> Settings:
     """Settings for the demo agent: only logging comes from the caller's settings, nothing from a host."""
     key_file = workdir / "admin-key"
@@ -330,7 +351,7 @@ def demo_settings(base: Settings, remote_url: str, gateway_url: str, admin_key: 
     return Settings(
         repo=remote_url, ref="main", paths=PATHS, secrets_dir=secrets_dir,
         gateways=(gateway_url,), admin_key=Secret(admin_key), admin_key_file=key_file,
-        gateway_timeout=5.0, git_timeout=10.0,
+        proxy_urls=(proxy_url,), gateway_timeout=5.0, git_timeout=10.0,
         interval=3600.0, jitter=0.0,  # no polls during the steps: every sync has a reason shown
         drift_interval=DRIFT_INTERVAL, max_backoff=2.0,
         state_dir=workdir / "state", listen="127.0.0.1:0", ui=True,
@@ -385,6 +406,7 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
             demo.first_sync()
             demo.change_route()
             demo.other_writer()
+            demo.failing_check()
             demo.broken_commit()
             demo.restart_gateway()
             demo.status_branch()
@@ -420,20 +442,22 @@ class Demo:
     def start(cls, base: Settings, workdir: Path, stack: contextlib.ExitStack) -> Demo:
         """Step 0: the remote, the gateway double and the agent, each stopped by `stack` at the end."""
         say = Narrator()
-        files = read_files(sample_repo_dir())
+        files = read_files(sample_repo_dir()) | {CHECK_FILE: CHECK}
         remote = DemoRemote(workdir / "remote.git")
         stack.callback(remote.close)
-        shas = {"first": remote.commit(files, "sample: the embedded sample config repo")}
+        shas = {"first": remote.commit(files, "sample: the embedded sample config repo, with a health check")}
         admin_key = secrets.token_hex(16)
         double = ApisixDouble(admin_key).start()
         stack.callback(double.stop)
         plane = DataPlane(double.proxy_url)
         stack.callback(plane.close)
-        settings = demo_settings(base, remote.url, double.url, admin_key, workdir)
+        settings = demo_settings(base, remote.url, double.url, double.proxy_url, admin_key, workdir)
         say.step(0, "set-up")
         say.say(f"config repo  {remote.url}  (served by dulwich's git:// server; the sample repo "
                 f"committed as {shas['first'][:7]}, read with paths = {list(PATHS)})")
         say.say(f"gateway      Admin API double {double.url}, data plane {double.proxy_url}")
+        say.say(f"health check {CHECK_FILE}: GET {FIRST_PATH} (Host: {API_HOST}) through the data plane "
+                "must answer 200, after every push that changes something")
         daemon = Daemon(settings)
         daemon.start()
         stack.callback(daemon.stop)  # stopped first: no push or write-back hits a stopped server
@@ -552,10 +576,48 @@ class Demo:
                                           "stale_put": [stale.status_code, refusal],
                                           "sync_reason": outcome.reason, "pruned": pruned})
 
+    def failing_check(self) -> None:
+        """Step 4: a valid commit breaks a route; its health check fails and the gateway is rolled back;
+        the fix that follows applies as any commit does."""
+        good = self.shas["customers"]
+        sha = self._commit("health", HOST_TYPO)
+        self.say.step(4, f"commit {sha[:7]} \"{HOST_TYPO[3]}\" lands on main, with a typo that validation "
+                         f"cannot know of ({ROUTE_FILE}: {HOST_TYPO[2].splitlines()[0].strip()})")
+        sent = time.monotonic()
+        self.say.say(f"webhook → {self._webhook(sha)}")
+        outcome, _ = wait_for("the rollback", lambda: self._serves(FIRST_PATH)
+                              and outcome_of(self.agent, sha, "failed"))
+        took = time.monotonic() - sent
+        self.say.say(f"pushed, then checked: failed at {outcome.stage}; the gateway was rolled back to "
+                     f"{good[:7]} {took:.2f}s after the webhook (bound: retries × (timeout + interval) + 1 s "
+                     f"= {CHECK_BOUND:.1f}s after the push):")
+        for problem in outcome.problems:
+            self.say.say(f"  {problem}")
+        answer = self.plane.get(FIRST_PATH)
+        self.say.say(f"GET {FIRST_PATH} (Host: {API_HOST}) → {answer}; {sha[:7]} is not tried again "
+                     "until a new commit lands")
+        if outcome.stage != "health" or answer != Answer(200, ROUTE_ID):
+            raise DemoError(f"no rollback on the failed check: stage {outcome.stage}, {answer}")
+        notes_ref = self.settings.notes_ref
+        note, _ = wait_for("the git note", lambda: self.remote.note(sha, notes_ref))
+        self.say.say(f"git note on {sha[:7]}:")
+        self.say.block(note)
+        fix = self._commit("fixed", HOST_FIX)
+        self.say.say(f"commit {fix[:7]} \"{HOST_FIX[3]}\" lands on main; webhook → {self._webhook(fix)}")
+        fixed, _ = wait_for("the fix", lambda: outcome_of(self.agent, fix, "applied"))
+        self.say.say(f"applied (sync reason: {fixed.reason}): " + "; ".join(
+            g.summary().split(": ", 1)[1] for g in fixed.gateways)
+            + " (the same content as the rollback's, so nothing needed pushing)"
+            * all(g.status == "unchanged" for g in fixed.gateways))
+        self.summary.update(health_stage=str(outcome.stage), health_problems=outcome.problems,
+                            health_rollback_seconds=round(took, 3), health_answer=[answer.status,
+                                                                                  answer.route_id],
+                            health_note=note)
+
     def broken_commit(self) -> None:
-        """Step 3: a broken commit is refused with file:line, the gateway keeps the last good, a note."""
+        """Step 5: a broken commit is refused with file:line, the gateway keeps the last good, a note."""
         sha = self._commit("broken", BREAK)
-        self.say.step(4, f"commit {sha[:7]} \"{BREAK[3]}\" lands on main, with a typo ({ROUTE_FILE}: "
+        self.say.step(5, f"commit {sha[:7]} \"{BREAK[3]}\" lands on main, with a typo ({ROUTE_FILE}: "
                          f"{BREAK[2].strip()})")
         self.say.say(f"webhook → {self._webhook(sha)}")
         outcome, took = wait_for("the refusal", lambda: outcome_of(self.agent, sha, "failed"))
@@ -563,7 +625,7 @@ class Demo:
         for problem in outcome.problems:
             self.say.say(f"  {problem}")
         still = self.plane.get(CHANGED_PATH)
-        self.say.say(f"the gateway stays on {self.shas['customers'][:7]}: GET {CHANGED_PATH} → {still}")
+        self.say.say(f"the gateway stays on {self.shas['fixed'][:7]}: GET {CHANGED_PATH} → {still}")
         if still != Answer(200, ROUTE_ID):
             raise DemoError(f"the gateway lost the last good commit: {still}")
         notes_ref = self.settings.notes_ref
@@ -574,11 +636,11 @@ class Demo:
         self.summary.update(refused_stage=outcome.stage, refused_problems=outcome.problems, note=note)
 
     def restart_gateway(self) -> None:
-        """Step 4: the gateway restarts empty; the drift watch refills it from the last good commit."""
-        good, tip = self.shas["customers"], self.shas["broken"]
+        """Step 6: the gateway restarts empty; the drift watch refills it from the last good commit."""
+        good, tip = self.shas["fixed"], self.shas["broken"]
         self.double.restart()
         emptied = self.plane.get(CHANGED_PATH)
-        self.say.step(5, f"the gateway restarts and comes back empty: GET {CHANGED_PATH} → {emptied}")
+        self.say.step(6, f"the gateway restarts and comes back empty: GET {CHANGED_PATH} → {emptied}")
         outcome, took = wait_for("the drift heal", lambda: self._serves(CHANGED_PATH)
                                  and outcome_of(self.agent, good, "healed"))
         self.say.say(f"the drift watch refilled it in {took:.2f}s (sync reason: {outcome.reason}) with "
@@ -588,12 +650,12 @@ class Demo:
                             drift_sync_reason=outcome.reason)
 
     def status_branch(self) -> None:
-        """Step 5: this agent's file on the status branch, and the fleet table `status --fleet` prints."""
+        """Step 7: this agent's file on the status branch, and the fleet table `status --fleet` prints."""
         s = self.settings
-        branch, good = s.status_branch, self.shas["customers"]
+        branch, good = s.status_branch, self.shas["fixed"]
         text, _ = wait_for("the status file", lambda: _status_naming(
             self.remote.status_file(branch, AGENT_NAME), good, "healed"))
-        self.say.step(6, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
+        self.say.step(7, f"status branch {branch}: agents/{agent_file_name(AGENT_NAME)}")
         self.say.say(f"(the agent writes its own ref {status_ref(s.status_refs, AGENT_NAME).decode()}; the "
                      "branch is a view of every agent's ref, for browsing)")
         self.say.block(text)

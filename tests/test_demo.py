@@ -29,7 +29,10 @@ from tests.gitservers import git
 from tests.support import ROOT, gitsync_env, run_gitsync
 
 STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] another writer registers the secrets manager",
-         "[4] commit", "[5] the gateway restarts", "[6] status branch gitsync/status: agents/demo.yaml")
+         "[4] commit", "[5] commit", "[6] the gateway restarts",
+         "[7] status branch gitsync/status: agents/demo.yaml")
+CHECK_FAILED = ("base/checks/orders.yaml:2:5: check orders-answer failed after 3 attempt(s): status 404, "
+                "expected 200")
 BROKEN_AT = "base/routes/api.yaml:7:5: routes[api-orders].upstream_id: upstream_id 'order' names no item"
 DEMO_TOKEN = "demo-vault-token"
 OTHER_WRITER_VERSION = 1735696800000  # the demo's other writer: a millisecond timestamp, fixed
@@ -59,6 +62,12 @@ def _check_narration(stdout: str) -> None:
     moved = f"routes 2 → 3, secrets 1 → {OTHER_WRITER_VERSION} → {OTHER_WRITER_VERSION + 1}"
     assert re.search(rf"versions +{moved}; every other kind kept", stdout)
     assert "pruned       secrets vault/ops:" in stdout
+    # Step 4: a valid commit breaks the orders route; its check fails and the gateway is rolled back.
+    assert re.search(r"pushed, then checked: failed at health; the gateway was rolled back to [0-9a-f]{7} "
+                     r"\d+\.\d\ds after the webhook", stdout)
+    assert CHECK_FAILED in stdout
+    assert "GET /api/orders (Host: api.example.com) → 200, route api-orders; " in stdout
+    assert re.search(r'"routes: orders back on api.example.com" lands on main; webhook → 202\n +applied', stdout)
     assert "refused at validate" in stdout and BROKEN_AT in stdout
     assert "comes back empty: GET /api/v2/orders/42 → 404" in stdout
     assert re.search(r"the drift watch refilled it in \d+\.\d\ds \(sync reason: drift\)", stdout)
@@ -69,9 +78,9 @@ def _check_summary(stdout: str) -> dict:
     """The ``--json`` summary agrees with the narration; return it."""
     summary = _summary(stdout)
     commits = summary["commits"]
-    assert set(commits) == {"first", "change", "customers", "broken"}
+    assert set(commits) == {"first", "change", "customers", "health", "fixed", "broken"}
     # Fixed authors and times: the same SHAs on every run.
-    assert commits["first"].startswith("e64995c"), "the sample repo or the demo commit changed"
+    assert commits["first"].startswith("040469b"), "the sample repo or the demo commit changed"
     assert summary["first_answer"] == [200, "api-orders"]
     assert summary["before_change_answer"] == 404
     assert summary["webhook_sync_reason"] == "webhook:github"
@@ -86,13 +95,18 @@ def _check_summary(stdout: str) -> dict:
     assert writer["stale_put"] == [400, "secrets_conf_version must be greater than or equal to "
                                         f"({OTHER_WRITER_VERSION})"]
     assert writer["sync_reason"] == "webhook:github" and writer["pruned"] == {"secrets": ["vault/ops"]}
+    assert summary["health_stage"] == "health" and summary["health_answer"] == [200, "api-orders"]
+    assert [p for p in summary["health_problems"] if CHECK_FAILED in p], summary["health_problems"]
+    assert summary["health_rollback_seconds"] < 2 * (1 + 0.3) + 1  # retries × (timeout + interval) + 1 s
+    health_note = list(YAML(typ="safe").load_all(summary["health_note"]))
+    assert [(s["agent"], s["stage"]) for s in health_note] == [("demo", "health")]
     assert summary["refused_stage"] == "validate"
     assert [p for p in summary["refused_problems"] if p.startswith(BROKEN_AT)]
     _check_note(summary["note"])
     assert summary["emptied_answer"] == 404
     assert summary["drift_sync_reason"] == "drift"
     status = YAML(typ="safe").load(summary["status_file"])
-    assert (status["agent"], status["commit"], status["result"]) == ("demo", commits["customers"], "healed")
+    assert (status["agent"], status["commit"], status["result"]) == ("demo", commits["fixed"], "healed")
     gateway = summary["gateway"]
     assert gateway["routes"] == ["api-orders", "api-users", "legacy", "www"]
     # Refilled after the restart: every managed kind at version 1 again, plugins untouched at 0.
@@ -206,10 +220,11 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         answer = http.get(urls["data_plane"] + "/api/customers/7", headers={"Host": "api.example.com"})
         assert answer.status_code == 200 and answer.headers["X-Route-Id"] == "api-users"
         assert [s["id"] for s in live["secrets"]] == ["vault/main"]
-        # The agent's metrics: three accepted webhooks, one refusal, one drift healed.
+        # The agent's metrics: five accepted webhooks, two refusals (health, validate), one drift healed.
         metrics = http.get(urls["agent"] + "/metrics").text
-        assert 'gitsync_webhook_requests_total{provider="github",result="accepted"} 3.0' in metrics
-        assert 'gitsync_syncs_total{result="failed"} 1.0' in metrics
+        assert 'gitsync_webhook_requests_total{provider="github",result="accepted"} 5.0' in metrics
+        assert 'gitsync_syncs_total{result="failed"} 2.0' in metrics
+        assert 'gitsync_check_failures_total{check="orders-answer"} 1.0' in metrics
         assert re.search(r'gitsync_drift_heals_total\{gateway="[^"]+"\} 1\.0', metrics)
         # The web view, whose address the demo prints: the live commit, and items without the Vault token.
         assert f"open {urls['agent']}/" in "".join(lines.seen)
@@ -221,15 +236,18 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         assert "&quot;token&quot;: &quot;***&quot;" in vault
         assert DEMO_TOKEN not in overview.text + items + vault
 
-        # The temp remote, read with the git CLI: four commits, the note, the status branch.
+        # The temp remote, read with the git CLI: six commits, the notes, the status branch.
         subjects = git("-C", str(remote), "log", "--format=%s", "main").splitlines()
-        assert subjects == ["routes: move api-orders to the new upstream",
+        assert subjects == ["routes: move api-orders to the new upstream", "routes: orders back on api.example.com",
+                            "routes: orders on the new host name",
                             "routes: serve /api/customers as users too", "routes: serve /api/v2/orders too",
-                            "sample: the embedded sample config repo"]
+                            "sample: the embedded sample config repo, with a health check"]
         note = git("-C", str(remote), "notes", "--ref=gitsync", "show", commits["broken"])
         _check_note(note)
+        health = git("-C", str(remote), "notes", "--ref=gitsync", "show", commits["health"])
+        assert "stage: health" in health and "base/checks/orders.yaml:2:5: check orders-answer" in health
         status = YAML(typ="safe").load(git("-C", str(remote), "show", "gitsync/status:agents/demo.yaml"))
-        assert (status["commit"], status["result"]) == (commits["customers"], "healed")
+        assert (status["commit"], status["result"]) == (commits["fixed"], "healed")
 
         # Recovering from the bad commit as a user would: clone, revert, push; the agent polls it in.
         clone = workdir.parent / "clone"
