@@ -15,8 +15,8 @@ manager out of band with a bumped ``secrets_conf_version`` (the state in which a
 echoes cached versions, as ADC and the APISIX ingress controller do, is refused on every retry)
 and the next commit applied over it; a commit that passes validation but breaks a route, rolled
 back by the health check the demo adds to the sample (`CHECK_FILE`, run against the double's data
-plane), then its fix applied; a broken commit refused with its file:line and a git note; a gateway restart healed by the
-drift watch; the status branch.
+plane), then its fix applied; a broken commit refused with its file:line and a git note; a
+gateway restart healed by the drift watch; the status branch.
 
 Each step is narrated on stdout as it happens, with what was measured; the agent's own log lines
 go to stderr at WARNING (``-v`` for more). ``--json`` adds a last line, ``DEMO-SUMMARY {json}``,

@@ -67,7 +67,8 @@ def _check_narration(stdout: str) -> None:
                      r"\d+\.\d\ds after the webhook", stdout)
     assert CHECK_FAILED in stdout
     assert "GET /api/orders (Host: api.example.com) → 200, route api-orders; " in stdout
-    assert re.search(r'"routes: orders back on api.example.com" lands on main; webhook → 202\n +applied', stdout)
+    assert re.search(r'"routes: orders back on api.example.com" lands on main; webhook → 202\n +applied',
+                     stdout)
     assert "refused at validate" in stdout and BROKEN_AT in stdout
     assert "comes back empty: GET /api/v2/orders/42 → 404" in stdout
     assert re.search(r"the drift watch refilled it in \d+\.\d\ds \(sync reason: drift\)", stdout)
@@ -238,8 +239,8 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
 
         # The temp remote, read with the git CLI: six commits, the notes, the status branch.
         subjects = git("-C", str(remote), "log", "--format=%s", "main").splitlines()
-        assert subjects == ["routes: move api-orders to the new upstream", "routes: orders back on api.example.com",
-                            "routes: orders on the new host name",
+        assert subjects == ["routes: move api-orders to the new upstream",
+                            "routes: orders back on api.example.com", "routes: orders on the new host name",
                             "routes: serve /api/customers as users too", "routes: serve /api/v2/orders too",
                             "sample: the embedded sample config repo, with a health check"]
         note = git("-C", str(remote), "notes", "--ref=gitsync", "show", commits["broken"])
