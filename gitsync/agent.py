@@ -45,7 +45,7 @@ from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
 from gitsync.reconcile import Desired, LiveView, plan
-from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render
+from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render, unmanaged_warnings
 from gitsync.render.stored import ParseStore
 from gitsync.rollout import Release, release
 from gitsync.server import Metrics, Readiness
@@ -380,6 +380,8 @@ class Agent:
             rendered = render(commit.files, self.render_options, cache=self.cache, fallback=fallback)
         logger.debug("commit {}: {} config file(s), {} parsed, the others from the parse cache", short(sha),
                      len(commit.blob_ids), self.cache.parses - parses)
+        for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
+            logger.warning("commit {}: {}", short(sha), warning)
         kept = {f"{out.kind}/{out.id}": origins[out.kind, out.id] for out in rendered.left_out if out.kept}
         if kept:
             self.state.keep_from(sha, kept)

@@ -29,7 +29,7 @@ from gitsync.httpclient import HttpClient
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings, unmanaged_items
+from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
 from gitsync.reconcile import Desired, KindStatus, Policy
 from gitsync.render import (
     Rendered,
@@ -37,6 +37,7 @@ from gitsync.render import (
     options_from_settings,
     payload_json,
     read_directory,
+    unmanaged_warnings,
 )
 from gitsync.render import (
     render as render_files,
@@ -124,7 +125,7 @@ def validate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
-    for warning in unmanaged_items(rendered.payload, policy_from_settings(settings)):
+    for warning in unmanaged_warnings(rendered.payload, settings.unmanaged):
         print(f"warning: {warning}", file=sys.stderr)
 
 
@@ -203,6 +204,8 @@ def _gateways(settings: Settings, command: str) -> Gateways | int:
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
     commit the deletion guard would refuse."""
+    from gitsync.state import StateDir
+
     read = _render_commit(settings, "diff")
     if isinstance(read, int):
         return 2
@@ -213,8 +216,10 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
         return gateways
     _warn_unmanaged(rendered, settings)
     policy = policy_from_settings(settings)
+    pushed = StateDir(settings.state_dir).load_pushed()  # the agent's memory, when this host runs one
     with gateways:
-        diffs, _ = wait_for(gateways.each(gateways.urls, lambda g: diff_gateway(g, rendered.payload, policy)))
+        diffs, _ = wait_for(gateways.each(gateways.urls, lambda g: diff_gateway(
+            g, rendered.payload, policy, pushed.get(g.url))))
     show = bool(getattr(args, "show_secrets", False))
     desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values)
     status = 0

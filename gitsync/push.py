@@ -449,14 +449,15 @@ class GatewayDiff:
     first_step: FirstStep | None = None  # the moves that would take two pushes
 
 
-def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]],
-                 policy: Policy = MANAGE_ALL) -> GatewayDiff:
-    """GET the live config and plan against it, without pushing anything."""
+def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy: Policy = MANAGE_ALL,
+                 owned: Mapping[str, Collection[str]] | None = None) -> GatewayDiff:
+    """GET the live config and plan against it, without pushing anything. `owned`: what the agent
+    pushed there (its state dir), which tells its own items from out-of-band ones."""
     try:
         live = gateway.get_config()
     except GatewayError as exc:
         return GatewayDiff(gateway.url, error=str(exc))
-    the_plan = plan(desired, live.body, policy)
+    the_plan = plan(desired, live.body, policy, owned)
     step = first_step(desired, live.body, policy, the_plan) if the_plan.changes else None
     return GatewayDiff(gateway.url, the_plan, live.body, tuple(item_changes(desired, live.body, the_plan)),
                        first_step=step)
@@ -466,8 +467,3 @@ def policy_from_settings(settings: Settings) -> Policy:
     return Policy(frozenset(settings.unmanaged))
 
 
-def unmanaged_items(payload: Mapping[str, Sequence[Any]], policy: Policy) -> list[str]:
-    """Warnings for the repo's items of kinds the policy leaves alone: they are never pushed."""
-    return [f"{len(items)} {kind} item(s) of the repo are not pushed: {kind} is unmanaged (the gateway's own "
-            f"{kind} stay as they are; what refers to them must exist there)"
-            for kind, items in payload.items() if items and kind in policy.unmanaged]

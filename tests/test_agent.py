@@ -90,7 +90,7 @@ plugin_metadata:
 
 
 def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent_for, apisix,
-                                                                           remote_repo):
+                                                                           remote_repo, tmp_path):
     """plugin_metadata carries no modifiedIndex: what gitsync pushed is remembered (pushed.json)."""
     remote_repo.commit({"apisix.yaml": ROUTES, "meta.yaml": METADATA}, "with metadata")
     agent = agent_for()
@@ -99,6 +99,12 @@ def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent
     stray = {"id": "syslog", "host": "x"}  # written by someone else
     apisix.out_of_band("plugin_metadata", [*apisix.config()["plugin_metadata"], stray])
     remote_repo.commit({"meta.yaml": None}, "metadata gone")
+    # gitsync diff on the agent's host (its state dir) tells them apart the same way.
+    diff = run_gitsync("diff", "--repo", str(remote_repo.path), "--gateway", apisix.url, "--admin-key-file",
+                       str(tmp_path / "admin_key"), "--state-dir", str(tmp_path / "state"))
+    assert diff.returncode == 2, diff.stderr  # the guard: every plugin_metadata item of ours goes
+    assert "    - plugin_metadata[http-logger]\n" in diff.stdout, diff.stdout
+    assert "    ! plugin_metadata[syslog]  (written out of band; pruned)" in diff.stdout, diff.stdout
     again = agent_for(allow_delete=["plugin_metadata"])  # a new process: it reads what it pushed from disk
     outcome = again.sync_once()
     (kind,) = [k for k in outcome.gateways[0].plan.kinds if k.key == "plugin_metadata"]

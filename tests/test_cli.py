@@ -6,6 +6,7 @@ import pytest
 
 from gitsync import __version__
 from gitsync.cli import COMMANDS
+from tests.agents import ADMIN_KEY, repo_url
 from tests.support import run_gitsync
 
 
@@ -102,16 +103,38 @@ def test_a_dotted_key_error_names_its_line(tmp_path):
     assert f"{config}:2: source.repo: expected a string, got an integer" in result.stderr
 
 
+UNMANAGED_SECRETS = (
+    "secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
+    "    token: t0k3n-abcd\n"
+    "routes:\n  - id: r1\n    uri: /a\n    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
+    "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
+
+
 def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(tmp_path):
     config = tmp_path / "config"
     config.mkdir()
-    (config / "a.yaml").write_text(
-        "secrets:\n  - id: vault/main\n    uri: http://127.0.0.1:8200\n    prefix: kv\n"
-        "    token: t0k3n-abcd\n"
-        "routes:\n  - id: r1\n    uri: /a\n    upstream: {type: roundrobin, nodes: {'127.0.0.1:1980': 1}}\n"
-        "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
+    (config / "a.yaml").write_text(UNMANAGED_SECRETS)
     managed = run_gitsync("validate", "--dir", str(config))
     assert managed.returncode == 0 and "warning" not in managed.stderr
     left_out = run_gitsync("validate", "--dir", str(config), "--unmanaged", "secrets")
     assert left_out.returncode == 0, left_out.stderr
     assert "warning: 1 secrets item(s) of the repo are not pushed: secrets is unmanaged" in left_out.stderr
+    assert "1 pushed item(s) refer to them and work only if the gateway holds its own: routes/r1" \
+        in left_out.stderr
+    assert "t0k3n-abcd" not in left_out.stderr
+
+
+def test_sync_from_the_repo_warns_about_the_repos_items_it_leaves_out(tmp_path, git_daemon, remote_repo,
+                                                                      apisix):
+    """The warning `validate` gives, `sync --once --repo` (the agent's render) gives too."""
+    remote_repo.commit({"a.yaml": UNMANAGED_SECRETS}, "a secrets manager, and a route using it")
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    result = run_gitsync("sync", "--once", "--repo", repo_url(git_daemon, remote_repo), "--gateway",
+                         apisix.url, "--admin-key-file", str(key), "--state-dir", str(tmp_path / "state"),
+                         "--unmanaged", "secrets")
+    assert result.returncode == 0, result.stderr
+    assert "1 secrets item(s) of the repo are not pushed: secrets is unmanaged" in result.stderr
+    assert "refer to them and work only if the gateway holds its own: routes/r1" in result.stderr
+    assert [r["id"] for r in apisix.config()["routes"]] == ["r1"] and not apisix.config().get("secrets")
+    assert "t0k3n-abcd" not in result.stdout + result.stderr

@@ -10,7 +10,7 @@ from gitsync.render.mask import mask_secrets
 from gitsync.render.options import RenderOptions, options_from_settings
 from gitsync.render.pipeline import LastGood, LeftOut, Rendered, render
 from gitsync.render.sourcemap import SourceMap
-from gitsync.render.validate import payload_json
+from gitsync.render.validate import payload_json, unmanaged_warnings
 
 __all__ = [
     "LastGood",
@@ -24,4 +24,5 @@ __all__ = [
     "payload_json",
     "read_directory",
     "render",
+    "unmanaged_warnings",
 ]

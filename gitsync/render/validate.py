@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Collection, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,6 +266,26 @@ def dependants(payload: Mapping[str, list[Any]], named: set[tuple[str, str]]) ->
     """(kind, id) of the items that name one of `named`."""
     return {(kind, ident) for kind, items in payload.items() for item in items
             if (ident := item_id(kind, item)) is not None and refers_to(kind, item) & named}
+
+
+def unmanaged_warnings(payload: Mapping[str, list[Any]], unmanaged: Collection[str]) -> list[str]:
+    """The repo's items of kinds gitsync leaves alone are never pushed: say so, with the pushed items
+    that refer to them (a route's ``$secret://vault/main/…``), which work only if the gateway holds
+    its own item of that id."""
+    warnings = []
+    for kind, items in payload.items():
+        if not items or kind not in unmanaged:
+            continue
+        ids = {(kind, ident) for item in items if (ident := item_id(kind, item)) is not None}
+        users = sorted(f"{k}/{i}" for k, i in dependants(payload, ids) if k not in unmanaged)
+        text = (f"{len(items)} {kind} item(s) of the repo are not pushed: {kind} is unmanaged (the "
+                f"gateway's own {kind} stay as they are)")
+        if users:
+            shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+            text += (f"; {len(users)} pushed item(s) refer to them and work only if the gateway holds "
+                     f"its own: {shown}")
+        warnings.append(text)
+    return warnings
 
 
 def check_references(check: Checker) -> None:
