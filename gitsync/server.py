@@ -46,9 +46,10 @@ MAX_CONNECTIONS = 32  # served at once; probes, scrapes and webhooks need a hand
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between two records about refused connections
 _DIGITS = re.compile(r"[0-9]+")
 
-#: The web view's hook (gitsync.web): given the method, the request target, the headers and the body
-#: stream, its answer as (status, body, content type, extra headers), or None for a path it does not serve.
-WebAnswer = Callable[[str, str, Mapping[str, str], BinaryIO],
+#: The web view's hook (gitsync.web): given the method, the request target, the headers, the body
+#: stream and the client's address, its answer as (status, body, content type, extra headers), or None
+#: for a path it does not serve.
+WebAnswer = Callable[[str, str, Mapping[str, str], BinaryIO, str],
                      "tuple[int, bytes, str, Sequence[tuple[str, str]]] | None"]
 
 
@@ -344,7 +345,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _web(self) -> bool:
         """Let the web view answer, if it is on and serves this path."""
-        answer = self.owner.web(self.command, self.path, self.headers, self.rfile) if self.owner.web else None
+        answer = self.owner.web(self.command, self.path, self.headers, self.rfile,
+                                self.client_address[0]) if self.owner.web else None
         if answer is not None:
             self._send(*answer)
         return answer is not None

@@ -7,6 +7,7 @@ every run of `FRAGMENT` characters taken from it, so a truncated copy counts as 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,9 +37,16 @@ class Canary:
     value: str
 
     def forms(self) -> set[str]:
-        """The value and each run of `FRAGMENT` characters of it, plain and cjson-escaped."""
+        """The value and each run of `FRAGMENT` characters of it: plain, and as JSON (with and without
+        ASCII escapes, cjson's ``\\/``) and a Python repr would spell it inside a quoted string."""
         runs = {self.value[i:i + FRAGMENT] for i in range(len(self.value) - FRAGMENT + 1)} | {self.value}
-        return runs | {run.replace("/", "\\/") for run in runs}
+        spelled = set(runs)
+        for run in runs:
+            for ascii_only in (True, False):
+                inner = json.dumps(run, ensure_ascii=ascii_only)[1:-1]
+                spelled |= {inner, inner.replace("/", "\\/")}
+            spelled.add(repr(run)[1:-1])
+        return spelled
 
     def found_in(self, text: str | bytes) -> list[str]:
         """The forms of the canary that occur in `text` (empty: no leak)."""

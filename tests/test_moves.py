@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 
 from gitsync.gateway import Endpoint
 from gitsync.kinds import KINDS
@@ -23,6 +24,8 @@ from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble, Reply
+from tests.agents import repo_url
+from tests.gitservers import git
 from tests.support import run_gitsync
 
 KEY = "test-admin-key"
@@ -220,6 +223,22 @@ def test_the_cli_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDo
     assert ("two-step apply: consumers[rose] takes key-auth (duplicate key of plugin key-auth found with "
             "consumer: jack)") in done.stderr
     assert "moved-key-31" not in done.stdout + done.stderr
+
+
+def test_the_status_file_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDouble, git_daemon,
+                                                        remote_repo) -> None:
+    remote_repo.commit({"consumers.yaml": "consumers:\n  - username: rose\n    plugins:\n      key-auth:\n"
+                                          "        key: moved-key-32\n"}, "rose takes jack's key")
+    (tmp_path / "admin.key").write_text(KEY + "\n")
+    apisix.out_of_band("consumers", [consumer("jack", **key_auth("moved-key-32"))])
+    done = run_gitsync("sync", "--once", "--repo", repo_url(git_daemon, remote_repo), "--gateway",
+                       apisix.url, "--admin-key-file", str(tmp_path / "admin.key"), "--state-dir",
+                       str(tmp_path / "state"), "--writeback", "on", "--agent-name", "mover")
+    assert done.returncode == 0, done.stderr
+    status = git("--git-dir", str(remote_repo.path), "show", "refs/gitsync/status/mover:status.yaml")
+    (gateway,) = YAML(typ="safe").load(status)["gateways"]
+    assert gateway["two_step"] is True and gateway["status"] == "applied"
+    assert "moved-key-32" not in status
 
 
 # ---------------------------------------------------------------------------------------------------------

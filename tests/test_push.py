@@ -200,6 +200,9 @@ def test_a_gateway_with_wait_confirms_every_worker(version: str, wait_sent: bool
         # 200 only answers a PUT that asked to wait (3.19+); without ?wait every version answers 202.
         puts = [status for method, _, status in double.requests if method == "PUT"]
         assert puts == [200 if wait_sent else 202]
+        # 3.18 ignores ?wait, but gitsync asks only a gateway that reads it.
+        (query,) = double.put_queries
+        assert query.startswith("wait=") if wait_sent else "wait" not in query
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from gitsync.testing.apisix import ApisixDouble
+from gitsync.web.auth import MAX_FAILURES
 from tests.agents import ADMIN_KEY, AgentProcess, wait_for
 from tests.browser import Browser
 from tests.gitservers import BareRepo, GitDaemon
@@ -277,6 +278,17 @@ def test_off_loopback_the_token_is_required(world, tmp_path):
                      timeout=5).status_code == 401
     bearer = {"Authorization": f"Bearer {UI_TOKEN}"}
     assert httpx.get(base + "/fleet", headers=bearer, timeout=5).status_code == 200
+    # Every answer of the view carries the security headers: pages, refusals and static files alike.
+    for path, status in (("/", 200), ("/items?q=r1", 200), ("/static/filter.js", 200),
+                         ("/items/routes/no-such-route", 404)):
+        answer = httpx.get(base + path, headers=bearer, timeout=5)
+        assert answer.status_code == status, path
+        csp = answer.headers.get("Content-Security-Policy", "")
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+        assert answer.headers.get("X-Content-Type-Options") == "nosniff", path
+    refused = httpx.get(base + "/", timeout=5)  # no token: 401, with the same headers
+    assert refused.status_code == 401
+    assert "frame-ancestors 'none'" in refused.headers["Content-Security-Policy"]
     assert httpx.get(base + "/metrics", timeout=5).status_code == 200  # the rest of the listener is as before
     b = world.browser
     visit(world, "/items?q=r1", "login", base=base)
@@ -295,6 +307,13 @@ def test_off_loopback_the_token_is_required(world, tmp_path):
     b.driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
     wait_for(lambda: b.shown("h1") == "Log in", 5, "the login page after logging out")
     assert b.driver.get_cookie("gitsync_ui") is None
+    # Guessing: after MAX_FAILURES wrong tokens from one address, its tokens are not even looked at.
+    wrong = {"Authorization": "Bearer wrong-token-of-some-length"}
+    answers = [httpx.get(base + "/fleet", headers=wrong, timeout=5).status_code for _ in range(MAX_FAILURES)]
+    assert answers[-1] == 429 and set(answers) == {401, 429}  # two wrong ones were sent above
+    blocked = httpx.get(base + "/fleet", headers=bearer, timeout=5)
+    assert blocked.status_code == 429 and 0 < int(blocked.headers["Retry-After"]) <= 61
+    assert httpx.get(base + "/healthz", timeout=5).status_code == 200  # the listener is not affected
     assert UI_TOKEN not in gated.log()
     assert not re.search(r"wrong-token|not-the-token", gated.log())
 

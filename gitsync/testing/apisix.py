@@ -373,6 +373,7 @@ class ApisixDouble:
         self._workers = _Workers(self._lock)
         self._oob_count = 0
         self.put_bodies: list[bytes] = []
+        self.put_queries: list[str] = []  # each PUT's query string, as sent (?wait on 3.19+)
         self.requests: list[tuple[str, str, int]] = []
         self.proxy_requests: list[tuple[str, str, int]] = []
         self._latency = 0.0
@@ -516,6 +517,7 @@ class ApisixDouble:
         body = h.read_body()
         if method == "PUT":
             self.put_bodies.append(body)
+            self.put_queries.append(query)
         fault = self._take_fault()
         if fault == "drop":
             h.close_connection = True

@@ -55,6 +55,7 @@ class WebView:
         self._gateways_of = current.gateways
         self.fleet = FleetReader(settings, work_dir)
         self.catalog = LiveCatalog()
+        self.failures = auth.Failures()
 
     def close(self) -> None:
         self._gateways.close()
@@ -71,7 +72,8 @@ class WebView:
 
     # -- requests ------------------------------------------------------------------------------------------
 
-    def answer(self, method: str, target: str, headers: Mapping[str, str], body: BinaryIO) -> Reply | None:
+    def answer(self, method: str, target: str, headers: Mapping[str, str], body: BinaryIO,
+               client: str = "") -> Reply | None:
         """The answer to a request, or None for a path the view does not serve."""
         path, _, query = target.partition("?")
         if not serves(path):
@@ -82,8 +84,13 @@ class WebView:
             return _static(path[len("/static/"):])
         settings = self._settings()
         try:
+            guess = headers.get("Authorization") or (path == "/login" and method == "POST")
+            wait = self.failures.retry_after(client) if guess and self.access.token_required else 0.0
+            if wait:  # the token is not even looked at: guessing it is slowed to MAX_FAILURES a window
+                return _text(429, "Too many wrong tokens from this address: try again later.",
+                             [("Retry-After", str(int(wait) + 1))])
             if path == "/login":
-                return self._login(method, query, headers, body, settings)
+                return self._login(method, query, headers, body, settings, client)
             if path == "/logout":
                 if method != "POST":
                     return _text(405, "Log out with POST.", [("Allow", "POST")])
@@ -91,6 +98,8 @@ class WebView:
             if method not in ("GET", "HEAD"):
                 return _text(405, "This view is read-only.", [("Allow", "GET, HEAD")])
             if not self.access.authorized(headers, settings.ui_token):
+                if headers.get("Authorization"):
+                    self.failures.add(client)  # a token was sent, and it was wrong
                 if headers.get("Authorization") or "text/html" not in (headers.get("Accept") or ""):
                     return _text(401, "This view needs the token: Authorization: Bearer <ui_token>.",
                                  [("WWW-Authenticate", 'Bearer realm="gitsync"')])
@@ -101,7 +110,7 @@ class WebView:
             return _text(500, "The page could not be built; the agent's log says why.")
 
     def _login(self, method: str, query: str, headers: Mapping[str, str], body: BinaryIO,
-               settings: Settings) -> Reply:
+               settings: Settings, client: str) -> Reply:
         if method in ("GET", "HEAD"):
             next_path = auth.local_path((parse_qs(query).get("next") or ["/"])[0])
             return self._page(200, "Log in", pages.login(next_path, failed=False), settings, nav="")
@@ -118,6 +127,7 @@ class WebView:
         if not self.access.token_required:
             return _redirect(next_path)
         if settings.ui_token is None or not auth.token_matches(given, settings.ui_token):
+            self.failures.add(client)
             logger.warning("web view: a wrong token was typed into the login form")
             # 200, not 401: a browser reports a 401 page as an error in its console
             return self._page(200, "Log in", pages.login(next_path, failed=True), settings, nav="")

@@ -6,7 +6,10 @@ a page from elsewhere that re-points its own host name at 127.0.0.1 (DNS rebindi
 On any other address, or whenever ``ui_token_file`` is set, the token is required: typed into the
 login form, which sets a cookie (HttpOnly, SameSite=Strict) holding an HMAC of it, never the token
 itself; or sent as ``Authorization: Bearer``. Comparisons are constant-time, and the token never
-appears in a log line, a page or an error.
+appears in a log line, a page or an error. A client that sends a wrong token (login form or Bearer)
+`MAX_FAILURES` times within `FAILURE_WINDOW` is answered 429 without its token being looked at until
+the window moves on (`Failures`): guessing is slowed to a crawl, and other addresses are not locked
+out. (The cookie is an HMAC of the token: guessing it is no easier than guessing the token.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-from collections.abc import Mapping
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs
 
@@ -23,6 +29,9 @@ from gitsync.settings import Secret, SettingsError
 COOKIE = "gitsync_ui"
 MIN_TOKEN_LENGTH = 16
 MAX_FORM_BYTES = 4096
+MAX_FAILURES = 10  # wrong tokens a client may send within FAILURE_WINDOW
+FAILURE_WINDOW = 60.0  # seconds
+MAX_CLIENTS = 1024  # clients whose failures are remembered (the oldest is forgotten first)
 _SESSION_LABEL = b"gitsync web view session"
 
 
@@ -82,6 +91,35 @@ class Access:
             return _same(auth[7:].strip(), token.reveal())
         cookie = cookie_value(headers.get("Cookie") or "")
         return cookie is not None and _same(cookie, session_value(token))
+
+
+class Failures:
+    """Wrong tokens per client address, within a sliding window; thread-safe (one thread per request)."""
+
+    def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.window, self._clock = limit, window, clock
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, client: str) -> float:
+        """Seconds until `client` may try a token again; 0 when it may now."""
+        with self._lock:
+            times = self._recent(client)
+            return 0.0 if len(times) < self.limit else max(0.0, times[0] + self.window - self._clock())
+
+    def add(self, client: str) -> None:
+        with self._lock:
+            self._recent(client).append(self._clock())
+            self._seen.move_to_end(client)
+            while len(self._seen) > MAX_CLIENTS:
+                self._seen.popitem(last=False)
+
+    def _recent(self, client: str) -> deque[float]:
+        times = self._seen.setdefault(client, deque())
+        while times and times[0] <= self._clock() - self.window:
+            times.popleft()
+        return times
 
 
 def check_token(token: Secret | None) -> None:
