@@ -63,6 +63,8 @@ MB = 1024 * 1024
 #: 11.6 MB, over APISIX's 10 MiB shared dict and gitsync's default max_payload_size (9 MiB). The
 #: double takes any size, so the bench lifts gitsync's limit to measure how each figure scales.
 BENCH_MAX_PAYLOAD = 64 * MB
+#: The Python double takes ~40 s to validate and store 50,000 routes (APISIX: well under a second).
+BENCH_GATEWAY_TIMEOUT = 300
 
 #: (title, target, how the target reads). Ratios are gitsync ÷ floor; "max" targets are absolute.
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -143,7 +145,8 @@ def process_env() -> dict[str, str]:
     an installed package has it. Without it, a machine with PYTHONDONTWRITEBYTECODE set (this one)
     compiles every gitsync module in every process: ~0.3-0.5 s of each `sync --once` here."""
     return gitsync_env({"PYTHONPYCACHEPREFIX": str(OUT / "pycache"),
-                        "GITSYNC_MAX_PAYLOAD_SIZE": str(BENCH_MAX_PAYLOAD)})
+                        "GITSYNC_MAX_PAYLOAD_SIZE": str(BENCH_MAX_PAYLOAD),
+                        "GITSYNC_GATEWAY_TIMEOUT": str(BENCH_GATEWAY_TIMEOUT)})
 
 
 class Fixture:
@@ -170,7 +173,8 @@ class Fixture:
 
     def settings(self, gateway: str, state_dir: Path) -> Settings:
         return load({"repo": self.url, "gateways": [gateway], "admin_key_file": str(self.key_file),
-                     "state_dir": str(state_dir), "writeback": "off", "max_payload_size": BENCH_MAX_PAYLOAD},
+                     "state_dir": str(state_dir), "writeback": "off", "max_payload_size": BENCH_MAX_PAYLOAD,
+                     "gateway_timeout": BENCH_GATEWAY_TIMEOUT},
                     env={}, config=os.devnull)
 
     def gitsync_args(self, gateway: str, state_dir: Path) -> list[str]:
