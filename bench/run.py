@@ -59,10 +59,6 @@ DAEMON_SIZE = 1000  # routes of the webhook and daemon-memory scenarios (6, 7)
 CONFIGS = "/apisix/admin/configs"
 REFSPEC = "+refs/heads/main:refs/heads/main"
 MB = 1024 * 1024
-#: The generated routes carry two plugins each, about 230 bytes of payload per route: 50,000 routes are
-#: 11.6 MB, over APISIX's 10 MiB shared dict and gitsync's default max_payload_size (9 MiB). The
-#: double takes any size, so the bench lifts gitsync's limit to measure how each figure scales.
-BENCH_MAX_PAYLOAD = 64 * MB
 #: The Python double takes ~40 s to validate and store 50,000 routes (APISIX: well under a second).
 BENCH_GATEWAY_TIMEOUT = 300
 
@@ -145,7 +141,6 @@ def process_env() -> dict[str, str]:
     an installed package has it. Without it, a machine with PYTHONDONTWRITEBYTECODE set (this one)
     compiles every gitsync module in every process: ~0.3-0.5 s of each `sync --once` here."""
     return gitsync_env({"PYTHONPYCACHEPREFIX": str(OUT / "pycache"),
-                        "GITSYNC_MAX_PAYLOAD_SIZE": str(BENCH_MAX_PAYLOAD),
                         "GITSYNC_GATEWAY_TIMEOUT": str(BENCH_GATEWAY_TIMEOUT)})
 
 
@@ -173,7 +168,7 @@ class Fixture:
 
     def settings(self, gateway: str, state_dir: Path) -> Settings:
         return load({"repo": self.url, "gateways": [gateway], "admin_key_file": str(self.key_file),
-                     "state_dir": str(state_dir), "writeback": "off", "max_payload_size": BENCH_MAX_PAYLOAD,
+                     "state_dir": str(state_dir), "writeback": "off",
                      "gateway_timeout": BENCH_GATEWAY_TIMEOUT},
                     env={}, config=os.devnull)
 
