@@ -7,7 +7,9 @@ every run of `FRAGMENT` characters taken from it, so a truncated copy counts as 
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,7 +38,8 @@ class Canary:
 
     value: str
 
-    def forms(self) -> set[str]:
+    @functools.cached_property
+    def forms(self) -> frozenset[str]:
         """The value and each run of `FRAGMENT` characters of it: plain, and as JSON (with and without
         ASCII escapes, cjson's ``\\/``) and a Python repr would spell it inside a quoted string."""
         runs = {self.value[i:i + FRAGMENT] for i in range(len(self.value) - FRAGMENT + 1)} | {self.value}
@@ -46,12 +49,20 @@ class Canary:
                 inner = json.dumps(run, ensure_ascii=ascii_only)[1:-1]
                 spelled |= {inner, inner.replace("/", "\\/")}
             spelled.add(repr(run)[1:-1])
-        return spelled
+        return frozenset(spelled)
+
+    @functools.cached_property
+    def _pattern(self) -> re.Pattern[bytes]:
+        """One scan of a text for every form (a text can be megabytes, the forms hundreds)."""
+        forms = sorted((f.encode() for f in self.forms), key=len, reverse=True)
+        return re.compile(b"|".join(re.escape(f) for f in forms))
 
     def found_in(self, text: str | bytes) -> list[str]:
         """The forms of the canary that occur in `text` (empty: no leak)."""
         data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
-        return sorted(f for f in self.forms() if f.encode() in data)
+        if self._pattern.search(data) is None:
+            return []
+        return sorted(f for f in self.forms if f.encode() in data)
 
     def leaks_in_tree(self, root: Path) -> dict[str, list[str]]:
         """Per file below `root` (and per git repo, its inflated objects), the forms found."""

@@ -7,7 +7,10 @@ secret lookup and decrypt callables reaches outside.
 
 from __future__ import annotations
 
+import ast
 import copy
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -94,9 +97,40 @@ def _redacted(problem: Problem, secret_fields: SecretFields,
     def clean(text: str) -> str:
         return local.redact(redact(text))
 
-    return replace(problem, message=clean(problem.message),
+    message = _mask_quoted_parts(problem.message, own) if own else problem.message
+    return replace(problem, message=clean(message),
                    id=None if problem.id is None else clean(problem.id),
                    field=None if problem.field is None else clean(problem.field))
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", re.S)
+
+
+def _mask_quoted_parts(message: str, values: frozenset[str]) -> str:
+    """A message about a field holding a secret may quote a *part* of its value, in any escaping (the
+    manager of a ``$secret://`` reference, Python's repr of a segment): every quoted text that is a
+    piece of a secret value is masked, whatever its spelling."""
+
+    def mask(match: re.Match[str]) -> str:
+        literal = match.group(0)
+        for decode in (_json_string, ast.literal_eval):
+            try:
+                text = decode(literal)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(text, str):
+                break
+        else:
+            text = literal[1:-1]
+        if text and any(text in value for value in values):
+            return literal[0] + "***" + literal[-1]
+        return literal
+
+    return _QUOTED.sub(mask, message)
+
+
+def _json_string(literal: str) -> Any:
+    return json.loads(literal, strict=False)  # a value's raw line breaks and controls included
 
 
 def _within(field: str, container: str) -> bool:
