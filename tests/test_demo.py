@@ -123,6 +123,7 @@ def _check_note(text: str) -> None:
     assert [e for e in sections[0]["errors"] if e.startswith(BROKEN_AT)], sections
 
 
+@pytest.mark.slow
 def test_demo_runs_every_step_and_cleans_up():
     started = time.monotonic()
     result = run_gitsync("demo", "--json", timeout=60)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import stat
 
+import pytest
+
 from gitsync.render import ParseCache, RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.stored import ParseStore
@@ -28,6 +30,7 @@ UPSTREAM = 'upstreams:\n  - id: u1\n    type: roundrobin\n    nodes: {"127.0.0.1
 THOUSAND = {"upstreams.yaml": UPSTREAM} | {f"routes/r{i:03d}.yaml": route_file(i) for i in range(100)}
 
 
+@pytest.mark.slow
 def test_sync_once_parses_one_changed_file_and_sends_no_get_before_its_put(tmp_path, git_daemon, remote_repo,
                                                                             apisix) -> None:
     key = tmp_path / "key"

@@ -509,6 +509,7 @@ REJECTING_FILES = (rejecting_routes("${{ secrets.LEAK }}", list(REJECTING), "pla
                    rejecting_routes(ENCRYPTED, SOPS_REJECTING, "sealed-"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("json_lines", [False, True], ids=["human", "json"])
 def test_a_secret_rejected_anywhere_is_in_no_message(json_lines: bool):
     """Random secret values, from ``${{ secrets.* }}`` and from SOPS, in every place that rejects a
