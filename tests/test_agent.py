@@ -132,6 +132,7 @@ def test_a_sync_changes_no_item_the_render_cache_shares(agent_for, apisix, remot
     agent.close()
 
 
+@pytest.mark.slow
 def test_a_poll_that_changes_nothing_does_not_rewrite_the_state_file(agent_for, apisix, tmp_path):
     """A durable write was most of a no-op poll's own cost: a repeat only moves the file's time, which
     `gitsync status` shows as when the agent last looked."""

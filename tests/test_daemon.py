@@ -37,6 +37,7 @@ from tests.gitservers import git
 # polls and webhooks
 
 
+@pytest.mark.slow
 def test_a_pushed_commit_is_live_after_the_next_poll(spawn, git_daemon, remote_repo, apisix):
     first = remote_repo.commit(config_files(1), "v1")
     agent = spawn(repo_url(git_daemon, remote_repo), gateways=[apisix.url])

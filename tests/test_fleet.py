@@ -70,6 +70,7 @@ def test_sync_once_exits_3_when_its_status_cannot_be_written(remotes_root, remot
     assert status_refs(remote_repo) == {}
 
 
+@pytest.mark.slow
 def test_a_failed_commit_whose_note_cannot_be_written_still_exits_1(remotes_root, remote_repo, apisix,
                                                                     key_file, tmp_path):
     remote_repo.commit(config_files(1, bad=True), "bad")

@@ -317,6 +317,7 @@ def test_any_move_converges_in_one_sync(shared_apisix: ApisixDouble, live: tuple
     assert again.status is SyncStatus.UNCHANGED and again.puts == 0
 
 
+@pytest.mark.slow
 def test_diff_says_a_two_step_apply_would_happen(tmp_path: Path, apisix: ApisixDouble) -> None:
     apisix.out_of_band("consumers", [consumer("jack", **key_auth("k-moving-1")), consumer("rose")])
     (tmp_path / "c.yaml").write_text("consumers:\n  - username: jack\n  - username: rose\n"

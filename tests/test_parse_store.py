@@ -78,6 +78,7 @@ def test_a_later_run_reads_back_what_was_stored_and_parses_nothing(tmp_path) -> 
             [rendered.source_map.location(kind, i) for i in range(len(items))]
 
 
+@pytest.mark.slow
 def test_a_corrupt_or_foreign_entry_is_ignored_and_the_file_parsed_again(tmp_path) -> None:
     files = {name: text.encode() for name, text in THOUSAND.items()}
     render(files, RenderOptions(), cache=ParseCache(store=ParseStore(tmp_path)))

@@ -362,6 +362,7 @@ def test_a_transient_5xx_or_dropped_connection_is_retried(apisix: ApisixDouble) 
     assert result.status is SyncStatus.APPLIED and result.attempts == 2
 
 
+@pytest.mark.slow
 def test_a_slow_gateway_times_out_and_is_left_untouched(apisix: ApisixDouble) -> None:
     sync(apisix, {"routes": [route("r1", "/a")]})
     before = apisix.config()

@@ -110,6 +110,7 @@ ROUTE = "routes:\n  - id: r1\n    uri: /a\n    upstream: {nodes: {'127.0.0.1:198
 THEN = "nothing in it is applied (its items are pruned from the gateways)"
 
 
+@pytest.mark.slow
 def test_validate_skips_a_fifo_and_links_with_a_warning_each_and_never_hangs(tmp_path: Path):
     (tmp_path / "routes.yaml").write_text(ROUTE)
     os.mkfifo(tmp_path / "x.yaml")  # opening it to read would wait for a writer forever
@@ -139,6 +140,7 @@ def test_file_names_with_a_newline_or_bytes_that_are_not_utf8_print_quoted_on_on
                        "upstreams"
 
 
+@pytest.mark.slow
 def test_environment_values_that_are_not_utf8_get_a_clear_error(tmp_path: Path):
     (tmp_path / "routes.yaml").write_text(ROUTE.replace("/a", '/a\n    desc: "${{ secrets.TOKEN }}"'))
     bad = os.fsdecode(b"caf\xe9-value")  # what os.environ holds for those bytes
@@ -165,6 +167,7 @@ def test_a_secret_setting_shorter_than_4_characters_is_refused(tmp_path: Path):
                                     "character(s) long; at least 4 are needed")
 
 
+@pytest.mark.slow
 def test_a_git_path_that_is_not_utf8_is_quoted_in_the_output_and_the_note(
         tmp_path: Path, remote_repo: BareRepo, git_daemon: GitDaemon, apisix: ApisixDouble):
     """The failure note is written (it was never: UnicodeEncodeError, retried on every sync)."""

@@ -88,6 +88,7 @@ def test_sync_once_rolls_back_and_exits_1(tmp_path, git_daemon, remote_repo, for
         assert forwarding.config()["upstreams"][0]["nodes"] == {good_node: 1} and served(forwarding) == 200
 
 
+@pytest.mark.slow
 def test_on_check_failure_report_keeps_the_commit_and_says_so(tmp_path, git_daemon, remote_repo, forwarding):
     key = tmp_path / "key"
     key.write_text(ADMIN_KEY)

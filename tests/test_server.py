@@ -193,6 +193,7 @@ def test_two_content_lengths_are_400(strict):
     assert answer(connect(strict, data)).startswith(b"HTTP/1.0 400 ")
 
 
+@pytest.mark.slow
 def test_a_body_cut_short_is_dropped_at_the_deadline(strict, log):
     """Content-Length 100, 10 bytes sent, the client waits: 408 once the body deadline passes."""
     sock = connect(strict, post("/hooks/github", {"Content-Length": b"100"}, b"x" * 10))
@@ -202,6 +203,7 @@ def test_a_body_cut_short_is_dropped_at_the_deadline(strict, log):
     assert log.getvalue().count("webhook github from 127.0.0.1: the body did not arrive") == 1
 
 
+@pytest.mark.slow
 def test_a_trickling_client_is_cut_at_the_header_deadline(strict, log):
     """A byte every 0.1 s never leaves the socket silent: the deadline still closes it."""
     sock = connect(strict)

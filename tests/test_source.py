@@ -365,6 +365,7 @@ def test_ssh_key_auth_and_strict_host_keys(remote_repo, ssh_git, tmp_path):
         assert time.monotonic() - started < 5, "a host key problem must fail at once, never prompt"
 
 
+@pytest.mark.slow
 def test_credentials_never_reach_the_mirror_logs_or_errors(remote_repo, remotes_root, tmp_path, logs, caplog):
     caplog.set_level(logging.DEBUG)
     remote_repo.commit({"a.yaml": "1"})
@@ -502,6 +503,7 @@ def test_expired_ssh_signer_is_not_trusted(remote_repo, keys, tmp_path):
 # Failures: hung remotes, kills, leftovers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["git", "http", "ssh"])
 def test_a_hung_remote_times_out(kind, ssh_git, tmp_path):
     with HungServer() as hung:
@@ -606,6 +608,7 @@ def test_sigkill_during_a_big_fetch_then_a_clean_fetch(remotes_root, git_daemon,
 BIG = 32 * 1024 * 1024  # zeros: a few KB packed, 32 MB once inflated
 
 
+@pytest.mark.slow
 def test_read_takes_config_files_only_and_never_inflates_an_oversized_blob(remote_repo, git_daemon, tmp_path):
     zeros = b"\0" * BIG
     sha = remote_repo.commit({"routes.yaml": "routes: []\n", "video.bin": zeros, "huge.YAML": zeros,

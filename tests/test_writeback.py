@@ -210,6 +210,7 @@ def test_a_status_ref_moved_by_someone_else_is_read_and_built_on(config_repo, gi
     assert "another agent have the name 'edge-1'" in log.getvalue()
 
 
+@pytest.mark.slow
 def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_due(config_repo, git_daemon,
                                                                                   tmp_path):
     repo, sha = config_repo
@@ -254,6 +255,7 @@ def test_applied_at_is_kept_while_the_commit_stays_and_renewed_with_a_new_one(co
     assert f"applied_at: '{NOW:%Y-%m-%dT%H:%M:%SZ}'" in status_text(repo)
 
 
+@pytest.mark.slow
 def test_the_branch_is_a_view_of_the_refs_keeping_files_it_has_no_ref_for(config_repo, git_daemon, tmp_path):
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
@@ -541,6 +543,7 @@ def test_from_settings_with_token_pushes_over_http(config_repo, remotes_root, tm
         assert not path.is_file() or token.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_hung_remote_costs_at_most_the_timeout(tmp_path):
     with HungServer() as hung:
         wb = writer(f"git://127.0.0.1:{hung.port}/config.git", tmp_path / "wb", timeout=0.5, attempts=2)
