@@ -137,11 +137,9 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def process_env() -> dict[str, str]:
-    """The environment of a gitsync process: this tree, and its bytecode cached (under bench/out), as
-    an installed package has it. Without it, a machine with PYTHONDONTWRITEBYTECODE set (this one)
-    compiles every gitsync module in every process: ~0.3-0.5 s of each `sync --once` here."""
-    return gitsync_env({"PYTHONPYCACHEPREFIX": str(OUT / "pycache"),
-                        "GITSYNC_GATEWAY_TIMEOUT": str(BENCH_GATEWAY_TIMEOUT)})
+    """The environment of a gitsync process: `gitsync_env` (this tree, its bytecode cached as an
+    installed package has it), with the bench's gateway timeout."""
+    return gitsync_env({"GITSYNC_GATEWAY_TIMEOUT": str(BENCH_GATEWAY_TIMEOUT)})
 
 
 class Fixture:
@@ -485,9 +483,9 @@ def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Re
     # -vv: the sync's debug line gives its phases and its own time (`Phases.describe`)
     args = [sys.executable, "-m", "gitsync", "sync", "--once", "-vv", *fx.gitsync_args(gw.url, state)]
     env = process_env()
-    waits: list[float] = []
 
-    def once() -> float:
+    def once() -> tuple[float, float]:
+        """The process's wall time, and the sync's wait on the gateway (from its phases line)."""
         started = time.perf_counter()
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
         took = time.perf_counter() - started
@@ -496,21 +494,21 @@ def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Re
         own = re.search(r"gitsync's own ([0-9.]+) ms of ([0-9.]+) ms", done.stderr)
         if own is None:
             raise RuntimeError(f"no phases line in gitsync's log: {done.stderr[-2000:]}")
-        waits.append((float(own.group(2)) - float(own.group(1))) / 1000)  # the sync's wait on the gateway
-        return took
+        return took, (float(own.group(2)) - float(own.group(1))) / 1000
 
     fx.commit()
     once()  # the state dir starts here
-    kept, waits[:] = [], []
+    runs = []
     for _ in range(reps.reps):
         fx.commit()
-        kept.append(once())
-    kept_own = [total - waited for total, waited in zip(kept, waits, strict=True)]
+        runs.append(once())
+    kept = [took for took, _ in runs]
+    kept_own = [took - waited for took, waited in runs]
     first, floors = [], []
     for rep in range(reps.rss_reps):
         fx.commit()
         shutil.rmtree(state, ignore_errors=True)
-        first.append(once())
+        first.append(once()[0])
         clone = fx.work / f"clone-{rep}.git"
         body = json.dumps(floor.live()).encode()  # a body the size of the config
         started = time.perf_counter()
@@ -521,7 +519,7 @@ def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Re
     return [Result("sync_once_kept", fx.routes, median(kept), "s", None, None, samples=kept),
             Result("sync_once_own", fx.routes, median(kept_own), "s", None,
                    1.0 if fx.routes >= 10_000 else None, "max", samples=kept_own,
-                   details={"gateway_wait_s": round(median(waits[:len(kept)]), 5)}),
+                   details={"gateway_wait_s": round(median([waited for _, waited in runs]), 5)}),
             Result("sync_once_first", fx.routes, median(first), "s", median(floors), 2.0, samples=first,
                    floor_samples=floors)]
 

@@ -39,7 +39,6 @@ from gitsync.gitremote import SourceError
 from gitsync.groups import GateVerdict, group_gate
 from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
-from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
@@ -259,7 +258,7 @@ class Agent:
         release = Release(rendered.payload, rendered.source_map, rendered.checks,
                           fallback=good.rendered.payload if good is not None and decision.new else None,
                           rollback=self.settings.on_check_failure == "rollback", guard=guard,
-                          managed=frozenset(k for k in KINDS if self.policy.manages(k)),
+                          managed=self.policy.managed,
                           desired=commit.desired)
         jobs = {url: (target, release) for url in decision.push}
         if good is not None and self.state.last_good:
@@ -460,7 +459,7 @@ class Agent:
             self._known.pop(result.url, None)
         else:
             self._known[result.url] = Known(result.after, result.digest)
-            managed = [k for k in KINDS if self.policy.manages(k)]
+            managed = self.policy.managed
             owned, odd = result.after.ids(managed), result.after.odd_indexes(managed)
             if owned != self._owned.get(result.url) or odd != self._odd.get(result.url, {}):
                 self._owned[result.url], self._odd[result.url], self._owned_changed = owned, odd, True

@@ -26,11 +26,11 @@ from gitsync.gitremote import Remote, SourceError
 from gitsync.groups import fleet_table
 from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
 from gitsync.httpclient import HttpClient
-from gitsync.kinds import KINDS, item_id
+from gitsync.kinds import item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
-from gitsync.reconcile import Desired, KindStatus, Policy
+from gitsync.reconcile import Desired, KindStatus
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -238,7 +238,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             status = max(status, 1)
         else:
             print(f"{one.url}: no changes")
-        verdict = check_deletions(rendered.payload, one.live, _managed(policy), guard)
+        verdict = check_deletions(rendered.payload, one.live, policy.managed, guard)
         for change in verdict.kinds:
             if change.deleted:
                 print(f"  guard: {change.describe()}")
@@ -246,10 +246,6 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
             status = 2
     return status
-
-
-def _managed(policy: Policy) -> frozenset[str]:
-    return frozenset(kind for kind in KINDS if policy.manages(kind))
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -272,7 +268,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings), managed=_managed(policy),
+                   guard=GuardPolicy.from_settings(settings), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
 

@@ -465,5 +465,3 @@ def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy:
 
 def policy_from_settings(settings: Settings) -> Policy:
     return Policy(frozenset(settings.unmanaged))
-
-

@@ -63,6 +63,11 @@ class Policy:
     def manages(self, kind: str) -> bool:
         return kind in KINDS and kind not in self.unmanaged
 
+    @property
+    def managed(self) -> frozenset[str]:
+        """The kinds this agent owns, the ones the guard and what-was-pushed look at."""
+        return frozenset(kind for kind in KINDS if self.manages(kind))
+
 
 #: The default policy: every kind is the repo's.
 MANAGE_ALL = Policy()

@@ -17,7 +17,7 @@ from typing import Any
 
 from gitsync.checks import CHECKS, Check, parse_checks
 from gitsync.kinds import KINDS, item_id
-from gitsync.log import Redactor, redact, register_secret
+from gitsync.log import MASK, Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.files import ConfigFiles, layers
@@ -123,7 +123,7 @@ def _mask_quoted_parts(message: str, values: frozenset[str]) -> str:
         else:
             text = literal[1:-1]
         if text and any(text in value for value in values):
-            return literal[0] + "***" + literal[-1]
+            return literal[0] + MASK + literal[-1]
         return literal
 
     return _QUOTED.sub(mask, message)
