@@ -93,3 +93,47 @@ def test_generated_documents_and_item_shapes(docs: list[Any], block: bool):
 def test_generated_yaml_lines_and_bytes(lines: list[str], noise: bytes):
     text = "\n".join(lines).encode()
     check({"a.yaml": text, "b.json": noise, "c.yml": text + noise})
+
+
+# --- a warm render says what a cold one says -----------------------------------------------------------
+
+ROUTE_IDS = ["r1", "r2", "r3", "r4"]
+UPSTREAM_IDS = ["u1", "u2", "u3"]
+route_items = st.fixed_dictionaries(
+    {"id": st.sampled_from(ROUTE_IDS)},
+    optional={"uri": st.sampled_from(["/a", "/b", 7]),
+              "upstream_id": st.sampled_from([*UPSTREAM_IDS, "nope"]),
+              "plugins": st.sampled_from([{"proxy-rewrite": {"uri": "/x"}}, {"no-such-plugin": {}}])})
+upstream_items = st.fixed_dictionaries(
+    {"id": st.sampled_from(UPSTREAM_IDS)},
+    optional={"nodes": st.sampled_from([{"127.0.0.1:80": 1}, "bad"]), "type": st.just("roundrobin")})
+repo_files = st.dictionaries(
+    st.sampled_from(["a.yaml", "b.yaml", "envs/prod/a.yaml", "envs/prod/c.yaml"]),
+    st.fixed_dictionaries({}, optional={"routes": st.lists(route_items, max_size=3),
+                                        "upstreams": st.lists(upstream_items, max_size=2)}),
+    min_size=1, max_size=4)
+
+
+def outcome(files: dict[str, bytes], cache: ParseCache) -> Any:
+    """Everything a render says: its problems, or its payload, contents, ids and item places."""
+    options = RenderOptions(paths=(".", "envs/prod"))
+    try:
+        rendered = render(files, options, cache)
+    except ProblemsError as exc:
+        return [str(problem) for problem in exc.problems]
+    places = {kind: [str(rendered.source_map.location(kind, i)) for i in range(len(items))]
+              for kind, items in rendered.payload.items()}
+    return rendered.payload, rendered.contents, rendered.ids, places
+
+
+@PROPERTY
+@given(st.lists(repo_files, min_size=2, max_size=4))
+def test_a_render_with_a_warm_cache_says_what_a_cold_render_says(commits: list[dict[str, Any]]):
+    """Render reuses what it knows of unchanged files (whole documents' lists, their checks and
+    content): across commits that change, add and drop files, with overlays replacing items,
+    duplicate ids, broken items and dangling references, it must say exactly what a fresh render
+    of the same commit says."""
+    warm = ParseCache()
+    for commit in commits:
+        files = {name: json.dumps(doc).encode() for name, doc in commit.items()}
+        assert outcome(files, warm) == outcome(files, ParseCache())

@@ -25,6 +25,8 @@ class Loaded:
     layer: int
     document: Document
     data: Any
+    #: The parse's memo when the data is the parse's own (a plain file): units are kept there.
+    memo: dict[Any, Any] | None = None
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Built:
     payload: dict[str, list[Any]]
     sources: dict[str, list[ItemSource]]
     problems: list[Problem] = field(default_factory=list)
+    ids: dict[str, list[str | None]] = field(default_factory=dict)  # each item's id, as `item_id` gives it
+    segments: dict[str, list[Segment]] = field(default_factory=dict)  # runs appended whole
 
 
 def _hint(word: str) -> str:
@@ -80,42 +84,131 @@ def _top_level_problems(loaded: Loaded) -> tuple[list[Problem], list[str]]:
     return problems, kinds
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One document's items of one kind, ready to append: the same objects every render while the
+    file is plain and cached (`Loaded.memo`), so an unchanged file costs one list append."""
+
+    kind: str
+    items: list[Any]
+    sources: list[ItemSource]
+    ids: list[str | None]
+    id_set: frozenset[str]
+
+    @property
+    def unique(self) -> bool:
+        """No id twice in this unit (else each item goes through the duplicate check)."""
+        return len(self.id_set) == len(self.ids) - self.ids.count(None)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of a kind's payload items that are exactly one document's list of that kind, in order:
+    ``payload[kind][start:start + count]`` is item 0 … count-1 of `doc` in `file`. Validation reuses
+    what it knows of a plain file's run as a whole (`gitsync.render.validate.SegmentFacts`)."""
+
+    start: int
+    count: int
+    file: str
+    doc: int
+
+
+def _units(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
+    """A document's top-level problems and its units, kept with a plain file's parse."""
+    key = ("units", loaded.file, loaded.document.index)
+    if loaded.memo is not None and key in loaded.memo:
+        return loaded.memo[key]
+    problems, kinds = _top_level_problems(loaded)
+    doc = loaded.document
+    units = []
+    for kind in kinds:
+        item_positions = doc.item_pos.get(kind, [])
+        items = loaded.data[kind]
+        ids = [item_id(kind, item) for item in items]
+        sources = [ItemSource(loaded.file, doc.index, index,
+                              item_positions[index] if index < len(item_positions)
+                              else doc.key_pos.get(kind, doc.pos), ident)
+                   for index, ident in enumerate(ids)]
+        units.append(Unit(kind, items, sources, ids, frozenset(i for i in ids if i is not None)))
+    if loaded.memo is not None:
+        loaded.memo[key] = (problems, units)
+    return problems, units
+
+
 def build(documents: list[Loaded]) -> Built:
-    """Concatenate every document's items per kind, in layer and path order, replacing across layers."""
-    payload: dict[str, list[Any]] = {kind: [] for kind in (*KINDS, *REPO_ONLY_KINDS)}
-    sources: dict[str, list[ItemSource]] = {kind: [] for kind in (*KINDS, *REPO_ONLY_KINDS)}
-    # (kind, id) → (index in payload[kind], layer)
-    seen: dict[tuple[str, str], tuple[int, int]] = {}
+    """Concatenate every document's items per kind, in layer and path order, replacing across layers.
+
+    A unit whose ids are new is appended whole (a `Segment`); only a unit that repeats an id (a
+    duplicate, or an overlay replacing a base item) is taken item by item."""
+    every = (*KINDS, *REPO_ONLY_KINDS)
+    payload: dict[str, list[Any]] = {kind: [] for kind in every}
+    sources: dict[str, list[ItemSource]] = {kind: [] for kind in every}
+    ids: dict[str, list[str | None]] = {kind: [] for kind in every}
+    layer_of: dict[str, list[int]] = {kind: [] for kind in every}
+    seen_ids: dict[str, set[str]] = {kind: set() for kind in every}
+    segments: dict[str, list[Segment]] = {kind: [] for kind in every}
+    replaced: dict[str, set[int]] = {kind: set() for kind in every}
+    # kind → id → index in payload[kind]: built for a kind only when a unit repeats an id
+    placed: dict[str, dict[str, int]] = {}
     problems: list[Problem] = []
     for loaded in documents:
-        top_problems, kinds = _top_level_problems(loaded)
+        top_problems, units = _units(loaded)
         problems += top_problems
-        doc = loaded.document
-        for kind in kinds:
-            item_positions = doc.item_pos.get(kind, [])
-            for index, item in enumerate(loaded.data[kind]):
-                pos = item_positions[index] if index < len(item_positions) else doc.key_pos.get(kind, doc.pos)
-                ident = item_id(kind, item)
-                source = ItemSource(loaded.file, doc.index, index, pos, ident)
-                if ident is None:
-                    payload[kind].append(item)
-                    sources[kind].append(source)
-                    continue
-                earlier = seen.get((kind, ident))
-                if earlier is None:
-                    seen[(kind, ident)] = (len(payload[kind]), loaded.layer)
-                    payload[kind].append(item)
-                    sources[kind].append(source)
-                elif earlier[1] == loaded.layer:
-                    first = sources[kind][earlier[0]]
-                    what = "username" if kind == "consumers" and "/credentials/" not in ident \
-                        and isinstance(item, dict) and "id" not in item else "id"
-                    what = "name" if kind in REPO_ONLY_KINDS else what
-                    problems.append(Problem(
-                        f"duplicate {what} {ident!r} in {kind}: also at {Location(first.file, *first.pos)}",
-                        Location(loaded.file, *pos), kind, ident))
-                else:
-                    payload[kind][earlier[0]] = item
-                    sources[kind][earlier[0]] = source
-                    seen[(kind, ident)] = (earlier[0], loaded.layer)
-    return Built({k: v for k, v in payload.items() if v}, {k: v for k, v in sources.items() if v}, problems)
+        for unit in units:
+            kind = unit.kind
+            start = len(payload[kind])
+            if unit.unique and seen_ids[kind].isdisjoint(unit.id_set):
+                payload[kind] += unit.items
+                sources[kind] += unit.sources
+                ids[kind] += unit.ids
+                layer_of[kind] += [loaded.layer] * len(unit.items)
+                seen_ids[kind] |= unit.id_set
+                segments[kind].append(Segment(start, len(unit.items), loaded.file, loaded.document.index))
+                if kind in placed:
+                    placed[kind].update((ident, start + n) for n, ident in enumerate(unit.ids)
+                                        if ident is not None)
+                continue
+            if kind not in placed:
+                placed[kind] = {}
+                for index, ident in enumerate(ids[kind]):
+                    if ident is not None:
+                        placed[kind].setdefault(ident, index)
+            _add_one_by_one(loaded, unit, payload[kind], sources[kind], ids[kind], layer_of[kind],
+                            placed[kind], replaced[kind], problems)
+            seen_ids[kind] |= unit.id_set
+    kept = [kind for kind in every if payload[kind]]
+    # a run with an item replaced by a later layer is no document's list any more
+    whole = {kind: [s for s in segments[kind] if not any(s.start <= i < s.start + s.count
+                                                         for i in replaced[kind])] for kind in kept}
+    return Built({k: payload[k] for k in kept}, {k: sources[k] for k in kept}, problems,
+                 {k: ids[k] for k in kept}, whole)
+
+
+def _add_one_by_one(loaded: Loaded, unit: Unit, payload: list[Any], sources: list[ItemSource],
+                    ids: list[str | None], layer_of: list[int], placed: dict[str, int], replaced: set[int],
+                    problems: list[Problem]) -> None:
+    """Append a unit's items to one kind's lists one at a time: a duplicate id within a layer is a
+    problem naming both places; an id of an earlier layer is replaced in place (`replaced`)."""
+    kind = unit.kind
+    for item, source, ident in zip(unit.items, unit.sources, unit.ids, strict=True):
+        earlier = None if ident is None else placed.get(ident)
+        if earlier is None:
+            if ident is not None:
+                placed[ident] = len(payload)
+            payload.append(item)
+            sources.append(source)
+            ids.append(ident)
+            layer_of.append(loaded.layer)
+        elif layer_of[earlier] == loaded.layer:
+            first = sources[earlier]
+            what = "username" if kind == "consumers" and "/credentials/" not in str(ident) \
+                and isinstance(item, dict) and "id" not in item else "id"
+            what = "name" if kind in REPO_ONLY_KINDS else what
+            problems.append(Problem(
+                f"duplicate {what} {ident!r} in {kind}: also at {Location(first.file, *first.pos)}",
+                Location(loaded.file, *source.pos), kind, ident))
+        else:
+            payload[earlier] = item
+            sources[earlier] = source
+            layer_of[earlier] = loaded.layer
+            replaced.add(earlier)

@@ -40,6 +40,8 @@ class Rendered:
     contents: dict[str, list[bytes]] = field(default_factory=dict, repr=False, compare=False)
     #: Partial apply: the items this commit could not apply, and why (see `_leave_out`).
     left_out: tuple[LeftOut, ...] = ()
+    #: Each item's id by kind, in payload order (`gitsync.kinds.item_id`), as build found them.
+    ids: dict[str, list[str | None]] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -275,15 +277,17 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                         render_problems.append(_doc_problem(name, doc, content, path, message, positions))
                         if len(path) >= 2 and isinstance(path[1], int):
                             unsubstituted.add((name, doc.index, str(path[0]), path[1]))
-                loaded.append(Loaded(name, layer, doc, content))
+                loaded.append(Loaded(name, layer, doc, content, parsed.memo if plain else None))
     built = build(loaded)
     source_map = SourceMap(files, built.sources, positions)
     def check_field(index: int, path: tuple[str | int, ...]) -> Location | None:
         return source_map.problem(CHECKS, index, "", path).location
 
     checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
+    built.ids.pop(CHECKS, None)
+    built.segments.pop(CHECKS, None)
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
-                                                          unsubstituted)
+                                                          unsubstituted, built.segments, built.ids)
     everything = render_problems + problems
     left_out: dict[tuple[str, str], LeftOut] = {}
     while everything and options.partial and _each_of_one_item(everything):
@@ -291,7 +295,8 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
             left_out[out.kind, out.id] = out
         source_map = SourceMap(files, built.sources, positions)
         facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
-        everything = validate(built.payload, source_map, options, unknown, facts, unsubstituted)
+        everything = validate(built.payload, source_map, options, unknown, facts, unsubstituted,
+                              ids=built.ids)
     if everything:
         stage = "render" if render_problems else "validate"
         redactors: dict[frozenset[str], Redactor] = {}
@@ -300,9 +305,10 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
         secrets |= fallback.secret_values
     redactors = {}
     return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks),
-                    item_contents(built.payload, source_map, facts),
+                    item_contents(built.payload, source_map, facts, built.segments if not left_out else {}),
                     tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
-                                  for out in left_out.values()), key=_where)))
+                                  for out in left_out.values()), key=_where)),
+                    built.ids)
 
 
 def _where(out: LeftOut) -> tuple[Location, str, str]:
@@ -346,6 +352,8 @@ def _leave_out(built: Built, sources: SourceMap, problems: list[Problem], fallba
                 keep.append((item, source))
         built.payload[kind] = [item for item, _ in keep]
         built.sources[kind] = [source for _, source in keep]
+        built.ids[kind] = [source.id for _, source in keep]
+    built.segments.clear()  # the runs of whole documents no longer hold
     return out
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterator, Mapping, Set
+from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.content import content_bytes
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
+from gitsync.render.build import Segment
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import check_item
@@ -82,6 +83,31 @@ class FileFacts:
     references: dict[Any, tuple[Reference, ...]] = field(default_factory=dict)
     sizes: dict[Any, int] = field(default_factory=dict)
     contents: dict[Any, bytes] = field(default_factory=dict)  # reconcile's canonical content
+    #: (doc, kind) → what is known of the document's whole list of that kind (kept, not stored).
+    segments: dict[Any, SegmentFacts] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SegmentFacts:
+    """One plain document's list of one kind, as a whole: what lets a render check an unchanged
+    file's items without looking at each (a one-file change then costs about that file)."""
+
+    issues: dict[int, tuple[tuple[str, FieldPath], ...]]  # index in the list → its own problems
+    named: dict[str, frozenset[str]]  # kind → the ids the items refer to (`Reference`s)
+    look_closer: bool  # a reference that is a problem wherever it points (client_cert_id)
+    size: int  # the items' JSON size, summed
+    contents: list[bytes]  # each item's canonical content
+
+
+@dataclass(frozen=True)
+class Run:
+    """Items ``lo`` to ``hi`` of a kind: one plain document's whole list (`segment` is what is known of
+    it, `file` its file's facts), or items to be checked one by one (both None)."""
+
+    lo: int
+    hi: int
+    file: FileFacts | None = None
+    segment: SegmentFacts | None = None
 
 
 @dataclass
@@ -94,21 +120,54 @@ class Checker:
     skip_schema: Set[tuple[str, int, str, int]] = frozenset()
     #: Files that did not load: their bytes (searched for an id), or None when never read.
     unknown: Mapping[str, bytes | None] = field(default_factory=dict)
+    #: Per kind, the runs of items that are one document's whole list (`gitsync.render.build.Segment`).
+    segments: Mapping[str, Sequence[Segment]] = field(default_factory=dict)
+    #: Per kind, each item's id, when build gave them.
+    item_ids: Mapping[str, Sequence[str | None]] | None = None
 
     def add(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> None:
         self.problems.append(self.sources.problem(kind, index, message, field))
 
     def __post_init__(self) -> None:
-        # Per kind and item: the reusable facts of its file and its key in them (None: not plain).
+        # Per kind and item: the reusable facts of its file and its key in them (None: not plain);
+        # built for a kind the first time an item of it is checked on its own.
         self._where: dict[str, list[tuple[FileFacts | None, Any]]] = {}
-        for kind, items in self.payload.items():
+        self._runs: dict[str, list[Run]] = {}
+
+    def runs(self, kind: str) -> list[Run]:
+        """The kind's items as runs: each plain document's whole list (its `SegmentFacts` computed the
+        first time the file is seen), and between them items to check one by one."""
+        if kind not in self._runs:
+            runs: list[Run] = []
+            at = 0
+            for segment in self.segments.get(kind, ()):
+                facts = self.facts.get(segment.file)
+                if facts is None:
+                    continue
+                if segment.start > at:
+                    runs.append(Run(at, segment.start))
+                hi = segment.start + segment.count
+                known = facts.segments.get((segment.doc, kind))
+                if known is None:
+                    known = facts.segments[segment.doc, kind] = _segment_facts(
+                        kind, self.payload[kind][segment.start:hi], facts, segment.doc)
+                runs.append(Run(segment.start, hi, facts, known))
+                at = hi
+            if at < len(self.payload.get(kind, ())):
+                runs.append(Run(at, len(self.payload[kind])))
+            self._runs[kind] = runs
+        return self._runs[kind]
+
+    def _places(self, kind: str) -> list[tuple[FileFacts | None, Any]]:
+        if kind not in self._where:
             places = []
-            for index in range(len(items)):
+            for index in range(len(self.payload[kind])):
                 source = self.sources.source(kind, index)
                 facts = self.facts.get(source.file) if source is not None else None
                 places.append((facts, (source.doc, kind, source.index)) if facts is not None and source
                               else (None, None))
             self._where[kind] = places
+        return self._where[kind]
 
     def items(self, kind: str) -> Iterator[tuple[int, dict[str, Any]]]:
         for index, item in enumerate(self.payload.get(kind, ())):
@@ -117,27 +176,61 @@ class Checker:
 
     def facts_of(self, kind: str, index: int) -> tuple[FileFacts | None, Any]:
         """The reusable facts of the file an item came from, and the item's key in them."""
-        return self._where[kind][index]
+        return self._places(kind)[index]
 
     def memo(self, store: str, kind: str, index: int, compute: Any) -> Any:
         """`compute(item)` for item `index` of `kind`, kept with the file's parse when the file is
         plain (`store` names the `FileFacts` table): an unchanged file is not looked into again."""
         facts, key = self.facts_of(kind, index)
-        table = getattr(facts, store) if facts is not None else None
-        if table is not None and key in table:
-            return table[key]
-        value = compute(self.payload[kind][index])
-        if table is not None:
-            table[key] = value
-        return value
+        return _kept(getattr(facts, store) if facts is not None else None, key, compute,
+                     self.payload[kind][index])
 
     def ids(self, kind: str) -> set[str]:
+        if self.item_ids is not None and kind in self.item_ids:
+            found = set(self.item_ids[kind])
+            found.discard(None)
+            return found  # type: ignore[return-value]
         return {ident for _, item in self.items(kind) if (ident := item_id(kind, item)) is not None}
 
     def may_be_declared_elsewhere(self, ident: str) -> bool:
         """A file that did not load may declare `ident`: it was never read, or its text holds it."""
         needle = ident.encode("utf-8", "surrogateescape")
         return any(data is None or needle in data for data in self.unknown.values())
+
+
+def _kept(table: dict[Any, Any] | None, key: Any, compute: Any, item: Any) -> Any:
+    """`compute(item)`, kept in `table` (a `FileFacts` table) under `key` when there is one."""
+    if table is not None and key in table:
+        return table[key]
+    value = compute(item)
+    if table is not None:
+        table[key] = value
+    return value
+
+
+def _segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -> SegmentFacts:
+    """What is known of a plain document's list of one kind as a whole, from each item's facts."""
+    issues: dict[int, tuple[tuple[str, FieldPath], ...]] = {}
+    named: dict[str, set[str]] = {}
+    look_closer = False
+    size = 0
+    contents = []
+    refers = bool(_REFERENCES_OF.get(kind)) or kind in PLUGIN_HOLDERS
+    for index, item in enumerate(items):
+        key = (doc, kind, index)
+        if not isinstance(item, dict):
+            issues[index] = ((f"an item must be a mapping, not {describe(item)}", ()),)
+        else:
+            own = _kept(facts.issues, key, lambda i: _own_issues(kind, i), item)
+            if own:
+                issues[index] = own
+            for ref in _kept(facts.references, key, lambda i: _references(kind, i), item) if refers else ():
+                look_closer = look_closer or ref.label == "client_cert_id"
+                named.setdefault(ref.target, set()).add(ref.ident)
+        size += _kept(facts.sizes, key, _json_size, item)
+        contents.append(_kept(facts.contents, key, content_bytes, item))
+    return SegmentFacts(issues, {target: frozenset(ids) for target, ids in named.items()}, look_closer, size,
+                        contents)
 
 
 def _plain_id_problem(value: Any) -> str | None:
@@ -177,19 +270,31 @@ def _id_problems(kind: str, item: dict[str, Any]) -> list[tuple[str, FieldPath]]
 
 
 def check_items(check: Checker) -> None:
-    """Each item on its own: a mapping, a good id, APISIX's schema (reused for unchanged files)."""
+    """Each item on its own: a mapping, a good id, APISIX's schema (reused for unchanged files: a
+    plain document's list as a whole)."""
     for kind, items in check.payload.items():
-        for index, item in enumerate(items):
-            if not isinstance(item, dict):
-                check.add(kind, index, f"an item must be a mapping, not {describe(item)}")
+        for run in check.runs(kind):
+            if run.segment is not None:
+                for offset, issues in run.segment.issues.items():
+                    for message, path in issues:
+                        check.add(kind, run.lo + offset, message, path)
                 continue
-            source = check.sources.source(kind, index)
-            if source is not None and (source.file, source.doc, kind, source.index) in check.skip_schema:
-                for message, path in _id_problems(kind, item):  # a failed ${{ }} is still in it:
-                    check.add(kind, index, message, path)  # schema errors would only be noise
-                continue
-            for message, path in check.memo("issues", kind, index, lambda i, kind=kind: _own_issues(kind, i)):
-                check.add(kind, index, message, path)
+            _check_each(check, kind, items, run)
+
+
+def _check_each(check: Checker, kind: str, items: list[Any], run: Run) -> None:
+    for index in range(run.lo, run.hi):
+        item = items[index]
+        if not isinstance(item, dict):
+            check.add(kind, index, f"an item must be a mapping, not {describe(item)}")
+            continue
+        source = check.sources.source(kind, index)
+        if source is not None and (source.file, source.doc, kind, source.index) in check.skip_schema:
+            for message, path in _id_problems(kind, item):  # a failed ${{ }} is still in it:
+                check.add(kind, index, message, path)  # schema errors would only be noise
+            continue
+        for message, path in check.memo("issues", kind, index, lambda i, kind=kind: _own_issues(kind, i)):
+            check.add(kind, index, message, path)
 
 
 def _own_issues(kind: str, item: dict[str, Any]) -> tuple[tuple[str, FieldPath], ...]:
@@ -304,7 +409,7 @@ def check_references(check: Checker) -> None:
     for kind in KINDS:
         if not _REFERENCES_OF.get(kind) and kind not in PLUGIN_HOLDERS:
             continue
-        for index, _item in check.items(kind):
+        for index, _item in _items_to_look_at(check, kind, declared):
             for ref in check.memo("references", kind, index, lambda i, kind=kind: _references(kind, i)):
                 if ref.label == "client_cert_id":
                     _client_cert(check, kind, index, ref.at, ref.ident, dangling(ref.target, ref.ident))
@@ -321,6 +426,22 @@ def check_references(check: Checker) -> None:
     _check_secret_references(check, declared["secrets"])
 
 
+def _items_to_look_at(check: Checker, kind: str, declared: Mapping[str, set[str]]
+                      ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The items whose references must be looked at one by one: all of them but the plain lists
+    whose every reference names a declared item (or an unmanaged kind)."""
+    unmanaged = check.options.unmanaged
+    items = check.payload.get(kind, ())
+    for run in check.runs(kind):
+        known = run.segment
+        if known is not None and not known.look_closer and all(
+                target in unmanaged or ids <= declared[target] for target, ids in known.named.items()):
+            continue
+        for index in range(run.lo, run.hi):
+            if isinstance(items[index], dict):
+                yield index, items[index]
+
+
 def _client_cert(check: Checker, kind: str, index: int, at: FieldPath, ident: str, dangling: bool) -> None:
     """An upstream's ``tls.client_cert_id``: standalone APISIX looks the ssl up in etcd, which it does
     not have, so it refuses any such upstream (``failed to fetch ssl info by ssl id``)."""
@@ -334,8 +455,12 @@ def _client_cert(check: Checker, kind: str, index: int, at: FieldPath, ident: st
 
 def _check_secret_references(check: Checker, declared: set[str]) -> None:
     unmanaged = "secrets" in check.options.unmanaged
-    for kind in check.payload:
-        for index, item in check.items(kind):
+    for kind, items in check.payload.items():
+        for index in (i for run in check.runs(kind) if run.file is None or run.file.secret_references
+                      for i in range(run.lo, run.hi)):
+            item = items[index]
+            if not isinstance(item, dict):
+                continue
             facts, _ = check.facts_of(kind, index)
             if facts is not None and not facts.secret_references:
                 continue
@@ -407,7 +532,9 @@ def _payload_size(check: Checker) -> int:
     size = 2 + max(len(check.payload) - 1, 0)  # {} and the commas between kinds
     for kind, items in check.payload.items():
         size += len(json.dumps(kind)) + 3 + max(len(items) - 1, 0)  # "kind":[] and the commas
-        size += sum(check.memo("sizes", kind, index, _json_size) for index in range(len(items)))
+        for run in check.runs(kind):
+            size += run.segment.size if run.segment is not None else sum(
+                check.memo("sizes", kind, index, _json_size) for index in range(run.lo, run.hi))
     return size
 
 
@@ -420,26 +547,35 @@ def payload_json(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def item_contents(payload: Mapping[str, list[Any]], sources: SourceMap,
-                  facts: Mapping[str, FileFacts]) -> dict[str, list[bytes]]:
+def item_contents(payload: Mapping[str, list[Any]], sources: SourceMap, facts: Mapping[str, FileFacts],
+                  segments: Mapping[str, Sequence[Segment]] | None = None) -> dict[str, list[bytes]]:
     """Each item's canonical content (what reconcile compares), kept for the items of plain files."""
-    check = Checker(dict(payload), sources, RenderOptions(), [], facts)
-    return {kind: [check.memo("contents", kind, index, content_bytes) for index in range(len(items))]
-            for kind, items in payload.items()}
+    check = Checker(dict(payload), sources, RenderOptions(), [], facts, segments=segments or {})
+    contents: dict[str, list[bytes]] = {}
+    for kind in payload:
+        found = contents[kind] = []
+        for run in check.runs(kind):
+            found += run.segment.contents if run.segment is not None else [
+                check.memo("contents", kind, index, content_bytes) for index in range(run.lo, run.hi)]
+    return contents
 
 
 def validate(payload: dict[str, list[Any]], sources: SourceMap, options: RenderOptions,
              unknown: Mapping[str, bytes | None] | None = None, facts: Mapping[str, FileFacts] | None = None,
-             skip_schema: Set[tuple[str, int, str, int]] = frozenset()) -> list[Problem]:
+             skip_schema: Set[tuple[str, int, str, int]] = frozenset(),
+             segments: Mapping[str, Sequence[Segment]] | None = None,
+             ids: Mapping[str, Sequence[str | None]] | None = None) -> list[Problem]:
     """Every problem of a built payload.
 
     `unknown` names the files that did not load: a reference to an id one of them may declare
     (its text holds the id; or it was never read) is not reported, every other one is. `facts`
     holds what may be reused about files whose items are exactly as parsed; a file not in it is
     checked in full. Items in `skip_schema` (file, document, kind, index in the document) hold a
-    failed substitution and skip the schema check.
+    failed substitution and skip the schema check. `segments` (build's runs of whole documents) let
+    the items of an unchanged plain file be checked as one; `ids` is each item's id, when build has it.
     """
-    check = Checker(payload, sources, options, [], facts or {}, skip_schema, unknown or {})
+    check = Checker(payload, sources, options, [], facts or {}, skip_schema, unknown or {}, segments or {},
+                    ids)
     check_items(check)
     check_references(check)
     check_ssls(check)
