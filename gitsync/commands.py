@@ -269,7 +269,8 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
                    guard=GuardPolicy.from_settings(settings), managed=policy.managed,
-                   desired=Desired.of(rendered.payload, policy, rendered.contents))
+                   desired=Desired.of(rendered.payload, policy, rendered.contents,
+                                                  rendered.ids))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
 
     with gateways, contextlib.closing(HttpClient(None, settings.gateway_timeout)) as proxy:

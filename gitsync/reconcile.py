@@ -228,11 +228,14 @@ class _Listed:
     odd: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, kind: str, items: Sequence[Any], contents: Sequence[bytes] | None = None) -> _Listed:
-        """`contents`: the items' canonical content when render kept it (else computed here)."""
+    def of(cls, kind: str, items: Sequence[Any], contents: Sequence[bytes] | None = None,
+           ids: Sequence[str | None] | None = None) -> _Listed:
+        """`contents`, `ids`: the items' canonical content and ids when render kept them (else computed)."""
         if contents is None or len(contents) != len(items):
             contents = [content_bytes(i) for i in items]
-        return cls(items, [item_id(kind, i) for i in items], list(contents))
+        if ids is None or len(ids) != len(items):
+            ids = [item_id(kind, i) for i in items]
+        return cls(items, list(ids), list(contents))
 
     def by_id(self) -> dict[str, tuple[Any, bytes]]:
         out: dict[str, tuple[Any, bytes]] = {}
@@ -373,8 +376,45 @@ def _with_indexes(kind: str, want: _Listed, live: _Listed, twins: Mapping[str, t
     return sent, fragments, odd
 
 
+def _changed_in_place(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float
+                      ) -> tuple[KindPlan, _Listed]:
+    """`_changed_kind` when `live` is gitsync's own last push and holds the same ids in the same order
+    (items changed, none added, removed or moved: the usual commit): the items whose content is
+    unchanged are sent again as they were, with their JSON; only the changed ones are looked at."""
+    changed = [index for index, (content, twin) in enumerate(zip(want.contents, live.contents, strict=True))
+               if content != twin]
+    items, fragments, odd = list(live.items), list(live.fragments or ()), dict(live.odd_indexes())
+    for index in changed:
+        key, item, content = want.ids[index], want.items[index], want.contents[index]
+        twin = live.items[index]
+        twin_index = twin.get(INDEX_FIELD) if isinstance(twin, Mapping) else None
+        odd.pop(key or "", None)
+        fragments[index] = None
+        if not isinstance(item, Mapping):
+            items[index] = item
+            continue
+        out = {k: v for k, v in item.items() if k != INDEX_FIELD}
+        usual, stand_in = content_indexes(out, content)
+        out[INDEX_FIELD] = stand_in if usual == twin_index else usual
+        if key is not None and out[INDEX_FIELD] != usual:
+            odd[key] = out[INDEX_FIELD]
+        items[index] = out
+    kind_plan = KindPlan(key=kind, status=KindStatus.CHANGED, live_version=live_v, version=version,
+                         count=len(want.items),
+                         modified=tuple(key for index in changed if (key := want.ids[index]) is not None))
+    return kind_plan, _Listed(items, want.ids, want.contents, fragments, odd)
+
+
+def _in_place(kind: str, want: _Listed, live: _Listed) -> bool:
+    """Whether `_changed_in_place` may plan this kind: our own push, the same unique ids in order."""
+    return (live.fragments is not None and kind not in UNINDEXED_KINDS and want.ids == live.ids
+            and None not in want.ids and len(set(want.ids)) == len(want.ids))
+
+
 def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float,
                   owned: Collection[str] | None = None) -> tuple[KindPlan, _Listed]:
+    if _in_place(kind, want, live):
+        return _changed_in_place(kind, want, live, live_v, version)
     twins = live.by_id()
     wanted = {key for key in want.ids if key is not None}
     gone = [key for key in twins if key not in wanted]
@@ -409,15 +449,17 @@ class Desired:
 
     @classmethod
     def of(cls, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL,
-           contents: Mapping[str, Sequence[bytes]] | None = None) -> Desired:
-        """`contents`: each item's canonical content by kind, when render kept it (`Rendered.contents`)."""
+           contents: Mapping[str, Sequence[bytes]] | None = None,
+           ids: Mapping[str, Sequence[str | None]] | None = None) -> Desired:
+        """`contents`, `ids`: each item's canonical content and id by kind, when render kept them
+        (`Rendered.contents`, `Rendered.ids`)."""
         if isinstance(desired, Desired):
             if desired.policy == policy:
                 return desired
             desired = desired.payload
-        contents = contents or {}
-        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ()), contents.get(kind)) for kind in KINDS
-                  if policy.manages(kind)}
+        contents, ids = contents or {}, ids or {}
+        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ()), contents.get(kind), ids.get(kind))
+                  for kind in KINDS if policy.manages(kind)}
         return cls(desired, policy, wanted, _digest({kind: want.contents for kind, want in wanted.items()}))
 
 

@@ -376,3 +376,73 @@ def test_every_kind_round_trips(kind: str) -> None:
     desired = {kind: [{"id": "x1", "desc": "d", "list": []}]}
     live = applied(plan(desired, fresh()).body)
     assert not plan(desired, live).changes
+
+
+@st.composite
+def recommits(draw: st.DrawFn) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """A repo, and a later commit of it that changes items' fields but keeps every id in its place."""
+    first = draw(repos())
+    second = {kind: [{key: value for key, value in item.items() if key in ("id", "username")} | draw(FIELDS)
+                     if draw(st.booleans()) else item for item in listed] for kind, listed in first.items()}
+    return first, second
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stored=gateway_states(), commits=recommits())
+def test_a_plan_on_our_own_push_with_the_same_ids_in_place_equals_the_general_plan(
+        stored, commits) -> None:
+    """The next commit usually changes items, not which: planned against gitsync's own last push, only
+    the changed items are looked at (`_changed_in_place`). It must plan exactly what the general
+    plan does: the same body bytes, kinds, and view of the gateway after."""
+    import gitsync.reconcile as reconcile
+
+    first, second = commits
+    p1 = plan(first, Gateway(stored).get())
+    fast = plan(second, p1.after)
+    general = reconcile._in_place
+    reconcile._in_place = lambda *args: False  # type: ignore[assignment]
+    try:
+        slow = plan(second, p1.after)
+    finally:
+        reconcile._in_place = general
+    assert fast.body == slow.body
+    assert fast.kinds == slow.kinds
+    assert fast.after is not None and slow.after is not None
+    assert canonical_json(fast.after.body()) == canonical_json(slow.after.body())
+    assert fast.after.odd_indexes(KINDS) == slow.after.odd_indexes(KINDS)
+    # a third commit planned on each after-view agrees too (fragments and odd indexes carried right)
+    assert plan(first, fast.after).body == plan(first, slow.after).body
+
+
+def test_a_plan_on_our_own_push_looks_only_at_the_changed_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gitsync.reconcile as reconcile
+
+    desired = {"routes": [route(f"r{i}", f"/{i}") for i in range(50)]}
+    p1 = plan(desired, fresh())
+    changed = copy.deepcopy(desired)
+    changed["routes"][7]["uri"] = "/seven"
+    looked: list[Any] = []
+    real = reconcile.content_indexes
+    monkeypatch.setattr(reconcile, "content_indexes", lambda item, content=None: looked.append(item) or
+                        real(item, content))
+    p2 = plan(changed, p1.after)
+    assert [item["id"] for item in looked] == ["r7"]
+    assert p2.kind("routes").modified == ("r7",)  # type: ignore[union-attr]
+    assert json.loads(p2.body)["routes"][7]["uri"] == "/seven"
+
+
+def test_a_changed_item_planned_in_place_never_gets_its_twins_index() -> None:
+    """The stand-in index on the in-place path: the live twin (kept from another writer by our last
+    push) carries exactly the index the new content derives, so the new content gets the stand-in."""
+    import gitsync.reconcile as reconcile
+
+    old, new, other = route("r1", "/old"), route("r1", "/new"), route("r2", "/2")
+    usual, stand_in = content_indexes(new)
+    p1 = plan({"routes": [old, other]}, {**fresh(), "routes": [{**old, "modifiedIndex": usual}]})
+    assert p1.after is not None and p1.after.odd_indexes(["routes"]) == {"routes": {"r1": usual}}
+    assert reconcile._in_place("routes", reconcile.Desired.of({"routes": [new, other]}).wanted["routes"],
+                               p1.after.listed("routes"))
+    p2 = plan({"routes": [new, other]}, p1.after)
+    sent = json.loads(p2.body)["routes"][0]
+    assert sent["uri"] == "/new" and sent["modifiedIndex"] == stand_in
+    assert p2.after is not None and p2.after.odd_indexes(["routes"]) == {"routes": {"r1": stand_in}}
