@@ -94,11 +94,7 @@ class Unit:
     sources: list[ItemSource]
     ids: list[str | None]
     id_set: frozenset[str]
-
-    @property
-    def unique(self) -> bool:
-        """No id twice in this unit (else each item goes through the duplicate check)."""
-        return len(self.id_set) == len(self.ids) - self.ids.count(None)
+    unique: bool  # no id twice in this unit (else each item goes through the duplicate check)
 
 
 @dataclass(frozen=True)
@@ -129,7 +125,8 @@ def _units(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
                               item_positions[index] if index < len(item_positions)
                               else doc.key_pos.get(kind, doc.pos), ident)
                    for index, ident in enumerate(ids)]
-        units.append(Unit(kind, items, sources, ids, frozenset(i for i in ids if i is not None)))
+        id_set = frozenset(i for i in ids if i is not None)
+        units.append(Unit(kind, items, sources, ids, id_set, len(id_set) == len(ids) - ids.count(None)))
     if loaded.memo is not None:
         loaded.memo[key] = (problems, units)
     return problems, units
@@ -179,7 +176,8 @@ def build(documents: list[Loaded]) -> Built:
     kept = [kind for kind in every if payload[kind]]
     # a run with an item replaced by a later layer is no document's list any more
     whole = {kind: [s for s in segments[kind] if not any(s.start <= i < s.start + s.count
-                                                         for i in replaced[kind])] for kind in kept}
+                                                         for i in replaced[kind])]
+             if replaced[kind] else segments[kind] for kind in kept}
     return Built({k: payload[k] for k in kept}, {k: sources[k] for k in kept}, problems,
                  {k: ids[k] for k in kept}, whole)
 

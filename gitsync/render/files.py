@@ -11,6 +11,7 @@ so pruned from the gateways.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping
@@ -65,6 +66,7 @@ def _hidden(path: str) -> bool:
     return any(part.startswith(".") for part in path.split("/"))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked of every path of every commit read
 def is_config_file(path: str) -> bool:
     """A ``*.yaml|*.yml|*.json`` file (any case) with no dot-file or dot-directory in its path."""
     return path.lower().endswith(CONFIG_SUFFIXES) and not _hidden(path)
@@ -158,8 +160,14 @@ def layers(files: Iterable[str], paths: Iterable[str]) -> tuple[list[list[str]],
 
     A file under several configured paths belongs to the most specific (longest) one,
     so ``paths = [".", "envs/prod"]`` reads ``envs/prod`` once, as the overlay.
-    Returns the layers and the configured paths that hold no config file at all.
+    Returns the layers and the configured paths that hold no config file at all (the same lists
+    for the same names: a commit that changes files but not their names costs a lookup; read only).
     """
+    return _layers(frozenset(files), tuple(paths))
+
+
+@functools.lru_cache(maxsize=4)
+def _layers(files: frozenset[str], paths: tuple[str, ...]) -> tuple[list[list[str]], list[str]]:
     normalized = [normalize_path(p) for p in paths]
     buckets: list[list[str]] = [[] for _ in normalized]
     for file in sorted(f for f in files if is_config_file(f)):
