@@ -27,9 +27,9 @@ from typing import Any
 from gitsync import __version__
 from gitsync.log import logger
 from gitsync.render.load import Document, ParsedFile
-from gitsync.render.validate import FileFacts, Reference
+from gitsync.render.validate import FileFacts, Reference, SegmentFacts
 
-FORMAT = 1
+FORMAT = 2  # 2: facts per document list (segments), items outside one
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _VERSION_DIR = re.compile(r"[^A-Za-z0-9._+-]")
 
@@ -161,9 +161,16 @@ def _decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
         return None
 
 
-def _facts_rows(facts: FileFacts) -> list[list[Any]]:
-    """One row per item: doc, kind, index, then each table's value for it (None: not computed)."""
-    keys = {**facts.issues, **facts.references, **facts.sizes, **facts.contents}
+def _facts_rows(facts: FileFacts) -> dict[str, list[list[Any]]]:
+    """Each document list's `SegmentFacts`, and one row per item no segment covers: doc, kind, index,
+    then each table's value for it (None: not computed)."""
+    segments = [[doc, kind,
+                 [[index, [[m, list(f)] for m, f in issues]] for index, issues in known.issues.items()],
+                 {target: sorted(ids) for target, ids in known.named.items()}, known.look_closer, known.sizes,
+                 [c.decode("utf-8", "surrogateescape") for c in known.contents]]
+                for (doc, kind), known in facts.segments.items()]
+    keys = [key for key in {**facts.issues, **facts.references, **facts.sizes, **facts.contents}
+            if key[:2] not in facts.segments]
     rows = []
     for key in keys:
         issues, references = facts.issues.get(key), facts.references.get(key)
@@ -174,12 +181,21 @@ def _facts_rows(facts: FileFacts) -> list[list[Any]]:
                                                       for r in references],
                      facts.sizes.get(key),
                      None if content is None else content.decode("utf-8", "surrogateescape")])
-    return rows
+    return {"segments": segments, "items": rows}
 
 
-def _facts(rows: list[list[Any]], secret_references: bool) -> FileFacts:
+def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileFacts:
     facts = FileFacts({}, secret_references)
-    for doc, kind, index, issues, references, size, content in rows:
+    for doc, kind, issues, named, look_closer, sizes, contents in stored["segments"]:
+        if type(look_closer) is not bool or not isinstance(named, dict) or not isinstance(contents, list):
+            raise TypeError("not a segment")
+        if not isinstance(sizes, list) or len(sizes) != len(contents):
+            raise TypeError("not a segment")
+        facts.segments[_int(doc), str(kind)] = SegmentFacts(
+            {_int(index): tuple((str(m), _path(f)) for m, f in rows) for index, rows in issues},
+            {str(target): frozenset(map(str, ids)) for target, ids in named.items()}, look_closer,
+            [_int(size) for size in sizes], [str(c).encode("utf-8", "surrogateescape") for c in contents])
+    for doc, kind, index, issues, references, size, content in stored["items"]:
         key = (_int(doc), str(kind), _int(index))
         if issues is not None:
             facts.issues[key] = tuple((str(m), _path(f)) for m, f in issues)

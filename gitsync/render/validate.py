@@ -7,6 +7,7 @@ APISIX test double, so both speak APISIX's wording.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence, Set
@@ -95,8 +96,27 @@ class SegmentFacts:
     issues: dict[int, tuple[tuple[str, FieldPath], ...]]  # index in the list → its own problems
     named: dict[str, frozenset[str]]  # kind → the ids the items refer to (`Reference`s)
     look_closer: bool  # a reference that is a problem wherever it points (client_cert_id)
-    size: int  # the items' JSON size, summed
+    sizes: list[int]  # each item's JSON size
     contents: list[bytes]  # each item's canonical content
+
+    @functools.cached_property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+    def item(self, store: str, index: int) -> Any:
+        """Item `index`'s value in a `FileFacts` table, when this list knows it (else `_UNKNOWN`)."""
+        if not 0 <= index < len(self.contents):
+            return _UNKNOWN
+        if store == "issues":
+            return self.issues.get(index, ())
+        if store == "sizes":
+            return self.sizes[index]
+        if store == "contents":
+            return self.contents[index]
+        return _UNKNOWN  # references: computed again (cheap), the schema is what is worth keeping
+
+
+_UNKNOWN = object()
 
 
 @dataclass(frozen=True)
@@ -182,6 +202,11 @@ class Checker:
         """`compute(item)` for item `index` of `kind`, kept with the file's parse when the file is
         plain (`store` names the `FileFacts` table): an unchanged file is not looked into again."""
         facts, key = self.facts_of(kind, index)
+        if facts is not None:
+            known = facts.segments.get(key[:2])
+            value = known.item(store, key[2]) if known is not None else _UNKNOWN
+            if value is not _UNKNOWN:
+                return value
         return _kept(getattr(facts, store) if facts is not None else None, key, compute,
                      self.payload[kind][index])
 
@@ -213,7 +238,7 @@ def _segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) 
     issues: dict[int, tuple[tuple[str, FieldPath], ...]] = {}
     named: dict[str, set[str]] = {}
     look_closer = False
-    size = 0
+    sizes = []
     contents = []
     refers = bool(_REFERENCES_OF.get(kind)) or kind in PLUGIN_HOLDERS
     for index, item in enumerate(items):
@@ -227,9 +252,9 @@ def _segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) 
             for ref in _kept(facts.references, key, lambda i: _references(kind, i), item) if refers else ():
                 look_closer = look_closer or ref.label == "client_cert_id"
                 named.setdefault(ref.target, set()).add(ref.ident)
-        size += _kept(facts.sizes, key, _json_size, item)
+        sizes.append(_kept(facts.sizes, key, _json_size, item))
         contents.append(_kept(facts.contents, key, content_bytes, item))
-    return SegmentFacts(issues, {target: frozenset(ids) for target, ids in named.items()}, look_closer, size,
+    return SegmentFacts(issues, {target: frozenset(ids) for target, ids in named.items()}, look_closer, sizes,
                         contents)
 
 
