@@ -386,7 +386,8 @@ class Agent:
             self.state.keep_from(sha, kept)
         self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
                                              commit.files, Desired.of(rendered.payload, self.policy,
-                                                                      rendered.contents, rendered.ids))
+                                                                      rendered.contents, rendered.ids,
+                                                                      rendered.splits))
         others = [k for k in self._rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self._rendered[old]

@@ -273,7 +273,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
                    guard=GuardPolicy.from_settings(settings), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents,
-                                                  rendered.ids))
+                                                  rendered.ids, rendered.splits))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
 
     with gateways, contextlib.closing(HttpClient(None, settings.gateway_timeout)) as proxy:

@@ -73,9 +73,37 @@ def item_content(item: Any) -> Any:
     return normalize(item)
 
 
+def content_split(item: Any, content: bytes) -> int:
+    """Where the item's ``modifiedIndex`` goes in `content` (`with_index`), when `content` is also the
+    item's own JSON less its index (nothing normalized away: no ``{}``, float or huge number); else -1.
+
+    Render works it out once per item of a file; a push then writes an item's JSON by inserting its
+    index into its content instead of encoding it again (most of a large body)."""
+    if not isinstance(item, dict):
+        return -1
+    own = {k: v for k, v in item.items() if k != INDEX_FIELD}
+    try:
+        if canonical_json(own) != content:
+            return -1
+        left = {k: v for k, v in own.items() if k < INDEX_FIELD}
+    except (TypeError, ValueError):  # keys that are not all text: json cannot sort them
+        return -1
+    return len(canonical_json(left)) - 1 if left else 1
+
+
+def with_index(content: bytes, split: int, index: int) -> bytes:
+    """`canonical_json` of the item of `content` (split at `split`, from `content_split`) with its
+    ``modifiedIndex``: the field goes where sorting the keys puts it."""
+    field = b'"' + INDEX_FIELD.encode() + b'":' + str(index).encode()
+    if split == 1:  # no key sorts before it
+        return b"{" + field + (b"," if len(content) > 2 else b"") + content[1:]
+    return content[:split] + b"," + field + content[split:]
+
+
 def content_bytes(item: Any) -> bytes:
     """The canonical JSON of an item's content: what equality, indexes and the digest are computed on."""
     return canonical_json(item_content(item))
 
 
-__all__ = ["INDEX_FIELD", "VERSION_LIMIT", "canonical_json", "content_bytes", "item_content", "normalize"]
+__all__ = ["INDEX_FIELD", "VERSION_LIMIT", "canonical_json", "content_bytes", "content_split", "item_content",
+           "normalize", "with_index"]

@@ -35,6 +35,7 @@ from gitsync.content import (  # noqa: F401 - re-exported for callers of reconci
     content_bytes,
     item_content,
     normalize,
+    with_index,
 )
 from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, item_id, version_key
 from gitsync.problems import Problem
@@ -226,16 +227,33 @@ class _Listed:
     #: id → ``modifiedIndex``, for each item whose index is not the one `content_index` derives from its
     #: content (kept from another writer, or the stand-in); None until known (`odd_indexes`).
     odd: dict[str, Any] | None = None
+    #: Where each item's index goes in its content (`gitsync.content.content_split`), when render said.
+    splits: list[int] | None = None
 
     @classmethod
     def of(cls, kind: str, items: Sequence[Any], contents: Sequence[bytes] | None = None,
-           ids: Sequence[str | None] | None = None) -> _Listed:
-        """`contents`, `ids`: the items' canonical content and ids when render kept them (else computed)."""
+           ids: Sequence[str | None] | None = None, splits: Sequence[int] | None = None) -> _Listed:
+        """`contents`, `ids`, `splits`: the items' canonical content, ids and content splits when render
+        kept them (else computed; no splits)."""
         if contents is None or len(contents) != len(items):
-            contents = [content_bytes(i) for i in items]
+            contents, splits = [content_bytes(i) for i in items], None
         if ids is None or len(ids) != len(items):
             ids = [item_id(kind, i) for i in items]
-        return cls(items, list(ids), list(contents))
+        known = splits is not None and len(splits) == len(items)
+        return cls(items, list(ids), list(contents), splits=list(splits) if known else None)  # type: ignore[arg-type]
+
+    def fragment(self, index: int) -> bytes:
+        """Item `index`'s JSON as the body carries it: its content with its index put in, when the
+        content is its own JSON (`splits`), else encoded."""
+        item = self.items[index]
+        split = -1 if self.splits is None else self.splits[index]
+        if split > 0 and isinstance(item, Mapping):
+            mark = item.get(INDEX_FIELD)
+            if mark is None and INDEX_FIELD not in item:
+                return self.contents[index]
+            if type(mark) is int:
+                return with_index(self.contents[index], split, mark)
+        return canonical_json(item)
 
     def by_id(self) -> dict[str, tuple[Any, bytes]]:
         out: dict[str, tuple[Any, bytes]] = {}
@@ -260,7 +278,7 @@ class _Listed:
         """The list gitsync pushed, rebuilt from what it pushed (`want`, the desired side) and the
         indexes it gave that were not the derived ones: the same items, indexes, and contents."""
         if kind in UNINDEXED_KINDS:
-            return cls(want.items, want.ids, want.contents, [None] * len(want.items), {})
+            return cls(want.items, want.ids, want.contents, [None] * len(want.items), {}, want.splits)
         items = []
         for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
             if isinstance(item, Mapping):
@@ -269,7 +287,7 @@ class _Listed:
             items.append(item)
         ids = set(want.ids)
         kept = {key: index for key, index in odd.items() if key in ids}
-        return cls(items, want.ids, want.contents, [None] * len(items), kept)
+        return cls(items, want.ids, want.contents, [None] * len(items), kept, want.splits)
 
     def sent_by_id(self) -> dict[str, tuple[Any, bytes | None]]:
         """Each item gitsync sent, with its JSON (None: not written, or not gitsync's items)."""
@@ -402,7 +420,7 @@ def _changed_in_place(kind: str, want: _Listed, live: _Listed, live_v: int | flo
     kind_plan = KindPlan(key=kind, status=KindStatus.CHANGED, live_version=live_v, version=version,
                          count=len(want.items),
                          modified=tuple(key for index in changed if (key := want.ids[index]) is not None))
-    return kind_plan, _Listed(items, want.ids, want.contents, fragments, odd)
+    return kind_plan, _Listed(items, want.ids, want.contents, fragments, odd, want.splits)
 
 
 def _in_place(kind: str, want: _Listed, live: _Listed) -> bool:
@@ -433,7 +451,7 @@ def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, 
         pruned=tuple(key for key in gone if key not in ours),
     )
     items, fragments, odd = _with_indexes(kind, want, live, twins)
-    return kind_plan, _Listed(items, want.ids, want.contents, fragments, odd)
+    return kind_plan, _Listed(items, want.ids, want.contents, fragments, odd, want.splits)
 
 
 @dataclass(frozen=True)
@@ -450,16 +468,17 @@ class Desired:
     @classmethod
     def of(cls, desired: Mapping[str, Sequence[Any]] | Desired, policy: Policy = MANAGE_ALL,
            contents: Mapping[str, Sequence[bytes]] | None = None,
-           ids: Mapping[str, Sequence[str | None]] | None = None) -> Desired:
-        """`contents`, `ids`: each item's canonical content and id by kind, when render kept them
-        (`Rendered.contents`, `Rendered.ids`)."""
+           ids: Mapping[str, Sequence[str | None]] | None = None,
+           splits: Mapping[str, Sequence[int]] | None = None) -> Desired:
+        """`contents`, `ids`, `splits`: each item's canonical content, id and content split by kind, when
+        render kept them (`Rendered.contents`, `Rendered.ids`, `Rendered.splits`)."""
         if isinstance(desired, Desired):
             if desired.policy == policy:
                 return desired
             desired = desired.payload
-        contents, ids = contents or {}, ids or {}
-        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ()), contents.get(kind), ids.get(kind))
-                  for kind in KINDS if policy.manages(kind)}
+        contents, ids, splits = contents or {}, ids or {}, splits or {}
+        wanted = {kind: _Listed.of(kind, list(desired.get(kind) or ()), contents.get(kind), ids.get(kind),
+                                   splits.get(kind)) for kind in KINDS if policy.manages(kind)}
         return cls(desired, policy, wanted, _digest({kind: want.contents for kind, want in wanted.items()}))
 
 
@@ -527,7 +546,7 @@ def _body(fields: Mapping[str, Any]) -> bytes:
             fragments = value.fragments if value.fragments is not None else [None] * len(value.items)
             for index, fragment in enumerate(fragments):
                 if fragment is None:
-                    fragments[index] = canonical_json(value.items[index])
+                    fragments[index] = value.fragment(index)
             parts[key] = b"[" + b",".join(fragments) + b"]"  # type: ignore[arg-type]
         else:
             parts[key] = canonical_json(value)

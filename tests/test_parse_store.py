@@ -73,6 +73,7 @@ def test_a_later_run_reads_back_what_was_stored_and_parses_nothing(tmp_path) -> 
     stored = render(files, RenderOptions(), cache=again)
     assert again.parses == 0
     assert stored.payload == rendered.payload and stored.contents == rendered.contents
+    assert stored.splits == rendered.splits and stored.ids == rendered.ids
     for kind, items in rendered.payload.items():  # every item at the same file:line
         assert [stored.source_map.location(kind, i) for i in range(len(items))] == \
             [rendered.source_map.location(kind, i) for i in range(len(items))]

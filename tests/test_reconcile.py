@@ -446,3 +446,46 @@ def test_a_changed_item_planned_in_place_never_gets_its_twins_index() -> None:
     sent = json.loads(p2.body)["routes"][0]
     assert sent["uri"] == "/new" and sent["modifiedIndex"] == stand_in
     assert p2.after is not None and p2.after.odd_indexes(["routes"]) == {"routes": {"r1": stand_in}}
+
+
+ITEMS_WITH_ANY_FIELDS = st.lists(st.tuples(IDS, FIELDS, FIELDS, INDEXES), max_size=4).map(
+    lambda drawn: [{"id": name, **a, **{f"z{k}": v for k, v in b.items()}, "a": 1}
+                   | ({} if index is None else {"modifiedIndex": index}) for name, a, b, index in drawn])
+
+
+@settings(max_examples=200, deadline=None)
+@given(ITEMS_WITH_ANY_FIELDS, st.integers(1, VERSION_LIMIT - 1))
+def test_an_items_json_is_its_content_with_the_index_put_in_when_the_content_is_its_own(items, index) -> None:
+    from gitsync.content import content_bytes, content_split, with_index
+
+    for item in items:
+        content = content_bytes(item)
+        split = content_split(item, content)
+        own = {k: v for k, v in item.items() if k != "modifiedIndex"}
+        if split < 0:
+            assert canonical_json(own) != content  # normalize changed it: it is encoded when sent
+            continue
+        assert with_index(content, split, index) == canonical_json({**own, "modifiedIndex": index})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stored=gateway_states(), desired=repos())
+def test_a_body_written_from_contents_and_splits_is_byte_for_byte_the_encoded_one(stored, desired) -> None:
+    """Render gives each item's content and split; the body is then mostly joined from them. It must be
+    exactly the body encoded item by item, on any gateway state."""
+    from gitsync.content import content_bytes, content_split
+    from gitsync.reconcile import Desired
+
+    contents = {kind: [content_bytes(item) for item in items] for kind, items in desired.items()}
+    splits = {}
+    for kind, items in desired.items():
+        splits[kind] = [content_split(item, content) for item, content in zip(items, contents[kind],
+                                                                                strict=True)]
+    live = Gateway(stored).get()
+    with_splits = plan(Desired.of(desired, contents=contents, splits=splits), live)
+    assert with_splits.body == plan(desired, live).body
+    assert with_splits.after is not None
+    again = {kind: list(reversed(items)) for kind, items in desired.items()}  # a next commit, on our push
+    assert plan(Desired.of(again, contents={k: v[::-1] for k, v in contents.items()},
+                           splits={k: v[::-1] for k, v in splits.items()}), with_splits.after).body == \
+        plan(again, with_splits.after).body

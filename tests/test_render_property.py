@@ -123,7 +123,7 @@ def outcome(files: dict[str, bytes], cache: ParseCache) -> Any:
         return [str(problem) for problem in exc.problems]
     places = {kind: [str(rendered.source_map.location(kind, i)) for i in range(len(items))]
               for kind, items in rendered.payload.items()}
-    return rendered.payload, rendered.contents, rendered.ids, places
+    return rendered.payload, rendered.contents, rendered.ids, rendered.splits, places
 
 
 @PROPERTY

@@ -42,6 +42,8 @@ class Rendered:
     left_out: tuple[LeftOut, ...] = ()
     #: Each item's id by kind, in payload order (`gitsync.kinds.item_id`), as build found them.
     ids: dict[str, list[str | None]] = field(default_factory=dict, repr=False, compare=False)
+    #: Where each item's modifiedIndex goes in its content (`gitsync.content.content_split`), by kind.
+    splits: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -304,11 +306,11 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     if left_out and fallback is not None:
         secrets |= fallback.secret_values
     redactors = {}
+    contents, splits = item_contents(built.payload, source_map, facts, built.segments if not left_out else {})
     return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks),
-                    item_contents(built.payload, source_map, facts, built.segments if not left_out else {}),
-                    tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
-                                  for out in left_out.values()), key=_where)),
-                    built.ids)
+                    contents, tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
+                                            for out in left_out.values()), key=_where)),
+                    built.ids, splits)
 
 
 def _where(out: LeftOut) -> tuple[Location, str, str]:

@@ -29,7 +29,7 @@ from gitsync.log import logger
 from gitsync.render.load import Document, ParsedFile
 from gitsync.render.validate import FileFacts, Reference, SegmentFacts
 
-FORMAT = 2  # 2: facts per document list (segments), items outside one
+FORMAT = 3  # 2: facts per document list (segments), items outside one; 3: with content splits
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _VERSION_DIR = re.compile(r"[^A-Za-z0-9._+-]")
 
@@ -167,7 +167,7 @@ def _facts_rows(facts: FileFacts) -> dict[str, list[list[Any]]]:
     segments = [[doc, kind,
                  [[index, [[m, list(f)] for m, f in issues]] for index, issues in known.issues.items()],
                  {target: sorted(ids) for target, ids in known.named.items()}, known.look_closer, known.sizes,
-                 [c.decode("utf-8", "surrogateescape") for c in known.contents]]
+                 [c.decode("utf-8", "surrogateescape") for c in known.contents], known.splits]
                 for (doc, kind), known in facts.segments.items()]
     keys = [key for key in {**facts.issues, **facts.references, **facts.sizes, **facts.contents}
             if key[:2] not in facts.segments]
@@ -186,15 +186,17 @@ def _facts_rows(facts: FileFacts) -> dict[str, list[list[Any]]]:
 
 def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileFacts:
     facts = FileFacts({}, secret_references)
-    for doc, kind, issues, named, look_closer, sizes, contents in stored["segments"]:
+    for doc, kind, issues, named, look_closer, sizes, contents, splits in stored["segments"]:
         if type(look_closer) is not bool or not isinstance(named, dict) or not isinstance(contents, list):
             raise TypeError("not a segment")
-        if not isinstance(sizes, list) or len(sizes) != len(contents):
+        if not isinstance(sizes, list) or not isinstance(splits, list) \
+                or not len(sizes) == len(splits) == len(contents):
             raise TypeError("not a segment")
         facts.segments[_int(doc), str(kind)] = SegmentFacts(
             {_int(index): tuple((str(m), _path(f)) for m, f in rows) for index, rows in issues},
             {str(target): frozenset(map(str, ids)) for target, ids in named.items()}, look_closer,
-            [_int(size) for size in sizes], [str(c).encode("utf-8", "surrogateescape") for c in contents])
+            [_int(size) for size in sizes], [str(c).encode("utf-8", "surrogateescape") for c in contents],
+            [_split(split, content) for split, content in zip(splits, contents, strict=True)])
     for doc, kind, index, issues, references, size, content in stored["items"]:
         key = (_int(doc), str(kind), _int(index))
         if issues is not None:
@@ -207,6 +209,13 @@ def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileF
         if content is not None:
             facts.contents[key] = str(content).encode("utf-8", "surrogateescape")
     return facts
+
+
+def _split(value: Any, content: Any) -> int:
+    split = _int(value)
+    if not -1 <= split < len(str(content).encode("utf-8", "surrogateescape")) or split == 0:
+        raise ValueError(f"not a split: {split}")
+    return split
 
 
 def _int(value: Any) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsync.content import content_bytes
+from gitsync.content import content_bytes, content_split
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
 from gitsync.render.build import Segment
@@ -84,6 +84,7 @@ class FileFacts:
     references: dict[Any, tuple[Reference, ...]] = field(default_factory=dict)
     sizes: dict[Any, int] = field(default_factory=dict)
     contents: dict[Any, bytes] = field(default_factory=dict)  # reconcile's canonical content
+    splits: dict[Any, int] = field(default_factory=dict)  # where its modifiedIndex goes (`content_split`)
     #: (doc, kind) → what is known of the document's whole list of that kind (kept, not stored).
     segments: dict[Any, SegmentFacts] = field(default_factory=dict)
 
@@ -98,6 +99,7 @@ class SegmentFacts:
     look_closer: bool  # a reference that is a problem wherever it points (client_cert_id)
     sizes: list[int]  # each item's JSON size
     contents: list[bytes]  # each item's canonical content
+    splits: list[int]  # where each one's modifiedIndex goes in it (`gitsync.content.content_split`)
 
     @functools.cached_property
     def size(self) -> int:
@@ -113,6 +115,8 @@ class SegmentFacts:
             return self.sizes[index]
         if store == "contents":
             return self.contents[index]
+        if store == "splits":
+            return self.splits[index]
         return _UNKNOWN  # references: computed again (cheap), the schema is what is worth keeping
 
 
@@ -240,6 +244,7 @@ def _segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) 
     look_closer = False
     sizes = []
     contents = []
+    splits = []
     refers = bool(_REFERENCES_OF.get(kind)) or kind in PLUGIN_HOLDERS
     for index, item in enumerate(items):
         key = (doc, kind, index)
@@ -254,8 +259,9 @@ def _segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) 
                 named.setdefault(ref.target, set()).add(ref.ident)
         sizes.append(_kept(facts.sizes, key, _json_size, item))
         contents.append(_kept(facts.contents, key, content_bytes, item))
+        splits.append(_kept(facts.splits, key, lambda i, c=contents[-1]: content_split(i, c), item))
     return SegmentFacts(issues, {target: frozenset(ids) for target, ids in named.items()}, look_closer, sizes,
-                        contents)
+                        contents, splits)
 
 
 def _plain_id_problem(value: Any) -> str | None:
@@ -573,16 +579,25 @@ def payload_json(payload: dict[str, Any]) -> bytes:
 
 
 def item_contents(payload: Mapping[str, list[Any]], sources: SourceMap, facts: Mapping[str, FileFacts],
-                  segments: Mapping[str, Sequence[Segment]] | None = None) -> dict[str, list[bytes]]:
-    """Each item's canonical content (what reconcile compares), kept for the items of plain files."""
+                  segments: Mapping[str, Sequence[Segment]] | None = None
+                  ) -> tuple[dict[str, list[bytes]], dict[str, list[int]]]:
+    """Each item's canonical content (what reconcile compares) and where its modifiedIndex goes in it
+    (`gitsync.content.content_split`), kept for the items of plain files."""
     check = Checker(dict(payload), sources, RenderOptions(), [], facts, segments=segments or {})
     contents: dict[str, list[bytes]] = {}
+    splits: dict[str, list[int]] = {}
     for kind in payload:
-        found = contents[kind] = []
+        found, where = contents[kind], splits[kind] = [], []
         for run in check.runs(kind):
-            found += run.segment.contents if run.segment is not None else [
-                check.memo("contents", kind, index, content_bytes) for index in range(run.lo, run.hi)]
-    return contents
+            if run.segment is not None:
+                found += run.segment.contents
+                where += run.segment.splits
+                continue
+            for index in range(run.lo, run.hi):
+                found.append(check.memo("contents", kind, index, content_bytes))
+                where.append(check.memo("splits", kind, index,
+                                        lambda item, content=found[-1]: content_split(item, content)))
+    return contents, splits
 
 
 def validate(payload: dict[str, list[Any]], sources: SourceMap, options: RenderOptions,
