@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -105,21 +105,32 @@ def _ids(kind: str, items: Any) -> set[str]:
 def check_deletions(desired: Mapping[str, Sequence[Any]], live: Mapping[str, Any], managed: Iterable[str],
                     policy: GuardPolicy) -> GuardVerdict:
     """Per managed kind that holds items live, how many the desired config deletes, and the verdict."""
+    kinds = list(managed)
+    return deletion_verdict({kind: _ids(kind, list(desired.get(kind) or ())) for kind in kinds},
+                            {kind: _ids(kind, live.get(kind)) for kind in kinds}, kinds, policy)
+
+
+def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping[str, Collection[str | None]],
+                     managed: Iterable[str], policy: GuardPolicy) -> GuardVerdict:
+    """`check_deletions` from each kind's ids, desired and live (when the caller has them already)."""
     changes = []
     for kind in managed:
-        live_ids = _ids(kind, live.get(kind))
+        live_ids = set(live.get(kind) or ())
+        live_ids.discard(None)
         if not live_ids:
             continue
-        wanted = _ids(kind, list(desired.get(kind) or ()))
-        deleted = len(live_ids - wanted)
+        wanted_ids = set(wanted.get(kind) or ())
+        wanted_ids.discard(None)
+        deleted = len(live_ids - wanted_ids)
         refused = None
         if policy.enabled and deleted and not policy.allows(kind):
-            if not wanted:
+            if not wanted_ids:
                 refused = f"it would leave {kind} empty"
             elif deleted > policy.limit(kind, len(live_ids)):
                 refused = f"it would delete {deleted} {kind}, more than {policy.limit(kind, len(live_ids))}"
-        changes.append(KindChange(kind, len(live_ids), len(wanted), deleted, refused))
+        changes.append(KindChange(kind, len(live_ids), len(wanted_ids), deleted, refused))
     return GuardVerdict(tuple(changes))
 
 
-__all__ = ["ALL", "TRAILER", "GuardPolicy", "GuardVerdict", "KindChange", "allowed_kinds", "check_deletions"]
+__all__ = ["ALL", "TRAILER", "GuardPolicy", "GuardVerdict", "KindChange", "allowed_kinds", "check_deletions",
+           "deletion_verdict"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from gitsync.checks import Check, run_checks
 from gitsync.gateway import Gateway, GatewayError, LiveConfig
-from gitsync.guard import GuardPolicy, check_deletions
+from gitsync.guard import GuardPolicy, check_deletions, deletion_verdict
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
@@ -60,7 +60,10 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         except GatewayError:
             pass  # the push reports the gateway's state, and retries
         if known is not None:
-            verdict = check_deletions(what.payload, known.view.body(), what.managed, what.guard)
+            verdict = deletion_verdict(
+                {kind: want.ids for kind, want in what.desired.wanted.items()}, known.view.ids(what.managed),
+                what.managed, what.guard) if what.desired is not None and what.desired.policy == policy else \
+                check_deletions(what.payload, known.view.body(), what.managed, what.guard)
             if verdict.refused:
                 for line in verdict.problems:
                     logger.error("gateway {}: deletion guard: {}", client.url, line)
