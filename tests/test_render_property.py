@@ -116,7 +116,7 @@ repo_files = st.dictionaries(
 
 def outcome(files: dict[str, bytes], cache: ParseCache) -> Any:
     """Everything a render says: its problems, or its payload, contents, ids and item places."""
-    options = RenderOptions(paths=(".", "envs/prod"))
+    options = RenderOptions(paths=(".", "envs/prod"), max_payload_size=500)  # BASE: 371 bytes
     try:
         rendered = render(files, options, cache)
     except ProblemsError as exc:
@@ -137,3 +137,70 @@ def test_a_render_with_a_warm_cache_says_what_a_cold_render_says(commits: list[d
     for commit in commits:
         files = {name: json.dumps(doc).encode() for name, doc in commit.items()}
         assert outcome(files, warm) == outcome(files, ParseCache())
+
+
+BASE = {"upstreams.yaml": {"upstreams": [{"id": u, "type": "roundrobin", "nodes": {"127.0.0.1:80": 1}}
+                                         for u in UPSTREAM_IDS]},
+        "a.yaml": {"routes": [{"id": "r1", "uri": "/a", "upstream_id": "u1"},
+                              {"id": "r2", "uri": "/b", "upstream_id": "u2"}]},
+        "b.yaml": {"routes": [{"id": "r3", "uri": "/c", "upstream_id": "u3"}]},
+        "envs/prod/x.yaml": {"routes": [{"id": "r5", "uri": "/e", "upstream_id": "u1"}]}}
+edits = st.tuples(
+    st.sampled_from(["a.yaml", "b.yaml", "upstreams.yaml", "envs/prod/x.yaml"]), st.integers(0, 1),
+    st.sampled_from([("uri", "/x"), ("uri", "/" + "long" * 40), ("upstream_id", "u3"),
+                     ("upstream_id", "nope"), ("plugins", {"proxy-rewrite": {"uri": "/z"}}),
+                     ("plugins", {"no-such": {}}), ("id", "r9"), ("id", "r1"), ("nodes", "bad"),
+                     ("nodes", {"127.0.0.2:81": 2}), ("drop", None), ("add file", None)]))
+
+
+def edited(base: dict[str, Any], edit: tuple[str, int, tuple[str, Any]]) -> dict[str, Any]:
+    name, index, (field, value) = edit
+    files = json.loads(json.dumps(base))
+    if field == "add file":
+        files["c.yaml"] = {"routes": [{"id": "r4", "uri": "/d", "upstream_id": "u1"}]}
+        return files
+    kind = "upstreams" if name == "upstreams.yaml" else "routes"
+    items = files[name][kind]
+    if index >= len(items):
+        return files
+    if field == "drop":
+        del items[index]
+    else:
+        items[index][field] = value
+    return files
+
+
+@PROPERTY
+@given(st.lists(edits, min_size=1, max_size=6))
+def test_the_next_render_from_the_last_one_says_what_a_full_render_says(changes) -> None:
+    """A commit that changes items but not ids is rendered from the last render (only the changed
+    files are looked at); any other is rendered in full. Either way it must say what a fresh render
+    says: commit after commit, each editing the last (items, ids, references, plugins, files)."""
+    warm = ParseCache()
+    commit = BASE
+    files = {name: json.dumps(doc).encode() for name, doc in commit.items()}
+    assert outcome(files, warm) == outcome(files, ParseCache())
+    for change in changes:
+        commit = edited(commit, change)
+        files = {name: json.dumps(doc).encode() for name, doc in commit.items()}
+        assert outcome(files, warm) == outcome(files, ParseCache())
+
+
+def test_a_one_file_change_of_items_is_rendered_from_the_last_render() -> None:
+    import gitsync.render.incremental as incremental
+
+    files = {n: json.dumps(d).encode() for n, d in BASE.items()}
+    cache = ParseCache()
+    first = render(files, RenderOptions(), cache)
+    files["a.yaml"] = json.dumps(edited(BASE, ("a.yaml", 0, ("uri", "/x")))["a.yaml"]).encode()
+    looked: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        real = incremental._lists
+        patch.setattr(incremental, "_lists", lambda name, *rest: looked.append(name) or real(name, *rest))
+        second = render(files, RenderOptions(), cache)
+    assert looked == ["a.yaml"]  # the only file looked at
+    assert second.payload["routes"][0]["uri"] == "/x" and first.payload["routes"][0]["uri"] == "/a"
+    assert str(second.source_map.location("routes", 0)).startswith("a.yaml:")
+    files["a.yaml"] = json.dumps(edited(BASE, ("a.yaml", 0, ("upstream_id", "nope")))["a.yaml"]).encode()
+    with pytest.raises(ProblemsError, match="upstream_id 'nope' names no item of upstreams"):
+        render(files, RenderOptions(), cache)

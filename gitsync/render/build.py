@@ -109,7 +109,7 @@ class Segment:
     doc: int
 
 
-def _units(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
+def units_of(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
     """A document's top-level problems and its units, kept with a plain file's parse."""
     key = ("units", loaded.file, loaded.document.index)
     if loaded.memo is not None and key in loaded.memo:
@@ -149,7 +149,7 @@ def build(documents: list[Loaded]) -> Built:
     placed: dict[str, dict[str, int]] = {}
     problems: list[Problem] = []
     for loaded in documents:
-        top_problems, units = _units(loaded)
+        top_problems, units = units_of(loaded)
         problems += top_problems
         for unit in units:
             kind = unit.kind

@@ -19,6 +19,7 @@ import marshal
 import math
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
 if TYPE_CHECKING:
+    from gitsync.render.incremental import LastRender
     from gitsync.render.stored import ParseStore
 
 #: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
@@ -445,6 +447,8 @@ class ParseCache:
         self._store = store
         self._unstored: set[str] = set()  # parsed here, not yet written to the store
         self.parses = 0
+        #: The last clean render, for the next one (`gitsync.render.incremental`).
+        self.last_render: LastRender | None = None
 
     def has(self, key: str) -> bool:
         """Whether the file of this git blob SHA is parsed already (its bytes need not be read)."""
@@ -462,6 +466,14 @@ class ParseCache:
                 entry = (parsed, self._generation)
             self._entries[key] = (entry[0], self._generation)
             return entry[0]
+
+    def touch(self, keys: Iterable[str]) -> None:
+        """Count these files as used by this render (a render that did not look each one up)."""
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self._entries[key] = (entry[0], self._generation)
 
     def get(self, data: bytes, key: str | None = None) -> ParsedFile:
         """The parsed file of `data` (`key`, its blob SHA, when the caller knows it)."""

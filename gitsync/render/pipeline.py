@@ -21,6 +21,7 @@ from gitsync.log import MASK, Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.files import ConfigFiles, layers
+from gitsync.render.incremental import remember, render_next
 from gitsync.render.load import Document, ParseCache, ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
@@ -222,6 +223,9 @@ def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
 
 def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache,
             fallback: LastGood | None = None) -> Rendered:
+    following = render_next(files, options, cache) if fallback is None else None
+    if following is not None:
+        return following
     render_problems: list[Problem] = []
     known = files if isinstance(files, ConfigFiles) else ConfigFiles()
     oversized = known.oversized
@@ -307,10 +311,13 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
         secrets |= fallback.secret_values
     redactors = {}
     contents, splits = item_contents(built.payload, source_map, facts, built.segments if not left_out else {})
-    return Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values), tuple(checks),
-                    contents, tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
-                                            for out in left_out.values()), key=_where)),
-                    built.ids, splits)
+    rendered = Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values),
+                        tuple(checks), contents,
+                        tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
+                                      for out in left_out.values()), key=_where)),
+                        built.ids, splits)
+    remember(cache, options, files, built, facts, rendered)
+    return rendered
 
 
 def _where(out: LeftOut) -> tuple[Location, str, str]:

@@ -87,6 +87,10 @@ class SourceMap:
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._items)
 
+    def lists(self) -> Mapping[str, list[ItemSource]]:
+        """Each kind's item sources, in payload order (read only)."""
+        return self._items
+
     def source(self, kind: str, index: int) -> ItemSource | None:
         sources = self._items.get(kind)
         if sources is None or not 0 <= index < len(sources):

@@ -173,7 +173,7 @@ class Checker:
                 hi = segment.start + segment.count
                 known = facts.segments.get((segment.doc, kind))
                 if known is None:
-                    known = facts.segments[segment.doc, kind] = _segment_facts(
+                    known = facts.segments[segment.doc, kind] = segment_facts(
                         kind, self.payload[kind][segment.start:hi], facts, segment.doc)
                 runs.append(Run(segment.start, hi, facts, known))
                 at = hi
@@ -237,7 +237,7 @@ def _kept(table: dict[Any, Any] | None, key: Any, compute: Any, item: Any) -> An
     return value
 
 
-def _segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -> SegmentFacts:
+def segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -> SegmentFacts:
     """What is known of a plain document's list of one kind as a whole, from each item's facts."""
     issues: dict[int, tuple[tuple[str, FieldPath], ...]] = {}
     named: dict[str, set[str]] = {}

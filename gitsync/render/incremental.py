@@ -1,0 +1,178 @@
+"""The next render from the last one: a commit that changes a few plain files' items, not their ids.
+
+Most commits change the content of a few items. When the last render of the same options was clean
+and made only of plain files, each appended whole (`gitsync.render.build.Segment`), a commit whose
+changed files keep every document's kinds and ids in place is rendered by putting the changed
+files' items where their old items were: the ids, and so every cross-item check (duplicates,
+references into them, layers), are what they were, and each changed item is checked on its own
+(`SegmentFacts`) and for the ids it names. Anything else — a new, removed or renamed file, an id
+added, removed or moved, a problem, a file with ``${{ }}`` or SOPS, ssls (their SNIs are checked
+across items), health checks, an overlay that replaced an item, more than a few changed files — is
+a full render (`gitsync.render.pipeline`), which says the same in every case.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gitsync.kinds import REPO_ONLY_KINDS
+from gitsync.render.build import Built, Loaded, Unit, units_of
+from gitsync.render.files import ConfigFiles
+from gitsync.render.load import ParseCache, blob_sha
+from gitsync.render.options import RenderOptions
+from gitsync.render.sourcemap import FilePositions, SourceMap
+from gitsync.render.validate import FileFacts, SegmentFacts, segment_facts
+
+if TYPE_CHECKING:
+    from gitsync.render.pipeline import Rendered
+
+MAX_CHANGED = 8  # files; more is a full render
+LOOKED_ACROSS = frozenset({"ssls", *REPO_ONLY_KINDS})  # checked across items, or not in the payload
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one document list of a file stands in the payload."""
+
+    doc: int
+    kind: str
+    start: int
+    count: int
+
+
+@dataclass(frozen=True)
+class LastRender:
+    """What the next render may start from (kept by the `ParseCache`)."""
+
+    options: RenderOptions
+    blobs: dict[str, str]  # file → blob SHA
+    places: dict[str, tuple[Place, ...]]  # file → its document lists, every one a whole segment
+    sizes: dict[str, int]  # file → its items' JSON size
+    size: int  # the payload's JSON size
+    rendered: Rendered
+
+
+def remember(cache: ParseCache, options: RenderOptions, files: Mapping[str, bytes], built: Built,
+             facts: Mapping[str, FileFacts], rendered: Rendered) -> None:
+    """Keep a clean render for the next one, when every item of it is a plain file's whole list."""
+    cache.last_render = None
+    if options.partial or rendered.left_out or rendered.secret_values:
+        return
+    places: dict[str, list[Place]] = {}
+    sizes: dict[str, int] = {}
+    size = 2 + max(len(built.payload) - 1, 0)
+    for kind, items in built.payload.items():
+        segments = built.segments.get(kind, ())
+        if sum(segment.count for segment in segments) != len(items):
+            return  # an item outside a whole list (an overlay replaced it)
+        size += len(json.dumps(kind)) + 3 + max(len(items) - 1, 0)
+        for segment in segments:
+            known = facts[segment.file].segments.get((segment.doc, kind)) if segment.file in facts else None
+            if known is None:
+                return  # not a plain file
+            places.setdefault(segment.file, []).append(Place(segment.doc, kind, segment.start, segment.count))
+            sizes[segment.file] = sizes.get(segment.file, 0) + known.size
+            size += known.size
+    blobs = _blobs(files)
+    if blobs is None or not set(blobs) <= set(facts):
+        return  # a file that is not plain: its values may change with the same bytes
+    cache.last_render = LastRender(options, blobs, {name: tuple(p) for name, p in places.items()}, sizes,
+                                   size, rendered)
+
+
+def _blobs(files: Mapping[str, bytes]) -> dict[str, str] | None:
+    """Every file's blob SHA (from the source when it knows them), or None with a file unread for its size."""
+    known = files if isinstance(files, ConfigFiles) else None
+    if known is not None and known.oversized:
+        return None
+    names = [*files, *(known.unread if known is not None else ())]
+    return {name: (known.blob_ids.get(name) if known is not None else None) or blob_sha(files[name])
+            for name in names}
+
+
+def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered | None:
+    """The render of `files` from the last one (see the module), or None: render it in full."""
+    from gitsync.render.pipeline import Rendered
+
+    last = cache.last_render
+    if last is None or options != last.options:
+        return None
+    blobs = _blobs(files)
+    if blobs is None or blobs.keys() != last.blobs.keys():
+        return None
+    changed = [name for name, blob in blobs.items() if last.blobs[name] != blob]
+    if len(changed) > MAX_CHANGED:
+        return None
+    before = last.rendered
+    payload, sources = dict(before.payload), dict(before.source_map.lists())
+    contents, splits = dict(before.contents), dict(before.splits)
+    declared: dict[str, set[str]] = {}
+    sizes = dict(last.sizes)
+    size = last.size
+    for name in changed:
+        places = last.places.get(name)
+        lists = _lists(name, files, blobs[name], cache)
+        if places is None or lists is None or len(lists) != len(places):
+            return None
+        sizes[name] = 0
+        for place, (unit, known) in zip(places, lists, strict=True):
+            if (unit.kind, len(unit.items)) != (place.kind, place.count) or not unit.unique \
+                    or unit.ids != before.ids[place.kind][place.start:place.start + place.count]:
+                return None
+            if known.issues or known.look_closer or not _declared(known, before, declared, options):
+                return None
+            end = place.start + place.count
+            for table, new in ((payload, unit.items), (sources, unit.sources), (contents, known.contents),
+                               (splits, known.splits)):
+                table[place.kind] = [*table[place.kind][:place.start], *new, *table[place.kind][end:]]
+            sizes[name] += known.size
+        size += sizes[name] - last.sizes.get(name, 0)
+    if size > options.max_payload_size:
+        return None
+    cache.touch(blobs.values())
+    rendered = Rendered(payload, SourceMap(files, sources, FilePositions(files)), before.secret_values,
+                        before.checks, contents, (), before.ids, splits)
+    cache.last_render = LastRender(options, blobs, last.places, sizes, size, rendered)
+    return rendered
+
+
+def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
+           ) -> list[tuple[Unit, SegmentFacts]] | None:
+    """A changed file's document lists with what is known of each, when it is plain and clean."""
+    parsed = cache.cached(blob) or cache.get(files[name], blob)
+    if parsed.issues or parsed.has_templates or parsed.has_sops or parsed.has_secret_references:
+        return None
+    facts = parsed.memo.setdefault("facts", FileFacts({}, parsed.has_secret_references))
+    lists = []
+    for doc in parsed.documents:
+        problems, units = units_of(Loaded(name, 0, doc, doc.shared, parsed.memo))
+        if problems:
+            return None
+        for unit in units:
+            if unit.kind in LOOKED_ACROSS:
+                return None
+            known = facts.segments.get((doc.index, unit.kind))
+            if known is None:
+                known = facts.segments[doc.index, unit.kind] = segment_facts(unit.kind, unit.items, facts,
+                                                                             doc.index)
+            lists.append((unit, known))
+    return lists
+
+
+def _declared(known: SegmentFacts, before: Rendered, declared: dict[str, set[str]],
+              options: RenderOptions) -> bool:
+    """Whether every id a list names is declared (the ids are the last render's: none changed)."""
+    for target, ids in known.named.items():
+        if target in options.unmanaged:
+            continue
+        if target not in declared:
+            declared[target] = {i for i in before.ids.get(target, ()) if i is not None}
+        if not ids <= declared[target]:
+            return False
+    return True
+
+
+__all__ = ["LastRender", "remember", "render_next"]
