@@ -204,3 +204,20 @@ def test_a_one_file_change_of_items_is_rendered_from_the_last_render() -> None:
     files["a.yaml"] = json.dumps(edited(BASE, ("a.yaml", 0, ("upstream_id", "nope")))["a.yaml"]).encode()
     with pytest.raises(ProblemsError, match="upstream_id 'nope' names no item of upstreams"):
         render(files, RenderOptions(), cache)
+
+
+def test_files_outside_the_configured_paths_do_not_keep_a_render_from_following_the_last() -> None:
+    import gitsync.render.incremental as incremental
+
+    files = {f"base/{n}": json.dumps(d).encode() for n, d in BASE.items() if "/" not in n}
+    files["elsewhere/t.yaml"] = b"routes:\n  - {id: t, uri: '${{ vars.NOPE }}'}\n"  # not rendered here
+    cache, options = ParseCache(), RenderOptions(paths=("base",))
+    render(files, options, cache)
+    files["base/b.yaml"] = json.dumps(edited(BASE, ("b.yaml", 0, ("uri", "/new")))["b.yaml"]).encode()
+    looked: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        real = incremental._lists
+        patch.setattr(incremental, "_lists", lambda name, *rest: looked.append(name) or real(name, *rest))
+        rendered = render(files, options, cache)
+    assert looked == ["base/b.yaml"]
+    assert rendered.payload == render(files, options, ParseCache()).payload

@@ -14,7 +14,7 @@ a full render (`gitsync.render.pipeline`), which says the same in every case.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,8 +56,9 @@ class LastRender:
 
 
 def remember(cache: ParseCache, options: RenderOptions, files: Mapping[str, bytes], built: Built,
-             facts: Mapping[str, FileFacts], rendered: Rendered) -> None:
-    """Keep a clean render for the next one, when every item of it is a plain file's whole list."""
+             facts: Mapping[str, FileFacts], rendered: Rendered, rendered_files: Collection[str]) -> None:
+    """Keep a clean render for the next one, when every item of it is a plain file's whole list and
+    every file it rendered (`rendered_files`: those under the configured paths) is plain."""
     cache.last_render = None
     if options.partial or rendered.left_out or rendered.secret_values:
         return
@@ -77,7 +78,7 @@ def remember(cache: ParseCache, options: RenderOptions, files: Mapping[str, byte
             sizes[segment.file] = sizes.get(segment.file, 0) + known.size
             size += known.size
     blobs = _blobs(files)
-    if blobs is None or not set(blobs) <= set(facts):
+    if blobs is None or not set(rendered_files) <= set(facts):
         return  # a file that is not plain: its values may change with the same bytes
     cache.last_render = LastRender(options, blobs, {name: tuple(p) for name, p in places.items()}, sizes,
                                    size, rendered)

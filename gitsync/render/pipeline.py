@@ -316,7 +316,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                         tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
                                       for out in left_out.values()), key=_where)),
                         built.ids, splits)
-    remember(cache, options, files, built, facts, rendered)
+    remember(cache, options, files, built, facts, rendered, [name for names in buckets for name in names])
     return rendered
 
 
