@@ -221,3 +221,28 @@ def test_files_outside_the_configured_paths_do_not_keep_a_render_from_following_
         rendered = render(files, options, cache)
     assert looked == ["base/b.yaml"]
     assert rendered.payload == render(files, options, ParseCache()).payload
+
+
+def test_a_file_of_several_kinds_in_any_order_follows_the_last_render() -> None:
+    import gitsync.render.incremental as incremental
+
+    def both(uri: str) -> bytes:
+        return (b"upstreams:\n  - {id: u1, type: roundrobin, nodes: {'127.0.0.1:80': 1}}\n"
+                b"routes:\n  - {id: r1, uri: '" + uri.encode() + b"', upstream_id: u1}\n"
+                b"---\nroutes:\n  - {id: r2, uri: /two, upstream_id: u1}\n")
+
+    files = {"both.yaml": both("/one"), "other.yaml": b"routes:\n  - {id: r3, uri: /3, upstream_id: u1}\n"}
+    cache = ParseCache()
+    render(files, RenderOptions(), cache)
+    files["both.yaml"] = both("/uno")
+    followed: list[Any] = []
+    with pytest.MonkeyPatch.context() as patch:
+        real = incremental.render_next
+        patch.setattr("gitsync.render.pipeline.render_next", lambda *args: followed.append(real(*args)) or
+                      followed[-1])
+        rendered = render(files, RenderOptions(), cache)
+    assert followed == [rendered]  # rendered from the last render, not in full
+    fresh = render(files, RenderOptions(), ParseCache())
+    assert rendered.payload == fresh.payload and rendered.contents == fresh.contents
+    assert [str(rendered.source_map.location("routes", i)) for i in range(3)] == \
+        [str(fresh.source_map.location("routes", i)) for i in range(3)]

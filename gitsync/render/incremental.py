@@ -119,8 +119,10 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: Parse
         if places is None or lists is None or len(lists) != len(places):
             return None
         sizes[name] = 0
-        for place, (unit, known) in zip(places, lists, strict=True):
-            if (unit.kind, len(unit.items)) != (place.kind, place.count) or not unit.unique \
+        where = {(place.doc, place.kind): place for place in places}
+        for doc, unit, known in lists:
+            place = where.get((doc, unit.kind))
+            if place is None or len(unit.items) != place.count or not unit.unique \
                     or unit.ids != before.ids[place.kind][place.start:place.start + place.count]:
                 return None
             if known.issues or known.look_closer or not _declared(known, before, declared, options):
@@ -141,7 +143,7 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: Parse
 
 
 def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
-           ) -> list[tuple[Unit, SegmentFacts]] | None:
+           ) -> list[tuple[int, Unit, SegmentFacts]] | None:
     """A changed file's document lists with what is known of each, when it is plain and clean."""
     parsed = cache.cached(blob) or cache.get(files[name], blob)
     if parsed.issues or parsed.has_templates or parsed.has_sops or parsed.has_secret_references:
@@ -159,7 +161,7 @@ def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
             if known is None:
                 known = facts.segments[doc.index, unit.kind] = segment_facts(unit.kind, unit.items, facts,
                                                                              doc.index)
-            lists.append((unit, known))
+            lists.append((doc.index, unit, known))
     return lists
 
 
