@@ -219,9 +219,18 @@ def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
             tls_verify=settings.tls_verify,
             max_answer=max(2 * settings.max_payload_size, SMALL_ANSWER),
         )
-        tls_context(endpoint)
+        if uses_tls(endpoint):
+            tls_context(endpoint)
         out.append(endpoint)
     return out
+
+
+def uses_tls(endpoint: Endpoint) -> bool:
+    """An https gateway (or status URL), or TLS files to load: a plain-HTTP gateway on the same host
+    or network (the usual one) needs no TLS context, whose trust store costs ~50 ms to load."""
+    urls = (endpoint.url, endpoint.status_url)
+    return bool(endpoint.ca_file or endpoint.client_cert_file) or any(
+        url is not None and urlsplit(url).scheme.lower() == "https" for url in urls)
 
 
 @functools.cache
@@ -285,7 +294,7 @@ class Gateway:
         self._headers = [(b"Accept", b"application/json"), (b"User-Agent", b"gitsync")]
         if endpoint.admin_key is not None:
             self._headers.append((b"X-API-KEY", endpoint.admin_key.reveal().encode()))
-        self._http = HttpClient(tls_context(endpoint), endpoint.timeout)
+        self._http = HttpClient(tls_context(endpoint) if uses_tls(endpoint) else None, endpoint.timeout)
         self.has_head: bool | None = None  # learnt on first use: False on 3.13
         self.has_validate: bool | None = None  # False before 3.15
         self.server: str | None = None  # the Server header, e.g. APISIX/3.18.0

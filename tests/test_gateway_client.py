@@ -119,3 +119,22 @@ def test_an_error_names_the_request_not_the_gateway_twice(apisix: ApisixDouble) 
     result = sync_gateway(Endpoint(apisix.url, Secret("not-the-key-1234")), {"routes": []})
     assert result.summary().count(apisix.url) == 1
     assert result.summary().startswith(f"{apisix.url}: failed: GET /apisix/admin/configs refused (401)")
+
+
+def test_a_plain_http_gateway_loads_no_tls_trust_store(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                      apisix: ApisixDouble) -> None:
+    """Loading the system's trust store costs ~50 ms of every start; a gateway on plain HTTP (the
+    usual admin API, on the same host or network) never needs it. An https one, or TLS files, do."""
+    import gitsync.gateway as gateway_module
+
+    built: list[str] = []
+    real = gateway_module._default_tls.__wrapped__
+    monkeypatch.setattr(gateway_module, "_default_tls", lambda: built.append("default") or real())
+    with Gateway(Endpoint(apisix.url, Secret(KEY), timeout=5.0)) as plain:
+        assert plain.get_config().body is not None  # a real request over plain HTTP
+    assert built == []
+    assert gateway_module.uses_tls(Endpoint("https://127.0.0.1:1", Secret(KEY)))
+    assert gateway_module.uses_tls(Endpoint("http://127.0.0.1:1", Secret(KEY), status_url="https://127.0.0.1:2"))
+    assert gateway_module.uses_tls(Endpoint("http://127.0.0.1:1", Secret(KEY), ca_file=tmp_path / "ca.pem"))
+    with Gateway(Endpoint("https://127.0.0.1:1", Secret(KEY), timeout=1.0)):
+        assert built == ["default"]
