@@ -13,7 +13,6 @@ a full render (`gitsync.render.pipeline`), which says the same in every case.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ from gitsync.render.files import ConfigFiles
 from gitsync.render.load import ParseCache, blob_sha
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap
-from gitsync.render.validate import FileFacts, SegmentFacts, segment_facts
+from gitsync.render.validate import FileFacts, SegmentFacts, frame_size
 
 if TYPE_CHECKING:
     from gitsync.render.pipeline import Rendered
@@ -64,12 +63,11 @@ def remember(cache: ParseCache, options: RenderOptions, files: Mapping[str, byte
         return
     places: dict[str, list[Place]] = {}
     sizes: dict[str, int] = {}
-    size = 2 + max(len(built.payload) - 1, 0)
+    size = frame_size(built.payload)
     for kind, items in built.payload.items():
         segments = built.segments.get(kind, ())
         if sum(segment.count for segment in segments) != len(items):
             return  # an item outside a whole list (an overlay replaced it)
-        size += len(json.dumps(kind)) + 3 + max(len(items) - 1, 0)
         for segment in segments:
             known = facts[segment.file].segments.get((segment.doc, kind)) if segment.file in facts else None
             if known is None:
@@ -148,7 +146,7 @@ def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
     parsed = cache.cached(blob) or cache.get(files[name], blob)
     if parsed.issues or parsed.has_templates or parsed.has_sops or parsed.has_secret_references:
         return None
-    facts = parsed.memo.setdefault("facts", FileFacts({}, parsed.has_secret_references))
+    facts = FileFacts.of(parsed)
     lists = []
     for doc in parsed.documents:
         problems, units = units_of(Loaded(name, 0, doc, doc.shared, parsed.memo))
@@ -157,11 +155,7 @@ def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
         for unit in units:
             if unit.kind in LOOKED_ACROSS:
                 return None
-            known = facts.segments.get((doc.index, unit.kind))
-            if known is None:
-                known = facts.segments[doc.index, unit.kind] = segment_facts(unit.kind, unit.items, facts,
-                                                                             doc.index)
-            lists.append((doc.index, unit, known))
+            lists.append((doc.index, unit, facts.segment(doc.index, unit.kind, unit.items)))
     return lists
 
 

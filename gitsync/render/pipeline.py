@@ -258,7 +258,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 unknown[name] = files[name]
                 continue
             if not parsed.has_templates and not parsed.has_sops:
-                facts[name] = parsed.memo.setdefault("facts", FileFacts({}, parsed.has_secret_references))
+                facts[name] = FileFacts.of(parsed)
             if parsed.has_sops and len(parsed.documents) > 1:
                 # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
                 render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "

@@ -18,6 +18,7 @@ from gitsync.content import content_bytes, content_split
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
 from gitsync.render.build import Segment
+from gitsync.render.load import ParsedFile
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import check_item
@@ -85,8 +86,21 @@ class FileFacts:
     sizes: dict[Any, int] = field(default_factory=dict)
     contents: dict[Any, bytes] = field(default_factory=dict)  # reconcile's canonical content
     splits: dict[Any, int] = field(default_factory=dict)  # where its modifiedIndex goes (`content_split`)
-    #: (doc, kind) → what is known of the document's whole list of that kind (kept, not stored).
+    #: (doc, kind) → what is known of the document's whole list of that kind.
     segments: dict[Any, SegmentFacts] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, parsed: ParsedFile) -> FileFacts:
+        """The facts kept with a plain file's parse (made empty the first time)."""
+        facts: FileFacts = parsed.memo.setdefault("facts", cls({}, parsed.has_secret_references))
+        return facts
+
+    def segment(self, doc: int, kind: str, items: Sequence[Any]) -> SegmentFacts:
+        """What is known of document `doc`'s list of `kind` (its `items`), worked out the first time."""
+        known = self.segments.get((doc, kind))
+        if known is None:
+            known = self.segments[doc, kind] = segment_facts(kind, items, self, doc)
+        return known
 
 
 @dataclass(frozen=True)
@@ -171,10 +185,7 @@ class Checker:
                 if segment.start > at:
                     runs.append(Run(at, segment.start))
                 hi = segment.start + segment.count
-                known = facts.segments.get((segment.doc, kind))
-                if known is None:
-                    known = facts.segments[segment.doc, kind] = segment_facts(
-                        kind, self.payload[kind][segment.start:hi], facts, segment.doc)
+                known = facts.segment(segment.doc, kind, self.payload[kind][segment.start:hi])
                 runs.append(Run(segment.start, hi, facts, known))
                 at = hi
             if at < len(self.payload.get(kind, ())):
@@ -227,18 +238,20 @@ class Checker:
         return any(data is None or needle in data for data in self.unknown.values())
 
 
-def _kept(table: dict[Any, Any] | None, key: Any, compute: Any, item: Any) -> Any:
-    """`compute(item)`, kept in `table` (a `FileFacts` table) under `key` when there is one."""
+def _kept(table: dict[Any, Any] | None, key: Any, compute: Any, item: Any, keep: bool = True) -> Any:
+    """`compute(item)`, or the value `table` (a `FileFacts` table) has under `key`; kept there when
+    `keep` (a `SegmentFacts` keeps its list's values itself)."""
     if table is not None and key in table:
         return table[key]
     value = compute(item)
-    if table is not None:
+    if table is not None and keep:
         table[key] = value
     return value
 
 
 def segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -> SegmentFacts:
-    """What is known of a plain document's list of one kind as a whole, from each item's facts."""
+    """What is known of a plain document's list of one kind as a whole (each item's facts reused where
+    an item-by-item check kept them; not kept again per item: `Checker.memo` asks the list first)."""
     issues: dict[int, tuple[tuple[str, FieldPath], ...]] = {}
     named: dict[str, set[str]] = {}
     look_closer = False
@@ -251,15 +264,17 @@ def segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -
         if not isinstance(item, dict):
             issues[index] = ((f"an item must be a mapping, not {describe(item)}", ()),)
         else:
-            own = _kept(facts.issues, key, lambda i: _own_issues(kind, i), item)
+            own = _kept(facts.issues, key, lambda i: _own_issues(kind, i), item, keep=False)
             if own:
                 issues[index] = own
-            for ref in _kept(facts.references, key, lambda i: _references(kind, i), item) if refers else ():
+            for ref in _kept(facts.references, key, lambda i: _references(kind, i), item, keep=False) \
+                    if refers else ():
                 look_closer = look_closer or ref.label == "client_cert_id"
                 named.setdefault(ref.target, set()).add(ref.ident)
-        sizes.append(_kept(facts.sizes, key, _json_size, item))
-        contents.append(_kept(facts.contents, key, content_bytes, item))
-        splits.append(_kept(facts.splits, key, lambda i, c=contents[-1]: content_split(i, c), item))
+        sizes.append(_kept(facts.sizes, key, _json_size, item, keep=False))
+        contents.append(_kept(facts.contents, key, content_bytes, item, keep=False))
+        splits.append(_kept(facts.splits, key, lambda i, c=contents[-1]: content_split(i, c), item,
+                            keep=False))
     return SegmentFacts(issues, {target: frozenset(ids) for target, ids in named.items()}, look_closer, sizes,
                         contents, splits)
 
@@ -473,6 +488,23 @@ def _items_to_look_at(check: Checker, kind: str, declared: Mapping[str, set[str]
                 yield index, items[index]
 
 
+def _items_that_may_name_secrets(check: Checker, kind: str, items: list[Any]
+                                 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The mapping items of `kind` whose file may hold ``$secret://`` (plain files say whether)."""
+    for run in check.runs(kind):
+        if run.file is not None and not run.file.secret_references:
+            continue
+        for index in range(run.lo, run.hi):
+            item = items[index]
+            if not isinstance(item, dict):
+                continue
+            if run.file is None:
+                facts, _ = check.facts_of(kind, index)
+                if facts is not None and not facts.secret_references:
+                    continue
+            yield index, item
+
+
 def _client_cert(check: Checker, kind: str, index: int, at: FieldPath, ident: str, dangling: bool) -> None:
     """An upstream's ``tls.client_cert_id``: standalone APISIX looks the ssl up in etcd, which it does
     not have, so it refuses any such upstream (``failed to fetch ssl info by ssl id``)."""
@@ -487,14 +519,7 @@ def _client_cert(check: Checker, kind: str, index: int, at: FieldPath, ident: st
 def _check_secret_references(check: Checker, declared: set[str]) -> None:
     unmanaged = "secrets" in check.options.unmanaged
     for kind, items in check.payload.items():
-        for index in (i for run in check.runs(kind) if run.file is None or run.file.secret_references
-                      for i in range(run.lo, run.hi)):
-            item = items[index]
-            if not isinstance(item, dict):
-                continue
-            facts, _ = check.facts_of(kind, index)
-            if facts is not None and not facts.secret_references:
-                continue
+        for index, item in _items_that_may_name_secrets(check, kind, items):
             for path, text in string_leaves(item):
                 if not text.startswith("$secret://"):
                     continue
@@ -558,11 +583,18 @@ def check_limits(check: Checker) -> None:
             f"{check.options.max_payload_size} (APISIX keeps its whole config in a 10 MiB shared dict)"))
 
 
+def frame_size(payload: Mapping[str, Sequence[Any]]) -> int:
+    """`len(payload_json(payload))` less its items' own JSON: braces, kinds, brackets and commas."""
+    size = 2 + max(len(payload) - 1, 0)  # {} and the commas between kinds
+    for kind, items in payload.items():
+        size += len(json.dumps(kind)) + 3 + max(len(items) - 1, 0)  # "kind":[] and the commas
+    return size
+
+
 def _payload_size(check: Checker) -> int:
     """`len(payload_json(payload))`, from each item's JSON size (kept for the items of plain files)."""
-    size = 2 + max(len(check.payload) - 1, 0)  # {} and the commas between kinds
-    for kind, items in check.payload.items():
-        size += len(json.dumps(kind)) + 3 + max(len(items) - 1, 0)  # "kind":[] and the commas
+    size = frame_size(check.payload)
+    for kind in check.payload:
         for run in check.runs(kind):
             size += run.segment.size if run.segment is not None else sum(
                 check.memo("sizes", kind, index, _json_size) for index in range(run.lo, run.hi))
