@@ -4,7 +4,8 @@ daemon) parses only the files that changed since the last run, not the whole rep
 One file per parsed config file, named by its git blob SHA, under a directory named by gitsync's
 version: ``<state_dir>/parse-cache/<version>/<sha>.json``, 0600 in a 0700 directory. An entry holds
 what `ParsedFile` holds (documents with their positions) and the facts validation keeps about its
-items (`FileFacts`: their own problems, references, sizes, canonical content).
+items (`FileFacts`: per document list as a whole, and per item for items outside one: their own
+problems, the ids they name, sizes, canonical content and where its modifiedIndex goes).
 
 Only plain files are stored: a file with ``${{ }}`` expressions or SOPS encryption is never written
 here, so no substituted or decrypted value reaches the disk; what is stored is exactly what the
@@ -29,7 +30,7 @@ from gitsync.log import logger
 from gitsync.render.load import Document, ParsedFile
 from gitsync.render.validate import FileFacts, Reference, SegmentFacts
 
-FORMAT = 3  # 2: facts per document list (segments), items outside one; 3: with content splits
+FORMAT = 4  # 2: facts per document list (segments), items outside one; 3, 4: with content splits
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _VERSION_DIR = re.compile(r"[^A-Za-z0-9._+-]")
 
@@ -169,7 +170,8 @@ def _facts_rows(facts: FileFacts) -> dict[str, list[list[Any]]]:
                  {target: sorted(ids) for target, ids in known.named.items()}, known.look_closer, known.sizes,
                  [c.decode("utf-8", "surrogateescape") for c in known.contents], known.splits]
                 for (doc, kind), known in facts.segments.items()]
-    keys = [key for key in {**facts.issues, **facts.references, **facts.sizes, **facts.contents}
+    tables = (facts.issues, facts.references, facts.sizes, facts.contents, facts.splits)
+    keys = [key for key in dict.fromkeys(key for table in tables for key in table)
             if key[:2] not in facts.segments]
     rows = []
     for key in keys:
@@ -180,7 +182,8 @@ def _facts_rows(facts: FileFacts) -> dict[str, list[list[Any]]]:
                      None if references is None else [[r.target, list(r.at), r.ident, r.label]
                                                       for r in references],
                      facts.sizes.get(key),
-                     None if content is None else content.decode("utf-8", "surrogateescape")])
+                     None if content is None else content.decode("utf-8", "surrogateescape"),
+                     facts.splits.get(key) if content is not None else None])
     return {"segments": segments, "items": rows}
 
 
@@ -197,7 +200,7 @@ def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileF
             {str(target): frozenset(map(str, ids)) for target, ids in named.items()}, look_closer,
             [_int(size) for size in sizes], [str(c).encode("utf-8", "surrogateescape") for c in contents],
             [_split(split, content) for split, content in zip(splits, contents, strict=True)])
-    for doc, kind, index, issues, references, size, content in stored["items"]:
+    for doc, kind, index, issues, references, size, content, split in stored["items"]:
         key = (_int(doc), str(kind), _int(index))
         if issues is not None:
             facts.issues[key] = tuple((str(m), _path(f)) for m, f in issues)
@@ -208,6 +211,8 @@ def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileF
             facts.sizes[key] = _int(size)
         if content is not None:
             facts.contents[key] = str(content).encode("utf-8", "surrogateescape")
+            if split is not None:
+                facts.splits[key] = _split(split, content)
     return facts
 
 
