@@ -91,10 +91,13 @@ def content_split(item: Any, content: bytes) -> int:
     return len(canonical_json(left)) - 1 if left else 1
 
 
+_INDEX_KEY = b'"' + INDEX_FIELD.encode() + b'":'
+
+
 def with_index(content: bytes, split: int, index: int) -> bytes:
     """`canonical_json` of the item of `content` (split at `split`, from `content_split`) with its
     ``modifiedIndex``: the field goes where sorting the keys puts it."""
-    field = b'"' + INDEX_FIELD.encode() + b'":' + str(index).encode()
+    field = _INDEX_KEY + str(index).encode()
     if split == 1:  # no key sorts before it
         return b"{" + field + (b"," if len(content) > 2 else b"") + content[1:]
     return content[:split] + b"," + field + content[split:]

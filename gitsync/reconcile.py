@@ -380,18 +380,26 @@ def _with_indexes(kind: str, want: _Listed, live: _Listed, twins: Mapping[str, t
             if key in live_odd:
                 odd[key] = twin_index
             continue
-        out = {k: v for k, v in item.items() if k != INDEX_FIELD}
-        if _is_number(twin_index) and twin_content == content:
-            out[INDEX_FIELD] = twin_index
-            usual: Any = _index_of(content)
-        else:
-            usual, stand_in = content_indexes(out, content)
-            out[INDEX_FIELD] = stand_in if usual == twin_index else usual
-        if key is not None and out[INDEX_FIELD] != usual:
+        out, index_is_odd = _indexed(item, content, twin_index, twin_content == content)
+        if key is not None and index_is_odd:
             odd[key] = out[INDEX_FIELD]
         sent.append(out)
         fragments.append(None)
     return sent, fragments, odd
+
+
+def _indexed(item: Mapping[str, Any], content: bytes, twin_index: Any, same: bool
+             ) -> tuple[dict[str, Any], bool]:
+    """The item with its ``modifiedIndex``: the live twin's when the content is the `same` and the twin
+    has one, else derived from the content (the stand-in when that equals the twin's); and whether
+    that index is not the usual derived one (`_Listed.odd`)."""
+    out = {k: v for k, v in item.items() if k != INDEX_FIELD}
+    if same and _is_number(twin_index):
+        out[INDEX_FIELD] = twin_index
+        return out, twin_index != _index_of(content)
+    usual, stand_in = content_indexes(out, content)
+    out[INDEX_FIELD] = stand_in if usual == twin_index else usual
+    return out, out[INDEX_FIELD] != usual
 
 
 def _changed_in_place(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float
@@ -411,12 +419,9 @@ def _changed_in_place(kind: str, want: _Listed, live: _Listed, live_v: int | flo
         if not isinstance(item, Mapping):
             items[index] = item
             continue
-        out = {k: v for k, v in item.items() if k != INDEX_FIELD}
-        usual, stand_in = content_indexes(out, content)
-        out[INDEX_FIELD] = stand_in if usual == twin_index else usual
-        if key is not None and out[INDEX_FIELD] != usual:
-            odd[key] = out[INDEX_FIELD]
-        items[index] = out
+        items[index], index_is_odd = _indexed(item, content, twin_index, False)
+        if key is not None and index_is_odd:
+            odd[key] = items[index][INDEX_FIELD]
     kind_plan = KindPlan(key=kind, status=KindStatus.CHANGED, live_version=live_v, version=version,
                          count=len(want.items),
                          modified=tuple(key for index in changed if (key := want.ids[index]) is not None))
