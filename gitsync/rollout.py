@@ -16,7 +16,7 @@ from typing import Any
 
 from gitsync.checks import Check, run_checks
 from gitsync.gateway import Gateway, GatewayError, LiveConfig
-from gitsync.guard import GuardPolicy, check_deletions, deletion_verdict
+from gitsync.guard import GuardPolicy, GuardVerdict, check_deletions, deletion_verdict
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
@@ -60,10 +60,7 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         except GatewayError:
             pass  # the push reports the gateway's state, and retries
         if known is not None:
-            verdict = deletion_verdict(
-                {kind: want.ids for kind, want in what.desired.wanted.items()}, known.view.ids(what.managed),
-                what.managed, what.guard) if what.desired is not None and what.desired.policy == policy else \
-                check_deletions(what.payload, known.view.body(), what.managed, what.guard)
+            verdict = _deletions(what, what.guard, known, policy)
             if verdict.refused:
                 for line in verdict.problems:
                     logger.error("gateway {}: deletion guard: {}", client.url, line)
@@ -94,6 +91,15 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
 
 def _owned_after(result: GatewayResult, managed: Collection[str]) -> dict[str, list[str]] | None:
     return result.after.ids(managed) if result.ok and result.after is not None else None
+
+
+def _deletions(what: Release, guard: GuardPolicy, known: Known, policy: Policy) -> GuardVerdict:
+    """The deletion guard's verdict, from the ids the prepared plan holds when it was prepared for this
+    policy (walking every item of both sides otherwise)."""
+    if what.desired is not None and what.desired.policy == policy:
+        wanted = {kind: want.ids for kind, want in what.desired.wanted.items()}
+        return deletion_verdict(wanted, known.view.ids(what.managed), what.managed, guard)
+    return check_deletions(what.payload, known.view.body(), what.managed, guard)
 
 
 def _known_after(result: GatewayResult) -> Known | None:
