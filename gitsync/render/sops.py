@@ -28,17 +28,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
-
-import pyrage
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING, Any
 
 from gitsync.log import register_secret
 from gitsync.problems import Location, Problem, quote_name
 from gitsync.settings import Settings
 
-Identity = pyrage.x25519.Identity
+if TYPE_CHECKING:
+    from pyrage.x25519 import Identity
+
+
+def __getattr__(name: str) -> Any:
+    """`Identity`, pyrage's age identity, imported when first used: pyrage and cryptography are
+    loaded only by a process that has a key or a SOPS file (25 ms of every start otherwise)."""
+    if name == "Identity":
+        import pyrage
+
+        return pyrage.x25519.Identity
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 ENCRYPTED_VALUE = re.compile(r"^ENC\[AES256_GCM,data:(.+),iv:(.+),tag:(.+),type:(.+)\]")
 DEFAULT_UNENCRYPTED_SUFFIX = "_unencrypted"
@@ -83,6 +90,8 @@ def _dotted(field: KeyPath) -> str:
 
 def parse_identities(text: str, origin: str) -> list[Identity]:
     """age identities from a key file's text: one per line, ``#`` comments and blank lines skipped."""
+    import pyrage
+
     identities = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -90,7 +99,7 @@ def parse_identities(text: str, origin: str) -> list[Identity]:
             continue
         register_secret(line)
         try:
-            identities.append(Identity.from_str(line))
+            identities.append(pyrage.x25519.Identity.from_str(line))
         except pyrage.IdentityError:
             # Never echo the line: it is (a damaged copy of) a private key.
             raise SopsError(origin, f"line {number} is not an age identity (one starts with "
@@ -284,6 +293,8 @@ def _data_key(meta: _Metadata, identities: Sequence[Identity], file: str) -> byt
 
 
 def _open_group(group: Sequence[tuple[str, str]], identities: Sequence[Identity]) -> bytes | None:
+    import pyrage
+
     for _recipient, armored in group:
         try:
             return pyrage.decrypt(armored.encode("utf-8"), list(identities))
@@ -335,6 +346,9 @@ def _shamir_combine(parts: Sequence[bytes]) -> bytes:
 
 def _open(token: str, key: bytes, aad: str) -> tuple[bytes, str] | None:
     """AES-256-GCM open of one ``ENC[...]`` token; None when it is malformed or does not authenticate."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     match = ENCRYPTED_VALUE.match(token)
     if match is None:
         return None
