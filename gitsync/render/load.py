@@ -95,10 +95,24 @@ class Document:
         self._value = data if keep_objects else None
         self._shared: Any = None
 
+    @classmethod
+    def decoded(cls, index: int, data: Any, pos: Pos, key_pos: dict[str, Pos],
+                item_pos: dict[str, tuple[Pos, ...]]) -> Document:
+        """A document read back from the parse store: `data`, fresh from the decoder, is its shared
+        content as it is; the `marshal` copy is made only when a caller first asks for `data`."""
+        doc = cls.__new__(cls)
+        doc.index, doc.pos, doc.key_pos, doc.item_pos = index, pos, key_pos, item_pos
+        doc._blob, doc._value, doc._shared = b"", None, data  # b"": not made yet (marshal never gives it)
+        return doc
+
     @property
     def data(self) -> Any:
         """The document's content: a fresh copy, except for documents holding expressions."""
-        return self._value if self._blob is None else marshal.loads(self._blob)
+        if self._blob is None:
+            return self._value
+        if not self._blob:
+            self._blob = marshal.dumps(self._shared)
+        return marshal.loads(self._blob)
 
     @property
     def shared(self) -> Any:

@@ -44,12 +44,21 @@ class ParseStore:
         self.dir = root / _VERSION_DIR.sub("_", f"{FORMAT}-{version}")
         self._version = version
         self._broken = False
+        self._names: set[str] | None = None  # the entries' file names, listed once (one stat per file less)
 
     def _path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
 
     def has(self, key: str) -> bool:
-        return not self._broken and bool(_SHA.match(key)) and self._path(key).is_file()
+        if self._broken:
+            return False
+        if self._names is None:
+            try:
+                self._names = set(os.listdir(self.dir)) if self.dir.is_dir() else set()
+            except OSError as exc:
+                self._give_up(exc)
+                return False
+        return f"{key}.json" in self._names and bool(_SHA.match(key))
 
     def load(self, key: str) -> ParsedFile | None:
         """The stored parse of blob `key`, or None (absent, or not to be trusted: then removed)."""
@@ -59,13 +68,20 @@ class ParseStore:
         try:
             raw = path.read_bytes()
         except OSError:
+            if self._names is not None:
+                self._names.discard(path.name)
             return None
         parsed = _decode(raw, key, self._version)
         if parsed is None:
             logger.debug("parse cache: ignoring the entry {} (corrupt or foreign)", path.name)
-            with contextlib.suppress(OSError):
-                path.unlink()
+            self._forget(path)
         return parsed
+
+    def _forget(self, path: Path) -> None:
+        if self._names is not None:
+            self._names.discard(path.name)
+        with contextlib.suppress(OSError):
+            path.unlink()
 
     def save(self, key: str, parsed: ParsedFile) -> None:
         """Store `parsed` when it is a plain file that parsed cleanly (else nothing)."""
@@ -74,6 +90,8 @@ class ParseStore:
         try:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             _write(self._path(key), _encode(key, parsed, self._version))
+            if self._names is not None:
+                self._names.add(f"{key}.json")
         except OSError as exc:
             self._give_up(exc)
 
@@ -88,8 +106,9 @@ class ParseStore:
                     _remove_tree(other)
             for name in os.listdir(self.dir) if self.dir.is_dir() else ():
                 if name not in keep:
-                    with contextlib.suppress(OSError):
-                        (self.dir / name).unlink()
+                    self._forget(self.dir / name)
+            if self._names is not None:
+                self._names &= keep
         except OSError as exc:
             self._give_up(exc)
 
@@ -150,8 +169,8 @@ def _decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
         if (body["format"], body["version"], body["blob"]) != (FORMAT, version, key):
             return None
         documents = tuple(
-            Document(_int(index), data, _pos(pos), {str(k): _pos(v) for k, v in key_pos.items()},
-                     {str(k): tuple(_pos(p) for p in v) for k, v in item_pos.items()})
+            Document.decoded(_int(index), data, _pos(pos), {str(k): _pos(v) for k, v in key_pos.items()},
+                             {str(k): tuple(_pos(p) for p in v) for k, v in item_pos.items()})
             for index, pos, key_pos, item_pos, data in body["documents"])
         parsed = ParsedFile(documents, (), False, False, body["secret_references"] is True,
                             _int(body["size"]))
