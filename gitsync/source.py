@@ -55,7 +55,7 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 FILE_MODES = (0o100644, 0o100755)  # regular files; symlinks and submodules are not config
 SUBMODULE_MODE = 0o160000
 VERIFY_POLICIES = ("none", "ssh", "gpg")
-MAX_HAVES = 256  # commits offered in a fetch negotiation (git gives up after 256 in vain too)
+MAX_HAVES = 32  # commits offered in a fetch negotiation: the tip and its latest ancestors
 MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-built keys
 #: Each incremental fetch leaves a pack of its own and every read looks through all of them:
 #: past this many, the small ones are merged (see `_consolidate_packs`).

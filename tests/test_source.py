@@ -23,7 +23,15 @@ from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.render.files import is_config_file
 from gitsync.settings import Secret, Settings
-from gitsync.source import MAX_PACKS, SignaturePolicy, Source, _object_size, _packs_to_merge, read_input
+from gitsync.source import (
+    MAX_HAVES,
+    MAX_PACKS,
+    SignaturePolicy,
+    Source,
+    _object_size,
+    _packs_to_merge,
+    read_input,
+)
 from tests.gitservers import (
     BareRepo,
     GitDaemon,
@@ -222,6 +230,41 @@ def test_a_branch_wins_over_a_tag_of_the_same_name(remote_repo, git_daemon, tmp_
     remote_repo.tag("main", a)
     assert make_source(git_daemon.url(remote_repo.path.name), "main", state_dir=tmp_path).fetch() == b
     assert "both a branch and a tag" in logs.getvalue()
+
+
+def test_a_fetch_offers_the_tip_and_a_bounded_run_of_its_ancestors(remote_repo, git_daemon, tmp_path,
+                                                                    monkeypatch):
+    """Each 'have' is a pkt-line written and a commit parsed: a mirror with a long history offers its tip
+    and at most MAX_HAVES - 1 ancestors, and still gets a minimal pack; a rewrite deeper than that is
+    still fetched whole."""
+    import gitsync.source as source_module
+
+    first = remote_repo.fast_import(3 * MAX_HAVES, 5)
+    source = make_source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path)
+    assert source.fetch() == first
+    offered: list[bytes] = []
+    walker = source_module._BoundedGraphWalker
+
+    class Counting(walker):  # type: ignore[misc,valid-type]
+        def next(self):  # type: ignore[no-untyped-def]
+            sha = super().next()
+            if sha is not None:
+                offered.append(sha)
+            return sha
+
+        __next__ = next
+
+    monkeypatch.setattr(source_module, "_BoundedGraphWalker", Counting)
+    second = remote_repo.fast_import(1, 5)
+    before = objects_in(source.mirror_path)
+    assert source.fetch() == second
+    assert offered[0] == first.encode() and len(offered) == MAX_HAVES
+    assert objects_in(source.mirror_path) - before == objects_between(remote_repo, first, second)
+
+    deep = remote_repo.rev(f"{first}~{2 * MAX_HAVES}")
+    rewritten = remote_repo.commit({"v.yaml": "rewritten"}, parent=deep)
+    assert source.fetch() == rewritten
+    assert source.read(rewritten).files == files_at(remote_repo, rewritten)
 
 
 def test_force_push_is_followed_and_logged(remote_repo, git_daemon, tmp_path, logs):
