@@ -7,7 +7,8 @@ fingerprint.
 
 - `TimeoutTCPGitClient`: ``git://`` with a timeout. dulwich's `TCPGitClient` opens its socket
   without one, so a silent daemon would hang a fetch forever; this is its ``_connect`` for the
-  direct (no proxy) case with the socket made by ``socket.create_connection(..., timeout)``.
+  direct (no proxy) case with the socket made by ``socket.create_connection(..., timeout)``, and
+  its writes held until the next read (`_WriteBehind`): one send per request, not per pkt-line.
 - `remove_pack`: drop a pack from a disk object store (its cache entry, mmaps and files). The
   mirror merges the small packs incremental fetches leave; dulwich's public ``repack()`` would
   hold every object of the mirror in memory.
@@ -50,19 +51,24 @@ class TimeoutTCPGitClient(TCPGitClient):
         sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         rfile = sock.makefile("rb", -1)
-        wfile = sock.makefile("wb", 0)
+        wire = _WriteBehind(sock)
+
+        def read(size: int = -1) -> bytes:
+            wire.flush()
+            return rfile.read(size)
 
         def close() -> None:
+            with contextlib.suppress(OSError):
+                wire.flush()
             rfile.close()
-            wfile.close()
             sock.close()
 
         def shutdown_write() -> None:
-            wfile.flush()
+            wire.flush()
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_WR)
 
-        proto = Protocol(rfile.read, wfile.write, close, report_activity=self._report_activity,
+        proto = Protocol(read, wire.write, close, report_activity=self._report_activity,
                          shutdown_write=shutdown_write)
         if path.startswith(b"/~"):
             path = path[1:]
@@ -79,6 +85,31 @@ class TimeoutTCPGitClient(TCPGitClient):
             return bool(select.select([sock], [], [], 0)[0])
 
         return proto, can_read, None
+
+
+class _WriteBehind:
+    """A socket's writes, held until the client next reads (or closes, or ends its side) and then
+    sent in one `sendall`. dulwich writes each pkt-line on its own: a ref query was a dozen sends and a
+    fetch one per 'have', each a segment with TCP_NODELAY. A client only waits for the server when it
+    reads, and every read sends what is held first, so nothing waits on a held write. Large writes (a
+    pack being pushed) go out as they come, past `LIMIT` held bytes."""
+
+    LIMIT = 64 * 1024
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._held = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self._held += data
+        if len(self._held) >= self.LIMIT:
+            self.flush()
+        return len(data)
+
+    def flush(self) -> None:
+        if self._held:
+            held, self._held = bytes(self._held), bytearray()
+            self._sock.sendall(held)
 
 
 def remove_pack(store: DiskObjectStore, pack: Pack) -> None:
