@@ -40,7 +40,7 @@ from gitsync.gateway import (
 from gitsync.guard import GuardVerdict
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
-from gitsync.moves import FirstStep, first_step, is_move_refusal
+from gitsync.moves import CHECKED_KINDS, FirstStep, first_step, is_move_refusal
 from gitsync.problems import Problem
 from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, LiveView, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
@@ -297,7 +297,7 @@ class GatewayPush:
             # After a PUT whose answer was lost (timeout, 5xx from a proxy), the content may be ours.
             status = SyncStatus.APPLIED if self.puts else SyncStatus.UNCHANGED
             return self.result(status, digest=live.digest, after=self.plan.after)
-        step = first_step(self.desired.payload, live.view.body(), self.desired.policy, self.plan)
+        step = first_step(self.desired.payload, live.view.body(CHECKED_KINDS), self.desired.policy, self.plan)
         if step is not None:
             live = self._first_step(step, live)
         digest = self._digest_for(live.digest)

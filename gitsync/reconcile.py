@@ -212,6 +212,53 @@ def live_version_keys(live: Mapping[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: (order.get(k, len(order)), k))
 
 
+class _Indexed(Sequence[Any]):
+    """The items of a push gitsync made, rebuilt from what it pushed: item i is ``items[i]`` with
+    ``indexes[i]`` as its ``modifiedIndex``, made when first asked for. A plan looks at the changed
+    items only and the body takes the others' JSON as it was sent (`_Listed.fragments`), so a sync
+    after a restart does not copy 10,000 items to read one. Assignment replaces an item (a plan's
+    copy, `copy`); a slice or iteration makes what it covers."""
+
+    __slots__ = ("_indexes", "_items", "_made")
+
+    def __init__(self, items: Sequence[Any], indexes: Sequence[Any]) -> None:
+        self._items, self._indexes = items, indexes
+        self._made: list[Any] = [_UNMADE] * len(items)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        made = self._made[index]
+        if made is _UNMADE:
+            item = self._items[index]
+            if isinstance(item, Mapping):
+                made = {k: v for k, v in item.items() if k != INDEX_FIELD}
+                made[INDEX_FIELD] = self._indexes[index]
+            else:
+                made = item
+            self._made[index] = made
+        return made
+
+    def __setitem__(self, index: int, item: Any) -> None:
+        self._made[index] = item
+
+    def copy(self) -> _Indexed:
+        twin = _Indexed(self._items, self._indexes)
+        twin._made = list(self._made)
+        return twin
+
+
+_UNMADE = object()
+
+
+def _copy(items: Sequence[Any]) -> list[Any] | _Indexed:
+    """A list of `items` to change, without making the items of an `_Indexed` nobody has asked for."""
+    return items.copy() if isinstance(items, _Indexed) else list(items)
+
+
 @dataclass(frozen=True)
 class _Listed:
     """A list of items with each one's identity and content bytes, computed once.
@@ -279,15 +326,18 @@ class _Listed:
         indexes it gave that were not the derived ones: the same items, indexes, and contents."""
         if kind in UNINDEXED_KINDS:
             return cls(want.items, want.ids, want.contents, [None] * len(want.items), {}, want.splits)
-        items = []
-        for key, item, content in zip(want.ids, want.items, want.contents, strict=True):
-            if isinstance(item, Mapping):
-                item = {k: v for k, v in item.items() if k != INDEX_FIELD}
-                item[INDEX_FIELD] = odd[key] if key in odd else _index_of(content)
-            items.append(item)
+        indexes = [odd[key] if key in odd else _index_of(content)
+                   for key, content in zip(want.ids, want.contents, strict=True)]
+        # Each item's JSON as the push wrote it (`fragment`), where its content is its own JSON.
+        splits = want.splits or [-1] * len(indexes)
+        rows = zip(want.items, want.contents, splits, indexes, strict=True)
+        fragments: list[bytes | None] = [
+            with_index(content, split, index)
+            if split > 0 and type(index) is int and isinstance(item, Mapping) else None
+            for item, content, split, index in rows]
         ids = set(want.ids)
         kept = {key: index for key, index in odd.items() if key in ids}
-        return cls(items, want.ids, want.contents, [None] * len(items), kept, want.splits)
+        return cls(_Indexed(want.items, indexes), want.ids, want.contents, fragments, kept, want.splits)
 
     def sent_by_id(self) -> dict[str, tuple[Any, bytes | None]]:
         """Each item gitsync sent, with its JSON (None: not written, or not gitsync's items)."""
@@ -326,6 +376,13 @@ class LiveView:
             return list(self._listed[kind].items)
         return _live_list(self._lists.get(kind))
 
+    def count(self, kind: str) -> int | None:
+        """`len(items(kind))`, without making a restored view's items."""
+        if kind in self._listed:
+            return len(self._listed[kind].items)
+        items = _live_list(self._lists.get(kind))
+        return None if items is None else len(items)
+
     def listed(self, kind: str) -> _Listed:
         if kind not in self._listed:
             self._listed[kind] = _Listed.of(kind, self.items(kind) or [])
@@ -351,9 +408,10 @@ class LiveView:
                   for kind, want in desired.wanted.items() if version_key(kind) in versions}
         return cls(versions, {}, listed)
 
-    def body(self) -> dict[str, Any]:
-        """The view as a GET body (versions and lists)."""
-        return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}}}
+    def body(self, kinds: Collection[str] | None = None) -> dict[str, Any]:
+        """The view as a GET body (versions and lists; only the lists of `kinds` when given)."""
+        return {**self.versions, **{kind: self.items(kind) for kind in {*self._lists, *self._listed}
+                                    if kinds is None or kind in kinds}}
 
 
 def _with_indexes(kind: str, want: _Listed, live: _Listed, twins: Mapping[str, tuple[Any, bytes]]
@@ -409,7 +467,7 @@ def _changed_in_place(kind: str, want: _Listed, live: _Listed, live_v: int | flo
     unchanged are sent again as they were, with their JSON; only the changed ones are looked at."""
     changed = [index for index, (content, twin) in enumerate(zip(want.contents, live.contents, strict=True))
                if content != twin]
-    items, fragments, odd = list(live.items), list(live.fragments or ()), dict(live.odd_indexes())
+    items, fragments, odd = _copy(live.items), list(live.fragments or ()), dict(live.odd_indexes())
     for index in changed:
         key, item, content = want.ids[index], want.items[index], want.contents[index]
         twin = live.items[index]
@@ -511,14 +569,14 @@ def plan(desired: Mapping[str, Sequence[Any]] | Desired, live: Mapping[str, Any]
                                     f"{live_v!r}", kind=key))
             continue
         versions[version_key(key)] = live_v
-        live_items = view.items(key)
+        count = view.count(key)
         if key not in wanted:
             status = KindStatus.UNMANAGED if key in KINDS else KindStatus.KEPT
-            kinds.append(KindPlan(key, status, live_v, live_v, len(live_items or ())))
+            kinds.append(KindPlan(key, status, live_v, live_v, count or 0))
             continue
         want = wanted[key]
         current = view.listed(key)
-        if live_items is not None and current.contents == want.contents:
+        if count is not None and current.contents == want.contents:
             kinds.append(KindPlan(key, KindStatus.UNCHANGED, live_v, live_v, len(want.items)))
             after[key] = current
             continue

@@ -489,3 +489,37 @@ def test_a_body_written_from_contents_and_splits_is_byte_for_byte_the_encoded_on
     assert plan(Desired.of(again, contents={k: v[::-1] for k, v in contents.items()},
                            splits={k: v[::-1] for k, v in splits.items()}), with_splits.after).body == \
         plan(again, with_splits.after).body
+
+
+def test_a_plan_on_a_restored_view_sends_what_a_plan_on_the_read_config_sends_and_makes_one_item():
+    """After a restart, the gateway as gitsync's last push left it is rebuilt from what was pushed
+    (`LiveView.restored`), not read: a one-item change plans and writes the same body as against the
+    same config read by a GET, and only the changed item is rebuilt (the others' JSON is as sent)."""
+    from gitsync.content import content_bytes, content_split
+    from gitsync.reconcile import _UNMADE, Desired, LiveView
+
+    routes = [{"id": f"r{n}", "uri": f"/r{n}", "upstream": {"nodes": {"127.0.0.1:80": 1}}}
+              for n in range(200)]
+    empty = {version_key(kind): 0 for kind in KINDS}
+    first = plan({"routes": routes}, empty)
+    read = json.loads(first.body)
+    read["routes"][7]["modifiedIndex"] = 777  # an index another writer chose, kept since
+    odd = {"routes": {"r7": 777}}
+    changed = copy.deepcopy(routes)
+    changed[150]["uri"] = "/changed"
+
+    contents = [content_bytes(item) for item in routes]
+    splits = [content_split(item, content) for item, content in zip(routes, contents, strict=True)]
+    pushed = Desired.of({"routes": routes}, contents={"routes": contents}, splits={"routes": splits})
+    restored = LiveView.restored(pushed, first.versions, odd)
+    ours = plan({"routes": changed}, restored)
+    theirs = plan({"routes": changed}, read)
+    assert ours.body == theirs.body
+    assert [k.modified for k in ours.kinds if k.key == "routes"] == [("r150",)]
+    items = restored.listed("routes").items
+    assert [n for n in range(len(items)) if items._made[n] is not _UNMADE] == [150]
+    assert json.loads(ours.body)["routes"][7]["modifiedIndex"] == 777
+    # the view after the push answers as a list would, item by item and whole
+    after = ours.after.listed("routes").items
+    assert after[150]["uri"] == "/changed" and after[-1]["id"] == "r199" and len(after[10:20]) == 10
+    assert ours.after.body()["routes"] == json.loads(ours.body)["routes"]
