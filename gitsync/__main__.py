@@ -1,5 +1,7 @@
 """`python -m gitsync` and the `gitsync` command: the command line, in a process of its own."""
 
+import contextlib
+import os
 import sys
 
 
@@ -8,11 +10,22 @@ def run() -> int:
 
     gitsync is synchronous from end to end; httpcore imports trio, when it is installed, only to offer
     async support (0.2 s of every start here). In gitsync's own process it is kept out; a program
-    that imports gitsync as a library is left as it is."""
-    sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
-    from gitsync.cli import main
+    that imports gitsync as a library is left as it is.
 
-    return main()
+    A command that closes everything it opened (`Command.closes_all`: ``sync``, ``render``,
+    ``validate``, ``diff``) ends the process as soon as its output is flushed, without freeing its
+    objects one by one: after a sync of 10,000 routes that is hundreds of thousands of them, 50-90 ms
+    of a ``sync --once`` that the operating system does at once."""
+    sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
+    from gitsync.cli import dispatch
+
+    status, command = dispatch()
+    if command is not None and command.closes_all:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe, a closed stream
+                stream.flush()
+        os._exit(status)
+    return status
 
 
 if __name__ == "__main__":

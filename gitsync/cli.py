@@ -26,18 +26,23 @@ class Command:
     groups: tuple[str, ...]
     require: tuple[str, ...] = ()
     arguments: str = ""  # "module:function" adding the command's own arguments to its parser
+    #: Everything it opens is closed when it returns (threads joined, files and locks released): its
+    #: process may end without freeing its objects one by one (`gitsync.__main__.run`).
+    closes_all: bool = False
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
-            "gitsync.commands:render", ("source", "state")),
+            "gitsync.commands:render", ("source", "state"), closes_all=True),
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
-            "gitsync.commands:validate", ("source", "state", "unmanaged")),
+            "gitsync.commands:validate", ("source", "state", "unmanaged"), closes_all=True),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
-            "gitsync.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key")),
+            "gitsync.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
+            closes_all=True),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "
             "3 synced but the write-back failed)",
-            "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key")),
+            "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key"),
+            closes_all=True),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
             "gitsync.commands:run", ("source", "gateway", "daemon", "writeback"),
             ("gateways", "admin_key")),
@@ -126,6 +131,11 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(argv)[0]
+
+
+def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
+    """Run the command `argv` names: its exit status, and the command (None: it did not start)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     command: Command = args._command
@@ -135,15 +145,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings: Settings = load(_flags(args), config=args.config, require=command.require)
     except SettingsError as exc:
         print(f"gitsync {command.name}: error: {gslog.redact(str(exc))}", file=sys.stderr)
-        return 2
+        return 2, None
     gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)
     args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)
     try:
-        return int(func(settings, args))
+        return int(func(settings, args)), command
     except KeyboardInterrupt:
-        return 130
+        return 130, None
 
 
 if __name__ == "__main__":
