@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from gitsync.render.load import ParseCache, blob_sha, parse, plain_value, positions
 
 
@@ -94,3 +97,32 @@ def test_cache_is_keyed_by_git_blob_sha_and_bounded():
     cache.get(b"upstreams: []\n")
     cache.end_render()
     assert len(cache) == 1  # the file no render used since is gone
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.text(max_size=12), st.from_regex(r"[-+.0-9eE_xXoObBa-fA-F:~<=nNtTfFuUlrs ]{0,12}",
+                                                     fullmatch=True)))
+@example("")
+@example("~")
+@example("null")
+@example("True")
+@example("0o17")
+@example("1_000")
+@example(".inf")
+@example("-.NaN")
+@example("2001-12-14")
+@example("<<")
+@example("=")
+@example("0x1F")
+def test_a_plain_scalar_is_typed_as_ruamels_yaml_12_resolver_types_it(text):
+    """Reading a plain scalar's type from ruamel's YAML 1.2 table (`_plain_tag`) gives what its resolver
+    gives, for any text: the fast path changes no value."""
+    from ruamel.yaml.nodes import ScalarNode
+
+    from gitsync.render.load import _Loader, _plain_tag
+
+    loader = _Loader(b"")
+    try:
+        assert _plain_tag(text) == str(loader.resolve(ScalarNode, text, (True, False)))
+    finally:
+        loader.close()

@@ -149,6 +149,27 @@ def blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def _implicit_table() -> dict[str | None, tuple[tuple[str, Any], ...]]:
+    """ruamel's implicit resolvers for YAML 1.2 (first character → (tag, pattern)), with its default
+    tag prefix: what `VersionedResolver.resolve` consults for a plain scalar."""
+    table = VersionedResolver(version=YAML_VERSION).versioned_resolver
+    return {first: tuple((str(tag) if str(tag).startswith(_TAG) else _TAG + str(tag), regexp)
+                         for tag, regexp in rules) for first, rules in table.items()}
+
+
+_IMPLICIT = _implicit_table()
+_IMPLICIT_ANY = _IMPLICIT.get(None, ())
+
+
+def _plain_tag(value: str) -> str:
+    """The tag YAML 1.2 gives a plain scalar, as ruamel's resolver finds it, without asking the parser
+    for its version on every scalar (most of what reading a file cost)."""
+    for tag, regexp in _IMPLICIT.get(value[:1], ()) + _IMPLICIT_ANY:
+        if regexp.match(value):
+            return tag
+    return _STR
+
+
 class _Loader(CParser, SafeConstructor, VersionedResolver):
     """The C parser with ruamel's YAML 1.2 resolver (for implicit tags) and scalar constructors."""
 
@@ -174,14 +195,16 @@ def _pos(mark: Any) -> Pos:
     return (mark.line + 1, mark.column + 1)
 
 
-def _scalar(loader: _Loader, event: ScalarEvent, templates: bool) -> tuple[Any, str | None]:
-    """The Python value of a scalar, or an error message for values JSON cannot carry."""
+def _scalar(loader: _Loader, event: ScalarEvent, templates: bool, yaml_12: bool) -> tuple[Any, str | None]:
+    """The Python value of a scalar, or an error message for values JSON cannot carry. `yaml_12`: the
+    document is read with YAML 1.2's rules (no other ``%YAML`` directive)."""
     value: str = event.value
     tag = event.tag
     if tag is None or tag == "!":
         if event.style or tag == "!":
             return value, None
-        tag = loader.resolve(ScalarNode, value, event.implicit)
+        tag = _plain_tag(value) if yaml_12 and event.implicit[0] else loader.resolve(ScalarNode, value,
+                                                                                      event.implicit)
         if tag == _STR:
             if templates and "${{" in value and value.startswith("${{") and value.endswith("}}") \
                     and value.count("${{") == 1:
@@ -247,6 +270,7 @@ def parse(data: bytes) -> ParsedFile:
     root: list[tuple[Any, Pos]] = []
     sops = False
     doc_pos: Pos = (1, 1)
+    yaml_12 = True
 
     def add(value: Any, pos: Pos) -> None:
         if not stack:
@@ -288,7 +312,7 @@ def parse(data: bytes) -> ParsedFile:
                 if event.anchor:
                     issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
                 try:
-                    value, error = _scalar(loader, event, templates)
+                    value, error = _scalar(loader, event, templates, yaml_12)
                 except (ValueError, OverflowError) as exc:  # the resolver accepted it, Python cannot build it
                     value, error = None, f"cannot read the value {_shown(event.value)}: {exc}"
                 if error:
@@ -323,7 +347,8 @@ def parse(data: bytes) -> ParsedFile:
                 key_pos, item_pos, root = {}, {}, []
                 doc_pos = _pos(event.end_mark)
                 version = getattr(event, "version", None)
-                if version is not None and tuple(version) != YAML_VERSION:
+                yaml_12 = version is None or tuple(version) == YAML_VERSION
+                if not yaml_12:
                     issues.append(LoadIssue(*_pos(event.start_mark), _version_message(tuple(version))))
             elif kind is DocumentEndEvent:
                 value, pos = root[0] if root else (None, doc_pos)
@@ -437,7 +462,7 @@ def plain_value(text: str) -> Any:
     try:
         tag = loader.resolve(ScalarNode, text, (True, False))
         if tag in (_INT, _FLOAT, _BOOL, _NULL):
-            value, error = _scalar(loader, ScalarEvent(None, tag, (False, False), text), False)
+            value, error = _scalar(loader, ScalarEvent(None, tag, (False, False), text), False, True)
             return text if error else value
         return text
     except (ValueError, OverflowError):
