@@ -172,6 +172,25 @@ def _apply_default(obj: dict[str, Any], prop: str, subschema: Any) -> None:
             obj[prop] = deepcopy(default)
 
 
+_OBJECT, _ARRAY, _STRING, _NUMBER, _OTHER = 1, 2, 4, 8, 16
+_SHAPES: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+
+def _shape(schema: Mapping[str, Any]) -> int:
+    """Which groups of keywords `schema` has (`_OBJECT` … `_OTHER`), worked out once per schema: the
+    checks of a group it lacks are not entered (a schema is walked once per item and field)."""
+    known = _SHAPES.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    groups = ((_OBJECT, _OBJECT_KEYWORDS), (_ARRAY, _ARRAY_KEYWORDS), (_STRING, _STRING_KEYWORDS),
+              (_NUMBER, tuple(keyword for keyword, *_ in _RANGES)), (_OTHER, _OTHER_KEYWORDS))
+    shape = sum(flag for flag, keywords in groups if any(k in schema for k in keywords))
+    if len(_SHAPES) >= 4096:  # schemas are module constants; a caller building them afresh is bounded
+        _SHAPES.clear()
+    _SHAPES[id(schema)] = (schema, shape)  # the schema is held: its id stays its own
+    return shape
+
+
 def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
     """Every violation of `schema` by `value`, in the order the Lua validator checks them."""
     if schema is True:
@@ -183,8 +202,12 @@ def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
 
     declared = schema.get("type")
     if declared is not None:
-        types = [declared] if isinstance(declared, str) else list(declared)
-        if not any(_has_type(value, t) for t in types):
+        if isinstance(declared, str):
+            typed = _has_type(value, declared)
+        else:
+            types = list(declared)
+            typed = any(_has_type(value, t) for t in types)
+        if not typed:
             got = lua_type(value)
             if isinstance(declared, str):
                 yield path, f"wrong type: expected {declared}, got {got}"
@@ -192,10 +215,17 @@ def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
                 yield path, f"wrong type: expected one of {', '.join(types)}, got {got}"
             return
 
-    yield from _object_errors(schema, value, path)
-    yield from _array_errors(schema, value, path)
-    yield from _string_errors(schema, value, path)
-    yield from _number_errors(schema, value, path)
+    shape = _shape(schema)
+    if shape & _OBJECT:
+        yield from _object_errors(schema, value, path)
+    if shape & _ARRAY:
+        yield from _array_errors(schema, value, path)
+    if shape & _STRING:
+        yield from _string_errors(schema, value, path)
+    if shape & _NUMBER:
+        yield from _number_errors(schema, value, path)
+    if not shape & _OTHER:
+        return
 
     if "enum" in schema and not any(_enum_equal(value, option) for option in schema["enum"]):
         yield path, "matches none of the enum values"
@@ -262,11 +292,12 @@ def _enum_equal(value: Any, option: Any) -> bool:
 
 _OBJECT_KEYWORDS = ("properties", "additionalProperties", "patternProperties", "minProperties",
                     "maxProperties", "dependencies", "required")
+_ARRAY_KEYWORDS = ("items", "minItems", "maxItems", "uniqueItems")
+_STRING_KEYWORDS = ("minLength", "maxLength", "pattern")
+_OTHER_KEYWORDS = ("enum", "allOf", "anyOf", "oneOf", "if", "not", "format")
 
 
 def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
-    if not any(k in schema for k in _OBJECT_KEYWORDS):
-        return
     if _is_object(value):
         obj: dict[str, Any] = value if isinstance(value, dict) else {}
         properties: Mapping[str, Any] = schema.get("properties", {})
@@ -331,8 +362,6 @@ def _dependency_errors(prop: str, dependency: Any, obj: dict[str, Any], path: Pa
 
 
 def _array_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
-    if not any(k in schema for k in ("items", "minItems", "maxItems", "uniqueItems")):
-        return
     if not _is_array(value):
         return
     items: list[Any] = value if isinstance(value, list) else []
