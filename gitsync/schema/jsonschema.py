@@ -29,7 +29,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from copy import deepcopy
 from functools import lru_cache
 from typing import Any
@@ -191,8 +191,61 @@ def _shape(schema: Mapping[str, Any]) -> int:
     return shape
 
 
+class _Text:
+    """An error's message, written only when it is read: `is_valid` (an anyOf's or oneOf's options,
+    an if) reads none, and most of those options fail, each with a nested message to quote."""
+
+    __slots__ = ("args", "write")
+
+    def __init__(self, write: Callable[..., str], *args: Any) -> None:
+        self.write, self.args = write, args
+
+    def __str__(self) -> str:
+        return self.write(*self.args)
+
+
+_Errors = Iterator[tuple[Path, "str | _Text"]]
+
+
+def _wrapped(prefix: str, message: str | _Text) -> str:
+    return f"{prefix}{message}"
+
+
+def _property_failed(prop: str, message: str | _Text) -> str:
+    return f"property {lua_quote(prop)} validation failed: {message}"
+
+
+def _property_required(prop: str) -> str:
+    return f"property {lua_quote(prop)} is required"
+
+
+def _required_when(needed: str, prop: str) -> str:
+    return f"property {lua_quote(needed)} is required when {lua_quote(prop)} is set"
+
+
+def _dependent_failed(prop: str, message: str | _Text) -> str:
+    return f"failed to validate dependent schema for {lua_quote(prop)}: {message}"
+
+
+def _pattern_failed(pattern: str, value: str) -> str:
+    return f"failed to match pattern {lua_quote(pattern)} with {lua_quote(value)}"
+
+
+def _none_of_the_required(options: Any) -> str:
+    required = [cjson_encode(list(option["required"])) for option in options
+                if isinstance(option, Mapping) and "required" in option]
+    suffix = ": " + " or ".join(required) if required else ""
+    return f"object matches none of the required{suffix}"
+
+
 def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
     """Every violation of `schema` by `value`, in the order the Lua validator checks them."""
+    for where, message in _errors(schema, value, path):
+        yield where, str(message)
+
+
+def _errors(schema: Schema, value: Any, path: Path = ()) -> _Errors:
+    """`iter_errors`, each message kept unwritten (`_Text`) until it is read."""
     if schema is True:
         return
     if schema is False:
@@ -231,19 +284,13 @@ def iter_errors(schema: Schema, value: Any, path: Path = ()) -> Iterator[Error]:
         yield path, "matches none of the enum values"
 
     for index, subschema in enumerate(schema.get("allOf", ()), start=1):
-        for sub_path, message in iter_errors(subschema, value, path):
-            yield sub_path, f"allOf {index} failed: {message}"
+        for sub_path, message in _errors(subschema, value, path):
+            yield sub_path, _Text(_wrapped, f"allOf {index} failed: ", message)
 
     if "anyOf" in schema:
         options = schema["anyOf"]
         if not any(is_valid(option, value) for option in options):
-            required = [
-                cjson_encode(list(option["required"]))
-                for option in options
-                if isinstance(option, Mapping) and "required" in option
-            ]
-            suffix = ": " + " or ".join(required) if required else ""
-            yield path, f"object matches none of the required{suffix}"
+            yield path, _Text(_none_of_the_required, options)
 
     if "oneOf" in schema:
         matched: int | None = None
@@ -297,7 +344,7 @@ _STRING_KEYWORDS = ("minLength", "maxLength", "pattern")
 _OTHER_KEYWORDS = ("enum", "allOf", "anyOf", "oneOf", "if", "not", "format")
 
 
-def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> _Errors:
     if _is_object(value):
         obj: dict[str, Any] = value if isinstance(value, dict) else {}
         properties: Mapping[str, Any] = schema.get("properties", {})
@@ -306,17 +353,17 @@ def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterato
 
         for prop, subschema in properties.items():
             if prop in obj:
-                for sub_path, message in iter_errors(subschema, obj[prop], (*path, prop)):
-                    yield sub_path, f"property {lua_quote(prop)} validation failed: {message}"
+                for sub_path, message in _errors(subschema, obj[prop], (*path, prop)):
+                    yield sub_path, _Text(_property_failed, prop, message)
                 if prop in dependencies:
                     yield from _dependency_errors(prop, dependencies[prop], obj, path)
             elif prop in required:
-                yield path, f"property {lua_quote(prop)} is required"
+                yield path, _Text(_property_required, prop)
             _apply_default(obj, prop, subschema)
 
         for prop in required:
             if prop not in properties and prop not in obj:
-                yield path, f"property {lua_quote(prop)} is required"
+                yield path, _Text(_property_required, prop)
 
         for prop, dependency in dependencies.items():
             if prop not in properties and prop in obj:
@@ -331,12 +378,14 @@ def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterato
                 for pattern, subschema in patterns.items():
                     if pattern_search(pattern, key):
                         matched = True
-                        for sub_path, message in iter_errors(subschema, obj[key], (*path, key)):
-                            yield sub_path, f'failed to validate {key} (matching "{pattern}"): {message}'
+                        for sub_path, message in _errors(subschema, obj[key], (*path, key)):
+                            prefix = f'failed to validate {key} (matching "{pattern}"): '
+                            yield sub_path, _Text(_wrapped, prefix, message)
                 if closed and not matched and key not in properties:
                     if isinstance(additional, Mapping):
-                        for sub_path, message in iter_errors(additional, obj[key], (*path, key)):
-                            yield sub_path, f"failed to validate additional property {key}: {message}"
+                        for sub_path, message in _errors(additional, obj[key], (*path, key)):
+                            prefix = f"failed to validate additional property {key}: "
+                            yield sub_path, _Text(_wrapped, prefix, message)
                     else:
                         yield (*path, key), f"additional properties forbidden, found {key}"
 
@@ -351,17 +400,17 @@ def _object_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterato
         yield path, "the input data should be an empty table"
 
 
-def _dependency_errors(prop: str, dependency: Any, obj: dict[str, Any], path: Path) -> Iterator[Error]:
+def _dependency_errors(prop: str, dependency: Any, obj: dict[str, Any], path: Path) -> _Errors:
     if isinstance(dependency, list):
         for needed in dependency:
             if needed not in obj:
-                yield path, f"property {lua_quote(needed)} is required when {lua_quote(prop)} is set"
+                yield path, _Text(_required_when, needed, prop)
     else:
-        for sub_path, message in iter_errors(dependency, obj, path):
-            yield sub_path, f"failed to validate dependent schema for {lua_quote(prop)}: {message}"
+        for sub_path, message in _errors(dependency, obj, path):
+            yield sub_path, _Text(_dependent_failed, prop, message)
 
 
-def _array_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+def _array_errors(schema: Mapping[str, Any], value: Any, path: Path) -> _Errors:
     if not _is_array(value):
         return
     items: list[Any] = value if isinstance(value, list) else []
@@ -372,15 +421,15 @@ def _array_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator
     item_schema = schema.get("items")
     if isinstance(item_schema, Mapping):
         for index, item in enumerate(items):
-            for sub_path, message in iter_errors(item_schema, item, (*path, index)):
-                yield sub_path, f"failed to validate item {index + 1}: {message}"
+            for sub_path, message in _errors(item_schema, item, (*path, index)):
+                yield sub_path, _Text(_wrapped, f"failed to validate item {index + 1}: ", message)
     if schema.get("uniqueItems"):
         pair = _unique_violation(items)
         if pair:
             yield path, f"expected unique items but items {pair[0]} and {pair[1]} are equal"
 
 
-def _string_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+def _string_errors(schema: Mapping[str, Any], value: Any, path: Path) -> _Errors:
     if not isinstance(value, str):
         return
     if "minLength" in schema and len(value) < schema["minLength"]:
@@ -388,7 +437,7 @@ def _string_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterato
     if "maxLength" in schema and len(value) > schema["maxLength"]:
         yield path, f"string too long, expected at most {schema['maxLength']}, got {len(value)}"
     if "pattern" in schema and not pattern_search(schema["pattern"], value):
-        yield path, f"failed to match pattern {lua_quote(schema['pattern'])} with {lua_quote(value)}"
+        yield path, _Text(_pattern_failed, schema['pattern'], value)
 
 
 _RANGES = (
@@ -399,7 +448,7 @@ _RANGES = (
 )
 
 
-def _number_errors(schema: Mapping[str, Any], value: Any, path: Path) -> Iterator[Error]:
+def _number_errors(schema: Mapping[str, Any], value: Any, path: Path) -> _Errors:
     if not is_number(value):
         return
     for keyword, violates, wording in _RANGES:
@@ -413,4 +462,4 @@ def first_error(schema: Schema, value: Any) -> Error | None:
 
 
 def is_valid(schema: Schema, value: Any) -> bool:
-    return first_error(schema, value) is None
+    return next(_errors(schema, value), None) is None
