@@ -166,9 +166,13 @@ def _unique_violation(items: list[Any]) -> tuple[int, int] | None:
 
 
 def _apply_default(obj: dict[str, Any], prop: str, subschema: Any) -> None:
-    if isinstance(subschema, Mapping) and "default" in subschema and prop not in obj:
+    if prop in obj or not (type(subschema) is dict or isinstance(subschema, Mapping)):
+        return
+    if "default" in subschema:
         default = subschema["default"]
-        if isinstance(default, bool | int | float | str | dict | list):
+        if type(default) in (str, int, float, bool):  # immutable: no copy
+            obj[prop] = default
+        elif isinstance(default, bool | int | float | str | dict | list):
             obj[prop] = deepcopy(default)
 
 
@@ -251,7 +255,7 @@ def _errors(schema: Schema, value: Any, path: Path = ()) -> _Errors:
     if schema is False:
         yield path, "expect false always"
         return
-    assert isinstance(schema, Mapping)
+    assert type(schema) is dict or isinstance(schema, Mapping)
 
     declared = schema.get("type")
     if declared is not None:
