@@ -9,8 +9,7 @@ re-reading just the one file that holds it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gitsync.problems import Location, Problem
 from gitsync.render.load import Pos, positions
@@ -18,9 +17,10 @@ from gitsync.render.load import Pos, positions
 FieldPath = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
-class ItemSource:
-    """Where one payload item was written: file, document, index in that document's list, position."""
+class ItemSource(NamedTuple):
+    """Where one payload item was written: file, document, index in that document's list, position.
+    A named tuple: render makes one per item of every file it builds (a frozen dataclass is twice
+    the cost to make)."""
 
     file: str
     doc: int

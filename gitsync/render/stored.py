@@ -214,11 +214,12 @@ def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileF
         if not isinstance(sizes, list) or not isinstance(splits, list) \
                 or not len(sizes) == len(splits) == len(contents):
             raise TypeError("not a segment")
+        encoded = [str(c).encode("utf-8", "surrogateescape") for c in contents]
         facts.segments[_int(doc), str(kind)] = SegmentFacts(
             {_int(index): tuple((str(m), _path(f)) for m, f in rows) for index, rows in issues},
             {str(target): frozenset(map(str, ids)) for target, ids in named.items()}, look_closer,
-            [_int(size) for size in sizes], [str(c).encode("utf-8", "surrogateescape") for c in contents],
-            [_split(split, content) for split, content in zip(splits, contents, strict=True)])
+            [_int(size) for size in sizes], encoded,
+            [_split(split, content) for split, content in zip(splits, encoded, strict=True)])
     for doc, kind, index, issues, references, size, content, split in stored["items"]:
         key = (_int(doc), str(kind), _int(index))
         if issues is not None:
@@ -231,13 +232,13 @@ def _facts(stored: dict[str, list[list[Any]]], secret_references: bool) -> FileF
         if content is not None:
             facts.contents[key] = str(content).encode("utf-8", "surrogateescape")
             if split is not None:
-                facts.splits[key] = _split(split, content)
+                facts.splits[key] = _split(split, facts.contents[key])
     return facts
 
 
-def _split(value: Any, content: Any) -> int:
+def _split(value: Any, content: bytes) -> int:
     split = _int(value)
-    if not -1 <= split < len(str(content).encode("utf-8", "surrogateescape")) or split == 0:
+    if not -1 <= split < len(content) or split == 0:
         raise ValueError(f"not a split: {split}")
     return split
 
