@@ -40,6 +40,7 @@ from gitsync.groups import GateVerdict, group_gate
 from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger, redact
+from gitsync.metrics import Metrics, Readiness
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
 from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
@@ -47,7 +48,6 @@ from gitsync.reconcile import Desired, LiveView, plan
 from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render, unmanaged_warnings
 from gitsync.render.stored import ParseStore
 from gitsync.rollout import Release, release
-from gitsync.server import Metrics, Readiness
 from gitsync.settings import Settings
 from gitsync.source import Source
 from gitsync.state import AgentState, GatewayState, StateDir

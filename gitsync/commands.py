@@ -300,6 +300,7 @@ def _one_shot() -> Iterator[None]:
 
 def _sync_repo(settings: Settings) -> int:
     from gitsync.agent import Agent
+    from gitsync.metrics import Metrics
     from gitsync.state import StateDir, StateError
 
     with contextlib.ExitStack() as stack:
@@ -311,7 +312,7 @@ def _sync_repo(settings: Settings) -> int:
         state_dir = StateDir(settings.state_dir)
         try:
             stack.enter_context(state_dir.locked())
-            agent = Agent(settings, state_dir=state_dir)
+            agent = Agent(settings, state_dir=state_dir, metrics=Metrics(recorded=False))  # none exported
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2

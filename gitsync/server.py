@@ -26,15 +26,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gitsync.log import logger
+from gitsync.metrics import Metrics, Readiness
 from gitsync.problems import one_line
 from gitsync.settings import Secret
 
@@ -51,56 +50,6 @@ _DIGITS = re.compile(r"[0-9]+")
 #: for a path it does not serve.
 WebAnswer = Callable[[str, str, Mapping[str, str], BinaryIO, str],
                      "tuple[int, bytes, str, Sequence[tuple[str, str]]] | None"]
-
-
-class Metrics:
-    """Every metric the agent exports, in a registry of its own (no process-global state)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.syncs = Counter("gitsync_syncs", "Syncs by result.", ["result"], registry=r)
-        self.sync_duration = Histogram(
-            "gitsync_sync_duration_seconds", "Duration of syncs that reached the gateways.",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=r)
-        self.sync_phase = Histogram(
-            "gitsync_sync_phase_seconds", "Time of each phase of syncs that reached the gateways: check, "
-            "fetch, read, render, plan, serialize, push-wait, read-back (waiting for the gateway), and "
-            "gitsync (the sync's time less its wait for the gateways).", ["phase"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
-        self.last_success = Gauge("gitsync_last_success_timestamp_seconds",
-                                  "Unix time of the last successful sync.", registry=r)
-        self.applied_commit = Gauge("gitsync_applied_commit_info", "The commit live on every gateway "
-                                    "(value 1; the commit is a label).", ["commit"], registry=r)
-        self.gateway_version = Gauge("gitsync_gateway_conf_version", "conf_version sent per gateway "
-                                     "and kind.", ["gateway", "kind"], registry=r)
-        self.gateway_up = Gauge("gitsync_gateway_in_sync", "1 when the gateway holds the last good "
-                                "commit.", ["gateway"], registry=r)
-        self.drift_heals = Counter("gitsync_drift_heals", "Gateways re-applied after drift.", ["gateway"],
-                                   registry=r)
-        self.drift_detected = Counter("gitsync_drift_detected", "Drift found by the watch.", ["gateway"],
-                                      registry=r)
-        self.writeback_failures = Counter("gitsync_writeback_failures", "Failed status or note pushes.",
-                                          registry=r)
-        self.webhooks = Counter("gitsync_webhook_requests", "Webhook requests by provider and result.",
-                                ["provider", "result"], registry=r)
-        self.check_failures = Counter("gitsync_check_failures", "Health checks that still failed after their "
-                                      "retries, by check.", ["check"], registry=r)
-        self.tip_refused = Gauge("gitsync_tip_refused", "1 while the remote's tip is a commit this agent "
-                                 "refused (the last good commit stays live).", registry=r)
-        self.left_out = Gauge("gitsync_left_out_items", "Items partial apply left out of the live commit "
-                              "(partial = true): a broken item and what refers to it.", registry=r)
-        self.fetch_failures = Counter("gitsync_fetch_failures", "Failed checks or fetches of the git "
-                                      "remote.", registry=r)
-        self.refused_connections = Counter("gitsync_listener_refused_connections", "Connections answered "
-                                           "503 because the listener served its maximum at once.", registry=r)
-
-    def set_applied_commit(self, sha: str) -> None:
-        self.applied_commit.clear()
-        self.applied_commit.labels(commit=sha).set(1)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 def _same(given: str, expected: bytes) -> bool:
@@ -134,12 +83,6 @@ def verify_webhook(provider: str, secret: str, headers: dict[str, str], body: by
         return signature_ok(headers.get("x-gitsync-signature-256"), "sha256=") or (
             auth.startswith("Bearer ") and token_ok(auth[len("Bearer "):]))
     return False
-
-
-@dataclass(frozen=True)
-class Readiness:
-    ready: bool
-    reason: str
 
 
 class StatusServer:

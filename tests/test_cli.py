@@ -143,15 +143,19 @@ def test_sync_from_the_repo_warns_about_the_repos_items_it_leaves_out(tmp_path, 
 def test_a_process_loads_only_what_its_configuration_needs():
     """What a `gitsync sync` process imports leaves out what only some setups use: urllib3
     (http(s) remotes), pyrage and cryptography (age keys, SOPS files), importlib.metadata (the version
-    is written in the package), trio (httpcore's async support). Each is tens of ms of every start."""
+    is written in the package), trio (httpcore's async support), prometheus_client and the HTTP
+    listener (the daemon's). Each is tens of ms of every start."""
     import subprocess
     import sys
 
     from testkit.processes import gitsync_env
 
     code = ("import sys; from gitsync.__main__ import run; sys.modules.setdefault('trio', None); "
-            "import gitsync.cli, gitsync.commands, gitsync.agent; "
-            "print(sorted(m for m in ('urllib3', 'pyrage', 'cryptography', 'importlib.metadata') "
+            "import gitsync.cli, gitsync.commands, gitsync.agent; from gitsync.metrics import Metrics; "
+            "m = Metrics(recorded=False); m.syncs.labels('applied').inc(); m.set_applied_commit('c'); "
+            "m.sync_phase.labels('fetch').observe(0.1); m.gateway_up.labels('g').set(1); "
+            "print(sorted(m for m in ('urllib3', 'pyrage', 'cryptography', 'importlib.metadata', "
+            "'prometheus_client', 'http.server') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], env=gitsync_env(), capture_output=True, text=True,
                           timeout=60)
