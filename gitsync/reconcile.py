@@ -246,8 +246,8 @@ class _Indexed(Sequence[Any]):
         self._made[index] = item
 
     def copy(self) -> _Indexed:
-        twin = _Indexed(self._items, self._indexes)
-        twin._made = list(self._made)
+        twin = _Indexed.__new__(_Indexed)
+        twin._items, twin._indexes, twin._made = self._items, self._indexes, list(self._made)
         return twin
 
 

@@ -149,22 +149,30 @@ def blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _implicit_table() -> dict[str | None, tuple[tuple[str, Any], ...]]:
-    """ruamel's implicit resolvers for YAML 1.2 (first character → (tag, pattern)), with its default
-    tag prefix: what `VersionedResolver.resolve` consults for a plain scalar."""
+_Rules = tuple[tuple[str, Any], ...]
+
+
+def _implicit_table() -> tuple[dict[str, _Rules], _Rules]:
+    """ruamel's implicit resolvers for YAML 1.2 as `VersionedResolver.resolve` consults them for a
+    plain scalar: by first character, each followed by the ones for any character (the second
+    value, alone for a character with none of its own); tags with their default prefix."""
     table = VersionedResolver(version=YAML_VERSION).versioned_resolver
-    return {first: tuple((str(tag) if str(tag).startswith(_TAG) else _TAG + str(tag), regexp)
-                         for tag, regexp in rules) for first, rules in table.items()}
+
+    def tagged(rules: list[tuple[Any, Any]]) -> _Rules:
+        return tuple((str(tag) if str(tag).startswith(_TAG) else _TAG + str(tag), regexp)
+                     for tag, regexp in rules)
+
+    anywhere = tagged(table.get(None, []))
+    return {first: tagged(rules) + anywhere for first, rules in table.items() if first is not None}, anywhere
 
 
-_IMPLICIT = _implicit_table()
-_IMPLICIT_ANY = _IMPLICIT.get(None, ())
+_IMPLICIT, _IMPLICIT_ANY = _implicit_table()
 
 
 def _plain_tag(value: str) -> str:
     """The tag YAML 1.2 gives a plain scalar, as ruamel's resolver finds it, without asking the parser
     for its version on every scalar (most of what reading a file cost)."""
-    for tag, regexp in _IMPLICIT.get(value[:1], ()) + _IMPLICIT_ANY:
+    for tag, regexp in _IMPLICIT.get(value[:1], _IMPLICIT_ANY):
         if regexp.match(value):
             return tag
     return _STR
@@ -458,13 +466,13 @@ def _after_value(stack: list[list[Any]]) -> None:
 
 def plain_value(text: str) -> Any:
     """What an unquoted YAML scalar `text` means: a number, boolean, null, or the text itself."""
-    loader = _Loader(b"")
-    try:
-        tag = loader.resolve(ScalarNode, text, (True, False))
-        if tag in (_INT, _FLOAT, _BOOL, _NULL):
-            value, error = _scalar(loader, ScalarEvent(None, tag, (False, False), text), False, True)
-            return text if error else value
+    tag = _plain_tag(text)
+    if tag not in (_INT, _FLOAT, _BOOL, _NULL):
         return text
+    loader = _Loader(b"")  # its constructors build the number
+    try:
+        value, error = _scalar(loader, ScalarEvent(None, tag, (False, False), text), False, True)
+        return text if error else value
     except (ValueError, OverflowError):
         return text
     finally:
