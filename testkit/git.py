@@ -44,9 +44,12 @@ def git(*args: str, cwd: Path | None = None, input: bytes | None = None,
 class GitDaemon(ServerProcess):
     """``git daemon`` serving every repo under `base_path` as ``git://127.0.0.1:PORT/<name>``."""
 
-    def __init__(self, base_path: Path, *, receive_pack: bool = False) -> None:
+    def __init__(self, base_path: Path, *, receive_pack: bool = False, max_connections: int = 32) -> None:
         self.base_path = base_path
         self.receive_pack = receive_pack
+        # git daemon's own default is 32; past it, it kills a child of the same client address to make
+        # room (on loopback, any of them): a fleet test sizes it to its fleet.
+        self.max_connections = max_connections
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
@@ -60,7 +63,8 @@ class GitDaemon(ServerProcess):
         for _attempt in range(5):
             port = reuse or free_port()
             args = ["git", "daemon", "--reuseaddr", f"--listen={LOCALHOST}", f"--port={port}",
-                    f"--base-path={self.base_path}", "--export-all", "--informative-errors"]
+                    f"--base-path={self.base_path}", "--export-all", "--informative-errors",
+                    f"--max-connections={self.max_connections}"]
             if self.receive_pack:
                 args.append("--enable=receive-pack")
             args.append(str(self.base_path))
