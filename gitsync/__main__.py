@@ -1,6 +1,7 @@
 """`python -m gitsync` and the `gitsync` command: the command line, in a process of its own."""
 
 import contextlib
+import gc
 import os
 import sys
 
@@ -15,7 +16,13 @@ def run() -> int:
     A command that closes everything it opened (`Command.closes_all`: ``sync``, ``render``,
     ``validate``, ``diff``) ends the process as soon as its output is flushed, without freeing its
     objects one by one: after a sync of 10,000 routes that is hundreds of thousands of them, 50-90 ms
-    of a ``sync --once`` that the operating system does at once."""
+    of a ``sync --once`` that the operating system does at once.
+
+    The process starts without the cyclic garbage collector: what start-up allocates (modules,
+    settings) lives as long as the process, and collections set off by it would walk it over and
+    over (40-50 ms of every start here). `cli.dispatch` turns the collector on for a long-lived
+    command; a one-shot command (``closes_all``) runs to its end without it."""
+    gc.disable()
     sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
     from gitsync.cli import dispatch
 

@@ -8,6 +8,7 @@ the exit status. Settings errors and usage errors exit 2.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -146,10 +147,14 @@ def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
     except SettingsError as exc:
         print(f"gitsync {command.name}: error: {gslog.redact(str(exc))}", file=sys.stderr)
         return 2, None
-    gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)
+    if (settings.verbose, settings.log_json) != (args.verbose or 0, bool(args.log_json)):
+        gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)  # the settings file's choice
     args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)
+    if not command.closes_all and not gc.isenabled():  # started by `gitsync.__main__.run`, without it
+        gc.freeze()  # what start-up made lives as long as the process: no collection need walk it
+        gc.enable()
     try:
         return int(func(settings, args)), command
     except KeyboardInterrupt:

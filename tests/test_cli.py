@@ -161,3 +161,27 @@ def test_a_process_loads_only_what_its_configuration_needs():
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("argv", "collects"), [
+    (["completion", "bash"], True),
+    (["validate", "--repo", "not-a-repo", "--state-dir", "state"], False)])
+def test_a_gitsync_process_collects_cycles_in_a_long_lived_command_only(tmp_path, argv, collects):
+    """`gitsync.__main__.run` starts without the cyclic collector (start-up's objects live as long as
+    the process); a command that is not one-shot gets it back before it starts, a one-shot one
+    (``closes_all``) runs to its end without it."""
+    import subprocess
+    import sys
+
+    from testkit.processes import gitsync_env
+
+    code = ("import gc, sys; import gitsync.cli as cli; from gitsync.__main__ import run\n"
+            "dispatch = cli.dispatch\n"
+            "def spy(*a):\n"
+            "    status, command = dispatch(*a)\n"
+            "    print('collector', gc.isenabled(), command.name, file=sys.stderr, flush=True)\n"
+            "    return status, command\n"
+            f"cli.dispatch = spy; sys.argv = ['gitsync', *{argv!r}]; run()")
+    done = subprocess.run([sys.executable, "-c", code], env=gitsync_env({"GITSYNC_CONFIG": "/dev/null"}),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert f"collector {collects} {argv[0]}" in done.stderr.splitlines(), done.stderr[-2000:]
