@@ -89,7 +89,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser, groups: Sequence[str]) -
                                 help="no status commits or notes (same as --writeback off)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, a command's flags for that command alone (every command
+    is still listed): the flags of all commands are most of a parser's making, in every process."""
     parser = argparse.ArgumentParser(
         prog="gitsync",
         description="GitOps pull agent for Apache APISIX gateways in API-driven standalone mode.",
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help, parents=[common])
         p.set_defaults(_command=command)
+        if only is not None and command.name != only:
+            continue
         _add_setting_flags(p, command.groups)
         if command.arguments:
             module_name, func_name = command.arguments.split(":")
@@ -126,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_NAMES = frozenset(command.name for command in COMMANDS)
+
+
 def _flags(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items()
             if not k.startswith("_") and k != "reload_settings" and v is not None}
@@ -137,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
     """Run the command `argv` names: its exit status, and the command (None: it did not start)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=argv[0] if argv and argv[0] in _NAMES else None)
     args = parser.parse_args(argv)
     command: Command = args._command
     gslog.setup(verbose=args.verbose or 0, json_lines=bool(args.log_json))

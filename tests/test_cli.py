@@ -185,3 +185,26 @@ def test_a_gitsync_process_collects_cycles_in_a_long_lived_command_only(tmp_path
     done = subprocess.run([sys.executable, "-c", code], env=gitsync_env({"GITSYNC_CONFIG": "/dev/null"}),
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert f"collector {collects} {argv[0]}" in done.stderr.splitlines(), done.stderr[-2000:]
+
+
+def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_command():
+    """`dispatch` makes the flags of the command it runs only; that command's flags, defaults and help
+    are those of the whole command line."""
+    import argparse
+
+    from gitsync.cli import build_parser
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return dict(sub.choices)
+
+    def flags(parser: argparse.ArgumentParser) -> list[tuple]:
+        return [(tuple(a.option_strings), a.dest, a.default, a.help, a.choices) for a in parser._actions]
+
+    whole = commands(build_parser())
+    assert sorted(whole) == sorted(c.name for c in COMMANDS)
+    for name, full in whole.items():
+        one = commands(build_parser(only=name))
+        assert sorted(one) == sorted(whole)
+        assert flags(one[name]) == flags(full), name
+        assert len(flags(full)) > 4, name  # beyond -h and the common flags: the test sees real flags
