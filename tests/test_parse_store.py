@@ -6,14 +6,15 @@ not its own is ignored, never trusted.
 
 from __future__ import annotations
 
-import json
+import hashlib
+import marshal
 import stat
 
 import pytest
 
 from gitsync.render import ParseCache, RenderOptions, render
 from gitsync.render.load import blob_sha
-from gitsync.render.stored import ParseStore
+from gitsync.render.stored import SUFFIX, ParseStore
 from tests.agents import ADMIN_KEY, repo_url
 from tests.support import run_gitsync
 
@@ -57,7 +58,7 @@ def test_sync_once_parses_one_changed_file_and_sends_no_get_before_its_put(tmp_p
     live = {r["id"]: r["uri"] for r in apisix.config()["routes"]}
     assert live["r042-3"] == "/v2/42/3" and live["r041-3"] == "/r/41/3" and len(live) == 1000
 
-    entries = list((state / "parse-cache").rglob("*.json"))
+    entries = list((state / "parse-cache").rglob(f"*{SUFFIX}"))
     assert stat.S_IMODE(entries[0].parent.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in entries} == {0o600}
     # The files of the two commits the last run rendered: 101, and the old version of the changed one.
@@ -85,17 +86,27 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_the_file_parsed_again(tmp_pat
     render(files, RenderOptions(), cache=ParseCache(store=ParseStore(tmp_path)))
     store = ParseStore(tmp_path)
     one, other = blob_sha(files["routes/r001.yaml"]), blob_sha(files["routes/r002.yaml"])
-    (store.dir / f"{one}.json").write_bytes(b"\x00garbage")  # corrupt
-    foreign = (store.dir / f"{other}.json").read_bytes()
-    (store.dir / f"{blob_sha(files['routes/r003.yaml'])}.json").write_bytes(foreign)  # another blob's entry
-    checksum, _, body = (store.dir / f"{other}.json").read_bytes().partition(b"\n")
-    doctored = json.loads(body)
-    doctored["documents"][0][4]["routes"][0]["uri"] = "/evil"  # content changed, checksum kept
-    (store.dir / f"{other}.json").write_bytes(checksum + b"\n" + json.dumps(doctored).encode())
+    entry = store.dir / f"{one}{SUFFIX}"
+    entry.write_bytes(b"\x00garbage")  # corrupt
+    foreign = (store.dir / f"{other}{SUFFIX}").read_bytes()
+    (store.dir / f"{blob_sha(files['routes/r003.yaml'])}{SUFFIX}").write_bytes(foreign)  # another blob's
+    checksum, _, body = (store.dir / f"{other}{SUFFIX}").read_bytes().partition(b"\n")
+    doctored = marshal.loads(body)
+    routes = marshal.loads(doctored["documents"][0][4])
+    routes["routes"][0]["uri"] = "/evil"  # content changed, checksum kept
+    doctored["documents"][0][4] = marshal.dumps(routes)
+    (store.dir / f"{other}{SUFFIX}").write_bytes(checksum + b"\n" + marshal.dumps(doctored))
+    cut = store.dir / f"{blob_sha(files['routes/r004.yaml'])}{SUFFIX}"
+    cut.write_bytes(cut.read_bytes()[:-7])  # a killed writer's torn entry
+    shaped = store.dir / f"{blob_sha(files['routes/r005.yaml'])}{SUFFIX}"
+    body = marshal.loads(shaped.read_bytes().partition(b"\n")[2])
+    body["documents"][0][4] = "routes: []"  # a checksum of its own, but not the shape of an entry
+    data = marshal.dumps(body)
+    shaped.write_bytes(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
 
     cache = ParseCache(store=ParseStore(tmp_path))
     rendered = render(files, RenderOptions(), cache=cache)
-    assert cache.parses == 3
+    assert cache.parses == 5
     assert "/evil" not in {r["uri"] for r in rendered.payload["routes"]}
     assert render(files, RenderOptions(), cache=ParseCache()).payload == rendered.payload
 
@@ -110,7 +121,7 @@ def test_files_with_expressions_or_encryption_are_never_stored(tmp_path) -> None
     for data in files.values():
         cache.get(data)
     cache.end_render()
-    stored = sorted(p.stem for p in tmp_path.rglob("*.json"))
+    stored = sorted(p.stem for p in tmp_path.rglob(f"*{SUFFIX}"))
     assert stored == [blob_sha(files["plain.yaml"])]
 
 

@@ -36,6 +36,7 @@ from gitsync import log as gslog
 from gitsync.problems import Problem, ProblemsError
 from gitsync.render import ParseCache, RenderOptions, render
 from gitsync.render.load import blob_sha
+from gitsync.render.stored import SUFFIX
 from gitsync.schema.jsonschema import lua_quote
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from gitsync.writeback import FailureNote, render_section, summary_text
@@ -260,7 +261,7 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
 
     leaky.run("status", "--state-dir", str(leaky.state), expect=0)
     leaky.run("status", "--fleet", "--repo", leaky.url, expect=0)
-    cached = sorted(p.stem for p in (leaky.state / "parse-cache").rglob("*.json"))
+    cached = sorted(p.stem for p in (leaky.state / "parse-cache").rglob(f"*{SUFFIX}"))
     assert cached == [blob_sha(PLAIN.encode())]  # the files with secrets in them are never cached
     for sha in (schema_bad, echoed):
         note = git("notes", "--ref", "refs/notes/gitsync", "show", sha, cwd=leaky.repo.path)

@@ -96,22 +96,27 @@ class Document:
         self._shared: Any = None
 
     @classmethod
-    def decoded(cls, index: int, data: Any, pos: Pos, key_pos: dict[str, Pos],
-                item_pos: dict[str, tuple[Pos, ...]]) -> Document:
-        """A document read back from the parse store: `data`, fresh from the decoder, is its shared
-        content as it is; the `marshal` copy is made only when a caller first asks for `data`."""
+    def stored(cls, index: int, blob: bytes, pos: Pos, key_pos: dict[str, Pos],
+               item_pos: dict[str, tuple[Pos, ...]]) -> Document:
+        """A document read back from the parse store, its content as `blob` (what `blob` gave):
+        made into objects only when a caller first asks."""
+        if type(blob) is not bytes or not blob:
+            raise TypeError("not a document's content")
         doc = cls.__new__(cls)
         doc.index, doc.pos, doc.key_pos, doc.item_pos = index, pos, key_pos, item_pos
-        doc._blob, doc._value, doc._shared = b"", None, data  # b"": not made yet (marshal never gives it)
+        doc._blob, doc._value, doc._shared = blob, None, None
         return doc
+
+    @property
+    def blob(self) -> bytes | None:
+        """The content as `marshal` bytes (None: a document holding expressions, kept as objects)."""
+        return self._blob
 
     @property
     def data(self) -> Any:
         """The document's content: a fresh copy, except for documents holding expressions."""
         if self._blob is None:
             return self._value
-        if not self._blob:
-            self._blob = marshal.dumps(self._shared)
         return marshal.loads(self._blob)
 
     @property
