@@ -13,6 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gitsync import __version__
 from gitsync import log as gslog
@@ -132,6 +133,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 _NAMES = frozenset(command.name for command in COMMANDS)
 
+#: What one-shot commands leave to the end of gitsync's own process (None: not in it, keep nothing).
+_left_to_exit: list[Any] | None = None
+
+
+def ending_process() -> None:
+    """Called by gitsync's own process (`gitsync.__main__.run`), which ends with `os._exit` after a
+    one-shot command: what the command leaves (`leave_to_exit`) is then freed by the operating system
+    at once."""
+    global _left_to_exit
+    _left_to_exit = []
+
+
+def leave_to_exit(*objects: Any) -> None:
+    """Keep `objects` alive until gitsync's own process ends, rather than free them one by one as the
+    command returns: after a sync of 10,000 routes its agent holds hundreds of thousands of objects,
+    50-60 ms of a ``sync --once`` spent only on freeing them. In any other program, nothing is kept."""
+    if _left_to_exit is not None:
+        _left_to_exit.extend(objects)
+
 
 def _flags(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items()
@@ -160,9 +180,12 @@ def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
     args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    if not command.closes_all and not gc.isenabled():  # started by `gitsync.__main__.run`, without it
-        gc.freeze()  # what start-up made lives as long as the process: no collection need walk it
-        gc.enable()
+    if not command.closes_all:
+        global _left_to_exit
+        _left_to_exit = None  # a long-lived command frees what it is done with
+        if not gc.isenabled():  # started by `gitsync.__main__.run`, without it
+            gc.freeze()  # what start-up made lives as long as the process: no collection need walk it
+            gc.enable()
     try:
         return int(func(settings, args)), command
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gitsync.cli import leave_to_exit
 from gitsync.gateway import endpoints_from_settings
 from gitsync.gateways import Gateways, wait_for
 from gitsync.gitremote import Remote, SourceError
@@ -93,6 +94,7 @@ def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | i
         return 2
     try:
         rendered = render_files(files, options)
+        leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
             print(redact(str(problem)), file=sys.stderr)
@@ -321,6 +323,7 @@ def _sync_repo(settings: Settings) -> int:
             return 1
         stack.callback(agent.close)  # waits for the write-backs of this sync
         outcome = agent.sync_once("cli")
+        leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
     unwritten = agent.writeback.pending if agent.writeback is not None else 0

@@ -208,3 +208,31 @@ def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_comm
         assert sorted(one) == sorted(whole)
         assert flags(one[name]) == flags(full), name
         assert len(flags(full)) > 4, name  # beyond -h and the common flags: the test sees real flags
+
+
+def test_a_one_shot_command_leaves_its_objects_to_the_process_end_only_in_gitsyncs_own_process(tmp_path):
+    """In `gitsync`'s own process a one-shot command's large objects (the render, the agent) are kept
+    for `os._exit` to free at once; a program calling `main` keeps nothing."""
+    import subprocess
+    import sys
+
+    from gitsync import cli
+    from testkit.processes import gitsync_env
+
+    (tmp_path / "routes.yaml").write_text("routes:\n  - id: r1\n    uri: /a\n    upstream:\n"
+                                          "      nodes: {'127.0.0.1:1980': 1}\n")
+    argv = ["render", "--dir", str(tmp_path), "--state-dir", str(tmp_path / "state")]
+    code = ("import sys; import gitsync.cli as cli; from gitsync.__main__ import run\n"
+            "dispatch = cli.dispatch\n"
+            "def spy(*a):\n"
+            "    status, command = dispatch(*a)\n"
+            "    print('left', status, [type(o).__name__ for o in cli._left_to_exit], file=sys.stderr)\n"
+            "    return status, command\n"
+            f"cli.dispatch = spy; sys.argv = ['gitsync', *{argv!r}]; run()")
+    done = subprocess.run([sys.executable, "-c", code], env=gitsync_env({"GITSYNC_CONFIG": "/dev/null"}),
+                          capture_output=True, text=True, timeout=60)
+    assert "left 0 ['Rendered']" in done.stderr.splitlines(), done.stderr[-2000:]
+    assert '"uri":"/a"' in done.stdout
+
+    assert cli.main(argv) == 0
+    assert cli._left_to_exit is None
