@@ -206,8 +206,8 @@ def _facts_rows(facts: FileFacts) -> dict[str, list[list[Any]]]:
     then each table's value for it (None: not computed)."""
     segments = [[doc, kind,
                  [[index, [[m, list(f)] for m, f in issues]] for index, issues in known.issues.items()],
-                 {target: sorted(ids) for target, ids in known.named.items()}, known.look_closer, known.sizes,
-                 list(known.contents), known.splits]
+                 {target: sorted(ids) for target, ids in known.named.items()}, known.look_closer,
+                 list(known.sizes), list(known.contents), list(known.splits)]
                 for (doc, kind), known in facts.segments.items()]
     tables = (facts.issues, facts.references, facts.sizes, facts.contents, facts.splits)
     keys = [key for key in dict.fromkeys(key for table in tables for key in table)
