@@ -481,6 +481,7 @@ def test_latency_and_body_limit(admin, apisix):
     apisix.set_body_limit(100)
     response = put(admin, {"routes": [{**ROUTE, "desc": "x" * 200}]})
     assert response.status_code == 413 and response.content == nginx_page(413)
+    assert response.headers["connection"] == "close"  # the body was not read: no client may reuse it
     apisix.set_body_limit(None)
     assert put(admin, {"routes": [{**ROUTE, "desc": "x" * 200}]}).status_code == 202
 

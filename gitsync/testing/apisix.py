@@ -326,6 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
         if reply.status != 204:
             self.send_header("Content-Length", str(len(reply.body)))
+        if self.close_connection:  # nginx says so (a 413's body was not read): no client reuses it
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD" and reply.status != 204:
             self.wfile.write(reply.body)
