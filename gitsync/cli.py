@@ -180,12 +180,14 @@ def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
     args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    if not command.closes_all:
-        global _left_to_exit
-        _left_to_exit = None  # a long-lived command frees what it is done with
-        if not gc.isenabled():  # started by `gitsync.__main__.run`, without it
-            gc.freeze()  # what start-up made lives as long as the process: no collection need walk it
-            gc.enable()
+    global _left_to_exit
+    if not command.closes_all and _left_to_exit is not None:
+        # gitsync's own process, started without the cyclic collector (`gitsync.__main__.run`): a
+        # long-lived command frees what it is done with, and collects cycles; what start-up made lives
+        # as long as the process, so no collection need walk it. A library caller's gc is its own.
+        _left_to_exit = None
+        gc.freeze()
+        gc.enable()
     try:
         return int(func(settings, args)), command
     except KeyboardInterrupt:

@@ -236,3 +236,20 @@ def test_a_one_shot_command_leaves_its_objects_to_the_process_end_only_in_gitsyn
 
     assert cli.main(argv) == 0
     assert cli._left_to_exit is None
+
+
+def test_a_library_caller_keeps_its_own_garbage_collector_settings():
+    """Only gitsync's own process (started without the collector) has it turned on and its start-up
+    frozen by a long-lived command; a program that turned the collector off keeps it off."""
+    import gc
+
+    from gitsync import cli
+
+    frozen = gc.get_freeze_count()
+    gc.disable()
+    try:
+        assert cli.main(["completion", "bash"]) == 0
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.enable()

@@ -103,10 +103,15 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_the_file_parsed_again(tmp_pat
     body["documents"][0][4] = "routes: []"  # a checksum of its own, but not the shape of an entry
     data = marshal.dumps(body)
     shaped.write_bytes(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    unread = store.dir / f"{blob_sha(files['routes/r006.yaml'])}{SUFFIX}"
+    body = marshal.loads(unread.read_bytes().partition(b"\n")[2])
+    body["documents"][0][4] = b"\xff not marshal"  # the right shape, a document that does not read
+    data = marshal.dumps(body)
+    unread.write_bytes(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
 
     cache = ParseCache(store=ParseStore(tmp_path))
     rendered = render(files, RenderOptions(), cache=cache)
-    assert cache.parses == 5
+    assert cache.parses == 6
     assert "/evil" not in {r["uri"] for r in rendered.payload["routes"]}
     assert render(files, RenderOptions(), cache=ParseCache()).payload == rendered.payload
 

@@ -98,13 +98,14 @@ class Document:
     @classmethod
     def stored(cls, index: int, blob: bytes, pos: Pos, key_pos: dict[str, Pos],
                item_pos: dict[str, tuple[Pos, ...]]) -> Document:
-        """A document read back from the parse store, its content as `blob` (what `blob` gave):
-        made into objects only when a caller first asks."""
+        """A document read back from the parse store, its content as `blob` (what `blob` gave). The
+        blob is read here: one that does not read (ValueError, EOFError, TypeError, MemoryError)
+        refuses the entry, not a later render."""
         if type(blob) is not bytes or not blob:
             raise TypeError("not a document's content")
         doc = cls.__new__(cls)
         doc.index, doc.pos, doc.key_pos, doc.item_pos = index, pos, key_pos, item_pos
-        doc._blob, doc._value, doc._shared = blob, None, None
+        doc._blob, doc._value, doc._shared = blob, None, marshal.loads(blob)
         return doc
 
     @property

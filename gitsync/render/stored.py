@@ -197,7 +197,7 @@ def _decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
         if body["facts"] is not None:
             parsed.memo["facts"] = _facts(body["facts"], parsed.has_secret_references)
         return parsed
-    except (ValueError, TypeError, KeyError, AttributeError, EOFError):
+    except (ValueError, TypeError, KeyError, AttributeError, EOFError, MemoryError):
         return None
 
 
