@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from gitsync import __version__
 from gitsync.cli import COMMANDS
+from testkit.processes import gitsync_env
 from tests.agents import ADMIN_KEY, repo_url
 from tests.support import run_gitsync
 
@@ -145,11 +149,6 @@ def test_a_process_loads_only_what_its_configuration_needs():
     (http(s) remotes), pyrage and cryptography (age keys, SOPS files), importlib.metadata (the version
     is written in the package), trio (httpcore's async support), prometheus_client and the HTTP
     listener (the daemon's). Each is tens of ms of every start."""
-    import subprocess
-    import sys
-
-    from testkit.processes import gitsync_env
-
     code = ("import sys; from gitsync.__main__ import run; sys.modules.setdefault('trio', None); "
             "import gitsync.cli, gitsync.commands, gitsync.agent; from gitsync.metrics import Metrics; "
             "m = Metrics(recorded=False); m.syncs.labels('applied').inc(); m.set_applied_commit('c'); "
@@ -163,6 +162,21 @@ def test_a_process_loads_only_what_its_configuration_needs():
     assert done.stdout.strip() == "[]"
 
 
+def run_spying_on_dispatch(argv: list[str], report: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`gitsync <argv>` as its own process (`gitsync.__main__.run`), printing on stderr, once the command
+    has returned and before the process ends, the tuple `report` (Python over `gc`, `cli`, `status`,
+    `command`)."""
+    code = ("import gc, sys; import gitsync.cli as cli; from gitsync.__main__ import run\n"
+            "dispatch = cli.dispatch\n"
+            "def spy(*a):\n"
+            "    status, command = dispatch(*a)\n"
+            f"    print(*({report}), file=sys.stderr, flush=True)\n"
+            "    return status, command\n"
+            f"cli.dispatch = spy; sys.argv = ['gitsync', *{argv!r}]; run()")
+    return subprocess.run([sys.executable, "-c", code], env=gitsync_env({"GITSYNC_CONFIG": "/dev/null"}),
+                          capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
 @pytest.mark.parametrize(("argv", "collects"), [
     (["completion", "bash"], True),
     (["validate", "--repo", "not-a-repo", "--state-dir", "state"], False)])
@@ -170,20 +184,7 @@ def test_a_gitsync_process_collects_cycles_in_a_long_lived_command_only(tmp_path
     """`gitsync.__main__.run` starts without the cyclic collector (start-up's objects live as long as
     the process); a command that is not one-shot gets it back before it starts, a one-shot one
     (``closes_all``) runs to its end without it."""
-    import subprocess
-    import sys
-
-    from testkit.processes import gitsync_env
-
-    code = ("import gc, sys; import gitsync.cli as cli; from gitsync.__main__ import run\n"
-            "dispatch = cli.dispatch\n"
-            "def spy(*a):\n"
-            "    status, command = dispatch(*a)\n"
-            "    print('collector', gc.isenabled(), command.name, file=sys.stderr, flush=True)\n"
-            "    return status, command\n"
-            f"cli.dispatch = spy; sys.argv = ['gitsync', *{argv!r}]; run()")
-    done = subprocess.run([sys.executable, "-c", code], env=gitsync_env({"GITSYNC_CONFIG": "/dev/null"}),
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = run_spying_on_dispatch(argv, "'collector', gc.isenabled(), command.name", tmp_path)
     assert f"collector {collects} {argv[0]}" in done.stderr.splitlines(), done.stderr[-2000:]
 
 
@@ -213,24 +214,13 @@ def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_comm
 def test_a_one_shot_command_leaves_its_objects_to_the_process_end_only_in_gitsyncs_own_process(tmp_path):
     """In `gitsync`'s own process a one-shot command's large objects (the render, the agent) are kept
     for `os._exit` to free at once; a program calling `main` keeps nothing."""
-    import subprocess
-    import sys
-
     from gitsync import cli
-    from testkit.processes import gitsync_env
 
     (tmp_path / "routes.yaml").write_text("routes:\n  - id: r1\n    uri: /a\n    upstream:\n"
                                           "      nodes: {'127.0.0.1:1980': 1}\n")
     argv = ["render", "--dir", str(tmp_path), "--state-dir", str(tmp_path / "state")]
-    code = ("import sys; import gitsync.cli as cli; from gitsync.__main__ import run\n"
-            "dispatch = cli.dispatch\n"
-            "def spy(*a):\n"
-            "    status, command = dispatch(*a)\n"
-            "    print('left', status, [type(o).__name__ for o in cli._left_to_exit], file=sys.stderr)\n"
-            "    return status, command\n"
-            f"cli.dispatch = spy; sys.argv = ['gitsync', *{argv!r}]; run()")
-    done = subprocess.run([sys.executable, "-c", code], env=gitsync_env({"GITSYNC_CONFIG": "/dev/null"}),
-                          capture_output=True, text=True, timeout=60)
+    done = run_spying_on_dispatch(argv, "'left', status, [type(o).__name__ for o in cli._left_to_exit]",
+                                  tmp_path)
     assert "left 0 ['Rendered']" in done.stderr.splitlines(), done.stderr[-2000:]
     assert '"uri":"/a"' in done.stdout
 
