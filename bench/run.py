@@ -416,16 +416,22 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
-    """Agent.sync_once with nothing new vs the ref advertisement alone; protocol v2's ``ls-refs``
-    and `git ls-remote` for reference."""
+    """The daemon's poll (`Agent.sync_once("poll")`) with nothing new vs the ref advertisement alone;
+    protocol v2's ``ls-refs`` and `git ls-remote` for reference. Before each poll the drift watch
+    runs, as the daemon's does every `drift_interval` (its HEAD, timed apart): a poll does not ask a
+    gateway the watch has just seen holding our push."""
     tip = agent.source.local_sha()
     assert tip is not None
     path = fx.repo.name
-    ours, floors, v2, ls_remote = [], [], [], []
+    ours, floors, v2, ls_remote, watch = [], [], [], [], []
     for _ in range(reps.fast_reps):
+        started = time.perf_counter()
+        if agent.drift_suspects():
+            raise RuntimeError("no-op poll: the drift watch suspects a gateway")
+        watch.append(time.perf_counter() - started)
         floors.append(timed(lambda: ref_advertisement(fx.port, path)))
         started = time.perf_counter()
-        outcome = agent.sync_once("bench")
+        outcome = agent.sync_once("poll")
         ours.append(time.perf_counter() - started)
         if outcome.result != "noop":
             raise RuntimeError(f"no-op poll: {outcome.result}")
@@ -436,7 +442,8 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
         raise RuntimeError("an answer does not carry the tip: the floor is wrong")
     return Result("noop_poll", fx.routes, median(ours), "s", median(floors), 1.2, samples=ours,
                   floor_samples=floors,
-                  details={"ls_refs_v2_s": median(v2), "git_ls_remote_s": median(ls_remote)})
+                  details={"ls_refs_v2_s": median(v2), "git_ls_remote_s": median(ls_remote),
+                           "drift_watch_s": median(watch)})
 
 
 def incremental_fetch(fx: Fixture, reps: Reps) -> Result:

@@ -76,6 +76,11 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _poll_only(reason: str) -> bool:
+    """Whether a sync was set off by the periodic poll alone (reasons are joined by commas)."""
+    return all(r == "poll" for r in reason.split(","))
+
+
 def short(sha: str | None) -> str:
     return sha[:7] if sha else "(none)"
 
@@ -139,10 +144,14 @@ class Agent:
         self._phases = phases = Phases()
         with gc_paused():
             late = self._collect_late(reason)
-            heads = self._start_heads()
+            trusted = self._recently_held() if _poll_only(reason) else {}
+            heads = self._start_heads(skip=trusted)
             with phases.timed("check"):
                 remote = self._check_remote(reason)
-            views = self._views(heads)
+            if trusted and remote.sha not in (None, self.state.last_good, *self.state.bad):
+                heads |= self.gateways.heads(trusted)  # a new commit: its push needs today's answers
+                trusted = {}
+            views = self._views(heads, trusted)
             outcome = self._act(self._decide(remote, views), reason)
             if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
                 healed = self._act(self._decide(RemoteView(sha=outcome.commit), views), reason)
@@ -177,19 +186,39 @@ class Agent:
         self.fetch_backoff.succeeded()
         return RemoteView(sha=self.tip)
 
-    def _start_heads(self) -> dict[str, Future[ConfigHead | None]]:
-        """HEADs of the gateways holding a push of ours, started before the git check to overlap it."""
-        urls = [url for url, worker in self.gateways.workers.items()
+    def _held(self) -> dict[str, str]:
+        """url → the digest of our last push, for each gateway holding one that a HEAD may check now."""
+        return {url: pushed.digest for url, worker in self.gateways.workers.items()
                 if not worker.busy and worker.backoff.ready()
-                and (pushed := self.state.gateways.get(url)) is not None and pushed.digest]
-        return self.gateways.heads(urls)
+                and (pushed := self.state.gateways.get(url)) is not None and pushed.digest}
 
-    def _views(self, heads: Mapping[str, Future[ConfigHead | None]]) -> list[GatewayView]:
+    def _recently_held(self) -> dict[str, str]:
+        """url → digest, for the gateways whose HEAD showed our last push within `drift_interval`.
+
+        A poll does not ask them again: the drift watch asks each gateway every `drift_interval`, so
+        a poll's own HEAD would only repeat it, and it is most of what a poll costs beyond the git
+        check. Any other sync (webhook, drift, the command line), and a poll that finds a new
+        commit, asks."""
+        max_age = self.settings.drift_interval
+        return {url: digest for url, digest in self._held().items()
+                if (head := self.gateways.client(url).recent_head(max_age)) is not None
+                and head.digest == digest}
+
+    def _start_heads(self, skip: Mapping[str, str]) -> dict[str, Future[ConfigHead | None]]:
+        """HEADs of the gateways holding a push of ours (but those in `skip`), started before the git
+        check to overlap it."""
+        return self.gateways.heads(url for url in self._held() if url not in skip)
+
+    def _views(self, heads: Mapping[str, Future[ConfigHead | None]], trusted: Mapping[str, str],
+               ) -> list[GatewayView]:
+        """Each gateway as this sync sees it: its HEAD's answer, or the recent one it is `trusted` on."""
         views = []
-        self._digests = {}
+        self._digests = dict(trusted)
         for url, worker in self.gateways.workers.items():
             probe, digest = Probe.NOT_ASKED, None
-            if url in heads:
+            if url in trusted:
+                probe, digest = Probe.ANSWERED, trusted[url]
+            elif url in heads:
                 try:
                     answer = heads[url].result()
                 except GatewayError as exc:
@@ -778,9 +807,7 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
             metrics.check_failures.labels(check.name).inc()
     for url in urls:
         gw = state.gateways.get(url)
-        for key, version in (gw.versions if gw else {}).items():
-            metrics.gateway_version.labels(url, key.removesuffix("_conf_version")).set(version)
-        metrics.gateway_up.labels(url).set(1 if gw and gw.commit == state.last_good else 0)
+        metrics.set_gateway(url, gw.versions if gw else {}, gw is not None and gw.commit == state.last_good)
 
 
 def history_record(outcome: SyncOutcome, now: float) -> dict[str, Any]:

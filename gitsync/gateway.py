@@ -19,6 +19,7 @@ import functools
 import json
 import re
 import ssl
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -298,6 +299,8 @@ class Gateway:
         self.has_head: bool | None = None  # learnt on first use: False on 3.13
         self.has_validate: bool | None = None  # False before 3.15
         self.server: str | None = None  # the Server header, e.g. APISIX/3.18.0
+        self._last_head: tuple[float, ConfigHead] | None = None  # (monotonic time, answer): `recent_head`
+        self._puts = 0  # PUTs started: a HEAD answered across one is not remembered
 
     def __enter__(self) -> Gateway:
         return self
@@ -363,6 +366,7 @@ class Gateway:
         """``HEAD /apisix/admin/configs`` (3.14+): digest and last-modified; None where not routed."""
         if self.has_head is False:
             return None
+        puts, asked, self._last_head = self._puts, time.monotonic(), None
         answer = self._send("HEAD", CONFIGS_PATH)
         if answer.status == 404:
             self.has_head = False
@@ -370,7 +374,18 @@ class Gateway:
         if answer.status != 200:
             raise self._unexpected("HEAD", CONFIGS_PATH, answer)
         self.has_head = True
-        return ConfigHead(answer.headers.get("x-digest"), _int_or_none(answer.headers.get("x-last-modified")))
+        head = ConfigHead(answer.headers.get("x-digest"), _int_or_none(answer.headers.get("x-last-modified")))
+        if puts == self._puts:
+            self._last_head = (asked, head)
+        return head
+
+    def recent_head(self, max_age: float) -> ConfigHead | None:
+        """The last HEAD's answer if it was asked for within `max_age` seconds, and no PUT started and
+        no HEAD failed since (the drift watch's HEADs keep it fresh); None otherwise."""
+        last = self._last_head
+        if last is None or time.monotonic() - last[0] > max_age:
+            return None
+        return last[1]
 
     @property
     def version(self) -> tuple[int, int] | None:
@@ -389,6 +404,8 @@ class Gateway:
     def put_config(self, body: bytes, digest: str) -> PutResult:
         """``PUT /apisix/admin/configs`` with the body as bytes (and ``?wait`` on 3.19+); 400 raises
         `GatewayRejected`."""
+        self._puts += 1
+        self._last_head = None
         wait = self.wait_ms()
         path = CONFIGS_PATH if not wait else f"{CONFIGS_PATH}?wait={wait}"
         answer = self._send("PUT", path, body=body,

@@ -6,6 +6,7 @@ the HTTP listener, nor prometheus_client (`Metrics(recorded=False)`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +83,27 @@ class Metrics:
         self.refused_connections = Counter("gitsync_listener_refused_connections", "Connections answered "
                                            "503 because the listener served its maximum at once.", registry=r)
 
+        # What the gauges below were last set to: a poll sets the same values every time, and each
+        # label lookup takes a lock; unchanged values are not set again.
+        self._applied: str | None = None
+        self._gateways: dict[str, tuple[tuple[tuple[str, int], ...], bool]] = {}
+
     def set_applied_commit(self, sha: str) -> None:
+        if sha == self._applied:
+            return
+        self._applied = sha
         self.applied_commit.clear()
         self.applied_commit.labels(commit=sha).set(1)
+
+    def set_gateway(self, url: str, versions: Mapping[str, int], in_sync: bool) -> None:
+        """The versions sent to a gateway, per kind, and whether it holds the last good commit."""
+        key = (tuple(versions.items()), in_sync)
+        if self._gateways.get(url) == key:
+            return
+        self._gateways[url] = key
+        for name, version in versions.items():
+            self.gateway_version.labels(url, name.removesuffix("_conf_version")).set(version)
+        self.gateway_up.labels(url).set(1 if in_sync else 0)
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest

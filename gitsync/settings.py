@@ -245,7 +245,8 @@ class Settings:
     jitter: float = setting("agent", "duration", 5.0, "Random delay added to each poll, so agents spread "
                             "out.", groups=(DAEMON,), minimum=0)
     drift_interval: float = setting("agent", "duration", 10.0, "How often each gateway is checked for drift "
-                                    "(a restart that emptied it, an out-of-band write).", groups=(DAEMON,),
+                                    "(a restart that emptied it, an out-of-band write); a poll does not "
+                                    "check a gateway again within it.", groups=(DAEMON,),
                                     minimum=0.1)
     drift: str = setting("agent", "enum", "heal", "On drift: re-apply the last good commit, or only report "
                          "it.", choices=("heal", "report"), groups=(DAEMON,))

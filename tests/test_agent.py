@@ -81,6 +81,41 @@ def test_a_poll_asks_each_gateway_once_and_heals_one_that_lost_the_config(agent_
     agent.close()
 
 
+def test_a_poll_trusts_the_drift_watchs_recent_head_and_asks_when_it_is_old(agent_for, apisix: ApisixDouble):
+    """The daemon's poll does not repeat the HEAD its drift watch made within `drift_interval` and
+    that showed our push; any other sync asks, and so does a poll once that answer is older."""
+    agent = agent_for(drift_interval=0.5)
+    assert agent.sync_once().result == "applied"  # its read-back's HEAD showed our push
+    before = len(apisix.requests)
+    assert agent.sync_once("poll").result == "noop"
+    assert apisix.requests[before:] == []  # the git check alone
+    assert agent.sync_once("webhook").result == "noop"
+    assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]
+    time.sleep(0.6)
+    before = len(apisix.requests)
+    assert agent.sync_once("poll").result == "noop"
+    assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]  # older than drift_interval: asked
+    apisix.restart()  # emptied: the drift watch sees it, and the poll that follows asks again
+    assert agent.drift_suspects() == [apisix.url]
+    outcome = agent.sync_once("poll")
+    assert outcome.result == "healed" and [r["id"] for r in apisix.config()["routes"]] == ["r1"]
+    agent.close()
+
+
+def test_a_poll_that_finds_a_new_commit_asks_the_gateway_before_its_push(agent_for, apisix: ApisixDouble,
+                                                                         remote_repo):
+    """A recent answer is enough to do nothing, not to skip the GET before a push: that needs the
+    HEAD of now."""
+    agent = agent_for()
+    assert agent.sync_once().result == "applied"
+    remote_repo.commit({"apisix.yaml": ROUTES.replace("/a", "/b")}, "a new uri")
+    before = len(apisix.requests)
+    assert agent.sync_once("poll").result == "applied"
+    methods = [m for m, _, _ in apisix.requests[before:]]
+    assert methods[:2] == ["HEAD", "PUT"] and "GET" not in methods, methods
+    agent.close()
+
+
 METADATA = """\
 plugin_metadata:
   - id: http-logger

@@ -138,3 +138,47 @@ def test_a_plain_http_gateway_loads_no_tls_trust_store(monkeypatch: pytest.Monke
     assert gateway_module.uses_tls(Endpoint("http://127.0.0.1:1", Secret(KEY), ca_file=tmp_path / "ca.pem"))
     with Gateway(Endpoint("https://127.0.0.1:1", Secret(KEY), timeout=1.0)):
         assert built == ["default"]
+
+
+def test_a_head_answer_is_remembered_until_a_put_or_a_failed_head(apisix: ApisixDouble) -> None:
+    """`recent_head` is what a poll trusts instead of asking again: never an answer older than asked
+    for, nor one a PUT may have made stale, nor one a later failed HEAD contradicts."""
+    with Gateway(Endpoint(apisix.url, Secret(KEY), timeout=2.0)) as gateway:
+        assert gateway.recent_head(60) is None  # nothing asked yet
+        head = gateway.head_config()
+        assert head is not None and gateway.recent_head(60) == head
+        time.sleep(0.05)
+        assert gateway.recent_head(0.01) is None  # older than asked for
+        version = gateway.get_config().body["routes_conf_version"] + 1
+        gateway.put_config(b'{"routes_conf_version": %d, "routes": []}' % version, "d1")
+        assert gateway.recent_head(60) is None  # a PUT makes it stale
+        assert gateway.head_config() is not None and gateway.recent_head(60) is not None
+        apisix.stop()
+        with pytest.raises(GatewayUnavailable):
+            gateway.head_config()
+        assert gateway.recent_head(60) is None  # the gateway no longer answers
+
+
+def test_a_head_answered_across_a_put_is_not_remembered() -> None:
+    """A HEAD sent before a PUT and answered after it may show the content the PUT replaced."""
+    arrived, release, count = threading.Event(), threading.Event(), iter(range(100))
+
+    def serve(conn: socket.socket) -> None:
+        if next(count) == 0:  # the HEAD: answered once the PUT was
+            arrived.set()
+            release.wait(10)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Digest: before\r\nContent-Length: 0\r\n\r\n")
+        else:
+            conn.sendall(b"HTTP/1.1 202 Accepted\r\nX-Digest: after\r\nContent-Length: 2\r\n\r\n{}")
+        time.sleep(0.5)
+
+    with raw_server(serve) as url, Gateway(Endpoint(url, Secret(KEY), timeout=5.0)) as gateway:
+        heads: list[object] = []
+        asking = threading.Thread(target=lambda: heads.append(gateway.head_config()))
+        asking.start()
+        assert arrived.wait(5)
+        assert gateway.put_config(b"{}", "after").digest == "after"
+        release.set()
+        asking.join(5)
+        assert heads and heads[0] is not None and heads[0].digest == "before"  # type: ignore[union-attr]
+        assert gateway.recent_head(60) is None

@@ -114,6 +114,26 @@ def test_metrics_exposition(server):
         assert name in text
 
 
+def test_gateway_and_commit_gauges_follow_each_change_and_skip_repeats():
+    from gitsync.metrics import Metrics
+
+    m = Metrics()
+    gw = "http://127.0.0.1:9180"
+    for versions, in_sync, sha in [({"routes_conf_version": 7}, True, "a" * 40),
+                                   ({"routes_conf_version": 7}, True, "a" * 40),  # a poll: the same again
+                                   ({"routes_conf_version": 9, "ssls_conf_version": 2}, False, "b" * 40),
+                                   ({"routes_conf_version": 9, "ssls_conf_version": 2}, True, "a" * 40)]:
+        m.set_gateway(gw, versions, in_sync)
+        m.set_applied_commit(sha)
+        text = m.render().decode()
+        for kind, version in versions.items():
+            name = kind.removesuffix("_conf_version")
+            assert f'gitsync_gateway_conf_version{{gateway="{gw}",kind="{name}"}} {version}.0' in text
+        assert f'gitsync_gateway_in_sync{{gateway="{gw}"}} {1.0 if in_sync else 0.0}' in text
+        assert text.count("gitsync_applied_commit_info{") == 1
+        assert f'gitsync_applied_commit_info{{commit="{sha}"}} 1.0' in text
+
+
 # ---------------------------------------------------------------------------------------------------------
 # hostile and careless clients, over real sockets
 
