@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import shlex
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from dulwich.client import (
     default_urllib3_manager,
 )
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+from dulwich.protocol import pkt_line
 
 from gitsync.compat import TimeoutTCPGitClient
 from gitsync.log import logger, redact, register_secret
@@ -284,6 +286,22 @@ class Remote:
             return client, path
         raise SourceError("config", f"unsupported URL scheme {scheme!r} in {self.url}")
 
+    def ls_refs(self, prefixes: list[bytes]) -> Mapping[bytes, bytes | None]:
+        """The remote's refs under `prefixes` (full names), as dulwich's ``get_refs`` gives them: an
+        annotated tag's commit as ``name^{}``. Over ``git://`` it is asked directly (`ls_refs_v2`):
+        the poll's one question, and most of its own cost when asked through dulwich's client."""
+        parts = urlsplit(self.url)
+        if parts.scheme == "git":
+            refs = ls_refs_v2(parts.hostname or "", parts.port or 9418, parts.path.encode(), prefixes,
+                              self.timeout)
+            if refs is not None:
+                return refs
+        client, path = self.client()
+        try:
+            return client.get_refs(path.encode(), ref_prefix=prefixes).refs
+        finally:
+            client.close()
+
     def _http_client(self) -> Urllib3HttpGitClient:
         # A token wins over basic credentials: one Authorization header, never two.
         basic = self.auth.token is None and (self.auth.username or self.auth.password)
@@ -332,4 +350,74 @@ class Remote:
             raise SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable) from None
 
 
-__all__ = ["GitAuth", "Remote", "SourceError", "is_local", "split_credentials"]
+class _PktReader:
+    """pkt-lines from a socket, read in as large pieces as the server sends them."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._data = b""
+
+    def _take(self, size: int) -> bytes:
+        while len(self._data) < size:
+            try:
+                chunk = self._sock.recv(65536)
+            except ConnectionResetError as exc:
+                raise HangupException from exc
+            if not chunk:
+                raise HangupException
+            self._data += chunk
+        taken, self._data = self._data[:size], self._data[size:]
+        return taken
+
+    def until_flush(self) -> list[bytes]:
+        """The pkt-lines up to the next flush-pkt (or delim-pkt); an ``ERR`` line raises at once (the
+        server ends the conversation with it)."""
+        lines = []
+        while True:
+            head = self._take(4)
+            try:
+                size = int(head, 16)
+            except ValueError:
+                raise GitProtocolError(f"invalid pkt-line length {head!r}") from None
+            if size <= 1:
+                return lines
+            if size < 4:
+                raise GitProtocolError(f"invalid pkt-line length {size:04x}")
+            line = self._take(size - 4)
+            if line.startswith(b"ERR "):
+                raise GitProtocolError(line[4:].rstrip(b"\n").decode("utf-8", "replace"))
+            lines.append(line)
+
+
+def ls_refs_v2(host: str, port: int, path: bytes, prefixes: list[bytes],
+               timeout: float) -> dict[bytes, bytes | None] | None:
+    """Protocol v2 ``ls-refs`` over ``git://``: the refs under `prefixes`, each annotated tag's commit
+    as ``name^{}``; None when the server does not speak v2 (the caller asks the usual way). Every
+    socket operation is bounded by `timeout`. Errors are dulwich's (`HangupException`,
+    `GitProtocolError`) or the socket's, which `Remote.network` words."""
+    if path.startswith(b"/~"):
+        path = path[1:]
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(pkt_line(b"git-upload-pack " + path + b"\0host=" + host.encode("ascii")
+                              + b"\0\0version=2\0"))
+        reader = _PktReader(sock)
+        capabilities = reader.until_flush()
+        if not capabilities or capabilities[0].rstrip(b"\n") != b"version 2":
+            return None
+        request = [b"command=ls-refs\n"]
+        request += [line for line in capabilities if line.startswith(b"object-format=")]
+        sock.sendall(b"".join(map(pkt_line, request)) + b"0001" + pkt_line(b"peel\n")
+                     + b"".join(pkt_line(b"ref-prefix " + prefix + b"\n") for prefix in prefixes) + b"0000")
+        refs: dict[bytes, bytes | None] = {}
+        for line in reader.until_flush():
+            sha, _, rest = line.rstrip(b"\n").partition(b" ")
+            name, *attributes = rest.split(b" ")
+            refs[name] = None if sha == b"unborn" else sha
+            for attribute in attributes:
+                if attribute.startswith(b"peeled:"):
+                    refs[name + b"^{}"] = attribute[len(b"peeled:"):]
+        return refs
+
+
+__all__ = ["GitAuth", "Remote", "SourceError", "is_local", "ls_refs_v2", "split_credentials"]

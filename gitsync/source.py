@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from dulwich.client import LocalGitClient
 from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker, iter_tree_contents, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.pack import OFS_DELTA, REF_DELTA, full_unpacked_object
@@ -318,13 +317,9 @@ class Source:
         """The remote's commit SHA for the ref, from the ref advertisement only (no pack)."""
         if self.pinned:
             return self.pinned
-        client, path = self.remote.client()
-        try:
-            _name, raw, peeled = self.remote.network("check", lambda: self._resolve(
-                client.get_refs(path.encode(), ref_prefix=self._candidates()).refs, "check"))
-        finally:
-            client.close()
-        if peeled is None and isinstance(client, LocalGitClient):
+        _name, raw, peeled = self.remote.network("check", lambda: self._resolve(
+            self.remote.ls_refs(self._candidates()), "check"))
+        if peeled is None and self.remote.local:
             with Repo(self.url) as remote:
                 peeled = _peel(remote, raw).id
         return (peeled or raw).decode()

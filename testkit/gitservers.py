@@ -535,6 +535,28 @@ class HungServer(_Listener):
             conn.close()
 
 
+class CannedServer(_Listener):
+    """Answers each connection's first request with the same bytes, then waits for the client to close:
+    a git server that speaks only protocol v0, or one that refuses with ``ERR``."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__()
+        self.answer = answer
+        self.connections = 0
+
+    def accepted(self, conn: socket.socket) -> None:
+        self.connections += 1
+        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(5)
+            conn.recv(65536)
+            conn.sendall(self.answer)
+            while conn.recv(65536):
+                pass
+
+
 # ---------------------------------------------------------------------------------------------------------
 # A relay in front of git daemon: what each service costs, and holding a fleet's pushes
 

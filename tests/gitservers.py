@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from testkit.gitservers import (
     BareRepo,
+    CannedServer,
     GitDaemon,
     GitGate,
     Hold,
@@ -21,5 +22,6 @@ from testkit.gitservers import (
     ssh_signer,
 )
 
-__all__ = ["BareRepo", "GitDaemon", "GitGate", "Hold", "HttpAuth", "HttpGitServer", "HungServer", "Signer",
-           "SshGitServer", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
+__all__ = ["BareRepo", "CannedServer", "GitDaemon", "GitGate", "Hold", "HttpAuth", "HttpGitServer",
+           "HungServer", "Signer", "SshGitServer", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen",
+           "ssh_signer"]

@@ -18,7 +18,7 @@ import pytest
 from dulwich.repo import Repo
 
 from gitsync import log as gslog
-from gitsync.gitremote import GitAuth, Remote, SourceError
+from gitsync.gitremote import GitAuth, Remote, SourceError, ls_refs_v2
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.render.files import is_config_file
@@ -34,6 +34,7 @@ from gitsync.source import (
 )
 from tests.gitservers import (
     BareRepo,
+    CannedServer,
     GitDaemon,
     HttpAuth,
     HttpGitServer,
@@ -222,6 +223,47 @@ def test_branch_tag_annotated_tag_and_pinned_sha(remote_repo, git_daemon, tmp_pa
         make_source(url, "1" * 40, state_dir=state).fetch()
     with pytest.raises(SourceError, match=r"^check: ref 'nope' not found on .*\(branches: main\)"):
         make_source(url, "nope", state_dir=state).check()
+
+
+def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(remote_repo, git_daemon):
+    """The check asks git:// itself (`ls_refs_v2`): for every kind of ref it must see what dulwich's
+    `get_refs` sees, annotated tags peeled alike."""
+    a = remote_repo.commit({"v.yaml": "1"})
+    b = remote_repo.commit({"v.yaml": "2"})
+    remote_repo.tag("light", a)
+    remote_repo.tag("release", b, annotated=True)
+    remote_repo.tag("main", a, annotated=True)
+    remote = Remote.of(git_daemon.url(remote_repo.path.name))
+    client, path = remote.client()
+    for prefixes in ([b"refs/heads/main"], [b"refs/heads/main", b"refs/tags/main"], [b"refs/tags/release"],
+                     [b"refs/tags/"], [b"refs/"], [b"HEAD"], [b"refs/heads/nope"]):
+        ours = ls_refs_v2("127.0.0.1", git_daemon.port, path.encode(), prefixes, 5.0)
+        assert ours == client.get_refs(path.encode(), ref_prefix=prefixes).refs, prefixes
+        assert ours == remote.ls_refs(prefixes)
+    assert ls_refs_v2("127.0.0.1", git_daemon.port, path.encode(), [b"refs/tags/release"], 5.0) == {
+        b"refs/tags/release": ours_tag_id(remote_repo, "release"), b"refs/tags/release^{}": b.encode()}
+
+
+def ours_tag_id(repo, name: str) -> bytes:
+    return git("rev-parse", f"refs/tags/{name}", cwd=repo.path).strip().encode()
+
+
+def test_a_server_without_protocol_v2_is_asked_through_dulwich_and_an_err_is_worded():
+    sha = b"1" * 40
+    line = sha + b" refs/heads/main\0multi_ack side-band-64k\n"
+    v0 = b"%04x" % (len(line) + 4) + line + b"0000"
+    with CannedServer(v0) as server:
+        url = f"git://127.0.0.1:{server.port}/r.git"
+        assert ls_refs_v2("127.0.0.1", server.port, b"/r.git", [b"refs/heads/main"], 5.0) is None
+        assert Remote.of(url).ls_refs([b"refs/heads/main"]) == {b"refs/heads/main": sha}
+        assert make_source(url).check() == sha.decode()
+        assert server.connections == 1 + 2 + 2  # the last two asked twice: v2 first, then dulwich's v0
+    refusal = b"ERR access denied or repository not exported: /r.git\n"
+    with CannedServer(b"%04x" % (len(refusal) + 4) + refusal) as server:
+        url = f"git://127.0.0.1:{server.port}/r.git"
+        with pytest.raises(SourceError, match=r"^check: git://127\.0\.0\.1:\d+/r\.git: access denied or "
+                                              r"repository not exported: /r\.git$"):
+            make_source(url).check()
 
 
 def test_a_branch_wins_over_a_tag_of_the_same_name(remote_repo, git_daemon, tmp_path, logs):
