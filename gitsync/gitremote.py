@@ -288,14 +288,12 @@ class Remote:
 
     def ls_refs(self, prefixes: list[bytes]) -> Mapping[bytes, bytes | None]:
         """The remote's refs under `prefixes` (full names), as dulwich's ``get_refs`` gives them: an
-        annotated tag's commit as ``name^{}``. Over ``git://`` it is asked directly (`ls_refs_v2`):
+        annotated tag's commit as ``name^{}``. Over ``git://`` it is asked directly (`git_refs`):
         the poll's one question, and most of its own cost when asked through dulwich's client."""
         parts = urlsplit(self.url)
         if parts.scheme == "git":
-            refs = ls_refs_v2(parts.hostname or "", parts.port or 9418, parts.path.encode(), prefixes,
-                              self.timeout)
-            if refs is not None:
-                return refs
+            return git_refs(parts.hostname or "", parts.port or 9418, parts.path.encode(), prefixes,
+                            self.timeout)
         client, path = self.client()
         try:
             return client.get_refs(path.encode(), ref_prefix=prefixes).refs
@@ -389,12 +387,12 @@ class _PktReader:
             lines.append(line)
 
 
-def ls_refs_v2(host: str, port: int, path: bytes, prefixes: list[bytes],
-               timeout: float) -> dict[bytes, bytes | None] | None:
-    """Protocol v2 ``ls-refs`` over ``git://``: the refs under `prefixes`, each annotated tag's commit
-    as ``name^{}``; None when the server does not speak v2 (the caller asks the usual way). Every
-    socket operation is bounded by `timeout`. Errors are dulwich's (`HangupException`,
-    `GitProtocolError`) or the socket's, which `Remote.network` words."""
+def git_refs(host: str, port: int, path: bytes, prefixes: list[bytes],
+             timeout: float) -> dict[bytes, bytes | None]:
+    """The refs under `prefixes` of a ``git://`` remote, each annotated tag's commit as ``name^{}``:
+    protocol v2's ``ls-refs`` (the server filters), or, from a server that speaks only v0 (dulwich's
+    own), its advertisement filtered here. Every socket operation is bounded by `timeout`. Errors are
+    dulwich's (`HangupException`, `GitProtocolError`) or the socket's, which `Remote.network` words."""
     if path.startswith(b"/~"):
         path = path[1:]
     with socket.create_connection((host, port), timeout=timeout) as sock:
@@ -402,11 +400,12 @@ def ls_refs_v2(host: str, port: int, path: bytes, prefixes: list[bytes],
         sock.sendall(pkt_line(b"git-upload-pack " + path + b"\0host=" + host.encode("ascii")
                               + b"\0\0version=2\0"))
         reader = _PktReader(sock)
-        capabilities = reader.until_flush()
-        if not capabilities or capabilities[0].rstrip(b"\n") != b"version 2":
-            return None
+        first = reader.until_flush()
+        if not first or first[0].rstrip(b"\n") != b"version 2":
+            sock.sendall(b"0000")  # no wants: the server ends the conversation
+            return _advertised(first, prefixes)
         request = [b"command=ls-refs\n"]
-        request += [line for line in capabilities if line.startswith(b"object-format=")]
+        request += [line for line in first if line.startswith(b"object-format=")]
         sock.sendall(b"".join(map(pkt_line, request)) + b"0001" + pkt_line(b"peel\n")
                      + b"".join(pkt_line(b"ref-prefix " + prefix + b"\n") for prefix in prefixes) + b"0000")
         refs: dict[bytes, bytes | None] = {}
@@ -420,4 +419,16 @@ def ls_refs_v2(host: str, port: int, path: bytes, prefixes: list[bytes],
         return refs
 
 
-__all__ = ["GitAuth", "Remote", "SourceError", "is_local", "ls_refs_v2", "split_credentials"]
+def _advertised(lines: list[bytes], prefixes: list[bytes]) -> dict[bytes, bytes | None]:
+    """A protocol v0 ref advertisement's refs under `prefixes` (its first line carries the
+    capabilities after a NUL; a peeled tag is its own line, ``name^{}``)."""
+    refs: dict[bytes, bytes | None] = {}
+    for line in lines:
+        sha, _, name = line.rstrip(b"\n").partition(b" ")
+        name = name.split(b"\0", 1)[0]
+        if name.startswith(tuple(prefixes)):
+            refs[name] = sha
+    return refs
+
+
+__all__ = ["GitAuth", "Remote", "SourceError", "git_refs", "is_local", "split_credentials"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ import pytest
 from dulwich.repo import Repo
 
 from gitsync import log as gslog
-from gitsync.gitremote import GitAuth, Remote, SourceError, ls_refs_v2
+from gitsync.gitremote import GitAuth, Remote, SourceError, git_refs
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.render.files import is_config_file
@@ -225,39 +227,54 @@ def test_branch_tag_annotated_tag_and_pinned_sha(remote_repo, git_daemon, tmp_pa
         make_source(url, "nope", state_dir=state).check()
 
 
-def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(remote_repo, git_daemon):
-    """The check asks git:// itself (`ls_refs_v2`): for every kind of ref it must see what dulwich's
-    `get_refs` sees, annotated tags peeled alike."""
+@contextlib.contextmanager
+def dulwich_git_server(repo_path: Path) -> Iterator[int]:
+    """dulwich's own git:// server (protocol v0 only, as the demo runs it): its port."""
+    from dulwich.server import DictBackend, TCPGitServer
+
+    with Repo(str(repo_path)) as repo:
+        server = TCPGitServer(DictBackend({b"/" + repo_path.name.encode(): repo}), "127.0.0.1", 0)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+
+
+@pytest.mark.parametrize("protocol", ["v2", "v0"])
+def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(protocol, remote_repo, git_daemon,
+                                                                    caplog):
+    """The check asks git:// itself (`git_refs`): git daemon in protocol v2, dulwich's own server in
+    v0. For every kind of ref it must see what dulwich's `get_refs` sees, annotated tags peeled alike,
+    and leave the server a clean end of the conversation."""
     a = remote_repo.commit({"v.yaml": "1"})
     b = remote_repo.commit({"v.yaml": "2"})
     remote_repo.tag("light", a)
     remote_repo.tag("release", b, annotated=True)
     remote_repo.tag("main", a, annotated=True)
-    remote = Remote.of(git_daemon.url(remote_repo.path.name))
-    client, path = remote.client()
-    for prefixes in ([b"refs/heads/main"], [b"refs/heads/main", b"refs/tags/main"], [b"refs/tags/release"],
-                     [b"refs/tags/"], [b"refs/"], [b"HEAD"], [b"refs/heads/nope"]):
-        ours = ls_refs_v2("127.0.0.1", git_daemon.port, path.encode(), prefixes, 5.0)
-        assert ours == client.get_refs(path.encode(), ref_prefix=prefixes).refs, prefixes
-        assert ours == remote.ls_refs(prefixes)
-    assert ls_refs_v2("127.0.0.1", git_daemon.port, path.encode(), [b"refs/tags/release"], 5.0) == {
-        b"refs/tags/release": ours_tag_id(remote_repo, "release"), b"refs/tags/release^{}": b.encode()}
+    path = b"/" + remote_repo.path.name.encode()
+    tag = git("rev-parse", "refs/tags/release", cwd=remote_repo.path).strip().encode()
+    with contextlib.ExitStack() as stack:
+        port = (git_daemon.port if protocol == "v2"
+                else stack.enter_context(dulwich_git_server(remote_repo.path)))
+        remote = Remote.of(f"git://127.0.0.1:{port}{path.decode()}")
+        client, _ = remote.client()
+        for prefixes in ([b"refs/heads/main"], [b"refs/heads/main", b"refs/tags/main"],
+                         [b"refs/tags/release"], [b"refs/tags/"], [b"refs/"], [b"HEAD"],
+                         [b"refs/heads/nope"]):
+            ours = git_refs("127.0.0.1", port, path, prefixes, 5.0)
+            assert ours == client.get_refs(path, ref_prefix=prefixes).refs, prefixes
+            assert ours == remote.ls_refs(prefixes)
+        assert git_refs("127.0.0.1", port, path, [b"refs/tags/release"], 5.0) == {
+            b"refs/tags/release": tag, b"refs/tags/release^{}": b.encode()}
+        assert make_source(remote.url, "release").check() == b
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-def ours_tag_id(repo, name: str) -> bytes:
-    return git("rev-parse", f"refs/tags/{name}", cwd=repo.path).strip().encode()
-
-
-def test_a_server_without_protocol_v2_is_asked_through_dulwich_and_an_err_is_worded():
-    sha = b"1" * 40
-    line = sha + b" refs/heads/main\0multi_ack side-band-64k\n"
-    v0 = b"%04x" % (len(line) + 4) + line + b"0000"
-    with CannedServer(v0) as server:
-        url = f"git://127.0.0.1:{server.port}/r.git"
-        assert ls_refs_v2("127.0.0.1", server.port, b"/r.git", [b"refs/heads/main"], 5.0) is None
-        assert Remote.of(url).ls_refs([b"refs/heads/main"]) == {b"refs/heads/main": sha}
-        assert make_source(url).check() == sha.decode()
-        assert server.connections == 1 + 2 + 2  # the last two asked twice: v2 first, then dulwich's v0
+def test_an_err_from_a_git_protocol_server_is_worded_as_the_checks_error():
     refusal = b"ERR access denied or repository not exported: /r.git\n"
     with CannedServer(b"%04x" % (len(refusal) + 4) + refusal) as server:
         url = f"git://127.0.0.1:{server.port}/r.git"
