@@ -33,6 +33,7 @@ from gitsync.source import (
     _object_size,
     _packs_to_merge,
     read_input,
+    tree_files,
 )
 from tests.gitservers import (
     BareRepo,
@@ -382,6 +383,48 @@ def test_a_new_remote_url_starts_afresh_rather_than_reporting_a_rewrite(remotes_
 
 # ---------------------------------------------------------------------------------------------------------
 # Reading
+
+
+def test_tree_files_walks_a_tree_as_dulwich_does():
+    """`tree_files` replaces dulwich's `iter_tree_contents` when reading a commit: the same entries in
+    the same order, whatever the tree holds (files between directories, links, a submodule, a name
+    that is not UTF-8, empty and deep directories)."""
+    from dulwich.object_store import MemoryObjectStore, iter_tree_contents
+    from dulwich.objects import Blob, Tree
+
+    store = MemoryObjectStore()
+
+    def tree(entries: dict[bytes, tuple[int, bytes]]) -> bytes:
+        made = Tree()
+        for name, (mode, sha) in entries.items():
+            made.add(name, mode, sha)
+        store.add_object(made)
+        return made.id
+
+    def blob(text: bytes) -> bytes:
+        made = Blob.from_string(text)
+        store.add_object(made)
+        return made.id
+
+    deep = tree({b"d.yaml": (0o100644, blob(b"d: 1\n"))})
+    for depth in range(4):
+        deep = tree({b"level%d" % depth: (0o040000, deep),
+                     b"x%d.yml" % depth: (0o100755, blob(b"%d" % depth))})
+    root = tree({
+        b"a.yaml": (0o100644, blob(b"a: 1\n")),
+        b"conf": (0o040000, tree({b"b.yaml": (0o100644, blob(b"b\n")),
+                                  b"link.yaml": (0o120000, blob(b"b.yaml")),
+                                  b"sub": (0o160000, b"1" * 40), b"empty": (0o040000, tree({}))})),
+        b"deep": (0o040000, deep),
+        b"m.json": (0o100644, blob(b"{}")),
+        b"\xff-not-utf8.yaml": (0o100644, blob(b"x: 1\n")),
+        b"z": (0o040000, tree({b"z.yaml": (0o100644, blob(b"z\n"))})),
+    })
+    for prefix, tree_id in (("", root), ("deep/", deep)):
+        expected = [(prefix + e.path.decode("utf-8", "surrogateescape"), e.mode, e.sha)
+                    for e in iter_tree_contents(store, tree_id)]
+        assert list(tree_files(store, tree_id, prefix)) == expected
+        assert len(expected) >= 5
 
 
 def test_read_layers_paths_and_exposes_blob_ids(remote_repo, tmp_path):
