@@ -20,7 +20,7 @@ import contextlib
 import select
 import socket
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 from dulwich.client import TCPGitClient
 from dulwich.object_store import DiskObjectStore
@@ -39,8 +39,8 @@ REVIEWED: dict[str, str] = {
 class TimeoutTCPGitClient(TCPGitClient):
     """``git://`` with a timeout on connect and on every read."""
 
-    def __init__(self, host: str, port: int | None, timeout: float, **kwargs: Any) -> None:
-        super().__init__(host, port, **kwargs)
+    def __init__(self, host: str, port: int | None, timeout: float) -> None:
+        super().__init__(host, port)
         self.timeout = timeout
 
     def _connect(

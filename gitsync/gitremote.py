@@ -265,12 +265,7 @@ class Remote:
 
     def client(self) -> tuple[GitClient, str]:
         """A dulwich client for the URL, with the credentials and timeouts, and the remote path.
-        The caller closes it.
-
-        Fetches ask for whole packs, not thin ones: completing a thin pack means finding each delta's
-        base in the mirror (often itself a delta), resolving it and appending it, compressed again,
-        to the received pack, which is then as large as a whole one; a whole pack costs the transfer
-        of a few more KB (a changed tree in full instead of its delta)."""
+        The caller closes it."""
         if self.local:
             return LocalGitClient(), self.url
         parts = urlsplit(self.url)
@@ -278,8 +273,7 @@ class Remote:
         if scheme in ("http", "https"):
             return self._http_client(), ""
         if scheme == "git":
-            client = TimeoutTCPGitClient(parts.hostname or "", parts.port, self.timeout, thin_packs=False)
-            return client, parts.path
+            return TimeoutTCPGitClient(parts.hostname or "", parts.port, self.timeout), parts.path
         if scheme in ("ssh", "git+ssh") or "://" not in self.url:
             if "://" in self.url:
                 host, port, user, path = parts.hostname or "", parts.port, parts.username, parts.path
@@ -287,7 +281,7 @@ class Remote:
                 userhost, _, path = self.url.partition(":")
                 user, _, host = userhost.rpartition("@")
                 port = None
-            client = SSHGitClient(host, port=port, username=user or None, thin_packs=False,
+            client = SSHGitClient(host, port=port, username=user or None,
                                   vendor=_TimedSSHVendor(self.timeout), ssh_command=self.ssh_command())
             return client, path
         raise SourceError("config", f"unsupported URL scheme {scheme!r} in {self.url}")
@@ -320,7 +314,7 @@ class Remote:
                                        pool_manager_cls=_pool_manager(urllib3.PoolManager, headers),
                                        proxy_manager_cls=_pool_manager(urllib3.ProxyManager, headers))
         return Urllib3HttpGitClient(self.url, pool_manager=pool, username=username, password=password,
-                                    timeout=self.timeout, thin_packs=False)
+                                    timeout=self.timeout)
 
     def ssh_command(self) -> str:
         """OpenSSH that never prompts: strict host keys, batch mode, bounded connect and keepalive."""

@@ -140,23 +140,6 @@ def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote
     assert files.files == files_at(remote_repo, second)
 
 
-def test_an_incremental_fetch_adds_a_whole_pack_of_the_new_objects_alone(remote_repo, git_daemon, tmp_path):
-    """Fetches ask for whole packs: a thin one (a changed tree as a delta against the old one) would
-    have to be completed with its bases, found in the mirror and appended to it, compressed again."""
-    files = {f"conf/routes/r{i:03}.yaml": f"routes:\n  - id: r{i}\n    uri: /r{i}\n" for i in range(300)}
-    first = remote_repo.commit(files, "300 route files")
-    source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon})
-    assert source.fetch() == first
-    packs = source.mirror_path / "objects" / "pack"
-    before = set(packs.glob("*.idx"))
-    changed = "routes:\n  - id: r150\n    uri: /changed\n"
-    second = remote_repo.commit({"conf/routes/r150.yaml": changed}, "one route changed")
-    assert source.fetch() == second
-    (added,) = set(packs.glob("*.idx")) - before
-    listed = subprocess.run(["git", "show-index"], stdin=added.open("rb"), capture_output=True, check=True)
-    assert len(listed.stdout.splitlines()) == len(objects_between(remote_repo, first, second)) == 5
-
-
 @pytest.mark.slow
 def test_many_incremental_fetches_leave_few_packs_and_all_readable(remote_repo, git_daemon, tmp_path):
     first = remote_repo.fast_import(1, 50)
