@@ -349,22 +349,25 @@ class Remote:
 
 
 class _PktReader:
-    """pkt-lines from a socket, read in as large pieces as the server sends them."""
+    """pkt-lines from a socket, read in as large pieces as the server sends them (a v0 advertisement
+    of many refs is read in linear time: what is left of a piece is copied only to join the next)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._data = b""
+        self._at = 0
 
     def _take(self, size: int) -> bytes:
-        while len(self._data) < size:
+        while len(self._data) - self._at < size:
             try:
                 chunk = self._sock.recv(65536)
             except ConnectionResetError as exc:
                 raise HangupException from exc
             if not chunk:
                 raise HangupException
-            self._data += chunk
-        taken, self._data = self._data[:size], self._data[size:]
+            self._data, self._at = self._data[self._at:] + chunk, 0
+        taken = self._data[self._at:self._at + size]
+        self._at += size
         return taken
 
     def until_flush(self) -> list[bytes]:

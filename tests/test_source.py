@@ -275,6 +275,22 @@ def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(protocol, re
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
+def test_a_v0_advertisement_of_many_refs_is_read_across_its_pieces():
+    """A v0 server advertises every ref (a fleet's status refs among them): lines are split across
+    the socket's reads, and only the asked prefixes come back."""
+    refs = {b"refs/heads/b%05d" % i: b"%040x" % i for i in range(5000)}
+    refs[b"refs/tags/t1"], refs[b"refs/tags/t1^{}"] = b"a" * 40, b"b" * 40
+    lines = [sha + b" " + name + (b"\0multi_ack side-band-64k ofs-delta\n" if i == 0 else b"\n")
+             for i, (name, sha) in enumerate(refs.items())]
+    advertisement = b"".join(b"%04x" % (len(line) + 4) + line for line in lines) + b"0000"
+    assert len(advertisement) > 4 * 65536
+    with CannedServer(advertisement) as server:
+        got = git_refs("127.0.0.1", server.port, b"/r.git", [b"refs/heads/b01", b"refs/tags/t1"], 5.0)
+    assert got == {name: sha for name, sha in refs.items()
+                   if name.startswith((b"refs/heads/b01", b"refs/tags/t1"))}
+    assert len(got) == 1000 + 2
+
+
 def test_an_err_from_a_git_protocol_server_is_worded_as_the_checks_error():
     refusal = b"ERR access denied or repository not exported: /r.git\n"
     with CannedServer(b"%04x" % (len(refusal) + 4) + refusal) as server:
