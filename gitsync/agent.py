@@ -144,8 +144,9 @@ class Agent:
         self._phases = phases = Phases()
         with gc_paused():
             late = self._collect_late(reason)
-            trusted = self._recently_held() if _poll_only(reason) else {}
-            heads = self._start_heads(skip=trusted)
+            held = self._held()
+            trusted = self._recently_held(held) if _poll_only(reason) else {}
+            heads = self.gateways.heads(url for url in held if url not in trusted)  # overlaps the check
             with phases.timed("check"):
                 remote = self._check_remote(reason)
             if trusted and remote.sha not in (None, self.state.last_good, *self.state.bad):
@@ -187,27 +188,23 @@ class Agent:
         return RemoteView(sha=self.tip)
 
     def _held(self) -> dict[str, str]:
-        """url → the digest of our last push, for each gateway holding one that a HEAD may check now."""
+        """url → the digest of our last push, for each gateway holding one that a HEAD may check now
+        (its HEAD starts before the git check, to overlap it)."""
         return {url: pushed.digest for url, worker in self.gateways.workers.items()
                 if not worker.busy and worker.backoff.ready()
                 and (pushed := self.state.gateways.get(url)) is not None and pushed.digest}
 
-    def _recently_held(self) -> dict[str, str]:
-        """url → digest, for the gateways whose HEAD showed our last push within `drift_interval`.
+    def _recently_held(self, held: Mapping[str, str]) -> dict[str, str]:
+        """The gateways of `held` (url → digest) whose HEAD showed that digest within `drift_interval`.
 
         A poll does not ask them again: the drift watch asks each gateway every `drift_interval`, so
         a poll's own HEAD would only repeat it, and it is most of what a poll costs beyond the git
         check. Any other sync (webhook, drift, the command line), and a poll that finds a new
         commit, asks."""
         max_age = self.settings.drift_interval
-        return {url: digest for url, digest in self._held().items()
+        return {url: digest for url, digest in held.items()
                 if (head := self.gateways.client(url).recent_head(max_age)) is not None
                 and head.digest == digest}
-
-    def _start_heads(self, skip: Mapping[str, str]) -> dict[str, Future[ConfigHead | None]]:
-        """HEADs of the gateways holding a push of ours (but those in `skip`), started before the git
-        check to overlap it."""
-        return self.gateways.heads(url for url in self._held() if url not in skip)
 
     def _views(self, heads: Mapping[str, Future[ConfigHead | None]], trusted: Mapping[str, str],
                ) -> list[GatewayView]:

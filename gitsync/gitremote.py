@@ -27,9 +27,12 @@ from dulwich.client import (
     SubprocessWrapper,
     Urllib3HttpGitClient,
     default_urllib3_manager,
+    read_pkt_refs_v1,
+    read_pkt_refs_v2,
 )
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
-from dulwich.protocol import pkt_line
+from dulwich.protocol import PEELED_TAG_SUFFIX, pkt_line
+from dulwich.refs import filter_ref_prefix
 
 from gitsync.compat import TimeoutTCPGitClient
 from gitsync.log import logger, redact, register_secret
@@ -394,8 +397,10 @@ def git_refs(host: str, port: int, path: bytes, prefixes: list[bytes],
              timeout: float) -> dict[bytes, bytes | None]:
     """The refs under `prefixes` of a ``git://`` remote, each annotated tag's commit as ``name^{}``:
     protocol v2's ``ls-refs`` (the server filters), or, from a server that speaks only v0 (dulwich's
-    own), its advertisement filtered here. Every socket operation is bounded by `timeout`. Errors are
-    dulwich's (`HangupException`, `GitProtocolError`) or the socket's, which `Remote.network` words."""
+    own), its advertisement filtered by prefix. The answers are parsed by dulwich's own readers, as its
+    ``get_refs`` parses them; only the exchange is ours (one socket, no per-pkt-line work). Every socket
+    operation is bounded by `timeout`. Errors are dulwich's (`HangupException`, `GitProtocolError`) or
+    the socket's, which `Remote.network` words."""
     if path.startswith(b"/~"):
         path = path[1:]
     with socket.create_connection((host, port), timeout=timeout) as sock:
@@ -406,32 +411,14 @@ def git_refs(host: str, port: int, path: bytes, prefixes: list[bytes],
         first = reader.until_flush()
         if not first or first[0].rstrip(b"\n") != b"version 2":
             sock.sendall(b"0000")  # no wants: the server ends the conversation
-            return _advertised(first, prefixes)
+            return filter_ref_prefix(dict(read_pkt_refs_v1(first)[0]), prefixes)
         request = [b"command=ls-refs\n"]
         request += [line for line in first if line.startswith(b"object-format=")]
         sock.sendall(b"".join(map(pkt_line, request)) + b"0001" + pkt_line(b"peel\n")
                      + b"".join(pkt_line(b"ref-prefix " + prefix + b"\n") for prefix in prefixes) + b"0000")
-        refs: dict[bytes, bytes | None] = {}
-        for line in reader.until_flush():
-            sha, _, rest = line.rstrip(b"\n").partition(b" ")
-            name, *attributes = rest.split(b" ")
-            refs[name] = None if sha == b"unborn" else sha
-            for attribute in attributes:
-                if attribute.startswith(b"peeled:"):
-                    refs[name + b"^{}"] = attribute[len(b"peeled:"):]
-        return refs
-
-
-def _advertised(lines: list[bytes], prefixes: list[bytes]) -> dict[bytes, bytes | None]:
-    """A protocol v0 ref advertisement's refs under `prefixes` (its first line carries the
-    capabilities after a NUL; a peeled tag is its own line, ``name^{}``)."""
-    refs: dict[bytes, bytes | None] = {}
-    for line in lines:
-        sha, _, name = line.rstrip(b"\n").partition(b" ")
-        name = name.split(b"\0", 1)[0]
-        if name.startswith(tuple(prefixes)):
-            refs[name] = sha
-    return refs
+        listed, _symrefs, peeled = read_pkt_refs_v2(reader.until_flush())
+        listed.update({name + PEELED_TAG_SUFFIX: sha for name, sha in peeled.items()})
+        return listed
 
 
 __all__ = ["GitAuth", "Remote", "SourceError", "git_refs", "is_local", "split_credentials"]

@@ -25,6 +25,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -621,22 +622,18 @@ def tree_files(store: DiskObjectStore, tree_id: bytes, prefix: str = "") -> Iter
     """(name, mode, SHA) of every entry under a tree that is not a tree, in the order of dulwich's
     ``iter_tree_contents`` (depth first, tree order), without the path joins and checks it makes per
     entry: most of reading a commit of a thousand files. `prefix` ends with ``/`` unless empty."""
-    stack: list[tuple[str, int, bytes]] = [(prefix, _TREE_MODE, tree_id)]
+    stack: list[tuple[str, int, bytes]] = [(prefix, stat.S_IFDIR, tree_id)]
     while stack:
         path, mode, sha = stack.pop()
-        if mode & 0o170000 != _TREE_MODE:
+        if not stat.S_ISDIR(mode):
             yield path, mode, sha
             continue
         tree = store[sha]
         if not isinstance(tree, Tree):
             raise SourceError("read", f"{sha.decode()} is not a tree")
-        entries = [(path + name.decode("utf-8", "surrogateescape") + ("/" if m & 0o170000 == _TREE_MODE
-                                                                      else ""), m, child)
-                   for name, m, child in tree.iteritems()]
+        entries = [(path + name.decode("utf-8", "surrogateescape") + ("/" if stat.S_ISDIR(m) else ""),
+                    m, child) for name, m, child in tree.iteritems()]
         stack.extend(reversed(entries))
-
-
-_TREE_MODE = 0o040000
 
 
 # ---------------------------------------------------------------------------------------------------------
