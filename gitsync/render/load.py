@@ -535,11 +535,21 @@ class ParseCache:
         if parsed is not None:
             return parsed
         parsed = parse(data)
+        self.put(key, parsed)
+        return parsed
+
+    @property
+    def store(self) -> ParseStore | None:
+        return self._store
+
+    def put(self, key: str, parsed: ParsedFile, stored: bool = False) -> None:
+        """Keep `parsed`, the file of git blob SHA `key` parsed just now (counted as a parse);
+        `stored`: it is in the store already (a parse worker wrote it)."""
         with self._lock:
             self.parses += 1
             self._entries[key] = (parsed, self._generation)
-            self._unstored.add(key)
-        return parsed
+            if not stored:
+                self._unstored.add(key)
 
     def end_render(self) -> None:
         """Forget files no render has used in the last `keep_renders` renders (bounded memory); with a

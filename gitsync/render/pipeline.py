@@ -22,8 +22,9 @@ from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.files import ConfigFiles, layers
 from gitsync.render.incremental import remember, render_next
-from gitsync.render.load import Document, ParseCache, ParsedFile
+from gitsync.render.load import Document, ParseCache, ParsedFile, blob_sha
 from gitsync.render.options import RenderOptions
+from gitsync.render.parallel import parse_all
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
 from gitsync.render.validate import FileFacts, dependants, item_contents, refers_to, validate
@@ -242,6 +243,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
     #: searched) or None (never read, or encrypted: they may declare anything).
     unknown: dict[str, bytes | None] = {}
+    _parse_missing(files, known, [name for names in buckets for name in names], options, cache)
     for layer, names in enumerate(buckets):
         for name in names:
             blob = known.blob_ids.get(name)
@@ -318,6 +320,23 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                         built.ids, splits)
     remember(cache, options, files, built, facts, rendered, [name for names in buckets for name in names])
     return rendered
+
+
+def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[str], options: RenderOptions,
+                   cache: ParseCache) -> None:
+    """Parse the files the cache lacks on every CPU at once (`parallel.parse_all`), when they are many."""
+    missing = {}
+    for name in names:
+        blob = known.blob_ids.get(name)
+        if name in known.oversized or (blob is not None and cache.has(blob)):
+            continue  # reported by the render; or parsed already, its bytes not even read
+        data = files.get(name)
+        if data is None or len(data) > options.max_file_size:
+            continue
+        key = blob or blob_sha(data)
+        if blob is not None or not cache.has(key):
+            missing[key] = data
+    parse_all(cache, list(missing.items()))
 
 
 def _where(out: LeftOut) -> tuple[Location, str, str]:

@@ -79,7 +79,7 @@ class ParseStore:
             if self._names is not None:
                 self._names.discard(path.name)
             return None
-        parsed = _decode(raw, key, self._version)
+        parsed = decode(raw, key, self._version)
         if parsed is None:
             logger.debug("parse cache: ignoring the entry {} (corrupt or foreign)", path.name)
             self._forget(path)
@@ -96,12 +96,24 @@ class ParseStore:
         if self._broken or not _SHA.match(key) or not storable(parsed):
             return
         try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _write(self._path(key), _encode(key, parsed, self._version))
-            if self._names is not None:
-                self._names.add(f"{key}{SUFFIX}")
+            self.write(key, encode(key, parsed, self._version))
         except OSError as exc:
             self._give_up(exc)
+
+    @property
+    def usable(self) -> bool:
+        """False once an I/O error made the store give up."""
+        return not self._broken
+
+    def write(self, key: str, entry: bytes) -> None:
+        """Write `entry` (what `encode` made of blob `key`'s plain file); OSError on failure, unlogged:
+        a parse worker (`gitsync.render.parallel`) reports it to the render instead."""
+        if not _SHA.match(key):
+            raise OSError(f"not a blob SHA: {key!r}")
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write(self._path(key), entry)
+        if self._names is not None:
+            self._names.add(f"{key}{SUFFIX}")
 
     def retain(self, keys: Iterable[str]) -> None:
         """Remove every entry but `keys`, and the directories of other gitsync versions."""
@@ -168,7 +180,8 @@ def _remove_tree(path: Path) -> None:
 # Entries: marshal with a checksum, decoded defensively
 
 
-def _encode(key: str, parsed: ParsedFile, version: str) -> bytes:
+def encode(key: str, parsed: ParsedFile, version: str) -> bytes:
+    """A parse-store entry: `parsed` (a plain file) and its facts, as marshal behind a SHA-256."""
     facts = parsed.memo.get("facts")
     body = {
         "format": FORMAT, "version": version, "blob": key, "size": parsed.size,
@@ -180,7 +193,8 @@ def _encode(key: str, parsed: ParsedFile, version: str) -> bytes:
     return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
 
 
-def _decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
+def decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
+    """The file an entry holds, or None when it is not an intact entry of `key` by this version."""
     checksum, _, data = raw.partition(b"\n")
     if hashlib.sha256(data).hexdigest().encode() != checksum:
         return None
