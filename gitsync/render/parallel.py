@@ -4,12 +4,13 @@ A render that finds most files parsed already (the parse cache, in memory or on 
 changed. The first one (a first `sync --once`, a new state dir, `gitsync validate` of a repo)
 parses every file and checks every item against APISIX's schema: about a second per megabyte of
 YAML on one CPU, all of it pure and per file. So when a render has at least `MIN_BYTES` of files to
-parse and the process runs one thread, it forks ``cpus - 1`` workers and works beside them; each
-takes the next chunk of files from a shared pipe (a read of ≤ ``PIPE_BUF`` bytes is atomic), parses
-it with the schema check of each plain document's lists (`FileFacts`, what validation asks of a
-file) and hands back parse-store entries (`gitsync.render.stored`: the format a restarted process
-reads anyway). What a worker did not hand back, whatever the reason, is parsed by the render as if
-nothing had been done: workers can only save time, never change a result.
+parse and more than one CPU, it forks ``cpus - 1`` workers and works beside them; each takes the
+next chunk of files from a shared pipe (a read of ≤ ``PIPE_BUF`` bytes is atomic), parses it with
+the schema check of each plain document's lists (`FileFacts`, what validation asks of a file),
+writes the plain files to the parse store on disk when the render has one, and hands back their
+parse-store entries (`gitsync.render.stored`: the format a restarted process reads anyway). What a
+worker did not hand back, whatever the reason, is parsed by the render as if nothing had been
+done: workers can only save time, never change a result.
 
 Only files that are plain are handed back (no ``${{ }}``, no SOPS: `stored.storable`), so no
 substituted or decrypted value crosses the pipe; the workers never see a secret, since substitution
@@ -48,7 +49,7 @@ from gitsync.render.validate import FileFacts
 MIN_BYTES = 256 * 1024
 #: Chunks per worker: small enough that a worker which finished early takes the rest.
 CHUNKS_PER_WORKER = 8
-MAX_WORKERS = 8
+MAX_PROCESSES = 8  # the render and at most 7 workers
 _CLAIM = struct.Struct("=I")
 
 
@@ -79,7 +80,7 @@ def prepare(data: bytes) -> ParsedFile:
 def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
     """Put each (blob SHA, bytes) in `cache` parsed, beside forked workers when it is worth it (else
     nothing: the render parses them one by one). Never raises for a worker's failure."""
-    workers = min(cpus(), MAX_WORKERS) - 1
+    workers = min(cpus(), MAX_PROCESSES) - 1
     if workers < 1 or sum(len(data) for _, data in files) < MIN_BYTES or sys.platform != "linux":
         return
     chunks = _chunks(files, (workers + 1) * CHUNKS_PER_WORKER)
