@@ -13,16 +13,20 @@ worker did not hand back, whatever the reason, is parsed by the render as if not
 done: workers can only save time, never change a result.
 
 Only files that are plain are handed back (no ``${{ }}``, no SOPS: `stored.storable`), so no
-substituted or decrypted value crosses the pipe; the workers never see a secret, since substitution
-and decryption run later, in the render itself.
+substituted or decrypted value crosses back or reaches the disk: a worker works on the repo's bytes
+alone, since substitution and decryption run later, in the render itself. (A forked child shares
+its parent's memory, which in a daemon holds rendered payloads; a worker reads none of it but the
+files it was given, and writes nothing else.)
 
 A forked child of a process running other threads (the daemon's scheduler, the gateway probes of
 a sync) may inherit a lock one of them held. A worker takes none it could find held: what it runs
 is imported with this module (a test holds that `prepare` imports nothing more but the two
 libraries checks load on first use: cryptography for certificates, lupa for Lua sources), it
-neither logs nor touches a cache shared with other threads, it writes to a file of its own and
-ends with `os._exit` (no handler, no buffer flushed twice). And whatever a worker does, the render
-waits for it a bounded time only (`_patience`), then kills it and parses what it did not hand back.
+neither logs nor touches a cache shared with other threads (the Lua checker's lock and state
+are made anew in a child: `schema.lua`), runs none of the parent's signal handlers (signals are
+held across the fork), writes to a file of its own and ends with `os._exit` (no handler, no buffer
+flushed twice). And whatever a worker does, the render waits for it a bounded time only
+(`_patience`), then kills it and parses what it did not hand back.
 """
 
 from __future__ import annotations
@@ -79,59 +83,115 @@ def prepare(data: bytes) -> ParsedFile:
 
 def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
     """Put each (blob SHA, bytes) in `cache` parsed, beside forked workers when it is worth it (else
-    nothing: the render parses them one by one). Never raises for a worker's failure."""
+    nothing: the render parses them one by one). Never raises for a worker's failure, nor for one
+    to start one (no pipe, no fork: the render goes on alone, or with the workers it has)."""
     workers = min(cpus(), MAX_PROCESSES) - 1
-    if workers < 1 or sum(len(data) for _, data in files) < MIN_BYTES or sys.platform != "linux":
+    total = sum(len(data) for _, data in files)
+    if workers < 1 or total < MIN_BYTES or sys.platform != "linux":
         return
     chunks = _chunks(files, (workers + 1) * CHUNKS_PER_WORKER)
     store = cache.store if cache.store is not None and cache.store.usable else None
-    claims_r, claims_w = os.pipe()
-    os.write(claims_w, b"".join(_CLAIM.pack(n) for n in range(len(chunks))))  # ≤ 64 chunks: fits a pipe
-    os.close(claims_w)
+    version = store.version if store is not None else __version__
+    try:
+        claims_r, claims_w = os.pipe()
+    except OSError:
+        return
+    try:  # at most 2 × 64 + 1 claims of 4 bytes (see _chunks): they fit a pipe at once
+        os.write(claims_w, b"".join(_CLAIM.pack(n) for n in range(len(chunks))))
+    finally:
+        os.close(claims_w)
     children: list[tuple[int, IO[bytes]]] = []
-    reaped: set[int] = set()
+    ended: set[int] = set()
     try:
         for _ in range(workers):
-            out = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-            with warnings.catch_warnings():  # Python ≥ 3.12 warns of forking with threads: see above
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child's side; it ends in os._exit, whatever happens
-                _work(chunks, claims_r, out, store)
-            children.append((pid, out))
-        started = time.monotonic()
+            started = _start_worker(chunks, claims_r, store, version)
+            if started is None:
+                break  # no fork or no file for it: the workers started so far, and this process
+            children.append(started)
+        started_at, done = time.monotonic(), 0
         for index in _claimed(claims_r):
             for key, data in chunks[index]:
                 cache.put(key, prepare(data))
-        deadline = time.monotonic() + _patience(time.monotonic() - started)
+                done += len(data)
+        deadline = time.monotonic() + _patience(time.monotonic() - started_at, done,
+                                                max(map(_size, chunks)), total)
         for pid, out in children:
             status = _exit_status(pid, deadline)
             if status is not None:
-                reaped.add(pid)
+                ended.add(pid)
             if status == 0:
                 for key, entry, stored in _entries(out):
-                    if (parsed := decode(entry, key, __version__)) is not None:
+                    if (parsed := decode(entry, key, version)) is not None:
                         cache.put(key, parsed, stored)
     finally:
         os.close(claims_r)
         for pid, out in children:
             out.close()
-            if pid not in reaped:  # still running: late, or the render failed meanwhile
+            if pid not in ended:  # still running: late, or the render failed meanwhile
                 with contextlib.suppress(ChildProcessError, ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
 
 
-def _patience(own: float) -> float:
-    """How long the render waits for its workers once no chunk is left: a worker still busy is on its
-    last chunk, about an eighth of this process's share; twice that, and never less than a second."""
-    return max(1.0, own / 4)
+def _start_worker(chunks: list[list[tuple[str, bytes]]], claims: int, store: ParseStore | None,
+                  version: str) -> tuple[int, IO[bytes]] | None:
+    """Fork one worker, with the file it hands back through (memory, not a disk: a read-only root
+    needs none); None when either cannot be made. Signals are held across the fork, so the child
+    runs none of the parent's handlers before its own are reset."""
+    try:
+        out = _hand_back_file()
+    except OSError:
+        return None
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        with warnings.catch_warnings():  # Python ≥ 3.12 warns of forking with threads: see above
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's side; it ends in os._exit, whatever happens
+            _work(chunks, claims, out, store, version, blocked)
+    except OSError:  # EAGAIN: a pids limit, RLIMIT_NPROC
+        out.close()
+        return None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return pid, out
+
+
+def _hand_back_file() -> IO[bytes]:
+    """An anonymous file in memory (`memfd_create`), or else an unlinked temp file."""
+    try:
+        return open(os.memfd_create("gitsync-parse"), "w+b")
+    except (AttributeError, OSError):
+        return tempfile.TemporaryFile()
+
+
+#: A parse rate no machine is slower than (bytes of YAML per second and CPU, schema check included;
+#: about 1 MB/s here): the patience when this process parsed nothing to measure its own.
+_SLOWEST_RATE = 50_000
+
+
+def _patience(own: float, done: int, largest: int, total: int) -> float:
+    """How long the render waits for its workers once no chunk is left to claim. Each worker still
+    busy is on its last chunk, at most the largest: four times what this process took for that many
+    bytes, never less than a second. When this process parsed nothing, the workers may have all of
+    it left: four times it at the slowest rate. Never more than `_MAX_PATIENCE`."""
+    wait = 4 * largest * own / done if done else 4 * total / _SLOWEST_RATE
+    return min(_MAX_PATIENCE, max(1.0, wait))
+
+
+#: However big the repo, a render does not wait longer for a worker (a sync waits on it).
+_MAX_PATIENCE = 300.0
 
 
 def _exit_status(pid: int, deadline: float) -> int | None:
-    """The worker's exit code, once it ended; None when it is still running at `deadline`."""
+    """The worker's exit code, once it ended (-1 when it cannot be known: it is not ours to wait
+    for any more, e.g. SIGCHLD ignored); None when it is still running at `deadline`."""
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return -1
         if done:
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() > deadline:
@@ -139,18 +199,23 @@ def _exit_status(pid: int, deadline: float) -> int | None:
         time.sleep(0.002)
 
 
+def _size(chunk: list[tuple[str, bytes]]) -> int:
+    return sum(len(data) for _, data in chunk)
+
+
 def _chunks(files: Sequence[tuple[str, bytes]], count: int) -> list[list[tuple[str, bytes]]]:
-    """`files` cut into about `count` runs of about equal bytes, in order."""
+    """`files` cut into about `count` runs of at most about equal bytes, the largest first (a file
+    bigger than that is a chunk of its own: started first, it does not finish last)."""
     per_chunk = max(1, sum(len(data) for _, data in files) // count)
     chunks: list[list[tuple[str, bytes]]] = [[]]
     size = 0
     for key, data in files:
-        if size >= per_chunk:
+        if chunks[-1] and size + len(data) > per_chunk:
             chunks.append([])
             size = 0
         chunks[-1].append((key, data))
         size += len(data)
-    return chunks
+    return sorted(chunks, key=_size, reverse=True)
 
 
 def _claimed(claims: int) -> Any:
@@ -159,8 +224,8 @@ def _claimed(claims: int) -> Any:
         yield _CLAIM.unpack(raw)[0]
 
 
-def _work(chunks: list[list[tuple[str, bytes]]], claims: int, out: IO[bytes],
-          store: ParseStore | None) -> None:  # pragma: no cover - run in the child
+def _work(chunks: list[list[tuple[str, bytes]]], claims: int, out: IO[bytes], store: ParseStore | None,
+          version: str, mask: set[signal.Signals]) -> None:  # pragma: no cover - run in the child
     """A worker: prepare each claimed chunk's files; hand back the plain ones' parse-store entries,
     each written to the store already where there is one (what the render need not write after)."""
     code = 1
@@ -169,12 +234,13 @@ def _work(chunks: list[list[tuple[str, bytes]]], claims: int, out: IO[bytes],
             signal.set_wakeup_fd(-1)  # a signal here must not wake the parent's loop
             for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(number, signal.SIG_DFL)  # nor run the parent's handlers
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         entries = []
         for index in _claimed(claims):
             for key, data in chunks[index]:
                 parsed = prepare(data)
                 if storable(parsed):
-                    entry = encode(key, parsed, __version__)
+                    entry = encode(key, parsed, version)
                     stored = False
                     if store is not None:
                         with contextlib.suppress(OSError):

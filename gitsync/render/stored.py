@@ -50,7 +50,7 @@ class ParseStore:
     def __init__(self, root: Path, version: str = __version__) -> None:
         self.root = root
         self.dir = root / _VERSION_DIR.sub("_", f"{FORMAT}-{version}")
-        self._version = version
+        self.version = version  # the gitsync version an entry must name
         self._broken = False
         self._names: set[str] | None = None  # the entries' file names, listed once (one stat per file less)
 
@@ -79,7 +79,7 @@ class ParseStore:
             if self._names is not None:
                 self._names.discard(path.name)
             return None
-        parsed = decode(raw, key, self._version)
+        parsed = decode(raw, key, self.version)
         if parsed is None:
             logger.debug("parse cache: ignoring the entry {} (corrupt or foreign)", path.name)
             self._forget(path)
@@ -96,7 +96,7 @@ class ParseStore:
         if self._broken or not _SHA.match(key) or not storable(parsed):
             return
         try:
-            self.write(key, encode(key, parsed, self._version))
+            self.write(key, encode(key, parsed, self.version))
         except OSError as exc:
             self._give_up(exc)
 

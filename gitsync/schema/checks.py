@@ -9,6 +9,7 @@ are pure. tests/test_golden.py holds them to a real 3.18's recorded answers.
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 from collections.abc import Callable, Iterable, Mapping
 from copy import deepcopy
@@ -122,29 +123,34 @@ def _plugin_schema(name: str, place: str) -> Mapping[str, Any]:
     return dict(schema, properties={**schema.get("properties", {}), "_meta": META})
 
 
-#: Answers of `plugin_conf_problem` by plugin, place and the body's exact marshal bytes: a config
-#: repeats plugin bodies (one rate limit, one auth body on many routes), checked once each.
-_PLUGIN_ANSWERS: dict[tuple[str, str, bytes], str | None] = {}
-_PLUGIN_ANSWERS_MAX = 4096
+#: The plugin bodies found valid, each by a SHA-256 of its plugin, place and exact marshal bytes: a
+#: config repeats plugin bodies (one rate limit, one auth body on many routes), checked once each.
+#: Digests only: no body (a substituted key, a token) outlives its render here.
+_VALID_BODIES: set[bytes] = set()
+_VALID_BODIES_MAX = 16_384  # 32 bytes each
 
 
 def plugin_conf_problem(name: str, conf: Any, place: str = ROUTE) -> str | None:
     """Why the plugin's ``check_schema`` refuses `conf` (None: accepted, or a plugin not checked here).
 
-    The answer is a function of the body's exact value (marshal keeps types apart: ``1``, ``1.0``
-    and ``true`` are three bodies), so an equal body's answer is reused."""
+    The answer is a function of the body's exact value (marshal keeps types apart: ``1`` and
+    ``true`` are two bodies, though Python finds them equal), so a body found valid once is not
+    checked again."""
     if name not in PLUGIN_SCHEMAS:
         return None
     try:
         frozen = marshal.dumps(conf)
-    except ValueError:  # not plain data (a template string awaiting substitution): checked, not kept
+    except ValueError:  # not plain data (a template string awaiting substitution)
         return _plugin_conf_problem(name, deepcopy(conf), place)
-    key = (name, place, frozen)
-    if key not in _PLUGIN_ANSWERS:
-        if len(_PLUGIN_ANSWERS) >= _PLUGIN_ANSWERS_MAX:
-            _PLUGIN_ANSWERS.clear()
-        _PLUGIN_ANSWERS[key] = _plugin_conf_problem(name, marshal.loads(frozen), place)
-    return _PLUGIN_ANSWERS[key]
+    key = hashlib.sha256(b"%s\0%s\0%s" % (name.encode(), place.encode(), frozen)).digest()
+    if key in _VALID_BODIES:
+        return None
+    problem = _plugin_conf_problem(name, marshal.loads(frozen), place)
+    if problem is None:
+        if len(_VALID_BODIES) >= _VALID_BODIES_MAX:
+            _VALID_BODIES.clear()
+        _VALID_BODIES.add(key)
+    return problem
 
 
 def _copy(value: Any) -> Any:

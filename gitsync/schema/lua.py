@@ -7,6 +7,7 @@ the same LuaJIT, so the message is the gateway's. Nothing is run: only compiled.
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import cache
 from typing import Any
@@ -20,6 +21,17 @@ def _loadstring() -> Any:
 
     runtime = luajit21.LuaRuntime(register_eval=False, register_builtins=False)
     return runtime.eval("function(source) local _, err = loadstring(source) return err end")
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a parse worker) starts with a lock and a Lua state of its own: a thread of the
+    parent may have held them when it forked."""
+    global _lock
+    _lock = threading.Lock()
+    _loadstring.cache_clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def compile_problem(source: str) -> str | None:
