@@ -115,11 +115,16 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
     """`check_deletions` from each kind's ids, desired and live (when the caller has them already)."""
     changes = []
     for kind in managed:
-        live_ids = set(live.get(kind) or ())
+        listed, desired = live.get(kind) or (), wanted.get(kind) or ()
+        if isinstance(listed, list) and listed and listed == desired and None not in listed \
+                and len(set(listed)) == len(listed):
+            changes.append(KindChange(kind, len(listed), len(listed), 0, None))  # the same ids: no set work
+            continue
+        live_ids = set(listed)
         live_ids.discard(None)
         if not live_ids:
             continue
-        wanted_ids = set(wanted.get(kind) or ())
+        wanted_ids = set(desired)
         wanted_ids.discard(None)
         deleted = len(live_ids - wanted_ids)
         refused = None

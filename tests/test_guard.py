@@ -150,3 +150,22 @@ def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
     assert live_routes(apisix) == 20
     assert run_gitsync(*args, "--allow-delete", "routes", "--allow-delete", "upstreams").returncode == 0
     assert live_routes(apisix) == 0
+
+
+def test_the_same_ids_on_both_sides_count_as_the_sets_would() -> None:
+    """`deletion_verdict` takes a shortcut when the live ids are the desired ones: its counts are
+    those of the sets either way (duplicates, None, one list a copy of the other or not)."""
+    from gitsync.guard import KindChange, deletion_verdict
+
+    def by_sets(wanted: list, live: list) -> KindChange | None:
+        live_ids, wanted_ids = set(live) - {None}, set(wanted) - {None}
+        if not live_ids:
+            return None
+        return KindChange("routes", len(live_ids), len(wanted_ids), len(live_ids - wanted_ids), None)
+
+    cases = [(["a", "b"], ["a", "b"]), (["a", "a", "b"], ["a", "a", "b"]), (["a", None], ["a", None]),
+             (["a", "b"], ["b", "a"]), (["a"], ["a", "b"]), ([], []), ([None], [None])]
+    for wanted, live in cases:
+        verdict = deletion_verdict({"routes": wanted}, {"routes": list(live)}, ["routes"], GuardPolicy())
+        expected = by_sets(wanted, live)
+        assert verdict.kinds == ((expected,) if expected else ()), (wanted, live)
