@@ -39,8 +39,8 @@ REVIEWED: dict[str, str] = {
 class TimeoutTCPGitClient(TCPGitClient):
     """``git://`` with a timeout on connect and on every read."""
 
-    def __init__(self, host: str, port: int | None, timeout: float) -> None:
-        super().__init__(host, port)
+    def __init__(self, host: str, port: int | None, timeout: float, thin_packs: bool = True) -> None:
+        super().__init__(host, port, thin_packs=thin_packs)
         self.timeout = timeout
 
     def _connect(

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from dulwich.object_store import DiskObjectStore
 from dulwich.repo import Repo
 
 from gitsync import log as gslog
@@ -273,6 +274,34 @@ def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(protocol, re
             b"refs/tags/release": tag, b"refs/tags/release^{}": b.encode()}
         assert make_source(remote.url, "release").check() == b
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+@pytest.mark.parametrize("protocol", ["v2", "v0"])
+def test_a_fetch_asks_a_server_seen_speaking_v2_for_a_whole_pack(protocol, remote_repo, git_daemon,
+                                                                 tmp_path, monkeypatch):
+    """git's own upload-pack (protocol v2) sends a whole pack to a client that does not ask for a thin
+    one, which the mirror takes as it comes; dulwich's server (v0 only) requires thin packs: a
+    fetch from it takes one and completes it, as before. Either way the mirror holds the commit."""
+    taken: list[str] = []
+    for method in ("add_pack", "add_thin_pack"):
+        real = getattr(DiskObjectStore, method)
+        monkeypatch.setattr(DiskObjectStore, method,
+                            lambda self, *a, _real=real, _name=method, **k: (taken.append(_name),
+                                                                             _real(self, *a, **k))[1])
+    remote_repo.commit({f"routes/r{i}.yaml": f"routes: [{{id: r{i}, uri: /{i}}}]\n" for i in range(20)})
+    with contextlib.ExitStack() as stack:
+        port = (git_daemon.port if protocol == "v2"
+                else stack.enter_context(dulwich_git_server(remote_repo.path)))
+        source = make_source(f"git://127.0.0.1:{port}/{remote_repo.path.name}", state_dir=tmp_path)
+        for round in range(2):  # a first fetch (a clone), then one commit more
+            if round:
+                remote_repo.commit({"routes/r3.yaml": "routes: [{id: r3, uri: /three}]\n"})
+            tip = source.check()
+            taken.clear()
+            assert source.fetch() == tip
+            assert taken == (["add_pack"] if protocol == "v2" else ["add_thin_pack"])
+            assert source.read(tip).files["routes/r3.yaml"] == (b"routes: [{id: r3, uri: /three}]\n" if round
+                                                               else b"routes: [{id: r3, uri: /3}]\n")
 
 
 def test_a_v0_advertisement_of_many_refs_is_read_across_its_pieces():
