@@ -243,10 +243,10 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
     #: searched) or None (never read, or encrypted: they may declare anything).
     unknown: dict[str, bytes | None] = {}
-    _parse_missing(files, known, [name for names in buckets for name in names], options, cache)
+    hashed = _parse_missing(files, known, [name for names in buckets for name in names], options, cache)
     for layer, names in enumerate(buckets):
         for name in names:
-            blob = known.blob_ids.get(name)
+            blob = known.blob_ids.get(name) or hashed.get(name)
             parsed: ParsedFile | None = cache.cached(blob) if blob else None
             size = parsed.size if parsed is not None else oversized.get(name) or len(files.get(name) or b"")
             if name in oversized or size > options.max_file_size:
@@ -323,9 +323,10 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
 
 
 def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[str], options: RenderOptions,
-                   cache: ParseCache) -> None:
-    """Parse the files the cache lacks on every CPU at once (`parallel.parse_all`), when they are many."""
-    missing = {}
+                   cache: ParseCache) -> dict[str, str]:
+    """Parse the files the cache lacks on every CPU at once (`parallel.parse_all`), when they are many.
+    The blob SHA of each file that came without one (a directory's), worked out once for the render."""
+    missing, hashed = {}, {}
     for name in names:
         blob = known.blob_ids.get(name)
         if name in known.oversized or (blob is not None and cache.has(blob)):
@@ -333,10 +334,13 @@ def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[s
         data = files.get(name)
         if data is None or len(data) > options.max_file_size:
             continue
-        key = blob or blob_sha(data)
-        if blob is not None or not cache.has(key):
-            missing[key] = data
+        if blob is None:
+            blob = hashed[name] = blob_sha(data)
+            if cache.has(blob):
+                continue
+        missing[blob] = data
     parse_all(cache, list(missing.items()))
+    return hashed
 
 
 def _where(out: LeftOut) -> tuple[Location, str, str]:
