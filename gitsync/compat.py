@@ -25,7 +25,12 @@ from typing import IO
 from dulwich.client import TCPGitClient
 from dulwich.object_store import DiskObjectStore
 from dulwich.pack import Pack
-from dulwich.protocol import DEFAULT_GIT_PROTOCOL_VERSION_FETCH, DEFAULT_GIT_PROTOCOL_VERSION_SEND, Protocol
+from dulwich.protocol import (
+    DEFAULT_GIT_PROTOCOL_VERSION_FETCH,
+    DEFAULT_GIT_PROTOCOL_VERSION_SEND,
+    Protocol,
+    format_cmd_pkt,
+)
 
 #: sha256 of the source of each dulwich method copied or called here, as last reviewed (dulwich 1.2.21).
 REVIEWED: dict[str, str] = {
@@ -48,8 +53,7 @@ class TimeoutTCPGitClient(TCPGitClient):
     ) -> tuple[Protocol, Callable[[], bool], IO[bytes] | None]:
         if not isinstance(path, bytes):
             path = path.encode(self._remote_path_encoding)
-        sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = daemon_socket(self._host, self._port, self.timeout)
         rfile = sock.makefile("rb", -1)
         wire = _WriteBehind(sock)
 
@@ -70,21 +74,35 @@ class TimeoutTCPGitClient(TCPGitClient):
 
         proto = Protocol(read, wire.write, close, report_activity=self._report_activity,
                          shutdown_write=shutdown_write)
-        if path.startswith(b"/~"):
-            path = path[1:]
         if cmd == b"upload-pack":
             self.protocol_version = (DEFAULT_GIT_PROTOCOL_VERSION_FETCH if protocol_version is None
                                      else protocol_version)
         else:
             self.protocol_version = DEFAULT_GIT_PROTOCOL_VERSION_SEND
-        version = b"\0\0version=%d\0" % self.protocol_version if (
-            cmd == b"upload-pack" and self.protocol_version == 2) else b""
-        proto.send_cmd(b"git-" + cmd, path, b"host=" + self._host.encode("ascii") + version)
+        proto.write_pkt_line(daemon_request(cmd, path, self._host, self.protocol_version == 2))
 
         def can_read() -> bool:
             return bool(select.select([sock], [], [], 0)[0])
 
         return proto, can_read, None
+
+
+def daemon_socket(host: str, port: int, timeout: float) -> socket.socket:
+    """A connection to a ``git://`` server: every operation bounded by `timeout`, pkt-lines sent without
+    Nagle's delay."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def daemon_request(cmd: bytes, path: bytes, host: str, v2: bool) -> bytes:
+    """The request that opens a ``git://`` conversation (a pkt-line's payload), as dulwich's
+    ``_connect`` writes it: ``git-<cmd> <path>\\0host=<host>\\0``, with protocol v2 asked for
+    (upload-pack only) in the extra parameters; a ``/~user`` path loses its leading slash."""
+    if path.startswith(b"/~"):
+        path = path[1:]
+    version = b"\0\0version=2\0" if cmd == b"upload-pack" and v2 else b""
+    return format_cmd_pkt(b"git-" + cmd, path, b"host=" + host.encode("ascii") + version)
 
 
 class _WriteBehind:
@@ -117,4 +135,4 @@ def remove_pack(store: DiskObjectStore, pack: Pack) -> None:
     store._remove_pack(pack)
 
 
-__all__ = ["TimeoutTCPGitClient", "remove_pack"]
+__all__ = ["TimeoutTCPGitClient", "daemon_request", "daemon_socket", "remove_pack"]

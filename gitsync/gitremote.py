@@ -34,7 +34,7 @@ from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
 from dulwich.protocol import PEELED_TAG_SUFFIX, pkt_line
 from dulwich.refs import filter_ref_prefix
 
-from gitsync.compat import TimeoutTCPGitClient
+from gitsync.compat import TimeoutTCPGitClient, daemon_request, daemon_socket
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret
 
@@ -411,12 +411,8 @@ def git_refs(host: str, port: int, path: bytes, prefixes: list[bytes],
     ``get_refs`` parses them; only the exchange is ours (one socket, no per-pkt-line work). Every socket
     operation is bounded by `timeout`. Errors are dulwich's (`HangupException`, `GitProtocolError`) or
     the socket's, which `Remote.network` words."""
-    if path.startswith(b"/~"):
-        path = path[1:]
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(pkt_line(b"git-upload-pack " + path + b"\0host=" + host.encode("ascii")
-                              + b"\0\0version=2\0"))
+    with daemon_socket(host, port, timeout) as sock:
+        sock.sendall(pkt_line(daemon_request(b"upload-pack", path, host, v2=True)))
         reader = _PktReader(sock)
         first = reader.until_flush()
         if not first or first[0].rstrip(b"\n") != b"version 2":
