@@ -8,11 +8,16 @@ Processes: the git remote is ``git daemon`` on 127.0.0.1; each gateway is the Ad
 in a child process (bench/double.py); the agent runs in this process (scenarios 1–3) or as a
 real ``gitsync`` subprocess (``run`` for 5–7, ``sync --once`` for 7). The floors' HTTP goes from
 this process to a second double that receives exactly the same bodies.
+
+``--gateway URL --floor-gateway URL --admin-key-file F`` measures against two gateways that are
+already running (two real APISIX instances in API-driven standalone mode) instead of the doubles:
+scenarios 1-4, 7 and 8, the ones that need nothing of a gateway but its Admin API.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import hmac
 import json
@@ -59,6 +64,9 @@ DAEMON_SIZE = 1000  # routes of the webhook and daemon-memory scenarios (6, 7)
 CONFIGS = "/apisix/admin/configs"
 REFSPEC = "+refs/heads/main:refs/heads/main"
 MB = 1024 * 1024
+#: Scenario groups that need nothing of a gateway but its Admin API: these can run against gateways
+#: given by URL (``--gateway``); refill and daemon restart the double and ask it when a PUT came.
+EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once")
 #: The Python double takes ~40 s to validate and store 50,000 routes (APISIX: well under a second).
 BENCH_GATEWAY_TIMEOUT = 300
 
@@ -145,7 +153,7 @@ def process_env() -> dict[str, str]:
 class Fixture:
     """A repo of `routes` routes served by git daemon, with a counter of the commits added since."""
 
-    def __init__(self, routes: int, work: Path, daemon: GitDaemon) -> None:
+    def __init__(self, routes: int, work: Path, daemon: GitDaemon, admin_key: str = ADMIN_KEY) -> None:
         self.routes = routes
         self.work = work
         self.repo = daemon.base_path / f"config-{routes}.git"
@@ -154,7 +162,9 @@ class Fixture:
         self.url = daemon.url(self.repo.name)
         self.port = daemon.port
         self.key_file = work / "admin-key"
-        self.key_file.write_text(ADMIN_KEY)
+        self.admin_key = admin_key
+        self.key_file.write_text(admin_key)
+        self.key_file.chmod(0o600)
         self.webhook_file = work / "webhook-secret"
         self.webhook_file.write_text(WEBHOOK_SECRET)
 
@@ -175,11 +185,21 @@ class Fixture:
                 "--state-dir", str(state_dir), "--no-writeback"]
 
 
+@dataclass(frozen=True)
+class ExternalGateway:
+    """A gateway the bench did not start (``--gateway``): only its Admin API's URL is known."""
+
+    url: str
+
+
+Gateway = DoubleProcess | ExternalGateway
+
+
 class FloorClient:
     """The floors' plain HTTP client: one keep-alive httpx connection to a gateway."""
 
-    def __init__(self, url: str) -> None:
-        self.client = httpx.Client(base_url=url, headers={"X-API-KEY": ADMIN_KEY}, timeout=120)
+    def __init__(self, url: str, admin_key: str = ADMIN_KEY) -> None:
+        self.client = httpx.Client(base_url=url, headers={"X-API-KEY": admin_key}, timeout=120)
 
     def get_put(self, body: bytes, digest: str) -> None:
         """GET the live config (read, parsed: a client needs the live versions), PUT `body`.
@@ -347,7 +367,7 @@ class Reps:
     daemon_syncs: int
 
 
-def in_process(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Reps) -> list[Result]:
+def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list[Result]:
     """Scenarios 1–3 with one `Agent` in this process, as the daemon holds it between syncs."""
     agent = Agent(fx.settings(gw.url, fx.work / "agent-state"))
     try:
@@ -464,7 +484,7 @@ def incremental_fetch(fx: Fixture, reps: Reps) -> Result:
                   floor_samples=floors, details={"first_fetch_s": first, "git_clone_s": first_git})
 
 
-def sync_once_rss(fx: Fixture, gw: DoubleProcess, reps: Reps) -> Result:
+def sync_once_rss(fx: Fixture, gw: Gateway, reps: Reps) -> Result:
     """Peak RSS of `gitsync sync --once` from an empty state dir (clone, render, push a change)."""
     samples = []
     for rep in range(reps.rss_reps):
@@ -482,7 +502,7 @@ def sync_once_rss(fx: Fixture, gw: DoubleProcess, reps: Reps) -> Result:
                   details={"python_and_imports_mb": imports})
 
 
-def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Reps) -> list[Result]:
+def sync_once_times(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list[Result]:
     """`gitsync sync --once` as a process: with the state dir kept from the last run (the mirror, the
     parse cache: only what changed is fetched and parsed), one commit changing one route file; and
     from an empty state dir against `git clone --bare` + the same PUT by httpx."""
@@ -517,7 +537,7 @@ def sync_once_times(fx: Fixture, gw: DoubleProcess, floor: FloorClient, reps: Re
         shutil.rmtree(state, ignore_errors=True)
         first.append(once()[0])
         clone = fx.work / f"clone-{rep}.git"
-        ours = FloorClient(gw.url)  # gitsync's gateway holds the whole config whatever ran before
+        ours = FloorClient(gw.url, fx.admin_key)  # gitsync's gateway holds the whole config, whatever ran
         try:
             body = json.dumps(ours.live()).encode()  # a body the size of the config
         finally:
@@ -621,11 +641,19 @@ GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon")
 
 
 def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon: bool,
-             say: Callable[[str], None], only: Sequence[str] = GROUPS) -> list[Result]:
-    fx = Fixture(routes, work, daemon)
+             say: Callable[[str], None], only: Sequence[str] = GROUPS,
+             external: tuple[str, str] | None = None, admin_key: str = ADMIN_KEY) -> list[Result]:
+    """Every scenario of `only` at one size, against two doubles, or the two gateways of `external`
+    (gitsync's, the floor's: each config the bench pushes replaces what they held)."""
+    fx = Fixture(routes, work, daemon, admin_key)
     results: list[Result] = []
-    with DoubleProcess(ADMIN_KEY) as gw, DoubleProcess(ADMIN_KEY) as fl:
-        floor = FloorClient(fl.url)
+    with contextlib.ExitStack() as stack:
+        if external is None:
+            gw: Gateway = stack.enter_context(DoubleProcess(admin_key))
+            fl: Gateway = stack.enter_context(DoubleProcess(admin_key))
+        else:
+            gw, fl = ExternalGateway(external[0]), ExternalGateway(external[1])
+        floor = FloorClient(fl.url, admin_key)
         try:
             if "agent" in only:
                 say(f"{routes} routes: render, one-file change, no-op poll")
@@ -640,9 +668,11 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
                 say(f"{routes} routes: sync --once with a kept state dir, and a first one")
                 results += sync_once_times(fx, gw, floor, reps)
             if "refill" in only:
+                assert isinstance(gw, DoubleProcess) and isinstance(fl, DoubleProcess), EXTERNAL_GROUPS
                 say(f"{routes} routes: restart refill")
                 results += restart_refill(fx, gw, fl, floor, reps)
             if with_daemon and "daemon" in only:
+                assert isinstance(gw, DoubleProcess), EXTERNAL_GROUPS
                 say(f"{routes} routes: webhook latency and daemon memory")
                 results += webhook_and_memory(fx, gw, reps)
         finally:
@@ -698,13 +728,16 @@ def table(results: Sequence[Result]) -> str:
 
 def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, out: Path = OUT,
         keep: bool = False, only: Sequence[str] = GROUPS, say: Callable[[str], None] = print,
-        daemon_syncs: int | None = None) -> dict[str, Any]:
+        daemon_syncs: int | None = None, external: tuple[str, str] | None = None,
+        admin_key: str = ADMIN_KEY) -> dict[str, Any]:
     """Run every scenario at every size; write the JSON report; return it."""
     started = time.monotonic()
     gslog.setup(verbose=0, stream=open(os.devnull, "w"))  # noqa: SIM115 - the in-process agent's logs
     daemon_size = DAEMON_SIZE if DAEMON_SIZE in sizes else min(sizes)
     report: dict[str, Any] = {"machine": machine(), "sizes": list(sizes), "quick": quick, "only": list(only),
-                              "daemon_routes": daemon_size, "results": []}
+                              "daemon_routes": daemon_size, "results": [],
+                              "gateways": {"kind": "double"} if external is None else
+                              {"kind": "external", "gitsync": external[0], "floor": external[1]}}
     results: list[Result] = []
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-"))
     try:
@@ -715,7 +748,7 @@ def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, o
                 work = tmp / f"work-{routes}"
                 work.mkdir()
                 results += run_size(routes, plan_for(routes, quick, reps, daemon_syncs), daemon, work,
-                                    routes == daemon_size, say, only)
+                                    routes == daemon_size, say, only, external, admin_key)
     finally:
         if keep:
             say(f"work files kept in {tmp}")
@@ -736,6 +769,24 @@ def parse_sizes(text: str) -> list[int]:
     return [int(part.replace("_", "").replace(",", "")) for part in text.split(",") if part.strip()]
 
 
+def _external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:
+    """The two running gateways of ``--gateway``/``--floor-gateway``, checked; None for the doubles."""
+    given = [args.gateway, args.floor_gateway, args.admin_key_file]
+    if not any(given):
+        return None
+    if not all(given):
+        parser.error("--gateway, --floor-gateway and --admin-key-file go together: gitsync's gateway, the "
+                     "floors' (a second one: the floors' PUTs would change what gitsync finds), the key")
+    if args.gateway.rstrip("/") == args.floor_gateway.rstrip("/"):
+        parser.error("--floor-gateway must be another gateway than --gateway: the floors' PUTs would "
+                     "change what gitsync finds there")
+    try:
+        args.admin_key_file.read_text()
+    except OSError as exc:
+        parser.error(f"--admin-key-file: {exc.strerror}: {args.admin_key_file}")
+    return args.gateway.rstrip("/"), args.floor_gateway.rstrip("/")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000", help="route counts, comma-separated "
@@ -747,23 +798,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "followed (scenario 7; default 100)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
     parser.add_argument("--keep", action="store_true", help="keep the work files (repos, daemon logs)")
-    parser.add_argument("--only", default=",".join(GROUPS), help="scenario groups to run, comma-separated: "
-                        "agent (1-3), fetch (4), memory (7, sync --once), refill (5), daemon (6, 7)")
+    parser.add_argument("--only", help="scenario groups to run, comma-separated: agent (1-3), fetch (4), "
+                        "memory (7, sync --once), once (8), refill (5), daemon (6, 7); default all "
+                        f"({','.join(EXTERNAL_GROUPS)} with --gateway)")
+    parser.add_argument("--gateway", metavar="URL", help="measure gitsync against this running gateway's "
+                        "Admin API (a real APISIX in API-driven standalone mode) instead of a double; "
+                        "its whole config is replaced")
+    parser.add_argument("--floor-gateway", metavar="URL", help="with --gateway: a second running gateway "
+                        "for the floors (its whole config is replaced too)")
+    parser.add_argument("--admin-key-file", type=Path, help="with --gateway: a file holding the admin key "
+                        "of both gateways")
     args = parser.parse_args(argv)
     sizes = [100] if args.quick else parse_sizes(args.sizes)
-    only = [group.strip() for group in args.only.split(",") if group.strip()]
+    external = _external(parser, args)
+    only = [group.strip() for group in (args.only or ",".join(EXTERNAL_GROUPS if external else GROUPS))
+            .split(",") if group.strip()]
     unknown = [group for group in only if group not in GROUPS]
     if unknown:
         parser.error(f"unknown group {unknown[0]!r}: choose from {', '.join(GROUPS)}")
+    doubles_only = [group for group in only if group not in EXTERNAL_GROUPS]
+    if external and doubles_only:
+        parser.error(f"--gateway: the {doubles_only[0]!r} group restarts the double and asks it when a PUT "
+                     f"came; against running gateways choose from {', '.join(EXTERNAL_GROUPS)}")
+    admin_key = args.admin_key_file.read_text().strip() if external else ADMIN_KEY
 
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
 
     report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, only=only,
-                 say=say, daemon_syncs=args.daemon_syncs)
+                 say=say, daemon_syncs=args.daemon_syncs, external=external, admin_key=admin_key)
     m = report["machine"]
     print(f"gitsync {m['commit']} on {m['cpus']} CPUs, Python {m['python']}, {m['git']}, dulwich "
           f"{m['dulwich']}; {m['date']}; {report['seconds']:.0f} s; medians")
+    if external:
+        print(f"gateways: {external[0]} (gitsync), {external[1]} (floors)")
     print(report["table"])
     return 0
 
