@@ -163,9 +163,14 @@ def written_by_gitsync(item: Any, content: bytes | None = None) -> bool:
 
 
 def _digest(contents: Mapping[str, Sequence[bytes]]) -> str:
+    """SHA-256 of each kind's name and items, one per line (canonical JSON holds no raw newline: the
+    separators are safe). Each kind's items are joined once and hashed as they are: a large kind is
+    not copied again to add its name and separators around it."""
     digest = hashlib.sha256()
-    for kind, items in contents.items():  # canonical JSON holds no raw newline: the separators are safe
-        digest.update(kind.encode() + b"\n" + b"\n".join(items) + b"\n\n")
+    for kind, items in contents.items():
+        digest.update(kind.encode() + b"\n")
+        digest.update(b"\n".join(items))
+        digest.update(b"\n\n")
     return digest.hexdigest()
 
 

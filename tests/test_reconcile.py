@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import decimal
+import hashlib
 import json
 from typing import Any
 
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from gitsync.kinds import KINDS, VERSIONED_KEYS, item_id, version_key
 from gitsync.reconcile import (
     VERSION_LIMIT,
+    Desired,
     KindStatus,
     Policy,
     canonical_json,
@@ -278,6 +280,20 @@ def test_digest_depends_on_managed_content_only() -> None:
     only_routes = Policy(frozenset(set(KINDS) - {"routes"}))
     assert plan(a, fresh(), only_routes).digest == plan(b, fresh(), only_routes).digest
     assert plan(a, fresh()).digest == plan(a, applied(plan(a, fresh()).body)).digest
+
+
+def test_digest_is_sha256_of_each_kinds_items_one_per_line() -> None:
+    """The digest's value is pinned: gateways hold the digests of earlier pushes as their X-Digest, and
+    a gitsync that worked out another for the same content would not know its own push after an
+    upgrade (a GET instead, and a 202 where a 204 was due)."""
+    desired = {"routes": [route("r1"), route("r2", uri="/b")], "upstreams": [{"id": "u1", "nodes": {}}],
+               "secrets": [{"id": "vault/a", "uri": "u", "prefix": "p", "token": "t"}]}
+    got = Desired.of(desired)
+    lines = b"".join(kind.encode() + b"\n" + b"\n".join(canonical_json(item_content(item))
+                                                        for item in desired.get(kind, ())) + b"\n\n"
+                     for kind in got.wanted)
+    assert got.digest == hashlib.sha256(lines).hexdigest()
+    assert {"routes", "upstreams", "secrets", "ssls"} <= set(got.wanted)  # empty kinds count too
 
 
 def test_plugin_metadata_gets_no_modified_index() -> None:
