@@ -95,18 +95,53 @@ class _BoundedGraphWalker(ObjectStoreGraphWalker):
     __next__ = next
 
 
+class ParentsMemo:
+    """Each commit's parents, as a full (not shallow) mirror gave them, kept for the next fetch.
+
+    A commit never changes, and every fetch's negotiation walks the same latest commits again (the
+    tip and its `MAX_HAVES` - 1 ancestors): without the memo each fetch of a daemon unpacked and
+    parsed those 32 commits from the packs anew. Bounded: cleared when it holds `LIMIT` commits."""
+
+    LIMIT = 8 * MAX_HAVES
+
+    def __init__(self) -> None:
+        self._parents: dict[bytes, list[bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._parents)
+
+    def provider(self, read: Callable[[bytes], list[bytes]]) -> Callable[[bytes], list[bytes]]:
+        """`read` (a commit's parents from the object store), answered from the memo where it can."""
+        def get_parents(sha: bytes) -> list[bytes]:
+            known = self._parents.get(sha)
+            if known is None:
+                known = read(sha)
+                if len(self._parents) >= self.LIMIT:
+                    self._parents.clear()
+                self._parents[sha] = known
+            return list(known)
+
+        return get_parents
+
+
 class _Mirror(Repo):
     """The bare mirror. Its 'have's start from the tracked ref's commit (`have_tips`) when it has
-    one, else from every ref it holds (dulwich's default offers branches only), and are bounded."""
+    one, else from every ref it holds (dulwich's default offers branches only), and are bounded;
+    the commits they walk are read through `parents` (a shallow mirror's are not: its boundary
+    moves when it deepens)."""
 
     have_tips: list[bytes] | None = None
+    parents: ParentsMemo | None = None
 
     def get_graph_walker(self, heads: list | None = None) -> Any:
         if heads is None:
             heads = self.have_tips or [commit.id for sha in self.refs.as_dict(b"refs/").values()
                                        if (commit := _peeled_or_none(self, sha)) is not None]
-        return _BoundedGraphWalker(heads, ParentsProvider(self.object_store).get_parents,
-                                   shallow=self.get_shallow(), update_shallow=self.update_shallow,
+        shallow = self.get_shallow()
+        get_parents = ParentsProvider(self.object_store).get_parents
+        if self.parents is not None and not shallow:
+            get_parents = self.parents.provider(get_parents)
+        return _BoundedGraphWalker(heads, get_parents, shallow=shallow, update_shallow=self.update_shallow,
                                    limit=MAX_HAVES)
 
 
@@ -259,6 +294,7 @@ class Source:
         self.allow_rewrite = allow_rewrite
         self.signatures = signatures
         self.max_file_size = max_file_size  # a larger config blob is never loaded
+        self.parents = ParentsMemo()  # the commits a fetch offers as 'have's, for the next fetch
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
@@ -413,6 +449,7 @@ class Source:
             first = not same_remote or not tracked
             if tracked and (tip := _peeled_or_none(repo, tracked[0])) is not None:
                 repo.have_tips = [tip.id]
+            repo.parents = self.parents
             deepen = first and self.depth > 0
 
             def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:

@@ -372,6 +372,64 @@ def test_a_fetch_offers_the_tip_and_a_bounded_run_of_its_ancestors(remote_repo, 
     assert source.read(rewritten).files == files_at(remote_repo, rewritten)
 
 
+def test_a_fetch_reads_the_commits_it_offers_once_then_takes_their_parents_from_memory(
+        remote_repo, git_daemon, tmp_path, monkeypatch):
+    """A daemon fetches again and again, and each negotiation walks the tip and its latest ancestors:
+    each commit is read from the packs once; later fetches take its parents from the memo and offer
+    exactly the 'have's a fetch without it offers, into the same mirror. A shallow mirror keeps none
+    (its boundary moves when it deepens)."""
+    import gitsync.source as source_module
+
+    url = git_daemon.url(remote_repo.path.name)
+    remote_repo.fast_import(3 * MAX_HAVES, 5)
+    kept = make_source(url, state_dir=tmp_path / "kept")
+    plain = make_source(url, state_dir=tmp_path / "plain")
+    plain.parents = None
+    shallow = make_source(url, state_dir=tmp_path / "shallow", depth=2)
+    for source in (kept, plain, shallow):
+        source.fetch()
+    reads: list[bytes] = []
+    offered: list[bytes] = []
+    read_parents = source_module.ParentsProvider.get_parents
+    next_have = source_module._BoundedGraphWalker.next
+
+    def counted_read(self, sha, *args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(sha)
+        return read_parents(self, sha, *args, **kwargs)
+
+    def counted_next(self):  # type: ignore[no-untyped-def]
+        sha = next_have(self)
+        if sha is not None:
+            offered.append(sha)
+        return sha
+
+    monkeypatch.setattr(source_module.ParentsProvider, "get_parents", counted_read)
+    monkeypatch.setattr(source_module._BoundedGraphWalker, "next", counted_next)
+    monkeypatch.setattr(source_module._BoundedGraphWalker, "__next__", counted_next)
+
+    def fetch(source: Source) -> tuple[list[bytes], list[bytes]]:
+        reads.clear()
+        offered.clear()
+        source.fetch()
+        return list(reads), list(offered)
+
+    for round_ in range(3):
+        tip = remote_repo.fast_import(1, 5)
+        read_plain, offered_plain = fetch(plain)
+        read_kept, offered_kept = fetch(kept)
+        assert len(offered_plain) == MAX_HAVES and len(read_plain) == MAX_HAVES
+        assert offered_kept == offered_plain
+        if round_ == 0:  # the first fetch with a tip to offer: every commit walked is read
+            assert read_kept == read_plain
+        else:  # only the tip the last fetch brought is new to the memo
+            assert read_kept == [offered_kept[0]]
+        assert kept.local_sha() == plain.local_sha() == tip
+        assert objects_in(kept.mirror_path) == objects_in(plain.mirror_path)
+        fetch(shallow)
+        assert shallow.local_sha() == tip and len(shallow.parents) == 0
+    assert len(kept.parents) == MAX_HAVES + 2
+
+
 def test_force_push_is_followed_and_logged(remote_repo, git_daemon, tmp_path, logs):
     a = remote_repo.commit({"v.yaml": "1"})
     b = remote_repo.commit({"v.yaml": "2"})
