@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import marshal
+import os
 import stat
 
 import pytest
@@ -141,3 +142,32 @@ def test_another_versions_entries_are_removed(tmp_path) -> None:
     cache.get(UPSTREAM.encode())
     cache.end_render()
     assert not old.dir.exists()
+
+
+def test_a_long_lived_cache_keeps_the_recent_renders_files_and_lists_the_store_once(tmp_path,
+                                                                                     monkeypatch) -> None:
+    """A daemon renders for months: its store holds the files of the renders its cache keeps and
+    nothing else, and the store is listed once, not at every render (a render's clean-up costs what
+    it removes). After parse workers wrote to it (`relist`), it is listed again, and what they left
+    that no render keeps is removed."""
+    listed: list[object] = []
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: listed.append(path) or listdir(path))
+    store = ParseStore(tmp_path)
+    cache = ParseCache(store=store)  # keeps the files of the last two renders
+    files = {name: text.encode() for name, text in THOUSAND.items()}
+    renders = []
+    for n in range(6):
+        files = files | {f"routes/r{n:03d}.yaml": route_file(n, uri=f"/v{n}").encode()}
+        render(files, RenderOptions(), cache=cache)
+        renders.append(files)
+    kept = {f"{blob_sha(data)}{SUFFIX}" for rendered in renders[-2:] for data in rendered.values()}
+    assert set(listdir(store.dir)) == kept
+    assert listed == [tmp_path]  # other versions' directories looked for once; the entries, known, never
+    stray = store.dir / f"{'0' * 40}{SUFFIX}"  # as a worker killed while writing would leave it
+    stray.write_bytes(b"torn")
+    store.relist()
+    render(files, RenderOptions(), cache=cache)
+    last = {f"{blob_sha(data)}{SUFFIX}" for data in files.values()}  # the last two renders: the same files
+    assert not stray.exists() and set(listdir(store.dir)) == last
+    assert listed == [tmp_path, store.dir]

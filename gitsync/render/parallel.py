@@ -131,6 +131,8 @@ def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
                 with contextlib.suppress(ChildProcessError, ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
+        if store is not None and children:
+            store.relist()  # workers wrote entries (and a killed one may have left a temporary file)
 
 
 def _start_worker(chunks: list[list[tuple[str, bytes]]], claims: int, store: ParseStore | None,

@@ -53,6 +53,7 @@ class ParseStore:
         self.version = version  # the gitsync version an entry must name
         self._broken = False
         self._names: set[str] | None = None  # the entries' file names, listed once (one stat per file less)
+        self._swept = False  # the directories of other gitsync versions removed (once per store)
 
     def _path(self, key: str) -> Path:
         return self.dir / f"{key}{SUFFIX}"
@@ -115,20 +116,29 @@ class ParseStore:
         if self._names is not None:
             self._names.add(f"{key}{SUFFIX}")
 
+    def relist(self) -> None:
+        """Forget the entries' names: other processes (parse workers) wrote to the store. They are
+        listed again when next needed."""
+        self._names = None
+
     def retain(self, keys: Iterable[str]) -> None:
-        """Remove every entry but `keys`, and the directories of other gitsync versions."""
+        """Remove every entry but `keys`, and (once) the directories of other gitsync versions.
+
+        The entries are listed once per store (`_names`, kept up to date by what writes and removes
+        them), not at every render: a render's retain costs what it removes."""
         if self._broken:
             return
         keep = {f"{key}{SUFFIX}" for key in keys}
         try:
-            for other in self.root.iterdir() if self.root.is_dir() else ():
-                if other != self.dir and other.is_dir():
-                    _remove_tree(other)
-            for name in os.listdir(self.dir) if self.dir.is_dir() else ():
-                if name not in keep:
-                    self._forget(self.dir / name)
-            if self._names is not None:
-                self._names &= keep
+            if not self._swept:
+                for other in self.root.iterdir() if self.root.is_dir() else ():
+                    if other != self.dir and other.is_dir():
+                        _remove_tree(other)
+                self._swept = True
+            if self._names is None:
+                self._names = set(os.listdir(self.dir)) if self.dir.is_dir() else set()
+            for name in self._names - keep:
+                self._forget(self.dir / name)
         except OSError as exc:
             self._give_up(exc)
 
