@@ -15,7 +15,7 @@ import pytest
 
 from gitsync.render import ParseCache, RenderOptions, render
 from gitsync.render.load import blob_sha
-from gitsync.render.stored import SUFFIX, ParseStore
+from gitsync.render.stored import SUFFIX, ParseStore, decode
 from tests.agents import ADMIN_KEY, repo_url
 from tests.support import run_gitsync
 
@@ -171,3 +171,45 @@ def test_a_long_lived_cache_keeps_the_recent_renders_files_and_lists_the_store_o
     last = {f"{blob_sha(data)}{SUFFIX}" for data in files.values()}  # the last two renders: the same files
     assert not stray.exists() and set(listdir(store.dir)) == last
     assert listed == [tmp_path, store.dir]
+
+
+def _doctored(entry: bytes, change) -> bytes:  # type: ignore[no-untyped-def]
+    """`entry` with its body changed by `change` and a checksum of its own (what a bug, or a hand in the
+    state dir, could leave: intact, but not what this version writes)."""
+    body = marshal.loads(entry.partition(b"\n")[2])
+    change(body)
+    data = marshal.dumps(body)
+    return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
+
+
+def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp_path) -> None:
+    """Each list of an entry is checked as a whole (in C) and kept as marshal gave it back; whatever
+    does not pass is refused as before, one value at a time: the entry is ignored, the file parsed."""
+    data = (UPSTREAM + "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n").encode()
+    key = blob_sha(data)
+    cache = ParseCache(store=ParseStore(tmp_path))
+    render({"a.yaml": data}, RenderOptions(), cache=cache)
+    cache.end_render()
+    store = ParseStore(tmp_path)
+    entry = (store.dir / f"{key}{SUFFIX}").read_bytes()
+    assert decode(entry, key, store.version) is not None
+    assert decode(_doctored(entry, lambda b: None), key, store.version) is not None
+
+    def segment(field: int, value: object):  # type: ignore[no-untyped-def]
+        return lambda b: b["facts"]["segments"][0].__setitem__(field, value)
+
+    def positions(value: object):  # type: ignore[no-untyped-def]
+        return lambda b: b["documents"][0][3].__setitem__("routes", value)
+
+    refused = {
+        "a split at 0": segment(7, [0]), "a split past the content": segment(7, [10_000]),
+        "a split below -1": segment(7, [-2]), "a split that is text": segment(7, ["10"]),
+        "a split that is true": segment(7, [True]), "a size that is text": segment(5, ["41"]),
+        "content that is text": segment(6, ['{"id":"r1"}']),
+        "a position of three": positions(((6, 5, 1),)), "a position with a float": positions(((6, 5.0),)),
+        "a position that is text": positions(("6:5",)),
+    }
+    for why, change in refused.items():
+        assert decode(_doctored(entry, change), key, store.version) is None, why
+    lists = decode(_doctored(entry, positions([[6, 5]])), key, store.version)  # lists: read as pairs
+    assert lists is not None and lists.documents[0].item_pos["routes"] == ((6, 5),)
