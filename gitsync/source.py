@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker, tree_lookup_path
-from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.objects import Blob, Commit, Tag, Tree, parse_tree
 from dulwich.pack import OFS_DELTA, REF_DELTA, full_unpacked_object
 from dulwich.repo import ParentsProvider, Repo
 
@@ -72,6 +72,57 @@ class CommitFiles:
     files: ConfigFiles
     blob_ids: dict[str, str]
     message: str = ""  # the whole commit message (trailers such as Gitsync-Allow-Delete)
+
+
+@dataclass(frozen=True)
+class _LastRead:
+    """What `Source.read` made of one commit, kept so that the next commit is read by its difference
+    from it: the object at each configured path, and each file's outcome (its own copies), under the
+    paths and size limit it was read with."""
+
+    paths: tuple[str, ...]
+    max_file_size: int
+    objects: tuple[tuple[int, bytes], ...]  # per configured path: the mode and object there
+    blob_ids: dict[str, str]
+    loaded: dict[str, bytes]
+    unread: frozenset[str]
+    oversized: dict[str, int]
+
+
+def _tree_entries(store: DiskObjectStore, tree_id: bytes) -> list[tuple[bytes, int, bytes]] | None:
+    """(name, mode, SHA) of a tree's own entries, parsed from its raw text (no `Tree` object, no
+    entry objects: a thousand-file directory parses in about half a millisecond); None if no tree."""
+    type_num, raw = store.get_raw(tree_id)
+    if type_num != Tree.type_num:
+        return None
+    return list(parse_tree(raw, len(tree_id) // 2))
+
+
+def _changed_files(store: DiskObjectStore, old_id: bytes, new_id: bytes, prefix: str,
+                   ) -> list[tuple[str, int, bytes]] | None:
+    """(path, mode, SHA) of each entry that is not a tree and whose mode or object differs between
+    two versions of a tree (paths under `prefix`, which ends with ``/`` unless empty); None when a
+    name was added or removed, or turned from a directory into something else or back: the tree
+    must then be read whole. Only the subtrees that differ are opened."""
+    old, new = _tree_entries(store, old_id), _tree_entries(store, new_id)
+    if old is None or new is None or len(old) != len(new):
+        return None
+    was = {name: (mode, sha) for name, mode, sha in set(old).difference(new)}
+    came = set(new).difference(old)
+    if len(was) != len(came):
+        return None
+    changed: list[tuple[str, int, bytes]] = []
+    for name, mode, sha in came:
+        if name not in was or stat.S_ISDIR(mode) != stat.S_ISDIR(was[name][0]):
+            return None
+        path = prefix + name.decode("utf-8", "surrogateescape")
+        if not stat.S_ISDIR(mode):
+            changed.append((path, mode, sha))
+        elif (inner := _changed_files(store, was[name][1], sha, path + "/")) is not None:
+            changed += inner
+        else:
+            return None
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -295,6 +346,7 @@ class Source:
         self.signatures = signatures
         self.max_file_size = max_file_size  # a larger config blob is never loaded
         self.parents = ParentsMemo()  # the commits a fetch offers as 'have's, for the next fetch
+        self._last_read: _LastRead | None = None  # the last commit read, to read the next by difference
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
@@ -576,34 +628,87 @@ class Source:
         is within `max_file_size`: a large blob beside them costs nothing. Larger ones are listed in
         ``files.oversized`` for render to report. A symlink or submodule that may stand for config
         is skipped with a warning, as ``--dir`` does.
+
+        A commit that only changes files of the last commit read (no name added, removed, or turned
+        into a directory) is read by its difference from it: only the trees that differ are opened
+        and only the changed files looked at; the others keep what the last read made of them (a
+        file left unread is read when asked for, whoever holds it then). A skipped link or
+        submodule is warned of when it is read, so once until it changes.
         """
         with self._mirror_commit("read", sha) as (repo, commit):
-            files = ConfigFiles()
-            blob_ids: dict[str, str] = {}
             store = repo.object_store
-            for path in self.paths:
-                for name, mode, blob_id in self._entries(repo, commit, path):
-                    if mode not in FILE_MODES:
-                        if may_hold_config(name):
-                            skipped(name, "a submodule" if mode == SUBMODULE_MODE
-                                    else "a symbolic link (links are not followed)")
-                        continue
-                    if not is_config_file(name):
-                        continue
-                    blob_ids[name] = files.blob_ids[name] = blob_id.decode()
-                    if have is not None and have(blob_ids[name]):
-                        files.unread.add(name)
-                        continue
-                    size = _object_size(store, blob_id)
-                    if size > self.max_file_size:
-                        files.oversized[name] = size
-                        continue
-                    blob = store[blob_id]
-                    assert isinstance(blob, Blob)
-                    files[name] = blob.data
+            objects = tuple(self._object_at(repo, commit, path) for path in self.paths)
+            last = self._last_read
+            if last is not None and (last.paths, last.max_file_size) != (self.paths, self.max_file_size):
+                last = None
+            try:
+                changed = None if last is None else self._changed_since(store, last, objects)
+            except KeyError:  # the last commit's trees are not in this mirror (made anew since)
+                changed = None
+            files = ConfigFiles()
+            if last is None or changed is None:
+                for path, (mode, object_id) in zip(self.paths, objects, strict=True):
+                    for name, entry_mode, blob_id in self._entries(store, path, mode, object_id):
+                        self._take(store, files, name, entry_mode, blob_id, have)
+            else:
+                files.blob_ids = dict(last.blob_ids)
+                files.update(last.loaded)
+                files.unread = set(last.unread)
+                files.oversized = dict(last.oversized)
+                for name, entry_mode, blob_id in changed:
+                    files.pop(name, None)
+                    files.unread.discard(name)
+                    files.oversized.pop(name, None)
+                    if not self._take(store, files, name, entry_mode, blob_id, have):
+                        files.blob_ids.pop(name, None)
+                files = _in_order(files)
+            self._last_read = _LastRead(self.paths, self.max_file_size, objects, dict(files.blob_ids),
+                                        dict(files), frozenset(files.unread), dict(files.oversized))
             files.load = self.blob
-            return CommitFiles(commit.id.decode(), _subject(commit.message), files, blob_ids,
+            return CommitFiles(commit.id.decode(), _subject(commit.message), files, dict(files.blob_ids),
                                commit.message.decode("utf-8", "replace"))
+
+    def _take(self, store: DiskObjectStore, files: ConfigFiles, name: str, mode: int, blob_id: bytes,
+              have: Callable[[str], bool] | None) -> bool:
+        """Put the file `name` into `files` (its bytes, or unread, or oversized); False when it is no
+        config file of ours (another kind of file, a link, a submodule)."""
+        if mode not in FILE_MODES:
+            if may_hold_config(name):
+                skipped(name, "a submodule" if mode == SUBMODULE_MODE
+                        else "a symbolic link (links are not followed)")
+            return False
+        if not is_config_file(name):
+            return False
+        files.blob_ids[name] = blob_sha = blob_id.decode()
+        if have is not None and have(blob_sha):
+            files.unread.add(name)
+            return True
+        size = _object_size(store, blob_id)
+        if size > self.max_file_size:
+            files.oversized[name] = size
+            return True
+        blob = store[blob_id]
+        assert isinstance(blob, Blob)
+        files[name] = blob.data
+        return True
+
+    def _changed_since(self, store: DiskObjectStore, last: _LastRead, objects: tuple[tuple[int, bytes], ...],
+                       ) -> list[tuple[str, int, bytes]] | None:
+        """The files that changed since the last read, when it can be read by difference (else None)."""
+        changed: list[tuple[str, int, bytes]] = []
+        for path, (old_mode, old_id), (mode, new_id) in zip(self.paths, last.objects, objects, strict=True):
+            if old_id == new_id and old_mode == mode:
+                continue
+            if stat.S_ISDIR(mode) != stat.S_ISDIR(old_mode):
+                return None
+            if not stat.S_ISDIR(mode):
+                changed.append((path, mode, new_id))  # a configured path that is one file
+                continue
+            inner = _changed_files(store, old_id, new_id, path + "/" if path else "")
+            if inner is None:
+                return None
+            changed += inner
+        return changed
 
     def blob(self, blob_sha: str) -> bytes:
         """One blob's bytes, from the mirror (for a file `read` left unread)."""
@@ -616,22 +721,25 @@ class Source:
             raise SourceError("read", f"{blob_sha} is not a blob")
         return blob.data
 
-    def _entries(self, repo: Repo, commit: Commit, path: str) -> Iterator[tuple[str, int, bytes]]:
-        """(repo-relative name, mode, blob SHA) of every file at or under `path`."""
-        store = repo.object_store
+    def _object_at(self, repo: Repo, commit: Commit, path: str) -> tuple[int, bytes]:
+        """The mode and object at configured `path` of `commit` (its tree for the repo's root)."""
         if not path:
-            tree_id, prefix = commit.tree, ""
-        else:
-            try:
-                mode, tree_id = tree_lookup_path(store.__getitem__, commit.tree, path.encode())
-            except KeyError:
-                raise SourceError("read", f"path {path!r} does not exist at commit "
-                                          f"{commit.id.decode()}") from None
-            if not isinstance(store[tree_id], Tree):
-                yield path, mode, tree_id
-                return
-            prefix = path + "/"
-        yield from tree_files(store, tree_id, prefix)
+            return stat.S_IFDIR, commit.tree
+        try:
+            return tree_lookup_path(repo.object_store.__getitem__, commit.tree, path.encode())
+        except KeyError:
+            raise SourceError("read", f"path {path!r} does not exist at commit "
+                                      f"{commit.id.decode()}") from None
+
+    @staticmethod
+    def _entries(store: DiskObjectStore, path: str, mode: int, object_id: bytes,
+                 ) -> Iterator[tuple[str, int, bytes]]:
+        """(repo-relative name, mode, blob SHA) of every file at or under `path` (`mode`, `object_id`:
+        what `_object_at` found there)."""
+        if not isinstance(store[object_id], Tree):
+            yield path, mode, object_id
+            return
+        yield from tree_files(store, object_id, path + "/" if path else "")
 
     # -- verify --------------------------------------------------------------------------------------------
 
@@ -653,6 +761,14 @@ class Source:
             policy = self.signatures
             _verify_gpg(sha, payload, signature, policy.gpg_key_ids, policy.gpg_keyring_file, self.timeout)
         logger.debug("commit {} has a trusted {} signature", sha, kind)
+
+
+def _in_order(files: ConfigFiles) -> ConfigFiles:
+    """`files` with its read files in the order of `blob_ids` (the trees' order), as a whole read
+    gives them."""
+    ordered = ConfigFiles({name: files[name] for name in files.blob_ids if name in files}, files.oversized)
+    ordered.blob_ids, ordered.unread = files.blob_ids, files.unread
+    return ordered
 
 
 def tree_files(store: DiskObjectStore, tree_id: bytes, prefix: str = "") -> Iterator[tuple[str, int, bytes]]:

@@ -6,6 +6,7 @@ import contextlib
 import io
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -530,6 +531,138 @@ def test_read_layers_paths_and_exposes_blob_ids(remote_repo, tmp_path):
         make_source(str(remote_repo.path), paths=["nowhere"], state_dir=tmp_path).read(sha)
     with pytest.raises(SourceError, match=r"^config: path '../x' leaves the repo"):
         make_source(str(remote_repo.path), paths=["../x"], state_dir=tmp_path)
+
+
+def _random_change(rng: random.Random, tree: dict[str, tuple[str, str]]) -> tuple[dict, dict]:
+    """One commit's change to `tree` (path → (content, mode)), mostly files edited in place, sometimes
+    a file added, removed, made executable, turned into a link, grown past max_file_size, or a
+    directory turned into a file; `tree` is updated. Returns the files and modes to commit."""
+    names = ["top.yaml", "x.json", "notes.txt", "a/r1.yaml", "a/r2.yml", "a/b/u.yaml", "a/b/deep/c.yaml",
+             "a/c.yaml", "big.yaml", "link.yaml"]
+    change: dict[str, str | None] = {}
+    modes: dict[str, str] = {}
+    kind = rng.choice(["edit"] * 6 + ["add", "remove", "exec", "link", "grow", "flatten"])
+    present = sorted(tree)
+    if kind == "edit" or not present:
+        for name in rng.sample(present, min(len(present), rng.randint(1, 3))) if present else []:
+            if tree[name][1] == "100644" or tree[name][1] == "100755":
+                change[name] = f"routes: []  # {rng.random()}\n"
+                modes[name] = tree[name][1]
+    elif kind == "add":
+        free = [n for n in names if n not in tree  # nor under a directory that is now a file
+                and not any("/".join(n.split("/")[:i]) in tree for i in range(1, n.count("/") + 1))]
+        if free:
+            name = rng.choice(free)
+            change[name], modes[name] = f"upstreams: []  # {rng.random()}\n", "100644"
+    elif kind == "remove":
+        change[rng.choice(present)] = None
+    elif kind == "exec":
+        name = rng.choice(present)
+        change[name], modes[name] = tree[name][0], "100755"
+    elif kind == "link":
+        name = rng.choice(present)
+        change[name], modes[name] = "top.yaml", "120000"
+    elif kind == "grow":
+        name = rng.choice(present)
+        change[name], modes[name] = "routes: []\n" + "#" * 80 + "\n", "100644"
+    elif kind == "flatten" and any(n.startswith("a/b/") for n in tree):
+        for name in [n for n in tree if n.startswith("a/b/")]:
+            change[name] = None
+        change["a/b"], modes["a/b"] = "routes: []\n", "100644"
+    for name, content in change.items():
+        if content is None:
+            tree.pop(name, None)
+        else:
+            tree[name] = (content, modes.get(name, "100644"))
+    return change, modes
+
+
+@pytest.mark.parametrize("paths", [["."], ["a", "top.yaml"]])
+def test_a_commit_read_by_its_difference_from_the_last_reads_as_a_whole_read_does(remote_repo, tmp_path,
+                                                                                  monkeypatch, paths):
+    """Forty random commits (files edited, added, removed, made executable, turned into links, grown
+    past max_file_size, a directory replaced by a file), each read by a Source that read the one
+    before (by difference, where it can) and by a Source reading it whole: the same files, blob ids,
+    order, unread and oversized files, with a `have` and without; and a Source alternating the two
+    reads the same files with the same contents (a file one read left unread is read when asked for).
+    Most reads are by difference."""
+    import gitsync.source as source_module
+
+    whole_reads: list[str] = []  # trees listed whole by the Sources that read by difference
+    tree_files = source_module.tree_files
+
+    def counted(store, tree_id, prefix=""):  # type: ignore[no-untyped-def]
+        if counting:
+            whole_reads.append(prefix)
+        return tree_files(store, tree_id, prefix)
+
+    monkeypatch.setattr(source_module, "tree_files", counted)
+    rng = random.Random(20261201)
+    tree = {"top.yaml": ("routes: []\n", "100644"), "notes.txt": ("n\n", "100644"),
+            "a/r1.yaml": ("routes: []\n", "100644"), "a/b/u.yaml": ("upstreams: []\n", "100644"),
+            "a/b/deep/c.yaml": ("consumers: []\n", "100644")}
+    remote_repo.commit({name: content for name, (content, _) in tree.items()}, "first")
+    url = str(remote_repo.path)
+
+    def have(blob: str) -> bool:  # a parse cache that holds a third of the blobs, the same ones always
+        return int(blob, 16) % 3 == 0
+
+    def source(name: str) -> Source:
+        return make_source(url, paths=paths, state_dir=tmp_path / name, max_file_size=64)
+
+    def seen(files) -> tuple:  # type: ignore[no-untyped-def]
+        return (list(files.blob_ids.items()), list(files.files.items()), sorted(files.files.unread),
+                files.files.oversized)
+
+    def contents(files) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+        return {name: files.files[name] for name in files.files.names()}
+
+    counting = False
+    by_difference = {"none": source("none"), "have": source("have"), "mixed": source("mixed")}
+    for one in by_difference.values():
+        one.fetch()
+    whole = source("whole")
+    whole.fetch()
+    for step in range(40):
+        change, modes = _random_change(rng, tree)
+        if change:
+            remote_repo.commit(change, f"step {step}", modes=modes)
+        sha = by_difference["none"].fetch()
+        by_difference["have"].fetch()
+        by_difference["mixed"].fetch()
+        whole.fetch()
+        for name, asked in (("none", None), ("have", have)):
+            whole._last_read = None
+            expected = whole.read(sha, asked)
+            counting = True
+            got = by_difference[name].read(sha, asked)
+            counting = False
+            assert seen(got) == seen(expected), (step, name, change)
+        whole._last_read = None
+        expected = whole.read(sha)
+        counting = True
+        got = by_difference["mixed"].read(sha, have if step % 2 else None)  # what another `have` left
+        counting = False
+        assert list(got.blob_ids.items()) == list(expected.blob_ids.items()), step
+        assert {name: got.files[name] for name in expected.files.names()} == contents(expected), step
+        assert set(expected.files.oversized) <= set(got.files.oversized) | got.files.unread, step
+    assert 0 < len(whole_reads) < 3 * 40 / 4, whole_reads  # read whole: the first read, and structure changes
+
+
+def test_a_read_whose_last_commit_is_not_in_the_mirror_reads_whole(remote_repo, tmp_path):
+    """The mirror may have been made anew since the last read (another remote): its trees are not
+    there to compare with, and the commit is read whole."""
+    first = remote_repo.commit({"a/r.yaml": "routes: []\n", "u.yaml": "upstreams: []\n"})
+    source = make_source(str(remote_repo.path), state_dir=tmp_path)
+    source.fetch()
+    source.read(first)
+    assert source._last_read is not None
+    gone = replace(source._last_read, objects=((0o40000, b"1" * 40),))
+    second = remote_repo.commit({"a/r.yaml": "routes: [] # 2\n"})
+    source.fetch()
+    source._last_read = gone
+    files = source.read(second).files
+    assert files == {"a/r.yaml": b"routes: [] # 2\n", "u.yaml": b"upstreams: []\n"}
 
 
 def test_read_works_with_the_remote_down(remotes_root, tmp_path):
