@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gitsync.kinds import KINDS, item_id
+from gitsync.kinds import KINDS, distinct_ids, item_id
 
 if TYPE_CHECKING:
     from gitsync.settings import Settings
@@ -116,8 +116,7 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
     changes = []
     for kind in managed:
         listed, desired = live.get(kind) or (), wanted.get(kind) or ()
-        if isinstance(listed, list) and listed and listed == desired and None not in listed \
-                and len(set(listed)) == len(listed):
+        if isinstance(listed, list) and listed and listed == desired and distinct_ids(listed):
             changes.append(KindChange(kind, len(listed), len(listed), 0, None))  # the same ids: no set work
             continue
         live_ids = set(listed)

@@ -6,6 +6,7 @@ double all read it (docs/architecture.md, "The gateway's contract").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 #: The kinds a config repo may declare, in the order gitsync renders them.
@@ -43,6 +44,11 @@ def version_key(kind: str) -> str:
 def is_credential(kind: str, item: Any) -> bool:
     """A consumer credential is a ``consumers`` item whose id holds ``/credentials/``."""
     return kind == "consumers" and isinstance(item, dict) and "/credentials/" in str(item.get("id", ""))
+
+
+def distinct_ids(ids: Sequence[str | None]) -> bool:
+    """Every item has an id, and no two the same one."""
+    return None not in ids and len(set(ids)) == len(ids)
 
 
 def item_id(kind: str, item: Any) -> str | None:

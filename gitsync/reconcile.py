@@ -37,7 +37,7 @@ from gitsync.content import (  # noqa: F401 - re-exported for callers of reconci
     normalize,
     with_index,
 )
-from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, item_id, version_key
+from gitsync.kinds import KINDS, METADATA_KEYS, VERSION_SUFFIX, distinct_ids, item_id, version_key
 from gitsync.problems import Problem
 
 #: How APISIX keeps a number: cjson writes it with ``%.14g`` (the nearest, ties to even).
@@ -494,7 +494,7 @@ def _changed_in_place(kind: str, want: _Listed, live: _Listed, live_v: int | flo
 def _in_place(kind: str, want: _Listed, live: _Listed) -> bool:
     """Whether `_changed_in_place` may plan this kind: our own push, the same unique ids in order."""
     return (live.fragments is not None and kind not in UNINDEXED_KINDS and want.ids == live.ids
-            and None not in want.ids and len(set(want.ids)) == len(want.ids))
+            and distinct_ids(want.ids))
 
 
 def _changed_kind(kind: str, want: _Listed, live: _Listed, live_v: int | float, version: int | float,

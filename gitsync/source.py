@@ -646,7 +646,7 @@ class Source:
             except KeyError:  # the last commit's trees are not in this mirror (made anew since)
                 changed = None
             files = ConfigFiles()
-            if last is None or changed is None:
+            if changed is None:
                 for path, (mode, object_id) in zip(self.paths, objects, strict=True):
                     for name, entry_mode, blob_id in self._entries(store, path, mode, object_id):
                         self._take(store, files, name, entry_mode, blob_id, have)
@@ -704,7 +704,7 @@ class Source:
             if not stat.S_ISDIR(mode):
                 changed.append((path, mode, new_id))  # a configured path that is one file
                 continue
-            inner = _changed_files(store, old_id, new_id, path + "/" if path else "")
+            inner = _changed_files(store, old_id, new_id, _under(path))
             if inner is None:
                 return None
             changed += inner
@@ -735,11 +735,11 @@ class Source:
     def _entries(store: DiskObjectStore, path: str, mode: int, object_id: bytes,
                  ) -> Iterator[tuple[str, int, bytes]]:
         """(repo-relative name, mode, blob SHA) of every file at or under `path` (`mode`, `object_id`:
-        what `_object_at` found there)."""
-        if not isinstance(store[object_id], Tree):
+        what `_object_at` found there: a tree is known by its mode, as in a tree's entries)."""
+        if not stat.S_ISDIR(mode):
             yield path, mode, object_id
             return
-        yield from tree_files(store, object_id, path + "/" if path else "")
+        yield from tree_files(store, object_id, _under(path))
 
     # -- verify --------------------------------------------------------------------------------------------
 
@@ -761,6 +761,11 @@ class Source:
             policy = self.signatures
             _verify_gpg(sha, payload, signature, policy.gpg_key_ids, policy.gpg_keyring_file, self.timeout)
         logger.debug("commit {} has a trusted {} signature", sha, kind)
+
+
+def _under(path: str) -> str:
+    """The prefix of the names under configured directory `path` (none for the repo's root)."""
+    return path + "/" if path else ""
 
 
 def _in_order(files: ConfigFiles) -> ConfigFiles:

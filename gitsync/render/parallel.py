@@ -46,7 +46,7 @@ from typing import IO, Any
 from gitsync import __version__
 from gitsync.kinds import KINDS
 from gitsync.render.load import ParseCache, ParsedFile, parse
-from gitsync.render.stored import ParseStore, decode, encode, storable
+from gitsync.render.stored import MARSHAL_VERSION, ParseStore, decode, encode, storable
 from gitsync.render.validate import FileFacts
 
 #: Below this many bytes to parse, one CPU is as fast as forking (a fork and a hand-back cost a few ms).
@@ -86,7 +86,7 @@ def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
     nothing: the render parses them one by one). Never raises for a worker's failure, nor for one
     to start one (no pipe, no fork: the render goes on alone, or with the workers it has)."""
     workers = min(cpus(), MAX_PROCESSES) - 1
-    total = sum(len(data) for _, data in files)
+    total = _size(files)
     if workers < 1 or total < MIN_BYTES or sys.platform != "linux":
         return
     chunks = _chunks(files, (workers + 1) * CHUNKS_PER_WORKER)
@@ -201,14 +201,14 @@ def _exit_status(pid: int, deadline: float) -> int | None:
         time.sleep(0.002)
 
 
-def _size(chunk: list[tuple[str, bytes]]) -> int:
-    return sum(len(data) for _, data in chunk)
+def _size(files: Sequence[tuple[str, bytes]]) -> int:
+    return sum(len(data) for _, data in files)
 
 
 def _chunks(files: Sequence[tuple[str, bytes]], count: int) -> list[list[tuple[str, bytes]]]:
     """`files` cut into about `count` runs of at most about equal bytes, the largest first (a file
     bigger than that is a chunk of its own: started first, it does not finish last)."""
-    per_chunk = max(1, sum(len(data) for _, data in files) // count)
+    per_chunk = max(1, _size(files) // count)
     chunks: list[list[tuple[str, bytes]]] = [[]]
     size = 0
     for key, data in files:
@@ -249,7 +249,7 @@ def _work(chunks: list[list[tuple[str, bytes]]], claims: int, out: IO[bytes], st
                             store.write(key, entry)
                             stored = True
                     entries.append((key, entry, stored))
-        marshal.dump(entries, out, 4)
+        marshal.dump(entries, out, MARSHAL_VERSION)
         out.flush()
         code = 0
     finally:
