@@ -769,8 +769,9 @@ def parse_sizes(text: str) -> list[int]:
     return [int(part.replace("_", "").replace(",", "")) for part in text.split(",") if part.strip()]
 
 
-def _external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:
-    """The two running gateways of ``--gateway``/``--floor-gateway``, checked; None for the doubles."""
+def _external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str, str] | None:
+    """The two running gateways of ``--gateway``/``--floor-gateway``, checked, and their admin key;
+    None for the doubles."""
     given = [args.gateway, args.floor_gateway, args.admin_key_file]
     if not any(given):
         return None
@@ -781,10 +782,10 @@ def _external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
         parser.error("--floor-gateway must be another gateway than --gateway: the floors' PUTs would "
                      "change what gitsync finds there")
     try:
-        args.admin_key_file.read_text()
+        key = args.admin_key_file.read_text().strip()
     except OSError as exc:
         parser.error(f"--admin-key-file: {exc.strerror}: {args.admin_key_file}")
-    return args.gateway.rstrip("/"), args.floor_gateway.rstrip("/")
+    return args.gateway.rstrip("/"), args.floor_gateway.rstrip("/"), key
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -810,7 +811,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "of both gateways")
     args = parser.parse_args(argv)
     sizes = [100] if args.quick else parse_sizes(args.sizes)
-    external = _external(parser, args)
+    given = _external(parser, args)
+    external = given[:2] if given else None
     only = [group.strip() for group in (args.only or ",".join(EXTERNAL_GROUPS if external else GROUPS))
             .split(",") if group.strip()]
     unknown = [group for group in only if group not in GROUPS]
@@ -820,7 +822,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if external and doubles_only:
         parser.error(f"--gateway: the {doubles_only[0]!r} group restarts the double and asks it when a PUT "
                      f"came; against running gateways choose from {', '.join(EXTERNAL_GROUPS)}")
-    admin_key = args.admin_key_file.read_text().strip() if external else ADMIN_KEY
+    admin_key = given[2] if given else ADMIN_KEY
 
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
