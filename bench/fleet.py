@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gitsync.gitremote import Remote
-from gitsync.writeback import FleetReader, GatewayStatus, StatusReport, WriteBack, WriteBackOptions
+from gitsync.source.transport import Remote
+from gitsync.writeback.status import FleetReader, GatewayStatus, StatusReport, WriteBack, WriteBackOptions
 from testkit.gitservers import BareRepo, GitDaemon, GitGate, HttpGitServer, Traffic
 
 

@@ -44,12 +44,12 @@ from ruamel.yaml import YAML
 from bench.double import DoubleProcess
 from bench.generate import add_commits, make_history
 from gitsync import log as gslog
-from gitsync.agent import Agent, gc_paused
-from gitsync.gitremote import Remote
-from gitsync.reconcile import plan
+from gitsync.agent.sync import Agent, gc_paused
+from gitsync.push.plan import plan
 from gitsync.render import ParseCache, render
 from gitsync.settings import Settings, load
-from gitsync.source import Source
+from gitsync.source.mirror import Source
+from gitsync.source.transport import Remote
 from testkit.git import GitDaemon, git
 from testkit.processes import free_port, gitsync_env, stop_process, wait_for_port
 
@@ -495,7 +495,8 @@ def sync_once_rss(fx: Fixture, gw: Gateway, reps: Reps) -> Result:
         if status != 0:
             raise RuntimeError(f"gitsync sync --once exited {status}; see {fx.work}/once-{rep}.log")
         samples.append(rss)
-    imports, _ = peak_rss_mb([sys.executable, "-c", "import gitsync.agent, gitsync.commands, gitsync.cli"],
+    imports, _ = peak_rss_mb([sys.executable, "-c",
+                              "import gitsync.agent.sync, gitsync.cli.commands, gitsync.cli.parser"],
                              fx.work / "imports.log")
     return Result("sync_once_rss", fx.routes, median(samples), "MB", None,
                   150.0 if fx.routes >= 10_000 else None, "max", samples=samples,

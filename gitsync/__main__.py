@@ -25,7 +25,7 @@ def run() -> int:
     command; a one-shot command (``closes_all``) runs to its end without it."""
     gc.disable()
     sys.modules.setdefault("trio", None)  # type: ignore[arg-type]
-    from gitsync.cli import dispatch, ending_process
+    from gitsync.cli.parser import dispatch, ending_process
 
     ending_process()
     status, command = dispatch()

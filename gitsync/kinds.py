@@ -25,7 +25,7 @@ KINDS: tuple[str, ...] = (
     "secrets",
 )
 
-#: Kinds a config repo may declare that are gitsync's own, never pushed: health checks (gitsync.checks).
+#: Kinds a config repo may declare that are gitsync's own, never pushed: health checks (gitsync.push.health).
 REPO_ONLY_KINDS: tuple[str, ...] = ("checks",)
 
 #: Every key APISIX 3.14+ keeps a ``<key>_conf_version`` for: the kinds plus ``plugins``.

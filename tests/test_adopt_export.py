@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gitsync.adopt import export, repo_writer
-from gitsync.gateway import Endpoint
-from gitsync.push import RetryPolicy, sync_gateway
+from gitsync.push.admin_api import Endpoint
+from gitsync.push.apply import RetryPolicy, sync_gateway
 from gitsync.render.load import parse
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsync.agent import Agent
+from gitsync.agent.sync import Agent
 from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
 from tests.support import run_gitsync

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitsync import __version__
-from gitsync.cli import COMMANDS
+from gitsync.cli.parser import COMMANDS
 from testkit.processes import gitsync_env
 from tests.agents import ADMIN_KEY, repo_url
 from tests.support import run_gitsync
@@ -150,7 +150,8 @@ def test_a_process_loads_only_what_its_configuration_needs():
     is written in the package), trio (httpcore's async support), prometheus_client and the HTTP
     listener (the daemon's). Each is tens of ms of every start."""
     code = ("import sys; from gitsync.__main__ import run; sys.modules.setdefault('trio', None); "
-            "import gitsync.cli, gitsync.commands, gitsync.agent; from gitsync.metrics import Metrics; "
+            "import gitsync.cli.parser, gitsync.cli.commands, gitsync.agent.sync; "
+            "from gitsync.agent.metrics import Metrics; "
             "m = Metrics(recorded=False); m.syncs.labels('applied').inc(); m.set_applied_commit('c'); "
             "m.sync_phase.labels('fetch').observe(0.1); m.gateway_up.labels('g').set(1); "
             "print(sorted(m for m in ('urllib3', 'pyrage', 'cryptography', 'importlib.metadata', "
@@ -166,7 +167,7 @@ def run_spying_on_dispatch(argv: list[str], report: str, cwd: Path) -> subproces
     """`gitsync <argv>` as its own process (`gitsync.__main__.run`), printing on stderr, once the command
     has returned and before the process ends, the tuple `report` (Python over `gc`, `cli`, `status`,
     `command`)."""
-    code = ("import gc, sys; import gitsync.cli as cli; from gitsync.__main__ import run\n"
+    code = ("import gc, sys; import gitsync.cli.parser as cli; from gitsync.__main__ import run\n"
             "dispatch = cli.dispatch\n"
             "def spy(*a):\n"
             "    status, command = dispatch(*a)\n"
@@ -193,7 +194,7 @@ def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_comm
     are those of the whole command line."""
     import argparse
 
-    from gitsync.cli import build_parser
+    from gitsync.cli.parser import build_parser
 
     def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -214,7 +215,7 @@ def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_comm
 def test_a_one_shot_command_leaves_its_objects_to_the_process_end_only_in_gitsyncs_own_process(tmp_path):
     """In `gitsync`'s own process a one-shot command's large objects (the render, the agent) are kept
     for `os._exit` to free at once; a program calling `main` keeps nothing."""
-    from gitsync import cli
+    from gitsync.cli import parser as cli
 
     (tmp_path / "routes.yaml").write_text("routes:\n  - id: r1\n    uri: /a\n    upstream:\n"
                                           "      nodes: {'127.0.0.1:1980': 1}\n")
@@ -233,7 +234,7 @@ def test_a_library_caller_keeps_its_own_garbage_collector_settings():
     frozen by a long-lived command; a program that turned the collector off keeps it off."""
     import gc
 
-    from gitsync import cli
+    from gitsync.cli import parser as cli
 
     frozen = gc.get_freeze_count()
     gc.disable()

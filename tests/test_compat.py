@@ -12,7 +12,7 @@ import inspect
 
 import pytest
 
-from gitsync.compat import REVIEWED
+from gitsync.source.compat import REVIEWED
 
 
 @pytest.mark.parametrize("qualified", sorted(REVIEWED))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import pytest
 
 from gitsync.backoff import Backoff
-from gitsync.daemon import Triggers
+from gitsync.daemon.service import Triggers
 from gitsync.testing.apisix import ApisixDouble
 from tests.agents import (
     ADMIN_KEY,

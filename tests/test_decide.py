@@ -1,4 +1,4 @@
-"""The decision of a sync (`gitsync.decide.decide`), table-driven: plain values in, a `Decision` out."""
+"""The decision of a sync (`gitsync.agent.decide.decide`), table-driven: plain values in, a `Decision` out."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gitsync.decide import GatewayView, Holding, Probe, RemoteView, decide, holding
-from gitsync.outcomes import Stage, SyncResult
-from gitsync.state import GatewayState
+from gitsync.agent.decide import GatewayView, Holding, Probe, RemoteView, decide, holding
+from gitsync.agent.outcomes import Stage, SyncResult
+from gitsync.agent.state import GatewayState
 
 GOOD, NEW, BAD = "a" * 40, "b" * 40, "c" * 40
 A, B = "http://a:9180", "http://b:9180"
@@ -125,7 +125,7 @@ def test_holding(view: GatewayView, expected: Holding) -> None:
 def test_a_commit_the_group_gate_holds_keeps_the_last_good_live() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from gitsync.groups import GateVerdict
+    from gitsync.agent.gate import GateVerdict
 
     later = datetime.now(UTC) + timedelta(seconds=30)
     held = GateVerdict(False, "waiting: 1 of 2 needed live agent(s) of canary have run it", later)

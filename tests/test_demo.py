@@ -135,7 +135,7 @@ def test_demo_runs_every_step_and_cleans_up():
     workdir = re.search(r"^working in (\S+) \(removed at the end\)$", result.stdout, re.M)
     assert workdir and not Path(workdir.group(1)).exists()
     # Logs at WARNING: the refusal and the drift, nothing at INFO; no secret value anywhere.
-    assert "ERROR   gitsync.agent commit" in result.stderr and " INFO " not in result.stderr
+    assert "ERROR   gitsync.agent.sync commit" in result.stderr and " INFO " not in result.stderr
     assert DEMO_TOKEN not in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
 
@@ -323,7 +323,7 @@ def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
     gitsync = tmp_path / "venv" / "bin" / "gitsync"
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
                    capture_output=True, env=clean, timeout=300)
-    probe = "from gitsync.demo import sample_repo_dir; print(sample_repo_dir())"
+    probe = "from gitsync.cli.demo import sample_repo_dir; print(sample_repo_dir())"
     where = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean,
                            cwd=tmp_path).stdout.strip()
     assert where.startswith(str(tmp_path / "venv")) and where.endswith("gitsync/_sample_repo")

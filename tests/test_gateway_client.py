@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from gitsync.gateway import Endpoint, Gateway, GatewayProtocolError, GatewayUnavailable
-from gitsync.push import RetryPolicy, SyncStatus, sync_gateway
+from gitsync.push.admin_api import Endpoint, Gateway, GatewayProtocolError, GatewayUnavailable
+from gitsync.push.apply import RetryPolicy, SyncStatus, sync_gateway
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble
 
@@ -125,7 +125,7 @@ def test_a_plain_http_gateway_loads_no_tls_trust_store(monkeypatch: pytest.Monke
                                                       apisix: ApisixDouble) -> None:
     """Loading the system's trust store costs ~50 ms of every start; a gateway on plain HTTP (the
     usual admin API, on the same host or network) never needs it. An https one, or TLS files, do."""
-    import gitsync.gateway as gateway_module
+    import gitsync.push.admin_api as gateway_module
 
     built: list[str] = []
     real = gateway_module._default_tls.__wrapped__

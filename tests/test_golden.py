@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from gitsync.gateway import ItemError, parse_item_error
 from gitsync.kinds import KINDS, item_id
+from gitsync.push.admin_api import ItemError, parse_item_error
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import ItemSource, SourceMap
 from gitsync.render.validate import validate

@@ -1,4 +1,4 @@
-"""The groups' gate and liveness (gitsync.groups): pure functions over status documents, table-driven."""
+"""The groups' gate and liveness (gitsync.agent.gate): pure functions over status documents, table-driven."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gitsync.groups import DOWN_AFTER, fleet_table, group_gate, is_live
+from gitsync.agent.gate import DOWN_AFTER, fleet_table, group_gate, is_live
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 C = "c" * 40  # the commit gated

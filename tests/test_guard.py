@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
 from gitsync.testing.apisix import ApisixDouble
 from tests.agents import ADMIN_KEY, repo_url
 from tests.gitservers import git
@@ -155,7 +155,7 @@ def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
 def test_the_same_ids_on_both_sides_count_as_the_sets_would() -> None:
     """`deletion_verdict` takes a shortcut when the live ids are the desired ones: its counts are
     those of the sets either way (duplicates, None, one list a copy of the other or not)."""
-    from gitsync.guard import KindChange, deletion_verdict
+    from gitsync.push.guard import KindChange, deletion_verdict
 
     def by_sets(wanted: list, live: list) -> KindChange | None:
         live_ids, wanted_ids = set(live) - {None}, set(wanted) - {None}

@@ -1,4 +1,4 @@
-"""Moves the live state refuses (gitsync.moves) and the two-step apply that carries them out.
+"""Moves the live state refuses (gitsync.push.moves) and the two-step apply that carries them out.
 
 The pure first step is checked against `gitsync.schema.check_payload` with the live config,
 the model of APISIX's checks the double answers with; the push loop against the double over
@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from gitsync.gateway import Endpoint
 from gitsync.kinds import KINDS
-from gitsync.moves import first_step, is_move_refusal
-from gitsync.push import RetryPolicy, SyncStatus, sync_gateway
-from gitsync.reconcile import Policy, item_content, items_equal
+from gitsync.push.admin_api import Endpoint
+from gitsync.push.apply import RetryPolicy, SyncStatus, sync_gateway
+from gitsync.push.moves import first_step, is_move_refusal
+from gitsync.push.plan import Policy, item_content, items_equal
 from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret

@@ -10,7 +10,7 @@ import subprocess
 
 from ruamel.yaml import YAML
 
-from gitsync.server import Metrics
+from gitsync.daemon.listener import Metrics
 from tests.support import ROOT
 
 KIT = ROOT / "examples" / "prometheus"

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitsync.gateway import Endpoint, Gateway, LiveConfig
-from gitsync.gateways import Gateways, wait_for
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
-from gitsync.push import GatewayResult, RetryPolicy, SyncStatus, push, sync_gateway
-from gitsync.reconcile import MANAGE_ALL, Policy, items_equal
+from gitsync.push.admin_api import Endpoint, Gateway, LiveConfig
+from gitsync.push.apply import GatewayResult, RetryPolicy, SyncStatus, push, sync_gateway
+from gitsync.push.plan import MANAGE_ALL, Policy, items_equal
+from gitsync.push.workers import Gateways, wait_for
 from gitsync.render import RenderOptions, read_directory, render
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble, Reply
@@ -594,7 +594,7 @@ def test_cli_sync_failure_exit_code_and_problem_lines(tmp_path: Path, apisix: Ap
 
 
 def test_display_url_drops_credentials_and_never_raises() -> None:
-    from gitsync.gateway import display_url
+    from gitsync.push.admin_api import display_url
 
     assert display_url("http://admin:pw-1@127.0.0.1:9180/") == "http://127.0.0.1:9180"
     assert display_url("https://token-1@[::1]:9180/x") == "https://[::1]:9180/x"

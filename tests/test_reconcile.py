@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS, VERSIONED_KEYS, item_id, version_key
-from gitsync.reconcile import (
+from gitsync.push.plan import (
     VERSION_LIMIT,
     Desired,
     KindStatus,
@@ -410,7 +410,7 @@ def test_a_plan_on_our_own_push_with_the_same_ids_in_place_equals_the_general_pl
     """The next commit usually changes items, not which: planned against gitsync's own last push, only
     the changed items are looked at (`_changed_in_place`). It must plan exactly what the general
     plan does: the same body bytes, kinds, and view of the gateway after."""
-    import gitsync.reconcile as reconcile
+    import gitsync.push.plan as reconcile
 
     first, second = commits
     p1 = plan(first, Gateway(stored).get())
@@ -431,7 +431,7 @@ def test_a_plan_on_our_own_push_with_the_same_ids_in_place_equals_the_general_pl
 
 
 def test_a_plan_on_our_own_push_looks_only_at_the_changed_items(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gitsync.reconcile as reconcile
+    import gitsync.push.plan as reconcile
 
     desired = {"routes": [route(f"r{i}", f"/{i}") for i in range(50)]}
     p1 = plan(desired, fresh())
@@ -450,7 +450,7 @@ def test_a_plan_on_our_own_push_looks_only_at_the_changed_items(monkeypatch: pyt
 def test_a_changed_item_planned_in_place_never_gets_its_twins_index() -> None:
     """The stand-in index on the in-place path: the live twin (kept from another writer by our last
     push) carries exactly the index the new content derives, so the new content gets the stand-in."""
-    import gitsync.reconcile as reconcile
+    import gitsync.push.plan as reconcile
 
     old, new, other = route("r1", "/old"), route("r1", "/new"), route("r2", "/2")
     usual, stand_in = content_indexes(new)
@@ -490,7 +490,7 @@ def test_a_body_written_from_contents_and_splits_is_byte_for_byte_the_encoded_on
     """Render gives each item's content and split; the body is then mostly joined from them. It must be
     exactly the body encoded item by item, on any gateway state."""
     from gitsync.content import content_bytes, content_split
-    from gitsync.reconcile import Desired
+    from gitsync.push.plan import Desired
 
     contents = {kind: [content_bytes(item) for item in items] for kind, items in desired.items()}
     splits = {}
@@ -512,7 +512,7 @@ def test_a_plan_on_a_restored_view_sends_what_a_plan_on_the_read_config_sends_an
     (`LiveView.restored`), not read: a one-item change plans and writes the same body as against the
     same config read by a GET, and only the changed item is rebuilt (the others' JSON is as sent)."""
     from gitsync.content import content_bytes, content_split
-    from gitsync.reconcile import _UNMADE, Desired, LiveView
+    from gitsync.push.plan import _UNMADE, Desired, LiveView
 
     routes = [{"id": f"r{n}", "uri": f"/r{n}", "upstream": {"nodes": {"127.0.0.1:80": 1}}}
               for n in range(200)]

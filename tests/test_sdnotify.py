@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 import socket
 
+from gitsync.daemon.sdnotify import Notifier
 from gitsync.log import register_secret
-from gitsync.sdnotify import Notifier
 
 
 def _socket(tmp_path):

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gitsync import log as gslog
-from gitsync.server import Metrics, Readiness, StatusServer
+from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.settings import Secret
 from tests.agents import config_files, repo_url, wait_for
 
@@ -115,7 +115,7 @@ def test_metrics_exposition(server):
 
 
 def test_gateway_and_commit_gauges_follow_each_change_and_skip_repeats():
-    from gitsync.metrics import Metrics
+    from gitsync.agent.metrics import Metrics
 
     m = Metrics()
     gw = "http://127.0.0.1:9180"

@@ -22,12 +22,11 @@ from dulwich.object_store import DiskObjectStore
 from dulwich.repo import Repo
 
 from gitsync import log as gslog
-from gitsync.gitremote import GitAuth, Remote, SourceError, git_refs
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.render.files import is_config_file
 from gitsync.settings import Secret, Settings
-from gitsync.source import (
+from gitsync.source.mirror import (
     MAX_HAVES,
     MAX_PACKS,
     SignaturePolicy,
@@ -37,6 +36,7 @@ from gitsync.source import (
     read_input,
     tree_files,
 )
+from gitsync.source.transport import GitAuth, Remote, SourceError, git_refs
 from tests.gitservers import (
     BareRepo,
     CannedServer,
@@ -343,7 +343,7 @@ def test_a_fetch_offers_the_tip_and_a_bounded_run_of_its_ancestors(remote_repo, 
     """Each 'have' is a pkt-line written and a commit parsed: a mirror with a long history offers its tip
     and at most MAX_HAVES - 1 ancestors, and still gets a minimal pack; a rewrite deeper than that is
     still fetched whole."""
-    import gitsync.source as source_module
+    import gitsync.source.mirror as source_module
 
     first = remote_repo.fast_import(3 * MAX_HAVES, 5)
     source = make_source(git_daemon.url(remote_repo.path.name), state_dir=tmp_path)
@@ -379,7 +379,7 @@ def test_a_fetch_reads_the_commits_it_offers_once_then_takes_their_parents_from_
     each commit is read from the packs once; later fetches take its parents from the memo and offer
     exactly the 'have's a fetch without it offers, into the same mirror. A shallow mirror keeps none
     (its boundary moves when it deepens)."""
-    import gitsync.source as source_module
+    import gitsync.source.mirror as source_module
 
     url = git_daemon.url(remote_repo.path.name)
     remote_repo.fast_import(3 * MAX_HAVES, 5)
@@ -586,7 +586,7 @@ def test_a_commit_read_by_its_difference_from_the_last_reads_as_a_whole_read_doe
     order, unread and oversized files, with a `have` and without; and a Source alternating the two
     reads the same files with the same contents (a file one read left unread is read when asked for).
     Most reads are by difference."""
-    import gitsync.source as source_module
+    import gitsync.source.mirror as source_module
 
     whole_reads: list[str] = []  # trees listed whole by the Sources that read by difference
     tree_files = source_module.tree_files
@@ -944,8 +944,8 @@ def test_leftovers_of_a_killed_fetch_do_not_break_the_next(remote_repo, tmp_path
 KILLED_FETCH = """
 import sys
 from pathlib import Path
-from gitsync.gitremote import Remote
-from gitsync.source import Source
+from gitsync.source.transport import Remote
+from gitsync.source.mirror import Source
 Source(Remote.of(sys.argv[1]), state_dir=Path(sys.argv[2])).fetch()
 """
 

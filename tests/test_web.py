@@ -12,9 +12,9 @@ from collections import deque
 import httpx
 import pytest
 
-from gitsync.agent import remember
+from gitsync.agent.sync import remember
+from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.render import render
-from gitsync.server import Metrics, Readiness, StatusServer
 from gitsync.settings import Secret, SettingsError
 from gitsync.web import auth
 from gitsync.web.catalog import Catalog, paginate

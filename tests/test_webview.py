@@ -196,8 +196,8 @@ def test_the_fleet_lists_three_agents_and_marks_the_one_behind(world):
         done = run_gitsync("sync", "--once", *world.common, "--gateway", world.gw3.url, "--agent-name", name,
                            "--ref", ref, "--state-dir", str(world.work / name))
         assert done.returncode == 0, done.stderr[-2000:]
-    from gitsync.gitremote import Remote
-    from gitsync.writeback import read_fleet
+    from gitsync.source.transport import Remote
+    from gitsync.writeback.status import read_fleet
 
     def written() -> bool:
         return len(read_fleet(Remote.of(world.url), "gitsync/status", world.work / "fleet-check")) == 3

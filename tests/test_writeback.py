@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from gitsync import log as gslog
-from gitsync.commands import status as status_command
-from gitsync.gitremote import Remote
-from gitsync.groups import fleet_table
+from gitsync.agent.gate import fleet_table
+from gitsync.agent.state import StateDir
+from gitsync.cli.commands import status as status_command
 from gitsync.settings import Settings, load
-from gitsync.state import StateDir
-from gitsync.writeback import (
+from gitsync.source.transport import Remote
+from gitsync.writeback.status import (
     FailureNote,
     GatewayStatus,
     StatusReport,

@@ -28,11 +28,11 @@ from gitsync.adopt import repo_writer
 from gitsync.adopt.schema_export import strip_defaults
 from gitsync.adopt.secret_fields import extract_secrets
 from gitsync.adopt.sops_writer import RecipientError, encrypt_values
-from gitsync.gateway import Gateway, GatewayError, endpoints_from_settings
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact, register_secret
 from gitsync.problems import ProblemsError
-from gitsync.reconcile import content_bytes, item_content
+from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
+from gitsync.push.plan import content_bytes, item_content
 from gitsync.render import RenderOptions, render
 from gitsync.settings import Settings
 

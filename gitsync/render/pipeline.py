@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gitsync.checks import CHECKS, Check, parse_checks
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import MASK, Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
+from gitsync.push.health import CHECKS, Check, parse_checks
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.files import ConfigFiles, layers
 from gitsync.render.incremental import remember, render_next
@@ -37,7 +37,7 @@ class Rendered:
     payload: dict[str, list[dict]]
     source_map: SourceMap
     secret_values: frozenset[str]
-    checks: tuple[Check, ...] = ()  # health checks of the commit (gitsync.checks); not pushed
+    checks: tuple[Check, ...] = ()  # health checks of the commit (gitsync.push.health); not pushed
     #: Each item's canonical content, by kind, in payload order (`gitsync.content.content_bytes`).
     contents: dict[str, list[bytes]] = field(default_factory=dict, repr=False, compare=False)
     #: Partial apply: the items this commit could not apply, and why (see `_leave_out`).

@@ -43,7 +43,7 @@ def serves(path: str) -> bool:
 
 
 class WebView:
-    """The web view of one `gitsync run`: `answer` is the listener's hook (gitsync.server)."""
+    """The web view of one `gitsync run`: `answer` is the listener's hook (gitsync.daemon.listener)."""
 
     def __init__(self, settings: Callable[[], Settings], agent: Callable[[], Any], work_dir: Path) -> None:
         current = settings()

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from gitsync.agent import gc_paused
-from gitsync.gateway import Gateway, GatewayError, endpoints_from_settings
-from gitsync.gitremote import Remote, SourceError
+from gitsync.agent.sync import gc_paused
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
+from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.render import render
 from gitsync.settings import Settings
+from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback import read_fleet
+from gitsync.writeback.status import read_fleet
 
 T = TypeVar("T")
 

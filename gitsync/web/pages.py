@@ -9,16 +9,16 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from gitsync.decide import GatewayView, Holding, Probe, holding
+from gitsync.agent.decide import GatewayView, Holding, Probe, holding
+from gitsync.agent.state import GatewayState
 from gitsync.kinds import KINDS
-from gitsync.reconcile import changed_fields, content_bytes
+from gitsync.push.plan import changed_fields, content_bytes
 from gitsync.render.sourcemap import field_text
-from gitsync.state import GatewayState
 from gitsync.web.catalog import ItemDetail, Page, Row
 from gitsync.web.html import Markup, esc, join, link, table, tag
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, Head, LiveItems
-from gitsync.writeback import format_age, parse_time
+from gitsync.writeback.status import format_age, parse_time
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
 _LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::(?P<col>\d+))?(?=: )")
@@ -116,7 +116,7 @@ def tip_verdict(view: Mapping[str, Any], links: Links) -> Markup:
 
 def drift_state(gateway: Mapping[str, Any], head: Head | None, good: str | None,
                 unmanaged: Sequence[str]) -> str:
-    """in sync, drifted, behind, unknown or no answer: `gitsync.decide.holding` on this HEAD."""
+    """in sync, drifted, behind, unknown or no answer: `gitsync.agent.decide.holding` on this HEAD."""
     if head is not None and not head.answered:
         return "no answer"
     if not good:

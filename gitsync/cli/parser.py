@@ -35,23 +35,24 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
-            "gitsync.commands:render", ("source", "state"), closes_all=True),
+            "gitsync.cli.commands:render", ("source", "state"), closes_all=True),
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
-            "gitsync.commands:validate", ("source", "state", "unmanaged"), closes_all=True),
+            "gitsync.cli.commands:validate", ("source", "state", "unmanaged"), closes_all=True),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
-            "gitsync.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
+            "gitsync.cli.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
             closes_all=True),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "
             "3 synced but the write-back failed)",
-            "gitsync.commands:sync", ("source", "gateway", "writeback", "state"), ("gateways", "admin_key"),
+            "gitsync.cli.commands:sync", ("source", "gateway", "writeback", "state"),
+            ("gateways", "admin_key"),
             closes_all=True),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
-            "gitsync.commands:run", ("source", "gateway", "daemon", "writeback"),
+            "gitsync.cli.commands:run", ("source", "gateway", "daemon", "writeback"),
             ("gateways", "admin_key")),
     Command("status", "this agent's last result; --fleet: every agent's, from the status refs",
-            "gitsync.commands:status", ("state", "source", "writeback")),
+            "gitsync.cli.commands:status", ("state", "source", "writeback")),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
-            "gitsync.demo:run_demo", ()),
+            "gitsync.cli.demo:run_demo", ()),
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
             "proven", "gitsync.adopt.export:export_command", ("gateway",), ("gateways",),
             "gitsync.adopt.arguments:export"),
@@ -62,7 +63,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("schema", "write JSON Schema files of the repo format for editors (yaml-language-server)",
             "gitsync.adopt.schema_export:schema_command", (), (), "gitsync.adopt.arguments:schema"),
     Command("completion", "print a shell completion script (bash, zsh, fish)",
-            "gitsync.adopt.completion:completion_command", (), (), "gitsync.adopt.arguments:completion"),
+            "gitsync.cli.completion:completion_command", (), (), "gitsync.adopt.arguments:completion"),
 )
 
 

@@ -34,9 +34,9 @@ from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
 from dulwich.protocol import PEELED_TAG_SUFFIX, pkt_line
 from dulwich.refs import filter_ref_prefix
 
-from gitsync.compat import TimeoutTCPGitClient, daemon_request, daemon_socket
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret
+from gitsync.source.compat import TimeoutTCPGitClient, daemon_request, daemon_socket
 
 if TYPE_CHECKING:
     import urllib3

@@ -56,15 +56,15 @@ from dulwich.server import DictBackend, TCPGitServer
 
 from gitsync import __version__
 from gitsync import log as gslog
-from gitsync.agent import Agent
-from gitsync.daemon import Daemon
-from gitsync.gitremote import Remote
-from gitsync.groups import fleet_table
+from gitsync.agent.gate import fleet_table
+from gitsync.agent.outcomes import SyncOutcome
+from gitsync.agent.sync import Agent
+from gitsync.daemon.service import Daemon
 from gitsync.kinds import METADATA_KEYS, VERSION_SUFFIX
-from gitsync.outcomes import SyncOutcome
 from gitsync.settings import Secret, Settings
+from gitsync.source.transport import Remote
 from gitsync.testing.apisix import ApisixDouble
-from gitsync.writeback import AGENTS_DIR, agent_file_name, full_ref, read_fleet, status_ref
+from gitsync.writeback.status import AGENTS_DIR, agent_file_name, full_ref, read_fleet, status_ref
 
 AGENT_NAME = "demo"
 REPO_NAME = "config.git"

@@ -23,8 +23,10 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gitsync.backoff import backoff_delay
-from gitsync.checks import ChecksVerdict
-from gitsync.gateway import (
+from gitsync.kinds import KINDS, item_id
+from gitsync.log import logger, redact
+from gitsync.problems import Problem
+from gitsync.push.admin_api import (
     VALIDATE_LIMIT,
     Endpoint,
     Gateway,
@@ -37,12 +39,10 @@ from gitsync.gateway import (
     PutResult,
     ReadyResult,
 )
-from gitsync.guard import GuardVerdict
-from gitsync.kinds import KINDS, item_id
-from gitsync.log import logger, redact
-from gitsync.moves import CHECKED_KINDS, FirstStep, first_step, is_move_refusal
-from gitsync.problems import Problem
-from gitsync.reconcile import MANAGE_ALL, Desired, ItemChange, LiveView, Plan, Policy, item_changes, plan
+from gitsync.push.guard import GuardVerdict
+from gitsync.push.health import ChecksVerdict
+from gitsync.push.moves import CHECKED_KINDS, FirstStep, first_step, is_move_refusal
+from gitsync.push.plan import MANAGE_ALL, Desired, ItemChange, LiveView, Plan, Policy, item_changes, plan
 from gitsync.settings import Settings
 from gitsync.timing import Phases
 
@@ -114,7 +114,7 @@ class GatewayResult:
     puts: int = 0
     bytes_sent: int = 0
     duration: float = 0.0
-    two_step: bool = False  # a first push moved keys or plugins off their live owners (gitsync.moves)
+    two_step: bool = False  # a first push moved keys or plugins off their live owners (gitsync.push.moves)
     plan: Plan | None = field(default=None, repr=False, compare=False)
     #: After a PUT: True when the gateway confirmed every worker applies it (3.19's ?wait, or
     #: /status/ready); None when it only accepted it (nothing asked could tell).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gitsync.push import GatewayResult
+from gitsync.push.apply import GatewayResult
 from gitsync.timing import Phases
 
 
@@ -20,7 +20,7 @@ class SyncResult(StrEnum):
     DEFERRED = "deferred"  # a target to apply, but every gateway that needs it is busy or backing off
     CANARY = "canary"  # a new commit went to the canary gateway alone (rollout = canary)
     SOAKING = "soaking"  # the canary runs the new commit; the other gateways follow when the soak ends
-    WAITING = "waiting"  # after_group: the commit waits for the group that goes first (gitsync.groups)
+    WAITING = "waiting"  # after_group: the commit waits for the group that goes first (gitsync.agent.gate)
 
     @property
     def ok(self) -> bool:

@@ -32,8 +32,8 @@ from typing import Any, BinaryIO
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.log import logger
-from gitsync.metrics import Metrics, Readiness
 from gitsync.problems import one_line
 from gitsync.settings import Secret
 

@@ -9,7 +9,7 @@ Three things are written to the config repo's remote, with dulwich and no work t
   parents, is made when the status changes in substance (time and duration do not count); every
   `status_heartbeat` in between, the ref moves to a heartbeat: a child of that status commit with
   the same tree and a fresh commit time, replacing the last heartbeat. So a reader tells a live
-  agent from a down one (`gitsync.groups`) at the cost of one small object, the server leaves out
+  agent from a down one (`gitsync.agent.gate`) at the cost of one small object, the server leaves out
   the tree and blob a reader has (they hang from a commit it has), and a ref is never more than
   two commits deep: a reader never fetches an agent's history;
 * the **status branch** (``gitsync/status``; empty: none): ``agents/<agent>.yaml`` for every agent, a
@@ -58,9 +58,9 @@ from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
 from gitsync.backoff import Backoff, backoff_delay
-from gitsync.gitremote import Remote, SourceError
 from gitsync.log import clip, logger, redact
-from gitsync.source import SHA_RE
+from gitsync.source.mirror import SHA_RE
+from gitsync.source.transport import Remote, SourceError
 from gitsync.urls import display_url
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class GatewayStatus:
     error: str | None = None
     checks: Mapping[str, Any] | None = None  # {passed: N, failed: [...]} when the repo declares checks
     rolled_back: bool = False  # a failed check gave this gateway the last good commit back
-    two_step: bool = False  # moved keys or plugins took two pushes (gitsync.moves)
+    two_step: bool = False  # moved keys or plugins took two pushes (gitsync.push.moves)
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

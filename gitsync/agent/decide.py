@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gitsync.groups import GateVerdict
-from gitsync.outcomes import Stage, SyncResult
-from gitsync.state import GatewayState
+from gitsync.agent.gate import GateVerdict
+from gitsync.agent.outcomes import Stage, SyncResult
+from gitsync.agent.state import GatewayState
 
 
 class Probe(StrEnum):
@@ -109,7 +109,7 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
     """The decision of one sync from what was observed (see the module's docstring).
 
     `gate`: for an agent whose group follows another, whether the fleet lets the remote's new
-    commit through yet (`gitsync.groups.group_gate`); until it does, the gateways keep (or get back)
+    commit through yet (`gitsync.agent.gate.group_gate`); until it does, the gateways keep (or get back)
     the last good commit."""
     unmanaged = sorted(unmanaged)
     if remote.error is not None:

@@ -7,7 +7,7 @@ Layout::
     <state_dir>/pushed.json  per gateway and kind, the ids gitsync pushed (written when they change)
     <state_dir>/indexes.json per gateway and kind, the modifiedIndex of each item that is not derived
                              from its content (kept from another writer; usually empty)
-    <state_dir>/mirror/      the bare git mirror (owned by gitsync.source)
+    <state_dir>/mirror/      the bare git mirror (owned by gitsync.source.mirror)
     <state_dir>/parse-cache/ parsed plain config files by blob SHA (owned by gitsync.render.stored)
 
 Every write of the state files goes to a temporary file that is fsync'ed and renamed over the old
@@ -218,7 +218,7 @@ class StateDir:
 
     def load_indexes(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per gateway URL and kind, the ``modifiedIndex`` of each item gitsync pushed there with one
-        that is not derived from its content (`gitsync.reconcile`); {} when unknown or unreadable."""
+        that is not derived from its content (`gitsync.push.plan`); {} when unknown or unreadable."""
         data = self._read_json(INDEXES_FILE)
         return {str(url): {str(k): {str(i): n for i, n in ids.items() if type(n) in (int, float)}
                            for k, ids in kinds.items() if isinstance(ids, dict)}

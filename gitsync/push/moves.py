@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitsync.kinds import item_id
-from gitsync.reconcile import MANAGE_ALL, KindStatus, Plan, Policy, items_equal
+from gitsync.push.plan import MANAGE_ALL, KindStatus, Plan, Policy, items_equal
 from gitsync.schema.checks import live_conflict
 from gitsync.schema.plugins import AUTH_KEY_FIELDS
 

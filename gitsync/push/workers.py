@@ -15,9 +15,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from gitsync.backoff import Backoff
-from gitsync.gateway import ConfigHead, Endpoint, Gateway, GatewayError, LiveConfig
 from gitsync.log import logger
-from gitsync.push import GatewayResult
+from gitsync.push.admin_api import ConfigHead, Endpoint, Gateway, GatewayError, LiveConfig
+from gitsync.push.apply import GatewayResult
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """After the push: the repo's health checks on each gateway, and the rollback of a gateway that fails them.
 
-One gateway's whole job runs on that gateway's worker (gitsync.gateways): push the commit; when the
+One gateway's whole job runs on that gateway's worker (gitsync.push.workers): push the commit; when the
 push changed something and the repo declares checks, run them against the gateway's data plane
 (its ``/status/ready`` was already awaited by the push where configured); when one still fails
 after its retries and the policy says ``rollback``, push the last good commit back at once. The
@@ -14,13 +14,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gitsync.checks import Check, run_checks
-from gitsync.gateway import Gateway, GatewayError, LiveConfig
-from gitsync.guard import GuardPolicy, GuardVerdict, check_deletions, deletion_verdict
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
-from gitsync.push import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
-from gitsync.reconcile import Desired, LiveView, Policy
+from gitsync.push.admin_api import Gateway, GatewayError, LiveConfig
+from gitsync.push.apply import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
+from gitsync.push.guard import GuardPolicy, GuardVerdict, check_deletions, deletion_verdict
+from gitsync.push.health import Check, run_checks
+from gitsync.push.plan import Desired, LiveView, Policy
 from gitsync.timing import Phases
 
 Payload = Mapping[str, Sequence[Any]]

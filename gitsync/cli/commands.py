@@ -20,18 +20,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gitsync.cli import leave_to_exit
-from gitsync.gateway import endpoints_from_settings
-from gitsync.gateways import Gateways, wait_for
-from gitsync.gitremote import Remote, SourceError
-from gitsync.groups import fleet_table
-from gitsync.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.agent.gate import fleet_table
+from gitsync.cli.parser import leave_to_exit
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
-from gitsync.reconcile import Desired, KindStatus
+from gitsync.push.admin_api import endpoints_from_settings
+from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
+from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.push.plan import Desired, KindStatus
+from gitsync.push.release import Release, release
+from gitsync.push.workers import Gateways, wait_for
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -44,10 +44,10 @@ from gitsync.render import (
     render as render_files,
 )
 from gitsync.render.sourcemap import field_text
-from gitsync.rollout import Release, release
 from gitsync.settings import Settings, SettingsError
-from gitsync.source import read_input, writable_dir
-from gitsync.writeback import read_fleet, summary_text
+from gitsync.source.mirror import read_input, writable_dir
+from gitsync.source.transport import Remote, SourceError
+from gitsync.writeback.status import read_fleet, summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
 
@@ -206,7 +206,7 @@ def _gateways(settings: Settings, command: str) -> Gateways | int:
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
     commit the deletion guard would refuse."""
-    from gitsync.state import StateDir
+    from gitsync.agent.state import StateDir
 
     read = _render_commit(settings, "diff")
     if isinstance(read, int):
@@ -286,9 +286,9 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _sync_repo(settings: Settings) -> int:
-    from gitsync.agent import Agent
-    from gitsync.metrics import Metrics
-    from gitsync.state import StateDir, StateError
+    from gitsync.agent.metrics import Metrics
+    from gitsync.agent.state import StateDir, StateError
+    from gitsync.agent.sync import Agent
 
     with contextlib.ExitStack() as stack:
         if not writable_dir(settings.state_dir):
@@ -334,8 +334,8 @@ def _sync_repo(settings: Settings) -> int:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """`gitsync run`: the daemon until SIGTERM/SIGINT (exit 0); exit 2 for settings it cannot run with."""
-    from gitsync.daemon import Daemon
-    from gitsync.state import StateError
+    from gitsync.agent.state import StateError
+    from gitsync.daemon.service import Daemon
 
     if settings.dir is not None:
         print("gitsync run: error: the daemon follows a git repo (--repo); --dir is for validate, render, "
@@ -357,7 +357,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
     """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status refs."""
-    from gitsync.state import StateDir
+    from gitsync.agent.state import StateDir
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):

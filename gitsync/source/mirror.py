@@ -10,7 +10,7 @@ fetched into the mirror's object store, and files are read straight from it. Why
   Any SIGKILL leaves either the old ref or the new one, never a broken mirror.
 - A force-push is followed (logged with old and new SHA) unless ``allow_rewrite`` is false;
   then the ref stays where it was and the fetch fails with the reason.
-- The transport (`gitsync.gitremote`) keeps credentials out of the mirror's config, every URL that
+- The transport (`gitsync.source.transport`) keeps credentials out of the mirror's config, every URL that
   is stored or logged, and every error message, and bounds every network wait by ``timeout``.
 - Signature policy: an unsigned, wrongly signed or untrusted commit fails ``verify()``. Trust is
   always explicit (an allowed-signers file, or key ids + keyring): dulwich alone lets unsigned
@@ -40,10 +40,10 @@ from dulwich.objects import Blob, Commit, Tag, Tree, parse_tree
 from dulwich.pack import OFS_DELTA, REF_DELTA, full_unpacked_object
 from dulwich.repo import ParentsProvider, Repo
 
-from gitsync.compat import remove_pack
-from gitsync.gitremote import GitAuth, Remote, SourceError
 from gitsync.log import logger
 from gitsync.render.files import DEFAULT_MAX_FILE_SIZE, ConfigFiles, is_config_file, may_hold_config, skipped
+from gitsync.source.compat import remove_pack
+from gitsync.source.transport import GitAuth, Remote, SourceError
 
 if TYPE_CHECKING:
     from gitsync.settings import Settings

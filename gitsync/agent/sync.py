@@ -3,16 +3,16 @@
 A sync observes, decides, then acts, as a flat list of stages::
 
     observe   the remote's tip (ref advertisement), a HEAD of each gateway, who is busy/backing off
-    decide    `gitsync.decide.decide`: the target commit, the gateways to push, why (pure)
+    decide    `gitsync.agent.decide.decide`: the target commit, the gateways to push, why (pure)
     act       render (fetch → verify → read → render/validate)
-              → push (each gateway on its own worker; see gitsync.gateways)
+              → push (each gateway on its own worker; see gitsync.push.workers)
     record    state (atomic) · metrics · log · write-back (background, never blocks a sync)
 
 A commit refused at any stage is marked bad, gets a git note, and the sync decides once more, now
 for the last good commit: a gateway that took the refused commit while another refused it is
 given the last good one back in the same sync.
 
-The daemon (gitsync.daemon) runs syncs one at a time and tells a sync, through `interrupted`, to
+The daemon (gitsync.daemon.service) runs syncs one at a time and tells a sync, through `interrupted`, to
 stop waiting for slow pushes when a new trigger arrives: a slow gateway finishes on its own worker
 while the others move on.
 """
@@ -31,29 +31,29 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from gitsync import __version__
+from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
+from gitsync.agent.gate import GateVerdict, group_gate
+from gitsync.agent.metrics import Metrics, Readiness
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
+from gitsync.agent.state import AgentState, GatewayState, StateDir
 from gitsync.backoff import Backoff
-from gitsync.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
-from gitsync.gateway import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
-from gitsync.gateways import Gateways, wait_for
-from gitsync.gitremote import SourceError
-from gitsync.groups import GateVerdict, group_gate
-from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger, redact
-from gitsync.metrics import Metrics, Readiness
-from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
-from gitsync.push import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
-from gitsync.reconcile import Desired, LiveView, plan
+from gitsync.push.admin_api import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
+from gitsync.push.apply import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
+from gitsync.push.guard import GuardPolicy, allowed_kinds
+from gitsync.push.plan import Desired, LiveView, plan
+from gitsync.push.release import Release, release
+from gitsync.push.workers import Gateways, wait_for
 from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render, unmanaged_warnings
 from gitsync.render.stored import ParseStore
-from gitsync.rollout import Release, release
 from gitsync.settings import Settings
-from gitsync.source import Source
-from gitsync.state import AgentState, GatewayState, StateDir
+from gitsync.source.mirror import Source
+from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.urls import display_url
-from gitsync.writeback import FailureNote, FleetReader, GatewayStatus, StatusReport, WriteBack
+from gitsync.writeback.status import FailureNote, FleetReader, GatewayStatus, StatusReport, WriteBack
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
 HISTORY = 50  # syncs the agent remembers for the web view
@@ -238,7 +238,7 @@ class Agent:
                       report_drift=self.settings.drift == "report", canary=canary, gate=self._gate(remote))
 
     def _gate(self, remote: RemoteView) -> GateVerdict | None:
-        """With `after_group`: whether the fleet lets the remote's new commit through (gitsync.groups).
+        """With `after_group`: whether the fleet lets the remote's new commit through (gitsync.agent.gate).
         The status refs are read only while a new commit waits."""
         s = self.settings
         sha = remote.sha

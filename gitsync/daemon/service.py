@@ -18,12 +18,12 @@ from types import FrameType
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitsync import __version__
-from gitsync.agent import Agent, short
+from gitsync.agent.state import StateDir
+from gitsync.agent.sync import Agent, short
+from gitsync.daemon.listener import Metrics, Readiness, StatusServer
+from gitsync.daemon.sdnotify import Notifier
 from gitsync.log import logger, redact
-from gitsync.sdnotify import Notifier
-from gitsync.server import Metrics, Readiness, StatusServer
 from gitsync.settings import Settings, SettingsError
-from gitsync.state import StateDir
 from gitsync.web import WebView
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the sync in flight

@@ -15,7 +15,7 @@ import shtab
 
 
 def completion_command(_settings: object, args: argparse.Namespace) -> int:
-    from gitsync.cli import build_parser
+    from gitsync.cli.parser import build_parser
 
     sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
     return 0
