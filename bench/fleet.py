@@ -30,7 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gitsync.source.transport import Remote
-from gitsync.writeback.status import FleetReader, GatewayStatus, StatusReport, WriteBack, WriteBackOptions
+from gitsync.writeback.fleet import FleetReader
+from gitsync.writeback.publisher import WriteBack, WriteBackOptions
+from gitsync.writeback.wire import GatewayStatus, StatusReport
 from testkit.gitservers import BareRepo, GitDaemon, GitGate, HttpGitServer, Traffic
 
 

@@ -39,7 +39,8 @@ from gitsync.render.load import blob_sha
 from gitsync.render.stored import SUFFIX
 from gitsync.schema.jsonschema import lua_quote
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
-from gitsync.writeback.status import FailureNote, render_section, summary_text
+from gitsync.writeback.notes import render_section
+from gitsync.writeback.wire import FailureNote, summary_text
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt

@@ -197,7 +197,7 @@ def test_the_fleet_lists_three_agents_and_marks_the_one_behind(world):
                            "--ref", ref, "--state-dir", str(world.work / name))
         assert done.returncode == 0, done.stderr[-2000:]
     from gitsync.source.transport import Remote
-    from gitsync.writeback.status import read_fleet
+    from gitsync.writeback.fleet import read_fleet
 
     def written() -> bool:
         return len(read_fleet(Remote.of(world.url), "gitsync/status", world.work / "fleet-check")) == 3

@@ -21,19 +21,10 @@ from gitsync.agent.state import StateDir
 from gitsync.cli.commands import status as status_command
 from gitsync.settings import Settings, load
 from gitsync.source.transport import Remote
-from gitsync.writeback.status import (
-    FailureNote,
-    GatewayStatus,
-    StatusReport,
-    WriteBack,
-    WriteBackOptions,
-    agent_slug,
-    merge_note,
-    parse_note,
-    read_fleet,
-    render_section,
-    summary_text,
-)
+from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.notes import merge_note, parse_note, render_section
+from gitsync.writeback.publisher import WriteBack, WriteBackOptions
+from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport, agent_slug, summary_text
 from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
 
 NOW = datetime.now(UTC)

@@ -1,6 +1,6 @@
 """Agent groups: may this agent apply a commit yet, given what the fleet's statuses show? (pure)
 
-The fleet is the list of status documents `gitsync.writeback.status.FleetReader` reads from the status
+The fleet is the list of status documents `gitsync.writeback.fleet.FleetReader` reads from the status
 refs: each agent's last status (its ``group``, ``commit``, ``result``, ``applied_at``, the
 ``heartbeat`` period it promises, and per gateway the health checks' verdict: ``checks``,
 ``rolled_back``), plus ``seen``, when its status ref was last written (the heartbeat's commit time).
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gitsync.writeback.status import format_age, parse_time, short_sha
+from gitsync.writeback.wire import format_age, parse_time, short_sha
 
 DOWN_AFTER = 2.0  # heartbeat periods without a write before an agent counts as down
 APPLIED_RESULTS = frozenset({"applied", "healed"})  # the commit is live on the agent's gateways

@@ -53,7 +53,9 @@ from gitsync.source.mirror import Source
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.urls import display_url
-from gitsync.writeback.status import FailureNote, FleetReader, GatewayStatus, StatusReport, WriteBack
+from gitsync.writeback.fleet import FleetReader
+from gitsync.writeback.publisher import WriteBack
+from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
 HISTORY = 50  # syncs the agent remembers for the web view

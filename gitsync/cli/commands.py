@@ -47,7 +47,8 @@ from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.mirror import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
-from gitsync.writeback.status import read_fleet, summary_text
+from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
 

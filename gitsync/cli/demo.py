@@ -64,7 +64,8 @@ from gitsync.kinds import METADATA_KEYS, VERSION_SUFFIX
 from gitsync.settings import Secret, Settings
 from gitsync.source.transport import Remote
 from gitsync.testing.apisix import ApisixDouble
-from gitsync.writeback.status import AGENTS_DIR, agent_file_name, full_ref, read_fleet, status_ref
+from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.wire import AGENTS_DIR, agent_file_name, full_ref, status_ref
 
 AGENT_NAME = "demo"
 REPO_NAME = "config.git"

@@ -22,7 +22,7 @@ from gitsync.kinds import KINDS, item_id
 from gitsync.render import Rendered, mask_secrets
 from gitsync.render.load import parse, positions
 from gitsync.render.sourcemap import FieldPath, ItemSource
-from gitsync.writeback.status import dump_yaml
+from gitsync.writeback.wire import dump_yaml
 
 PER_PAGE = 100
 _KEY_END = re.compile(r":(?=\s|$)")

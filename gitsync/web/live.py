@@ -26,7 +26,7 @@ from gitsync.render import render
 from gitsync.settings import Settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback.status import read_fleet
+from gitsync.writeback.fleet import read_fleet
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from gitsync.web.catalog import ItemDetail, Page, Row
 from gitsync.web.html import Markup, esc, join, link, table, tag
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, Head, LiveItems
-from gitsync.writeback.status import format_age, parse_time
+from gitsync.writeback.wire import format_age, parse_time
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
 _LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::(?P<col>\d+))?(?=: )")
