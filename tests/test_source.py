@@ -26,16 +26,11 @@ from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.render.files import is_config_file
 from gitsync.settings import Secret, Settings
-from gitsync.source.mirror import (
-    MAX_HAVES,
-    MAX_PACKS,
-    SignaturePolicy,
-    Source,
-    _object_size,
-    _packs_to_merge,
-    read_input,
-    tree_files,
-)
+from gitsync.source.inputs import read_input
+from gitsync.source.mirror import MAX_HAVES, MAX_PACKS, Source, _packs_to_merge
+from gitsync.source.read import tree_files
+from gitsync.source.signatures import SignaturePolicy
+from gitsync.source.sizes import object_size
 from gitsync.source.transport import GitAuth, Remote, SourceError, git_refs
 from tests.gitservers import (
     BareRepo,
@@ -586,7 +581,7 @@ def test_a_commit_read_by_its_difference_from_the_last_reads_as_a_whole_read_doe
     order, unread and oversized files, with a `have` and without; and a Source alternating the two
     reads the same files with the same contents (a file one read left unread is read when asked for).
     Most reads are by difference."""
-    import gitsync.source.mirror as source_module
+    import gitsync.source.read as source_module
 
     whole_reads: list[str] = []  # trees listed whole by the Sources that read by difference
     tree_files = source_module.tree_files
@@ -632,13 +627,13 @@ def test_a_commit_read_by_its_difference_from_the_last_reads_as_a_whole_read_doe
         by_difference["mixed"].fetch()
         whole.fetch()
         for name, asked in (("none", None), ("have", have)):
-            whole._last_read = None
+            whole.reader.last = None
             expected = whole.read(sha, asked)
             counting = True
             got = by_difference[name].read(sha, asked)
             counting = False
             assert seen(got) == seen(expected), (step, name, change)
-        whole._last_read = None
+        whole.reader.last = None
         expected = whole.read(sha)
         counting = True
         got = by_difference["mixed"].read(sha, have if step % 2 else None)  # what another `have` left
@@ -656,11 +651,11 @@ def test_a_read_whose_last_commit_is_not_in_the_mirror_reads_whole(remote_repo, 
     source = make_source(str(remote_repo.path), state_dir=tmp_path)
     source.fetch()
     source.read(first)
-    assert source._last_read is not None
-    gone = replace(source._last_read, objects=((0o40000, b"1" * 40),))
+    assert source.reader.last is not None
+    gone = replace(source.reader.last, objects=((0o40000, b"1" * 40),))
     second = remote_repo.commit({"a/r.yaml": "routes: [] # 2\n"})
     source.fetch()
-    source._last_read = gone
+    source.reader.last = gone
     files = source.read(second).files
     assert files == {"a/r.yaml": b"routes: [] # 2\n", "u.yaml": b"upstreams: []\n"}
 
@@ -1016,12 +1011,12 @@ def test_read_takes_config_files_only_and_never_inflates_an_oversized_blob(remot
 
 
 def replace_limit(source: Source, max_file_size: int) -> Source:
-    source.max_file_size = max_file_size
+    source.reader.max_file_size = max_file_size
     return source
 
 
 def test_object_sizes_come_from_headers_loose_packed_and_as_deltas(remote_repo):
-    """`_object_size` against `git cat-file -s`, for loose objects, a pack with offset deltas and
+    """`object_size` against `git cat-file -s`, for loose objects, a pack with offset deltas and
     one with ref deltas (each pack holds deltas: the control)."""
     text = "".join(f"line {n}: " + "x" * (n % 70) + "\n" for n in range(3000))
     for version in range(4):
@@ -1036,7 +1031,7 @@ def test_object_sizes_come_from_headers_loose_packed_and_as_deltas(remote_repo):
         with Repo(str(remote_repo.path)) as repo:
             for sha in blobs():
                 size = int(remote_repo.git("cat-file", "-s", sha))
-                assert _object_size(repo.object_store, sha.encode()) == size
+                assert object_size(repo.object_store, sha.encode()) == size
 
     check()  # loose
     for options in ((), ("-c", "repack.useDeltaBaseOffset=false")):

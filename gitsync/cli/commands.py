@@ -45,7 +45,7 @@ from gitsync.render import (
 )
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
-from gitsync.source.mirror import read_input, writable_dir
+from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.fleet import read_fleet
 from gitsync.writeback.wire import summary_text

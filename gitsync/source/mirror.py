@@ -25,24 +25,22 @@ import fcntl
 import os
 import re
 import shutil
-import stat
-import subprocess
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker, tree_lookup_path
-from dulwich.objects import Blob, Commit, Tag, Tree, parse_tree
-from dulwich.pack import OFS_DELTA, REF_DELTA, full_unpacked_object
+from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker
+from dulwich.objects import Blob, Commit, Tag
+from dulwich.pack import full_unpacked_object
 from dulwich.repo import ParentsProvider, Repo
 
 from gitsync.log import logger
-from gitsync.render.files import DEFAULT_MAX_FILE_SIZE, ConfigFiles, is_config_file, may_hold_config, skipped
+from gitsync.render.files import DEFAULT_MAX_FILE_SIZE
 from gitsync.source.compat import remove_pack
+from gitsync.source.read import CommitFiles, CommitReader
+from gitsync.source.signatures import SignaturePolicy, verify_commit
 from gitsync.source.transport import GitAuth, Remote, SourceError
 
 if TYPE_CHECKING:
@@ -60,69 +58,6 @@ MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-bu
 #: Each incremental fetch leaves a pack of its own and every read looks through all of them:
 #: past this many, the small ones are merged (see `_consolidate_packs`).
 MAX_PACKS = 8
-
-
-@dataclass(frozen=True)
-class CommitFiles:
-    """The config files under the configured paths at one commit (repo-relative paths), with blob
-    SHAs so that render can cache parsed files by content."""
-
-    sha: str
-    subject: str
-    files: ConfigFiles
-    blob_ids: dict[str, str]
-    message: str = ""  # the whole commit message (trailers such as Gitsync-Allow-Delete)
-
-
-@dataclass(frozen=True)
-class _LastRead:
-    """What `Source.read` made of one commit, kept so that the next commit is read by its difference
-    from it: the object at each configured path, and each file's outcome (its own copies), under the
-    paths and size limit it was read with."""
-
-    paths: tuple[str, ...]
-    max_file_size: int
-    objects: tuple[tuple[int, bytes], ...]  # per configured path: the mode and object there
-    blob_ids: dict[str, str]
-    loaded: dict[str, bytes]
-    unread: frozenset[str]
-    oversized: dict[str, int]
-
-
-def _tree_entries(store: DiskObjectStore, tree_id: bytes) -> list[tuple[bytes, int, bytes]] | None:
-    """(name, mode, SHA) of a tree's own entries, parsed from its raw text (no `Tree` object, no
-    entry objects: a thousand-file directory parses in about half a millisecond); None if no tree."""
-    type_num, raw = store.get_raw(tree_id)
-    if type_num != Tree.type_num:
-        return None
-    return list(parse_tree(raw, len(tree_id) // 2))
-
-
-def _changed_files(store: DiskObjectStore, old_id: bytes, new_id: bytes, prefix: str,
-                   ) -> list[tuple[str, int, bytes]] | None:
-    """(path, mode, SHA) of each entry that is not a tree and whose mode or object differs between
-    two versions of a tree (paths under `prefix`, which ends with ``/`` unless empty); None when a
-    name was added or removed, or turned from a directory into something else or back: the tree
-    must then be read whole. Only the subtrees that differ are opened."""
-    old, new = _tree_entries(store, old_id), _tree_entries(store, new_id)
-    if old is None or new is None or len(old) != len(new):
-        return None
-    was = {name: (mode, sha) for name, mode, sha in set(old).difference(new)}
-    came = set(new).difference(old)
-    if len(was) != len(came):
-        return None
-    changed: list[tuple[str, int, bytes]] = []
-    for name, mode, sha in came:
-        if name not in was or stat.S_ISDIR(mode) != stat.S_ISDIR(was[name][0]):
-            return None
-        path = prefix + name.decode("utf-8", "surrogateescape")
-        if not stat.S_ISDIR(mode):
-            changed.append((path, mode, sha))
-        elif (inner := _changed_files(store, was[name][1], sha, path + "/")) is not None:
-            changed += inner
-        else:
-            return None
-    return changed
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -292,40 +227,6 @@ def _is_ancestor(repo: Repo, old: bytes, new: bytes) -> bool:
 # The source
 
 
-@dataclass(frozen=True)
-class SignaturePolicy:
-    """Which commits may be applied: any (``none``), or signed by a trusted ssh or OpenPGP key.
-
-    Trust is always explicit (an allowed-signers file, or key ids + keyring): dulwich alone lets
-    unsigned commits through when it has no key ids."""
-
-    verify: str = "none"
-    allowed_signers_file: Path | None = None
-    gpg_key_ids: tuple[str, ...] = ()
-    gpg_keyring_file: Path | None = None
-
-    def __post_init__(self) -> None:
-        keys = tuple(k.strip().upper().removeprefix("0X") for k in self.gpg_key_ids if k.strip())
-        object.__setattr__(self, "gpg_key_ids", keys)
-        if self.verify not in VERIFY_POLICIES:
-            raise SourceError("config", f"verify must be one of {', '.join(VERIFY_POLICIES)}, "
-                                        f"not {self.verify!r}")
-        if self.verify == "ssh" and self.allowed_signers_file is None:
-            raise SourceError("config", 'verify = "ssh" needs allowed_signers_file')
-        if self.verify == "gpg":
-            if not keys:
-                raise SourceError("config", 'verify = "gpg" needs gpg_key_ids (trusted key fingerprints)')
-            short = [k for k in keys if len(k) < MIN_GPG_KEY_ID or not _is_hex(k)]
-            if short:
-                raise SourceError("config", f"gpg_key_ids must be long key ids or fingerprints "
-                                            f"(16+ hex digits): {', '.join(short)}")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SignaturePolicy:
-        return cls(settings.verify, settings.allowed_signers_file, tuple(settings.gpg_key_ids),
-                   settings.gpg_keyring_file)
-
-
 class Source:
     """One git remote and ref, mirrored under ``state_dir / "mirror"``."""
 
@@ -344,9 +245,8 @@ class Source:
         self.depth = depth
         self.allow_rewrite = allow_rewrite
         self.signatures = signatures
-        self.max_file_size = max_file_size  # a larger config blob is never loaded
         self.parents = ParentsMemo()  # the commits a fetch offers as 'have's, for the next fetch
-        self._last_read: _LastRead | None = None  # the last commit read, to read the next by difference
+        self.reader = CommitReader(self.paths, max_file_size)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
@@ -616,99 +516,12 @@ class Source:
                     return _peel(repo, repo.refs[name]).id.decode()
         return None
 
-    # -- read ----------------------------------------------------------------------------------------------
+    # -- read and verify -------------------------------------------------------------------------------
 
     def read(self, sha: str, have: Callable[[str], bool] | None = None) -> CommitFiles:
-        """The config files under the configured paths at commit `sha`, from the mirror's object store.
-
-        `have(blob_sha)`: whether the caller (render's parse cache) already holds that file; its bytes
-        are then read only if asked for later (`ConfigFiles.load`).
-
-        Only config files (`is_config_file`) are read, and each only once its object header says it
-        is within `max_file_size`: a large blob beside them costs nothing. Larger ones are listed in
-        ``files.oversized`` for render to report. A symlink or submodule that may stand for config
-        is skipped with a warning, as ``--dir`` does.
-
-        A commit that only changes files of the last commit read (no name added, removed, or turned
-        into a directory) is read by its difference from it: only the trees that differ are opened
-        and only the changed files looked at; the others keep what the last read made of them (a
-        file left unread is read when asked for, whoever holds it then). A skipped link or
-        submodule is warned of when it is read, so once until it changes.
-        """
+        """The config files under the configured paths at commit `sha` (`CommitReader.read`)."""
         with self._mirror_commit("read", sha) as (repo, commit):
-            store = repo.object_store
-            objects = tuple(self._object_at(repo, commit, path) for path in self.paths)
-            last = self._last_read
-            if last is not None and (last.paths, last.max_file_size) != (self.paths, self.max_file_size):
-                last = None
-            try:
-                changed = None if last is None else self._changed_since(store, last, objects)
-            except KeyError:  # the last commit's trees are not in this mirror (made anew since)
-                changed = None
-            files = ConfigFiles()
-            if changed is None:
-                for path, (mode, object_id) in zip(self.paths, objects, strict=True):
-                    for name, entry_mode, blob_id in self._entries(store, path, mode, object_id):
-                        self._take(store, files, name, entry_mode, blob_id, have)
-            else:
-                files.blob_ids = dict(last.blob_ids)
-                files.update(last.loaded)
-                files.unread = set(last.unread)
-                files.oversized = dict(last.oversized)
-                for name, entry_mode, blob_id in changed:
-                    files.pop(name, None)
-                    files.unread.discard(name)
-                    files.oversized.pop(name, None)
-                    if not self._take(store, files, name, entry_mode, blob_id, have):
-                        files.blob_ids.pop(name, None)
-                files = _in_order(files)
-            self._last_read = _LastRead(self.paths, self.max_file_size, objects, dict(files.blob_ids),
-                                        dict(files), frozenset(files.unread), dict(files.oversized))
-            files.load = self.blob
-            return CommitFiles(commit.id.decode(), _subject(commit.message), files, dict(files.blob_ids),
-                               commit.message.decode("utf-8", "replace"))
-
-    def _take(self, store: DiskObjectStore, files: ConfigFiles, name: str, mode: int, blob_id: bytes,
-              have: Callable[[str], bool] | None) -> bool:
-        """Put the file `name` into `files` (its bytes, or unread, or oversized); False when it is no
-        config file of ours (another kind of file, a link, a submodule)."""
-        if mode not in FILE_MODES:
-            if may_hold_config(name):
-                skipped(name, "a submodule" if mode == SUBMODULE_MODE
-                        else "a symbolic link (links are not followed)")
-            return False
-        if not is_config_file(name):
-            return False
-        files.blob_ids[name] = blob_sha = blob_id.decode()
-        if have is not None and have(blob_sha):
-            files.unread.add(name)
-            return True
-        size = _object_size(store, blob_id)
-        if size > self.max_file_size:
-            files.oversized[name] = size
-            return True
-        blob = store[blob_id]
-        assert isinstance(blob, Blob)
-        files[name] = blob.data
-        return True
-
-    def _changed_since(self, store: DiskObjectStore, last: _LastRead, objects: tuple[tuple[int, bytes], ...],
-                       ) -> list[tuple[str, int, bytes]] | None:
-        """The files that changed since the last read, when it can be read by difference (else None)."""
-        changed: list[tuple[str, int, bytes]] = []
-        for path, (old_mode, old_id), (mode, new_id) in zip(self.paths, last.objects, objects, strict=True):
-            if old_id == new_id and old_mode == mode:
-                continue
-            if stat.S_ISDIR(mode) != stat.S_ISDIR(old_mode):
-                return None
-            if not stat.S_ISDIR(mode):
-                changed.append((path, mode, new_id))  # a configured path that is one file
-                continue
-            inner = _changed_files(store, old_id, new_id, _under(path))
-            if inner is None:
-                return None
-            changed += inner
-        return changed
+            return self.reader.read(repo, commit, have, self.blob)
 
     def blob(self, blob_sha: str) -> bytes:
         """One blob's bytes, from the mirror (for a file `read` left unread)."""
@@ -721,247 +534,10 @@ class Source:
             raise SourceError("read", f"{blob_sha} is not a blob")
         return blob.data
 
-    def _object_at(self, repo: Repo, commit: Commit, path: str) -> tuple[int, bytes]:
-        """The mode and object at configured `path` of `commit` (its tree for the repo's root)."""
-        if not path:
-            return stat.S_IFDIR, commit.tree
-        try:
-            return tree_lookup_path(repo.object_store.__getitem__, commit.tree, path.encode())
-        except KeyError:
-            raise SourceError("read", f"path {path!r} does not exist at commit "
-                                      f"{commit.id.decode()}") from None
-
-    @staticmethod
-    def _entries(store: DiskObjectStore, path: str, mode: int, object_id: bytes,
-                 ) -> Iterator[tuple[str, int, bytes]]:
-        """(repo-relative name, mode, blob SHA) of every file at or under `path` (`mode`, `object_id`:
-        what `_object_at` found there: a tree is known by its mode, as in a tree's entries)."""
-        if not stat.S_ISDIR(mode):
-            yield path, mode, object_id
-            return
-        yield from tree_files(store, object_id, _under(path))
-
-    # -- verify --------------------------------------------------------------------------------------------
-
     def verify(self, sha: str) -> None:
         """Apply the signature policy to commit `sha`; SourceError if it must not be applied."""
-        if self.signatures.verify == "none":
-            return
         with self._mirror_commit("verify", sha) as (_repo, commit):
-            payload, signature, _ = commit.extract_signature()
-        if not signature:
-            raise SourceError("verify", f"commit {sha} is not signed (verify = {self.signatures.verify})")
-        kind = _signature_kind(signature)
-        if kind != self.signatures.verify:
-            raise SourceError("verify", f"commit {sha} has {'a ' + kind if kind else 'an unknown kind of'} "
-                                        f"signature, but verify = {self.signatures.verify}")
-        if kind == "ssh":
-            _verify_ssh(sha, payload, signature, self.signatures.allowed_signers_file)
-        else:
-            policy = self.signatures
-            _verify_gpg(sha, payload, signature, policy.gpg_key_ids, policy.gpg_keyring_file, self.timeout)
-        logger.debug("commit {} has a trusted {} signature", sha, kind)
-
-
-def _under(path: str) -> str:
-    """The prefix of the names under configured directory `path` (none for the repo's root)."""
-    return path + "/" if path else ""
-
-
-def _in_order(files: ConfigFiles) -> ConfigFiles:
-    """`files` with its read files in the order of `blob_ids` (the trees' order), as a whole read
-    gives them."""
-    ordered = ConfigFiles({name: files[name] for name in files.blob_ids if name in files}, files.oversized)
-    ordered.blob_ids, ordered.unread = files.blob_ids, files.unread
-    return ordered
-
-
-def tree_files(store: DiskObjectStore, tree_id: bytes, prefix: str = "") -> Iterator[tuple[str, int, bytes]]:
-    """(name, mode, SHA) of every entry under a tree that is not a tree, in the order of dulwich's
-    ``iter_tree_contents`` (depth first, tree order), without the path joins and checks it makes per
-    entry: most of reading a commit of a thousand files. `prefix` ends with ``/`` unless empty."""
-    stack: list[tuple[str, int, bytes]] = [(prefix, stat.S_IFDIR, tree_id)]
-    while stack:
-        path, mode, sha = stack.pop()
-        if not stat.S_ISDIR(mode):
-            yield path, mode, sha
-            continue
-        tree = store[sha]
-        if not isinstance(tree, Tree):
-            raise SourceError("read", f"{sha.decode()} is not a tree")
-        entries = [(path + name.decode("utf-8", "surrogateescape") + ("/" if stat.S_ISDIR(m) else ""),
-                    m, child) for name, m, child in tree.iteritems()]
-        stack.extend(reversed(entries))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Object sizes, from headers
-
-
-def _object_size(store: DiskObjectStore, sha: bytes) -> int:
-    """An object's size from its header, never inflating the object: a 300 MB blob costs a few
-    hundred bytes read (a packed delta's size is in the first bytes of its delta data)."""
-    hex_sha = sha.decode()
-    for pack in store.packs:
-        try:
-            offset = pack.index.object_offset(sha)
-        except KeyError:
-            continue
-        with open(pack.data.path, "rb") as stream:
-            return _packed_size(stream, offset, len(hex_sha) // 2)
-    with open(os.path.join(store.path, hex_sha[:2], hex_sha[2:]), "rb") as stream:
-        header = _inflate_start(stream, lambda out: b"\0" in out)  # "blob <size>\0"
-    return int(header.split(b"\0", 1)[0].split(b" ", 1)[1])
-
-
-def _packed_size(stream: IO[bytes], offset: int, hash_size: int) -> int:
-    """The size of the object at `offset` of a pack: from its entry header, or for a delta, the
-    result size at the start of its delta data."""
-    stream.seek(offset)
-    byte = stream.read(1)[0]
-    kind, size, shift = (byte >> 4) & 7, byte & 15, 4
-    while byte & 0x80:
-        byte = stream.read(1)[0]
-        size |= (byte & 0x7F) << shift
-        shift += 7
-    if kind == OFS_DELTA:
-        while stream.read(1)[0] & 0x80:  # the base's relative offset
-            pass
-    elif kind == REF_DELTA:
-        stream.read(hash_size)  # the base's object id
-    else:
-        return size
-    sizes = _varints(_inflate_start(stream, lambda out: _varints(out, 2) is not None), 2)
-    assert sizes is not None
-    return sizes[1]
-
-
-def _varints(data: bytes, count: int) -> list[int] | None:
-    """The first `count` little-endian base-128 numbers of `data` (a delta's base and result sizes),
-    or None when `data` ends first."""
-    numbers, value, shift = [], 0, 0
-    for byte in data:
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            numbers.append(value)
-            if len(numbers) == count:
-                return numbers
-            value, shift = 0, 0
-    return None
-
-
-def _inflate_start(stream: IO[bytes], enough: Callable[[bytes], bool], limit: int = 64) -> bytes:
-    """The first inflated bytes of the zlib stream at `stream`'s position, as soon as `enough`."""
-    inflater = zlib.decompressobj()
-    out = b""
-    while len(out) < limit and not inflater.eof:
-        chunk = inflater.unconsumed_tail or stream.read(512)
-        if not chunk:
-            break
-        out += inflater.decompress(chunk, limit - len(out))
-        if enough(out):
-            return out
-    raise SourceError("read", "a git object has no readable header")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Signatures
-
-
-def _signature_kind(signature: bytes) -> str | None:
-    if signature.lstrip().startswith(b"-----BEGIN SSH SIGNATURE-----"):
-        return "ssh"
-    if signature.lstrip().startswith(b"-----BEGIN PGP SIGNATURE-----"):
-        return "gpg"
-    return None
-
-
-def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file: Path | None) -> None:
-    """An SSH signature (namespace ``git``) by a key of the allowed-signers file that is valid now."""
-    import sshsig.allowed_signers
-    import sshsig.ssh_public_key
-    import sshsig.sshsig
-
-    assert allowed_signers_file is not None
-    try:
-        with open(allowed_signers_file) as f:
-            signers = list(sshsig.allowed_signers.load_allowed_signers_file(f))
-    except (OSError, ValueError, NotImplementedError) as exc:
-        raise SourceError("verify", f"cannot read allowed signers {allowed_signers_file}: {exc}") from None
-    keys = []
-    now = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-    for signer in signers:
-        options = signer.options or {}
-        namespaces = options.get("namespaces")
-        if namespaces is not None and "git" not in [n.strip() for n in namespaces.split(",")]:
-            continue
-        if "cert-authority" in options:
-            continue
-        if not _within(options.get("valid-after"), options.get("valid-before"), now):
-            continue
-        with contextlib.suppress(ValueError, NotImplementedError):
-            openssh = f"{signer.key_type} {signer.base64_key}"
-            keys.append(sshsig.ssh_public_key.PublicKey.from_openssh_str(openssh))
-    if not keys:
-        raise SourceError("verify", f"no usable key in allowed signers {allowed_signers_file}")
-    try:
-        sshsig.sshsig.verify(payload, signature.decode("ascii", "replace"), keys, namespace="git")
-    except (sshsig.sshsig.InvalidSignature, NotImplementedError, ValueError) as exc:
-        detail = str(exc) or "it does not match the commit"
-        raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({detail})") from None
-
-
-def _within(valid_after: str | None, valid_before: str | None, now: str) -> bool:
-    """OpenSSH allowed-signers validity (YYYYMMDD[HHMM[SS]][Z]), compared as UTC digit strings."""
-    def digits(stamp: str) -> str:
-        return stamp.rstrip("Zz").ljust(14, "0")
-
-    if valid_after and now < digits(valid_after):
-        return False
-    return not (valid_before and now >= digits(valid_before))
-
-
-def _verify_gpg(sha: str, payload: bytes, signature: bytes, key_ids: Sequence[str],
-                keyring_file: Path | None, timeout: float) -> None:
-    """An OpenPGP signature that gpg calls good, made by one of `key_ids`, checked in a private
-    GNUPGHOME holding only the keyring file's keys (or the default keyring when none is given)."""
-    gpg = shutil.which("gpg")
-    if gpg is None:
-        raise SourceError("verify", 'verify = "gpg" needs the gpg program, which is not installed')
-    with tempfile.TemporaryDirectory(prefix="gitsync-gpg-") as home:
-        base = [gpg, "--batch", "--no-tty", "--no-autostart"]
-        if keyring_file is not None:
-            base += ["--homedir", home]
-            imported = _run([*base, "--import", str(keyring_file)], timeout)
-            if imported.returncode != 0:
-                raise SourceError("verify", f"cannot import the keyring {keyring_file}")
-        sig_path, data_path = Path(home) / "commit.sig", Path(home) / "commit.data"
-        sig_path.write_bytes(signature)
-        data_path.write_bytes(payload)
-        result = _run([*base, "--status-fd", "1", "--verify", str(sig_path), str(data_path)], timeout)
-    status = result.stdout.decode("utf-8", "replace").splitlines()
-    good = any(line.startswith("[GNUPG:] GOODSIG ") for line in status)
-    fingerprints = {field.upper() for line in status if line.startswith("[GNUPG:] VALIDSIG ")
-                    for field in (line.split()[2], line.split()[-1])}
-    if result.returncode != 0 or not good or not fingerprints:
-        reason = next((line.split()[1] for line in status if line.split()[1:2] and line.split()[1] in (
-            "BADSIG", "ERRSIG", "EXPKEYSIG", "REVKEYSIG", "EXPSIG", "NO_PUBKEY")), "not a good signature")
-        raise SourceError("verify", f"commit {sha}: bad or unknown OpenPGP signature ({reason})")
-    if not any(fpr.endswith(key) for fpr in fingerprints for key in key_ids):
-        raise SourceError("verify", f"commit {sha}: signed by {', '.join(sorted(fingerprints))}, "
-                                    f"which is not in gpg_key_ids")
-
-
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
-    try:
-        return subprocess.run(args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise SourceError("verify", f"{Path(args[0]).name} did not finish within {timeout:g}s") from None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Helpers
+            verify_commit(commit, self.signatures, self.timeout)
 
 
 def _normalize_path(path: str) -> str:
@@ -972,47 +548,4 @@ def _normalize_path(path: str) -> str:
     return "/".join(parts)
 
 
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789ABCDEF" for c in text)
-
-
-def _subject(message: bytes) -> str:
-    return message.decode("utf-8", "replace").strip().split("\n", 1)[0]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# One-shot commands
-
-
-def writable_dir(directory: Path) -> bool:
-    """Create `directory` if needed; True when this process can write in it."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(directory, os.W_OK | os.X_OK)
-
-
-def read_input(settings: Settings) -> CommitFiles:
-    """For render/validate/diff/sync --once with ``--repo``: fetch, verify and read one commit.
-
-    The mirror lives in ``state_dir/mirror`` when the state dir is writable (so repeated runs
-    fetch only what is new), else in a temp dir dropped afterwards. A mirror kept for another
-    remote (the daemon's) is left alone: a one-shot for another repo uses a temp dir too.
-    """
-    source = Source.from_settings(settings)
-    if writable_dir(settings.state_dir) and source.mirror_url() in (None, source.url):
-        return _fetch_verify_read(source)
-    with tempfile.TemporaryDirectory(prefix="gitsync-") as tmp:
-        logger.debug("using a temporary mirror: {} is not writable or mirrors another remote",
-                     settings.state_dir)
-        return _fetch_verify_read(Source.from_settings(replace(settings, state_dir=Path(tmp))))
-
-
-def _fetch_verify_read(source: Source) -> CommitFiles:
-    sha = source.fetch()
-    source.verify(sha)
-    return source.read(sha)
-
-
-__all__ = ["CommitFiles", "GitAuth", "Source", "SourceError", "read_input"]
+__all__ = ["GitAuth", "Source", "SourceError"]
