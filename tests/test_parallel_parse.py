@@ -316,7 +316,7 @@ def test_what_a_worker_runs_imports_nothing_more() -> None:
         "import cryptography.x509, cryptography.hazmat.primitives.serialization\n"
         "with contextlib.suppress(ImportError):\n"
         "    import lupa.luajit21\n"
-        "from gitsync.render.files import read_directory\n"
+        "from gitsync.source.directory import read_directory\n"
         f"files = read_directory(Path({str(ROOT / 'sample-repo')!r}))\n"
         "extra = [b'routes:\\n  - id: x\\n    uri: /x\\n    vars: [[\"arg_a\", \"==\", \"1\"]]\\n'\n"
         "         b'    filter_func: \"function(vars) return true end\"\\n    script: \"return {}\"\\n'\n"

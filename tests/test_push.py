@@ -22,8 +22,9 @@ from gitsync.push.admin_api import Endpoint, Gateway, LiveConfig
 from gitsync.push.apply import GatewayResult, RetryPolicy, SyncStatus, push, sync_gateway
 from gitsync.push.plan import MANAGE_ALL, Policy, items_equal
 from gitsync.push.workers import Gateways, wait_for
-from gitsync.render import RenderOptions, read_directory, render
+from gitsync.render import RenderOptions, render
 from gitsync.settings import Secret
+from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble, Reply
 from tests.support import free_port, run_gitsync
 

@@ -646,7 +646,7 @@ def test_read_directory_reads_any_case_skips_links_and_fifos_with_a_warning(tmp_
         gslog.setup()
     assert sorted(read) == ["A.YAML", "b.Json", "conf/u.yml"] and read.oversized == {"big.yaml": 200}
     then = "nothing in it is applied (its items are pruned from the gateways)"
-    assert [line.split("gitsync.render.files ")[1] for line in log.getvalue().splitlines()] == [
+    assert [line.split("gitsync.configfiles ")[1] for line in log.getvalue().splitlines()] == [
         f"skipped linked: a symbolic link to a directory (links are not followed); {then}",
         f"skipped copy.yaml: a symbolic link (links are not followed); {then}",
         f"skipped pipe.yaml: not a regular file (a FIFO, socket or device); {then}",

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitsync.render import RenderOptions, payload_json, read_directory, render
+from gitsync.render import RenderOptions, payload_json, render
+from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.support import ROOT, run_gitsync

@@ -22,9 +22,9 @@ from dulwich.object_store import DiskObjectStore
 from dulwich.repo import Repo
 
 from gitsync import log as gslog
+from gitsync.configfiles import is_config_file
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
-from gitsync.render.files import is_config_file
 from gitsync.settings import Secret, Settings
 from gitsync.source.inputs import read_input
 from gitsync.source.mirror import MAX_HAVES, MAX_PACKS, Source, _packs_to_merge

@@ -13,7 +13,8 @@ import sys
 
 from gitsync.adopt import import_adc, import_apisix_yaml, repo_writer
 from gitsync.problems import ProblemsError
-from gitsync.render import RenderOptions, read_directory, render
+from gitsync.render import RenderOptions, render
+from gitsync.source.directory import read_directory
 
 
 def import_command(_settings: object, args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@ load (YAML, cached by blob SHA) → decrypt (SOPS seam) → substitute (vars/sec
 → build (layering) → validate; pure over ``{path: bytes}``.
 """
 
-from gitsync.render.files import read_directory
 from gitsync.render.load import ParseCache
 from gitsync.render.mask import mask_secrets
 from gitsync.render.options import RenderOptions, options_from_settings
@@ -22,7 +21,6 @@ __all__ = [
     "mask_secrets",
     "options_from_settings",
     "payload_json",
-    "read_directory",
     "render",
     "unmanaged_warnings",
 ]

@@ -17,9 +17,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import REPO_ONLY_KINDS
 from gitsync.render.build import Built, Loaded, Unit, units_of
-from gitsync.render.files import ConfigFiles
 from gitsync.render.load import ParseCache, blob_sha
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FilePositions, SourceMap

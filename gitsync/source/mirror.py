@@ -36,8 +36,8 @@ from dulwich.objects import Blob, Commit, Tag
 from dulwich.pack import full_unpacked_object
 from dulwich.repo import ParentsProvider, Repo
 
+from gitsync.configfiles import DEFAULT_MAX_FILE_SIZE
 from gitsync.log import logger
-from gitsync.render.files import DEFAULT_MAX_FILE_SIZE
 from gitsync.source.compat import remove_pack
 from gitsync.source.read import CommitFiles, CommitReader
 from gitsync.source.signatures import SignaturePolicy, verify_commit

@@ -12,7 +12,7 @@ from dulwich.object_store import DiskObjectStore, tree_lookup_path
 from dulwich.objects import Blob, Commit, Tree, parse_tree
 from dulwich.repo import Repo
 
-from gitsync.render.files import ConfigFiles, is_config_file, may_hold_config, skipped
+from gitsync.configfiles import ConfigFiles, is_config_file, may_hold_config, skipped
 from gitsync.source.sizes import object_size
 from gitsync.source.transport import SourceError
 
