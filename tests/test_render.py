@@ -19,10 +19,10 @@ from gitsync.render import (
     RenderOptions,
     mask_secrets,
     options_from_settings,
-    read_directory,
     render,
 )
 from gitsync.settings import Settings, SettingsError
+from gitsync.source.directory import read_directory
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample-repo"
 CERT = (SAMPLE / "certs/example.com.crt").read_text()

@@ -37,7 +37,6 @@ from gitsync.render import (
     mask_secrets,
     options_from_settings,
     payload_json,
-    read_directory,
     unmanaged_warnings,
 )
 from gitsync.render import (
@@ -45,6 +44,7 @@ from gitsync.render import (
 )
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
+from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.fleet import read_fleet
