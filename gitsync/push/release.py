@@ -19,8 +19,9 @@ from gitsync.log import logger
 from gitsync.push.admin_api import Gateway, GatewayError, LiveConfig
 from gitsync.push.apply import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
 from gitsync.push.guard import GuardPolicy, GuardVerdict, check_deletions, deletion_verdict
-from gitsync.push.health import Check, run_checks
+from gitsync.push.health import run_checks
 from gitsync.push.plan import Desired, LiveView, Policy
+from gitsync.render.healthchecks import Check
 from gitsync.timing import Phases
 
 Payload = Mapping[str, Sequence[Any]]

@@ -19,8 +19,8 @@ from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import MASK, Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
-from gitsync.push.health import CHECKS, Check, parse_checks
 from gitsync.render.build import Built, Loaded, build
+from gitsync.render.healthchecks import CHECKS, Check, parse_checks
 from gitsync.render.incremental import remember, render_next
 from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParseCache, ParsedFile, blob_sha
