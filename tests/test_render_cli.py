@@ -121,7 +121,7 @@ def test_validate_skips_a_fifo_and_links_with_a_warning_each_and_never_hangs(tmp
     for command in ("validate", "render"):
         result = run_gitsync(command, "--dir", str(tmp_path), timeout=60)
         assert result.returncode == 0, result.stderr
-        warnings = [line.split("gitsync.render.files ", 1)[1] for line in result.stderr.splitlines()]
+        warnings = [line.split("gitsync.configfiles ", 1)[1] for line in result.stderr.splitlines()]
         assert warnings == [f"skipped conf: a symbolic link to a directory (links are not followed); {THEN}",
                             f"skipped copy.yaml: a symbolic link (links are not followed); {THEN}",
                             f"skipped x.yaml: not a regular file (a FIFO, socket or device); {THEN}"]

@@ -1056,7 +1056,7 @@ def test_read_warns_about_links_and_submodules_that_may_hold_config(remote_repo,
     finally:
         gslog.setup()
     assert files == {"routes.yaml": b"routes: []\n", "base/u.yaml": b"upstreams: []\n"}
-    warnings = [line.split("gitsync.render.files ", 1)[1] for line in log.getvalue().splitlines()
+    warnings = [line.split("gitsync.configfiles ", 1)[1] for line in log.getvalue().splitlines()
                 if "WARNING" in line]
     link = "a symbolic link (links are not followed)"
     then = "nothing in it is applied (its items are pruned from the gateways)"
