@@ -17,9 +17,10 @@ from ruamel.yaml import YAML
 
 from gitsync.kinds import KINDS
 from gitsync.push.admin_api import Endpoint
-from gitsync.push.apply import RetryPolicy, SyncStatus, sync_gateway
+from gitsync.push.apply import RetryPolicy, sync_gateway
 from gitsync.push.moves import first_step, is_move_refusal
 from gitsync.push.plan import Policy, item_content, items_equal
+from gitsync.push.results import SyncStatus
 from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret

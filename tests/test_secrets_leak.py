@@ -33,11 +33,10 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from gitsync import log as gslog
-from gitsync.problems import Problem, ProblemsError
+from gitsync.problems import Problem, ProblemsError, lua_quote
 from gitsync.render import ParseCache, RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.stored import SUFFIX
-from gitsync.schema.jsonschema import lua_quote
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text

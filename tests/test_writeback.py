@@ -17,7 +17,7 @@ import pytest
 
 from gitsync import log as gslog
 from gitsync.agent.gate import fleet_table
-from gitsync.agent.state import StateDir
+from gitsync.agent.statedir import StateDir
 from gitsync.cli.commands import status as status_command
 from gitsync.settings import Settings, load
 from gitsync.source.transport import Remote

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gitsync.push.apply import GatewayResult
+from gitsync.push.results import GatewayResult
 from gitsync.timing import Phases
 
 

@@ -35,17 +35,19 @@ from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, 
 from gitsync.agent.gate import GateVerdict, group_gate
 from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
-from gitsync.agent.state import AgentState, GatewayState, StateDir
+from gitsync.agent.state import AgentState, GatewayState
+from gitsync.agent.statedir import StateDir
 from gitsync.backoff import Backoff
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
-from gitsync.push.apply import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
+from gitsync.push.apply import RetryPolicy, policy_from_settings
 from gitsync.push.guard import GuardPolicy, allowed_kinds
 from gitsync.push.plan import Desired, LiveView, plan
 from gitsync.push.release import Release, release
-from gitsync.push.workers import Gateways, wait_for
+from gitsync.push.results import GatewayResult, Known, SyncStatus
+from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render, unmanaged_warnings
 from gitsync.render.stored import ParseStore
 from gitsync.settings import Settings
@@ -108,7 +110,7 @@ class Agent:
         self.policy = policy_from_settings(settings)
         self.retry = RetryPolicy.from_settings(settings)
         endpoints = endpoints_from_settings(settings)
-        self.gateways = Gateways(endpoints, settings.max_backoff)
+        self.gateways = GatewayPool(endpoints, settings.max_backoff)
         self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)

@@ -31,7 +31,7 @@ from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_fr
 from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
 from gitsync.push.plan import Desired, KindStatus
 from gitsync.push.release import Release, release
-from gitsync.push.workers import Gateways, wait_for
+from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -195,10 +195,10 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
             print("    (order of items changed)")
 
 
-def _gateways(settings: Settings, command: str) -> Gateways | int:
+def _gateways(settings: Settings, command: str) -> GatewayPool | int:
     """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
     try:
-        return Gateways(endpoints_from_settings(settings), settings.max_backoff)
+        return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
@@ -207,7 +207,7 @@ def _gateways(settings: Settings, command: str) -> Gateways | int:
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
     commit the deletion guard would refuse."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     read = _render_commit(settings, "diff")
     if isinstance(read, int):
@@ -288,7 +288,8 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
 
 def _sync_repo(settings: Settings) -> int:
     from gitsync.agent.metrics import Metrics
-    from gitsync.agent.state import StateDir, StateError
+    from gitsync.agent.state import StateError
+    from gitsync.agent.statedir import StateDir
     from gitsync.agent.sync import Agent
 
     with contextlib.ExitStack() as stack:
@@ -358,7 +359,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
     """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status refs."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):

@@ -18,7 +18,7 @@ from types import FrameType
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitsync import __version__
-from gitsync.agent.state import StateDir
+from gitsync.agent.statedir import StateDir
 from gitsync.agent.sync import Agent, short
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.daemon.sdnotify import Notifier

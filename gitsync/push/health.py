@@ -5,52 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from gitsync.httpclient import Answer, HttpClient, HttpError
 from gitsync.log import redact
+from gitsync.push.results import CheckResult, ChecksVerdict
 from gitsync.render.healthchecks import Check, status_text
 
 BODY_SHOWN = 200  # bytes of an answer's body a failure quotes
 MAX_BODY_READ = 1 << 20
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check's verdict on one gateway: what it got on its last attempt."""
-
-    name: str
-    location: str  # file:line of the check
-    passed: bool
-    attempts: int
-    status: int | None = None
-    body: str = ""  # the first BODY_SHOWN bytes of the last answer, redacted
-    why: str = ""
-
-    def describe(self) -> str:
-        """``checks.yaml:3:5: check api-health failed after 4 attempts: status 502, …; body: …``."""
-        got = f"; body: {self.body!r}" if self.body else ""
-        return f"{self.location}: check {self.name} failed after {self.attempts} attempt(s): {self.why}{got}"
-
-
-@dataclass(frozen=True)
-class ChecksVerdict:
-    """Every check's result on one gateway."""
-
-    results: tuple[CheckResult, ...] = ()
-
-    @property
-    def failed(self) -> tuple[CheckResult, ...]:
-        return tuple(r for r in self.results if not r.passed)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    def to_dict(self) -> dict[str, Any]:
-        """The status file's ``checks`` entry."""
-        return {"passed": len(self.results) - len(self.failed), "failed": [r.describe() for r in self.failed]}
 
 
 def judge(check: Check, answer: Answer) -> str | None:

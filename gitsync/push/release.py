@@ -17,10 +17,11 @@ from typing import Any
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push.admin_api import Gateway, GatewayError, LiveConfig
-from gitsync.push.apply import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
+from gitsync.push.apply import ProblemMapper, RetryPolicy, push
 from gitsync.push.guard import GuardPolicy, GuardVerdict, check_deletions, deletion_verdict
 from gitsync.push.health import run_checks
 from gitsync.push.plan import Desired, LiveView, Policy
+from gitsync.push.results import GatewayResult, Known, SyncStatus
 from gitsync.render.healthchecks import Check
 from gitsync.timing import Phases
 

@@ -21,7 +21,7 @@ from gitsync.web import auth, pages
 from gitsync.web.catalog import paginate
 from gitsync.web.html import Markup, page
 from gitsync.web.links import Links
-from gitsync.web.live import FleetReader, Gateways, LiveCatalog
+from gitsync.web.live import LiveCatalog, ViewFleet, ViewGateways
 
 Reply = tuple[int, bytes, str, list[tuple[str, str]]]
 
@@ -51,9 +51,9 @@ class WebView:
         self._agent = agent
         self.access = auth.Access(current.listen, current.ui_token)  # SettingsError: not allowed as set
         self._lock = threading.Lock()
-        self._gateways = Gateways(current)
+        self._gateways = ViewGateways(current)
         self._gateways_of = current.gateways
-        self.fleet = FleetReader(settings, work_dir)
+        self.fleet = ViewFleet(settings, work_dir)
         self.catalog = LiveCatalog()
         self.failures = auth.Failures()
 
@@ -62,12 +62,12 @@ class WebView:
         self.fleet.close()
         self.catalog.close()
 
-    def gateways(self, settings: Settings) -> Gateways:
+    def gateways(self, settings: Settings) -> ViewGateways:
         """The view's gateway clients, made again when a reload changed the gateways."""
         with self._lock:
             if settings.gateways != self._gateways_of:
                 self._gateways.close()
-                self._gateways, self._gateways_of = Gateways(settings), settings.gateways
+                self._gateways, self._gateways_of = ViewGateways(settings), settings.gateways
             return self._gateways
 
     # -- requests ------------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ class LiveItems:
     at: float = 0.0  # time.time() of the GET
 
 
-class Gateways:
+class ViewGateways:
     """The view's own clients of the agent's gateways (short deadlines), and their cached answers."""
 
     def __init__(self, settings: Settings) -> None:
@@ -155,7 +155,7 @@ def read_agents(settings: Settings, work_dir: Path) -> list[dict[str, Any]]:
     return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir)
 
 
-class FleetReader:
+class ViewFleet:
     """The fleet, read from the status branch at most every `FLEET_TTL` seconds."""
 
     def __init__(self, settings: Callable[[], Settings], work_dir: Path) -> None:
@@ -246,4 +246,4 @@ class LiveCatalog:
             return self._catalog, None
 
 
-__all__ = ["Fleet", "FleetReader", "Gateways", "Head", "LiveCatalog", "LiveItems", "read_agents"]
+__all__ = ["Fleet", "Head", "LiveCatalog", "LiveItems", "ViewFleet", "ViewGateways", "read_agents"]
