@@ -46,7 +46,8 @@ from bench.generate import add_commits, make_history
 from gitsync import log as gslog
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
-from gitsync.render import ParseCache, render
+from gitsync.render import render
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings, load
 from gitsync.source.mirror import Source
 from gitsync.source.transport import Remote

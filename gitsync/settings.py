@@ -176,6 +176,10 @@ class Settings:
                             "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    parse_cache: bool = setting("render", "bool", True, "Keep parsed files (in memory and in the state "
+                                "dir) and render a commit from the last one where it can: the speed layer. "
+                                "`false` parses every file of every commit anew and renders it in full; the "
+                                "payload is the same either way (for diagnosis).")
     # [gateways]
     gateways: tuple[str, ...] = setting("gateways", "list", (), "Admin API base URLs of the gateways to keep "
                                         "in step.", groups=(GATEWAY,), flag="--gateway", metavar="URL")

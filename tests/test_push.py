@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
@@ -27,6 +27,7 @@ from gitsync.render import RenderOptions, render
 from gitsync.settings import Secret
 from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble, Reply
+from testkit.profiles import examples
 from tests.support import free_port, run_gitsync
 
 KEY = "test-admin-key"
@@ -470,8 +471,7 @@ def live_items(draw: st.DrawFn, kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])
+@examples(1)
 @given(data=st.data(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))
 def test_deadlock_matrix(shared_apisix: ApisixDouble, data: st.DataObject, unmanaged: frozenset[str]) -> None:
     double = shared_apisix

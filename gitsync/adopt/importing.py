@@ -14,6 +14,7 @@ import sys
 from gitsync.adopt import import_adc, import_apisix_yaml, repo_writer
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
+from gitsync.render.memo import ParseCache
 from gitsync.source.directory import read_directory
 
 
@@ -55,7 +56,7 @@ def import_command(_settings: object, args: argparse.Namespace) -> int:
     count = sum(len(items) for items in payload.values())
     print(f"imported {count} item(s) into {len(written)} file(s) under {args.out}")
     try:
-        render(read_directory(args.out), RenderOptions())
+        render(read_directory(args.out), RenderOptions(), memo=ParseCache())
     except ProblemsError as exc:
         # Variables and secrets are the host's to set; anything else is a problem of the result.
         real = [p for p in exc.problems if not p.message.startswith("undefined ")]

@@ -8,7 +8,7 @@ Layout::
     <state_dir>/indexes.json per gateway and kind, the modifiedIndex of each item that is not derived
                              from its content (kept from another writer; usually empty)
     <state_dir>/mirror/      the bare git mirror (owned by gitsync.source.mirror)
-    <state_dir>/parse-cache/ parsed plain config files by blob SHA (owned by gitsync.render.stored)
+    <state_dir>/parse-cache/ parsed plain config files by blob SHA (owned by gitsync.render.memo.store)
 
 Every write of the state files goes to a temporary file that is fsync'ed and renamed over the old
 one, then the directory is fsync'ed: a reader sees the old state or the new one, never half of either.
@@ -70,7 +70,7 @@ class StateDir:
 
     @property
     def parse_cache(self) -> Path:
-        """Parsed plain config files by blob SHA (`gitsync.render.stored`)."""
+        """Parsed plain config files by blob SHA (`gitsync.render.memo.store`)."""
         return self.path / "parse-cache"
 
     @property

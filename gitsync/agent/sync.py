@@ -48,8 +48,10 @@ from gitsync.push.plan import Desired, LiveView, plan
 from gitsync.push.release import Release, release
 from gitsync.push.results import GatewayResult, Known, SyncStatus
 from gitsync.push.workers import GatewayPool, wait_for
-from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render, unmanaged_warnings
-from gitsync.render.stored import ParseStore
+from gitsync.render import LastGood, Rendered, options_from_settings, render, unmanaged_warnings
+from gitsync.render.memo import ParseCache
+from gitsync.render.memo.store import ParseStore
+from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.settings import Settings
 from gitsync.source.mirror import Source
 from gitsync.source.transport import SourceError
@@ -106,7 +108,8 @@ class Agent:
         self.state: AgentState = self.state_dir.load()
         self.source = Source.from_settings(settings)
         self.render_options = options_from_settings(settings, self.env)
-        self.cache = ParseCache(store=ParseStore(self.state_dir.parse_cache))
+        self.cache: RenderMemo = ParseCache(store=ParseStore(self.state_dir.parse_cache)) \
+            if settings.parse_cache else NoMemo()
         self.policy = policy_from_settings(settings)
         self.retry = RetryPolicy.from_settings(settings)
         endpoints = endpoints_from_settings(settings)
@@ -406,7 +409,7 @@ class Agent:
             commit = self.source.read(sha, have=self.cache.has)
         parses = self.cache.parses
         with self._phases.timed("render"):
-            rendered = render(commit.files, self.render_options, cache=self.cache, fallback=fallback)
+            rendered = render(commit.files, self.render_options, memo=self.cache, fallback=fallback)
         logger.debug("commit {}: {} config file(s), {} parsed, the others from the parse cache", short(sha),
                      len(commit.blob_ids), self.cache.parses - parses)
         for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
@@ -443,7 +446,7 @@ class Agent:
         origins: dict[tuple[str, str], str] = {}
         for origin in sorted(set(recorded.values())):
             try:
-                own = render(self.source.read(origin).files, self.render_options, cache=self.cache)
+                own = render(self.source.read(origin).files, self.render_options, memo=self.cache)
             except (ProblemsError, SourceError) as exc:
                 logger.error("commit {}: the last good versions it kept from {} cannot be read again: {}",
                              short(sha), short(origin), exc)

@@ -42,6 +42,7 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.memo import ParseCache
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
@@ -92,7 +93,7 @@ def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | i
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        rendered = render_files(files, options)
+        rendered = render_files(files, options, memo=ParseCache())
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:

@@ -23,6 +23,7 @@ from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.render import render
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
@@ -237,7 +238,7 @@ class LiveCatalog:
             try:
                 commit = agent.source.read(sha)
                 with gc_paused():  # as a sync renders: no full collections over the growing payload
-                    rendered = render(commit.files, agent.render_options)
+                    rendered = render(commit.files, agent.render_options, memo=ParseCache())
             except (SourceError, ProblemsError) as exc:
                 why = redact(f"cannot render {sha[:7]} again: {exc}")
                 self._error = (sha, why)
