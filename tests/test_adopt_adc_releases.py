@@ -307,8 +307,14 @@ def test_diff_after_an_import_for_the_wrong_adc_says_why_in_one_line_per_kind(ap
     assert sum(line.startswith("    ~ routes[") for line in every.stdout.splitlines()) == 12
 
 
-def test_import_refuses_an_unknown_adc_version_and_a_gateway_for_apisix_yaml(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_import_flags_name_the_release_and_a_bad_one_or_gateway_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "adc.yaml").write_text(MANY)
+    unlabelled = run_gitsync("import", "adc", str(tmp_path / "adc.yaml"), "--out", str(tmp_path / "main"),
+                             "--adc-version", "main", "--no-managed-by-label")
+    assert unlabelled.returncode == 0, unlabelled.stderr
+    assert "wrote what ADC 0.26.0 – 0.28.0 writes (--adc-version main)" in unlabelled.stdout
+    assert "managed-by" not in (tmp_path / "main" / "routes.yaml").read_text()
     old = run_gitsync("import", "adc", str(tmp_path / "adc.yaml"), "--out", str(tmp_path / "a"),
                       "--adc-version", "0.19")
     assert old.returncode == 2 and "it came in 0.20.0" in old.stderr

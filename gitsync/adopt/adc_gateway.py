@@ -53,8 +53,17 @@ class Given:
     """What the command line fixed, which the gateway's evidence does not override."""
 
     behaviour: Behaviour | None = None  # --adc-version
-    managed_by: bool | None = None  # --managed-by-label / --no-managed-by-label
+    managed_by: bool | None = None  # --managed-by-label / --no-managed-by-label, else --adc-version's
     no_lint: bool = False  # --no-lint
+
+    @classmethod
+    def of(cls, version: Behaviour | None, label: bool | None, no_lint: bool) -> Given:
+        """From the flags: an ``--adc-version`` fixes the label too, unless a label flag says otherwise."""
+        return cls(version, label if label is not None else version.managed_by if version else None, no_lint)
+
+    def behaviour_without_gateway(self) -> Behaviour:
+        """The latest release's behaviour, or ``--adc-version``'s, with the label and lint flags."""
+        return (self.behaviour or Behaviour()).with_(managed_by=bool(self.managed_by), lint=not self.no_lint)
 
 
 @dataclass

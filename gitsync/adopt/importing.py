@@ -102,16 +102,14 @@ def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, b
         version = behaviour_for(args.adc_version) if args.adc_version else None
     except UnknownRelease as exc:
         raise _UsageError(f"--adc-version: {exc}") from None
-    given = adc_gateway.Given(version, args.managed_by_label if args.managed_by_label is not None
-                              else version.managed_by if version is not None else None, args.no_lint)
+    given = adc_gateway.Given.of(version, args.managed_by_label, args.no_lint)
     adc = import_adc.read_files(files)
     selector = dict(args.label_selector)
     if getattr(args, "gateways", None):  # only a --gateway of this command line, never the settings'
         live, url = _read_gateway(settings)
         converted, told = _follow_gateway(adc, selector, given, live, url)
     else:
-        behaviour = (given.behaviour or DEFAULT).with_(
-            managed_by=bool(given.managed_by), lint=not given.no_lint)
+        behaviour = given.behaviour_without_gateway()
         converted = import_adc.convert_files(adc, selector, behaviour)
         told = [_offline_line(behaviour.name, args.adc_version)]
     notes = [str(n) for n in converted.notes]
@@ -122,10 +120,11 @@ def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, b
 
 
 def _offline_line(name: str, version: str | None) -> str:
-    why = f"as --adc-version {version} says" if version else f"the latest release is {LATEST_RELEASED}"
-    return (f"wrote what {name} writes ({why}); another ADC: --adc-version X.Y (main: a build after "
-            f"{LATEST_RELEASED}, which stamps managed-by: adc), or --gateway URL --admin-key-file FILE to "
-            "follow the gateway it wrote")
+    if version:
+        return f"wrote what {name} writes (--adc-version {version})"
+    return (f"wrote what {name} writes ({LATEST_RELEASED} is the latest release; another ADC: --adc-version "
+            f"X.Y, or main for a build after {LATEST_RELEASED}, which stamps managed-by: adc; or --gateway "
+            "URL --admin-key-file FILE to follow the gateway it wrote)")
 
 
 def _read_gateway(settings: Settings) -> tuple[Mapping[str, Any], str]:
@@ -147,7 +146,8 @@ def _follow_gateway(adc: import_adc.AdcFiles, selector: dict[str, str], given: a
     """The import as the ADC that wrote `live` made it, in the gateway's order, and what to tell."""
     probe = import_adc.convert_files(adc, selector, DEFAULT)
     followed = adc_gateway.follow(live, probe.payload, given)
-    converted = import_adc.convert_files(adc, selector, followed.behaviour)
+    converted = probe if followed.behaviour == DEFAULT else \
+        import_adc.convert_files(adc, selector, followed.behaviour)
     converted.payload, moved = adc_gateway.in_live_order(converted.payload, live)
     equal, changes = adc_gateway.compare(converted.payload, live)
     told = [f"following the gateway {url}, as the ADC that wrote it did ({followed.behaviour.name}):"]
