@@ -125,6 +125,17 @@ def test_the_gateway_tells_which_release_wrote_it(name: str) -> None:
     assert subjects == ["ADC release", "defaults", "managed-by label"]
 
 
+def test_flags_win_over_the_gateway_with_a_warning_where_they_disagree() -> None:
+    record = recording("main")
+    files = {path: Path(path).read_bytes() for path in adc_files(record)}
+    given = adc_gateway.Given.of(behaviour_for("0.25"), False, no_lint=False)
+    followed = adc_gateway.follow(record["puts"][-1]["body"], convert(files).payload, given)
+    assert followed.behaviour == Behaviour(RELEASES[3], managed_by=False)
+    assert any("--adc-version says ADC 0.21.2 – 0.25.x, but the gateway looks written by ADC 0.26.0 – 0.28.0"
+               in w and "https_verify_certificate" in w for w in followed.warnings), followed.warnings
+    assert any("the managed-by label is left out, but 10 of the 10" in w for w in followed.warnings)
+
+
 def test_the_latest_release_is_the_default_and_main_adds_the_label() -> None:
     files = {str(DATA / name): (DATA / name).read_bytes() for name in ("adc.yaml", "stream.yaml")}
     plain, main = convert(files), convert(files, behaviour=behaviour_for("main"))

@@ -178,13 +178,20 @@ def _upstream_clues(live: Mapping[str, Any], probe: Mapping[str, Sequence[Any]],
     return clues
 
 
+def _defaulted(upstream: Mapping[str, Any]) -> bool:
+    """Whether an upstream has the fields ADC's lint (zod 4) always fills in."""
+    nodes = upstream.get("nodes")
+    listed = [node for node in nodes if isinstance(node, Mapping)] if isinstance(nodes, list) else []
+    return all(k in upstream for k in _FILLED) and all("priority" in node for node in listed)
+
+
 def _lint_evidence(live: Mapping[str, Any], probe: Mapping[str, Sequence[Any]], release: Release,
                    ) -> tuple[bool, str] | None:
     """Whether ADC's lint filled in its defaults: (ran, why), or None when nothing tells."""
     mine = [there for _, there in _pairs(live, probe)]
     if release.full_defaults:
-        lacking = sum(1 for up in mine if not all(k in up for k in _FILLED))
-        what = "type, scheme and pass_host"
+        lacking = sum(1 for up in mine if not _defaulted(up))
+        what = "type, scheme, pass_host and each node's priority"
     else:
         pools = [up["keepalive_pool"] for up in mine if isinstance(up.get("keepalive_pool"), Mapping)]
         mine = pools
@@ -273,18 +280,15 @@ def _choose_label(live: Mapping[str, Any], probe: Mapping[str, Sequence[Any]], g
     evidence = (f"{stamped:,} of the {total:,} {what} on the gateway {('has', 'have')[stamped != 1]} "
                 "labels.managed-by: adc") if total else f"the gateway holds none of the imported {what}"
     if given.managed_by is not None:
-        flag = "--managed-by-label" if given.managed_by else "--no-managed-by-label"
         decision = "stamped" if given.managed_by else "left out"
-        followed.choices.append(Choice("managed-by label", f"{decision}, as {flag} says", evidence))
+        followed.choices.append(Choice("managed-by label", f"{decision}, as the command line says", evidence))
         if total and (stamped * 2 > total) != given.managed_by:
-            followed.warnings.append(f"{flag} given, but {evidence}: the first sync changes their labels")
+            followed.warnings.append(f"the command line says the managed-by label is {decision}, but "
+                                     f"{evidence}: the first sync changes their labels")
         return given.managed_by
-    if not total:
-        chosen = given.behaviour.managed_by if given.behaviour is not None else False
-    else:
-        chosen = stamped * 2 > total
-        if 0 < stamped < total:
-            followed.warnings.append(f"only {evidence}: the first sync changes the labels of the others")
+    chosen = bool(total) and stamped * 2 > total
+    if 0 < stamped < total:
+        followed.warnings.append(f"only {evidence}: the first sync changes the labels of the others")
     followed.choices.append(Choice("managed-by label", "stamped (ADC after 0.28.0)" if chosen
                                    else "left out (ADC up to 0.28.0)", evidence))
     return chosen
