@@ -110,6 +110,8 @@ def _hostname() -> str:
 # Command-line groups: each subcommand carries the flags of its groups (gitsync/cli.py).
 SOURCE, GATEWAY, DAEMON, WRITEBACK = "source", "gateway", "daemon", "writeback"
 STATE, GLOBAL = "state", "global"
+#: The flags that reach one gateway's Admin API and nothing more (a one-shot read: `import adc --gateway`).
+CONNECT = "connect"
 
 
 @dataclass(frozen=True)
@@ -182,9 +184,10 @@ class Settings:
                                 "payload is the same either way (for diagnosis).")
     # [gateways]
     gateways: tuple[str, ...] = setting("gateways", "list", (), "Admin API base URLs of the gateways to keep "
-                                        "in step.", groups=(GATEWAY,), flag="--gateway", metavar="URL")
+                                        "in step.", groups=(GATEWAY, CONNECT), flag="--gateway",
+                                        metavar="URL")
     admin_key: Secret | None = setting("gateways", "str", None, "APISIX admin key (`X-API-KEY`).",
-                                       secret=True, groups=(GATEWAY,))
+                                       secret=True, groups=(GATEWAY, CONNECT))
     admin_key_file: Path | None = _secret_file()
     unmanaged: tuple[str, ...] = setting("gateways", "list", (), "Kinds whose live content gitsync keeps "
                                          "as it is (e.g. `[\"secrets\"]`).", groups=(GATEWAY, "unmanaged"),
@@ -198,18 +201,18 @@ class Settings:
                                           "health checks run after a push.", groups=(GATEWAY,),
                                           flag="--proxy-url", metavar="URL")
     gateway_timeout: float = setting("gateways", "duration", 10.0, "Deadline of each Admin API request, from "
-                                     "connect to the last byte of the answer.", groups=(GATEWAY,),
+                                     "connect to the last byte of the answer.", groups=(GATEWAY, CONNECT),
                                      minimum=0.1)
     push_attempts: int = setting("gateways", "int", 5, "Attempts per gateway when a push races another "
                                  "writer or the gateway is unavailable.", groups=(GATEWAY,), minimum=1)
     ca_file: Path | None = setting("gateways", "path", None, "CA bundle for https gateways.",
-                                   groups=(GATEWAY,), must_exist=True)
+                                   groups=(GATEWAY, CONNECT), must_exist=True)
     client_cert_file: Path | None = setting("gateways", "path", None, "Client certificate for mTLS to the "
-                                            "Admin API.", groups=(GATEWAY,), must_exist=True)
+                                            "Admin API.", groups=(GATEWAY, CONNECT), must_exist=True)
     client_key_file: Path | None = setting("gateways", "path", None, "Client key for mTLS to the Admin API.",
-                                           groups=(GATEWAY,), must_exist=True)
+                                           groups=(GATEWAY, CONNECT), must_exist=True)
     tls_verify: bool = setting("gateways", "bool", True, "Verify the gateways' TLS certificates.",
-                               groups=(GATEWAY,))
+                               groups=(GATEWAY, CONNECT))
     # [rollout]
     on_check_failure: str = setting("rollout", "enum", "rollback", "When a health check still fails after "
                                     "its retries: give that gateway the last good commit back and refuse the "
