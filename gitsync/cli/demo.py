@@ -54,6 +54,7 @@ from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
 from dulwich.server import DictBackend, TCPGitServer
 
+import gitsync
 from gitsync import __version__
 from gitsync import log as gslog
 from gitsync.agent.gate import fleet_table
@@ -131,7 +132,7 @@ class DemoError(Exception):
 
 def sample_repo_dir() -> Path:
     """The embedded sample config repo: ``gitsync/_sample_repo`` in a wheel, ``sample-repo/`` in a tree."""
-    package = Path(__file__).resolve().parent
+    package = Path(gitsync.__file__).resolve().parent
     candidates = (package / "_sample_repo", package.parent / "sample-repo")
     for candidate in candidates:
         if (candidate / "base").is_dir():
