@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gitsync.agent.sync import gc_paused
+from gitsync.agent.view import AgentView
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
@@ -201,12 +202,12 @@ class LiveCatalog:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-catalog")
         self._warming: Future[None] | None = None
 
-    def warm(self, view: Mapping[str, Any], agent: Any) -> None:
-        known = self.peek(view.get("last_good"))
+    def warm(self, view: AgentView, agent: Any) -> None:
+        known = self.peek(view.last_good)
         if (known is None or not known.prepared) and (self._warming is None or self._warming.done()):
             self._warming = self._pool.submit(self._prepare, view, agent)
 
-    def _prepare(self, view: Mapping[str, Any], agent: Any) -> None:
+    def _prepare(self, view: AgentView, agent: Any) -> None:
         catalog, _ = self.get(view, agent)
         if catalog is not None:
             with gc_paused():
@@ -220,12 +221,12 @@ class LiveCatalog:
         known = self._catalog
         return known if known is not None and known.sha == sha else None
 
-    def get(self, view: Mapping[str, Any], agent: Any) -> tuple[Catalog | None, str | None]:
+    def get(self, view: AgentView, agent: Any) -> tuple[Catalog | None, str | None]:
         """(the catalog, None), or (None, why not)."""
-        sha = view.get("last_good")
+        sha = view.last_good
         if not sha:
             return None, "no commit is live yet"
-        held = view.get("live_commit")
+        held = view.live_commit
         with self._lock:
             known = self._catalog
             if known is not None and known.sha == sha and (held is None or known.rendered is held.rendered):
