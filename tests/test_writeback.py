@@ -24,6 +24,7 @@ from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import read_fleet
 from gitsync.writeback.notes import merge_note, parse_note, render_section
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
+from gitsync.names import decode_slug
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport, agent_slug, summary_text
 from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
 
@@ -293,12 +294,30 @@ def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, 
 
 
 @pytest.mark.parametrize(("name", "slug"), [
-    ("edge-1", "edge-1"), ("gw eu/1", "gw-eu-1"), ("..hidden", "hidden"), ("a..b", "a.b"),
-    ("x.lock", "x-lock"), ("trailing.", "trailing"), ("", "agent"), ("ünï", "-n-"),
+    ("edge-1", "edge-1"), ("gw eu/1", "gw%20eu%2F1"), ("..hidden", "%2E%2Ehidden"), ("a..b", "a.%2Eb"),
+    ("x.lock", "x%2Elock"), ("trailing.", "trailing%2E"), ("ünï", "%C3%BCn%C3%AF"), ("100%", "100%25"),
+    ("a@{b}", "a%40%7Bb%7D"), ("@", "%40"), ("a.b.c", "a.b.c"),
 ])
 def test_agent_names_become_valid_ref_and_file_names(name, slug):
     assert agent_slug(name) == slug
+    assert decode_slug(slug) == name
     assert git("check-ref-format", f"refs/gitsync/status/{slug}", check=False) == ""
+
+
+def test_names_that_collided_before_get_refs_of_their_own():
+    names = ["eu/1", "eu-1", "eu 1", "eu:1", "gw-é", "gw-ü", "eu%2F1", "eu.1", "eu..1", "eu.1.lock"]
+    slugs = [agent_slug(n) for n in names]
+    assert len(set(slugs)) == len(names), slugs
+    assert [decode_slug(s) for s in slugs] == names
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("", "cannot be empty"), ("a\nb", "control characters"), ("é" * 40, "at most 200 bytes"),
+    ("x\udc80", "UTF-8"),
+])
+def test_names_that_cannot_be_encoded_are_refused(name, why):
+    with pytest.raises(ValueError, match=why):
+        agent_slug(name)
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from gitsync import __version__
 from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
-from gitsync.agent.gate import GateVerdict, group_gate
+from gitsync.agent.gate import FleetGate, GateVerdict
 from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState, GatewayState, StateDir
@@ -53,7 +53,6 @@ from gitsync.source.mirror import Source
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.urls import display_url
-from gitsync.writeback.fleet import FleetReader
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
@@ -112,7 +111,7 @@ class Agent:
         self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
-        self._fleet = FleetReader.from_settings(settings) if settings.after_group else None
+        self._fleet = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
@@ -246,13 +245,12 @@ class Agent:
         sha = remote.sha
         if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
             return None
+        assert self._fleet is not None
         try:
-            assert self._fleet is not None
-            fleet = self._fleet.read()
+            committed = self.source.commit_time(sha)
         except SourceError as exc:
-            return GateVerdict(False, f"cannot read the fleet's status: {exc.reason}")
-        verdict = group_gate(fleet, sha, s.after_group, s.after_count, s.soak, datetime.now(UTC),
-                             s.status_heartbeat)
+            return GateVerdict(False, f"cannot fetch {short(sha)}: {exc.reason}")
+        verdict = self._fleet.verdict(sha, committed, datetime.now(UTC))
         if not verdict.allowed:
             logger.info("commit {} waits: {}", short(sha), verdict.why)
         return verdict
