@@ -179,7 +179,7 @@ def test_fleet_table_marks_down_agents_and_shows_groups_checks_and_trouble():
         ["c2", C[:7], "applied", "1h", "canary", "1", "failed", "1h", "(down)", "-"],
         ["m1", OLD[:7], "applied", "30s", "main", "-", "10s", "-"],
         ["x1", "-", "unreadable", "30s", "-", "-", "10s",
-         *"unreadable status: gateways: expected a list, got int".split()],
+         *["unreadable", "status:", "gateways:", "expected", "a", "list,", "got", "int"]],
         ["u1", C[:7], "applied", "30s", "canary", "-", "10s", "unverified:", "not", "signed"],
         ["s1", C[:7], "applied", "30s", "canary", "-", "10s", "verified"]]
     assert lines[0].index("SEEN") == lines[1].index("10s")  # aligned

@@ -19,12 +19,12 @@ from gitsync import log as gslog
 from gitsync.agent.gate import fleet_table
 from gitsync.agent.state import StateDir
 from gitsync.cli.commands import status as status_command
+from gitsync.names import decode_slug
 from gitsync.settings import Settings, load
 from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import read_fleet
 from gitsync.writeback.notes import merge_note, parse_note, render_section
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
-from gitsync.names import decode_slug
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport, agent_slug, summary_text
 from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
 
@@ -126,12 +126,13 @@ def test_each_agent_keeps_its_own_file(config_repo, git_daemon, tmp_path):
     assert agent_files(repo) == ["edge-a.yaml", "edge-b.yaml"]
 
     fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
-    assert [(d["agent"], d["commit"], d["result"]) for d in fleet] == [
+    assert [(e.agent, e.status.commit, e.status.result) for e in fleet] == [
         ("edge-a", sha, "applied"), ("edge-b", sha, "failed")]
-    assert "applied_at" in fleet[0] and "applied_at" not in fleet[1]  # edge-b never applied it
+    assert fleet[0].status.applied_at and fleet[1].status.applied_at is None  # edge-b never applied it
     table = fleet_table(fleet, NOW + timedelta(hours=2), 60).splitlines()
-    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"]
-    assert table[2].split() == ["edge-b", sha[:7], "failed", "2h", "-", "-", "1h", "(down)"]  # seen just now
+    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN", "TRUST"]
+    # its status commit, and the ref, written just now (NOW is an hour ago)
+    assert table[2].split() == ["edge-b", sha[:7], "failed", "1h", "-", "-", "1h", "(down)", "-"]
 
 
 def test_failed_commit_gets_a_note_the_git_cli_reads(config_repo, git_daemon, tmp_path):
@@ -225,7 +226,8 @@ def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_du
     times = [int(repo.git("log", "-1", "--format=%ct", c)) for c in (first[0], beat[0])]
     assert times[1] > times[0]
     fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
-    assert fleet[0]["seen"] == datetime.fromtimestamp(times[1], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert fleet[0].seen == datetime.fromtimestamp(times[1], UTC)
+    assert fleet[0].written == datetime.fromtimestamp(times[0], UTC)
 
     # A change after heartbeats is a new status commit, without parents.
     sha2 = repo.commit({"routes.yaml": "routes: [2]\n"}, "two")
@@ -576,11 +578,14 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
             report(agent, sha, when=NOW - timedelta(hours=3), gateways=checked), group=group))
     assert status_command(settings, argparse.Namespace(fleet=True)) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:7] for line in lines] == [
-        ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"],
-        ["edge-a", sha[:7], "applied", "3h", "canary", "2", "passed"],
-        ["edge-b", sha[:7], "applied", "3h", "main", "2", "passed"]]
-    assert all(re.fullmatch(r"\d+s", line.split()[-1]) for line in lines[1:])  # just written: live
+    # The age is its status commit's (just now), not the time its file says (3 h ago).
+    assert [line.split()[:3] + line.split()[4:7] for line in lines] == [
+        ["AGENT", "COMMIT", "RESULT", "GROUP", "CHECKS", "SEEN"],
+        ["edge-a", sha[:7], "applied", "canary", "2", "passed"],
+        ["edge-b", sha[:7], "applied", "main", "2", "passed"]]
+    assert all(re.fullmatch(r"\d+s", line.split()[3]) for line in lines[1:])
+    assert all(re.fullmatch(r"\d+s", line.split()[-2]) for line in lines[1:])  # just written: live
+    assert all(line.split()[-1] == "-" for line in lines[1:])  # status_signers not set: nothing checked
 
     gone = settings_for(tmp_path, repo=git_daemon.url("no-such-repo.git"))
     assert status_command(gone, argparse.Namespace(fleet=True)) == 1

@@ -23,10 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
 from dulwich.objects import Commit
-from sshsig.binary_io import SshWriter
 
 from gitsync.names import principal
 from gitsync.source.signatures import allowed_signers
@@ -50,6 +47,9 @@ class StatusSigner:
     """This agent's private key: signs a commit's payload as ``git commit -S`` with an SSH key does."""
 
     def __init__(self, path: Path) -> None:
+        from cryptography.hazmat.primitives import serialization  # only where a key is configured
+        from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
         try:
             key = serialization.load_ssh_private_key(Path(path).read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as exc:
@@ -66,6 +66,10 @@ class StatusSigner:
 
     def sign(self, payload: bytes) -> bytes:
         """The armored SSHSIG of `payload` (namespace ``git``, SHA-512)."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ed25519, padding
+        from sshsig.binary_io import SshWriter
+
         signed = (b"SSHSIG" + _string(NAMESPACE) + _string(b"") + _string(HASH)
                   + _string(hashlib.sha512(payload).digest()))
         if isinstance(self._key, ed25519.Ed25519PrivateKey):
