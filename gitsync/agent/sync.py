@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -455,8 +456,10 @@ class Agent:
               advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
         phases = self._phases  # this sync's, also when a push outlives it
+        recheck = self._expect_checks(jobs)
 
         def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+            what = replace(what, recheck=url in recheck)
             return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
                                           proxy_url=self.proxy_urls.get(url), live=lives.get(url),
                                           known=known.get(url), phases=phases, owned=self._owned.get(url))
@@ -474,8 +477,23 @@ class Agent:
             self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
         return results, running
 
+    def _expect_checks(self, jobs: Mapping[str, tuple[str, Release]]) -> set[str]:
+        """Record durably, before the push, which commits go to gateways unchecked (`AgentState.unchecked`);
+        the gateways whose checks an earlier sync left undone."""
+        checked = {url: commit for url, (commit, what) in jobs.items()
+                   if what.checks and self.proxy_urls.get(url)}
+        recheck = self.state.expect_checks(checked)
+        if checked:
+            try:
+                with self._lock:
+                    self.state_dir.save(self.state)
+            except OSError as exc:
+                logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
+        return recheck
+
     def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
         """Remember what a gateway holds after a push (after its rollback, when it had one)."""
+        self.state.after_push(result.url, commit, ok=result.ok, checked=result.checks is not None)
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
                 self._applied(self.state.last_good, result.rollback)
