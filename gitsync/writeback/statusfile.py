@@ -32,7 +32,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent, ScalarEvent
 
 MAX_STATUS_BYTES = 256 * 1024  # a status of 100 gateways with their pruned lists is well under this
-MAX_NODES = 20_000
+MAX_NODES = 10_000
 MAX_DEPTH = 8  # the deepest a status goes: gateways → one gateway → pruned → a kind's list → an id
 MAX_SCALAR = 16 * 1024  # characters of one value (an error message, a subject)
 MAX_GATEWAYS = 1000
