@@ -80,9 +80,10 @@ class AgentState:
         self.unchecked.update(pushes)
         return recheck
 
-    def after_push(self, url: str, commit: str, *, ok: bool, checked: bool) -> None:
-        """A push of `commit` ended: its checks ran, or the gateway now holds another commit."""
-        if checked or (ok and self.unchecked.get(url) not in (None, commit)):
+    def after_push(self, url: str, commit: str, *, ok: bool, checked: bool, changed: bool) -> None:
+        """A push of `commit` ended: its checks ran, or it changed nothing (the gateway held it, checked
+        before), or the gateway now holds another commit. A push that failed leaves it as it was."""
+        if checked or (ok and (not changed or self.unchecked.get(url) != commit)):
             self.unchecked.pop(url, None)
 
     def mark_bad(self, sha: str, reason: str) -> None:

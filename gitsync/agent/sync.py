@@ -493,7 +493,8 @@ class Agent:
 
     def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
         """Remember what a gateway holds after a push (after its rollback, when it had one)."""
-        self.state.after_push(result.url, commit, ok=result.ok, checked=result.checks is not None)
+        self.state.after_push(result.url, commit, ok=result.ok, checked=result.checks is not None,
+                              changed=bool(result.puts))
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
                 self._applied(self.state.last_good, result.rollback)
