@@ -201,10 +201,12 @@ def repo_url(daemon: GitDaemon, repo: BareRepo) -> str:
 
 
 @contextmanager
-def upstream(body: bytes = b'{"status": "ok"}\n') -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 answering 200 with `body` to everything: `host:port`."""
+def upstream(body: bytes = b'{"status": "ok"}\n', delay: float = 0.0) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 answering 200 with `body` to everything, after `delay` seconds:
+    `host:port`."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            time.sleep(delay)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -215,6 +217,7 @@ def upstream(body: bytes = b'{"status": "ok"}\n') -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True  # a delayed answer must not hold the test's end
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

@@ -9,13 +9,11 @@ or grows past it; a status that cannot be read is shown as that agent's and coun
 
 from __future__ import annotations
 
-import http.server
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -156,27 +154,6 @@ def test_a_forged_go_ahead_never_opens_a_signed_gate(spawn, git_daemon, remote_r
 # 4. checks: one that cannot be sent, one that fails to be sent after a push
 
 
-@contextmanager
-def hanging_upstream() -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 that accepts and answers nothing for a minute."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            time.sleep(60)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 SLOW_CHECK = config("X")["conf/checks.yaml"].replace("timeout: 500ms", "timeout: 20s").replace(
     "retries: 2", "retries: 0")
 
@@ -185,7 +162,7 @@ def test_an_agent_killed_after_a_push_checks_it_when_it_is_back_and_rolls_back(s
                                                                                 remote_repo, doubles):
     url = repo_url(git_daemon, remote_repo)
     gateway = doubles[0]
-    with upstream() as good, hanging_upstream() as hung:
+    with upstream() as good, upstream(delay=60) as hung:
         first = remote_repo.commit(config(good) | {"conf/checks.yaml": SLOW_CHECK}, "v0")
         agent = spawn(url, "--proxy-url", gateway.proxy_url, gateways=[gateway.url], name="a")
         wait_for(lambda: agent.state().get("last_good") == first, 20, "v0 live")
