@@ -6,28 +6,14 @@ gateway as our last push left it), so `Agent` itself holds only its dependencies
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from gitsync.agent.outcomes import SyncOutcome
 from gitsync.agent.state import AgentState
-from gitsync.agent.view import HISTORY, GatewayPush, SyncRecord
-from gitsync.push.plan import Desired
+from gitsync.agent.view import HISTORY, GatewayPush, RenderedCommit, SyncRecord
 from gitsync.push.results import GatewayResult, Known
-from gitsync.render.result import Rendered
-
-
-class RenderedCommit(NamedTuple):
-    """A commit as the agent keeps it in memory: its payload, subject, what its author allows, and its
-    files (the web view shows an item as written; the source map holds the same bytes)."""
-
-    rendered: Rendered
-    subject: str
-    allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
-    files: Mapping[str, bytes]
-    desired: Desired  # the payload prepared for plans, shared by every gateway's push
 
 
 class RunningPush(NamedTuple):

@@ -42,6 +42,22 @@ class AgentState:
     #: Partial apply: commit SHA → for each left-out item that kept its last good version ("kind/id"),
     #: the commit whose own version it is, so the commit renders the same after a restart.
     kept_from: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Gateway url → a commit pushed to it whose health checks have not run yet: recorded before the
+    #: push, so that a sync that dies after it leaves it "unchecked", and the next one checks it.
+    unchecked: dict[str, str] = field(default_factory=dict)
+
+    def expect_checks(self, pushes: dict[str, str]) -> set[str]:
+        """Before pushing commits with checks (url → commit): record them unchecked; the urls whose same
+        commit an earlier sync left unchecked, whose checks must run even if the gateway holds it."""
+        recheck = {url for url, commit in pushes.items() if self.unchecked.get(url) == commit}
+        self.unchecked.update(pushes)
+        return recheck
+
+    def after_push(self, url: str, commit: str, *, ok: bool, checked: bool, changed: bool) -> None:
+        """A push of `commit` ended: its checks ran, or it changed nothing (the gateway held it, checked
+        before), or the gateway now holds another commit. A push that failed leaves it as it was."""
+        if checked or (ok and (not changed or self.unchecked.get(url) != commit)):
+            self.unchecked.pop(url, None)
 
     def mark_bad(self, sha: str, reason: str) -> None:
         self.bad.pop(sha, None)
@@ -69,4 +85,5 @@ class AgentState:
             bad=dict(data.get("bad") or {}),
             last_result=dict(data.get("last_result") or {}),
             kept_from=dict(data.get("kept_from") or {}),
+            unchecked={str(k): str(v) for k, v in (data.get("unchecked") or {}).items()},
         )

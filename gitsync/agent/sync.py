@@ -26,18 +26,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gitsync import __version__
 from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
-from gitsync.agent.gate import GateVerdict, group_gate
-from gitsync.agent.memory import AgentMemory, RenderedCommit, RunningPush
+from gitsync.agent.fleet_gate import FleetGate
+from gitsync.agent.gate import GateVerdict
+from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
-from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, SyncRecord, remember
+from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
 from gitsync.backoff import Backoff
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger, redact
@@ -58,7 +60,6 @@ from gitsync.source.mirror import Source
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.urls import display_url
-from gitsync.writeback.fleet import FleetReader
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
@@ -116,7 +117,7 @@ class Agent:
         self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
-        self._fleet = FleetReader.from_settings(settings) if settings.after_group else None
+        self._fleet = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
@@ -249,13 +250,12 @@ class Agent:
         sha = remote.sha
         if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
             return None
+        assert self._fleet is not None
         try:
-            assert self._fleet is not None
-            fleet = self._fleet.read()
+            committed = self.source.commit_time(sha)
         except SourceError as exc:
-            return GateVerdict(False, f"cannot read the fleet's status: {exc.reason}")
-        verdict = group_gate(fleet, sha, s.after_group, s.after_count, s.soak, datetime.now(UTC),
-                             s.status_heartbeat)
+            return GateVerdict(False, f"cannot fetch {short(sha)}: {exc.reason}")
+        verdict = self._fleet.verdict(sha, committed, datetime.now(UTC))
         if not verdict.allowed:
             logger.info("commit {} waits: {}", short(sha), verdict.why)
         return verdict
@@ -461,8 +461,10 @@ class Agent:
               advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
         phases = self._phases  # this sync's, also when a push outlives it
+        recheck = self._expect_checks(jobs)
 
         def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+            what = replace(what, recheck=url in recheck)
             return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
                                           proxy_url=self.proxy_urls.get(url), live=lives.get(url),
                                           known=known.get(url), phases=phases,
@@ -481,8 +483,24 @@ class Agent:
             self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
         return results, running
 
+    def _expect_checks(self, jobs: Mapping[str, tuple[str, Release]]) -> set[str]:
+        """Record durably, before the push, which commits go to gateways unchecked (`AgentState.unchecked`);
+        the gateways whose checks an earlier sync left undone."""
+        checked = {url: commit for url, (commit, what) in jobs.items()
+                   if what.checks and self.proxy_urls.get(url)}
+        recheck = self.state.expect_checks(checked)
+        if checked:
+            try:
+                with self._lock:
+                    self.state_dir.save(self.state)
+            except OSError as exc:
+                logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
+        return recheck
+
     def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
         """Remember what a gateway holds after a push (after its rollback, when it had one)."""
+        self.state.after_push(result.url, commit, ok=result.ok, checked=result.checks is not None,
+                              changed=bool(result.puts))
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
                 self._applied(self.state.last_good, result.rollback)

@@ -11,14 +11,13 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from gitsync.agent.outcomes import SyncOutcome
 from gitsync.log import redact
+from gitsync.push.plan import Desired
 from gitsync.push.results import GatewayResult
-
-if TYPE_CHECKING:
-    from gitsync.agent.memory import RenderedCommit
+from gitsync.render.result import Rendered
 
 HISTORY = 50  # syncs the agent remembers for the web view
 PROBLEMS_KEPT = 20  # problems a sync record keeps (its count says how many there were)
@@ -113,6 +112,17 @@ def remember(history: deque[SyncRecord], record: SyncRecord) -> None:
     history.append(record)
 
 
+class RenderedCommit(NamedTuple):
+    """A commit as the agent keeps it in memory: its payload, subject, what its author allows, and its
+    files (the web view shows an item as written; the source map holds the same bytes)."""
+
+    rendered: Rendered
+    subject: str
+    allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
+    files: Mapping[str, bytes]
+    desired: Desired  # the payload prepared for plans, shared by every gateway's push
+
+
 @dataclass(frozen=True)
 class AgentView:
     """What the agent knows, for the web view. `live_commit`: the last good commit as rendered, when
@@ -133,4 +143,5 @@ class AgentView:
     live_commit: RenderedCommit | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
-__all__ = ["HISTORY", "AgentView", "GatewayOutcome", "GatewayPush", "GatewayRow", "SyncRecord", "remember"]
+__all__ = ["HISTORY", "AgentView", "GatewayOutcome", "GatewayPush", "GatewayRow", "RenderedCommit",
+           "SyncRecord", "remember"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsync.adopt.adc_releases import diff_hint
-from gitsync.agent.gate import fleet_table
+from gitsync.agent.gate import fleet_table, own_heartbeat
 from gitsync.cli.parser import leave_to_exit
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
@@ -49,7 +49,7 @@ from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
-from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.fleet import read_fleet, signers_from_settings
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
@@ -373,9 +373,14 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
+    try:
+        signers = signers_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp))
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)
         except SourceError as exc:
             print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
                   file=sys.stderr)
@@ -383,5 +388,5 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not fleet:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
-    print(fleet_table(fleet, now, settings.status_heartbeat), end="")
+    print(fleet_table(fleet, now, own_heartbeat(settings)), end="")
     return 0

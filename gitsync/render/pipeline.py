@@ -248,7 +248,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
     def check_field(index: int, path: tuple[str | int, ...]) -> Location | None:
         return source_map.problem(CHECKS, index, "", path).location
 
-    checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
+    checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field, options.check_limits)
     built.ids.pop(CHECKS, None)
     built.segments.pop(CHECKS, None)
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,

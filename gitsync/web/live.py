@@ -28,7 +28,8 @@ from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 
 T = TypeVar("T")
 
@@ -147,14 +148,15 @@ def _live(client: Gateway) -> LiveItems:
 
 @dataclass(frozen=True)
 class Fleet:
-    agents: tuple[dict[str, Any], ...]
+    agents: tuple[FleetEntry, ...]
     error: str | None = None
     at: float = 0.0
 
 
-def read_agents(settings: Settings, work_dir: Path) -> list[dict[str, Any]]:
+def read_agents(settings: Settings, work_dir: Path) -> list[FleetEntry]:
     """Every agent's status, as `gitsync status --fleet` reads it (the one call of the view's)."""
-    return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir)
+    return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir,
+                      signers_from_settings(settings))
 
 
 class ViewFleet:

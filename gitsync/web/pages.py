@@ -19,13 +19,14 @@ from gitsync.web.catalog import ItemDetail, Page, Row
 from gitsync.web.html import Markup, esc, join, link, table, tag
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, Head, LiveItems
-from gitsync.writeback.wire import format_age, parse_time
+from gitsync.writeback.statusfile import FleetEntry
+from gitsync.writeback.wire import format_age
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
 _LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::(?P<col>\d+))?(?=: )")
 GOOD = ("applied", "healed", "noop", "canary", "soaking", "in sync", "equal", "unchanged")
 BAD = ("failed", "refused", "drifted", "no answer", "fetch_failed", "drift_reported", "differs", "missing",
-       "behind")
+       "behind", "unreadable")
 
 
 def short(sha: str | None) -> str:
@@ -331,29 +332,33 @@ def item(detail: ItemDetail, sha: str, lives: Mapping[str, LiveItems], unmanaged
 
 def fleet(result: Fleet, tip: str | None, branch: str, links: Links, now: float) -> Markup:
     head = tag("h1", "Fleet")
-    intro = tag("p", "Every agent's last status, from the status branch ", tag("code", branch),
+    intro = tag("p", "Every agent's last status, from the status refs under ", tag("code", branch),
                 f", read {format_age(now - result.at)} ago (as ", tag("code", "gitsync status --fleet"),
                 " reads it). Agents on another commit than this agent's tip ", commit(tip, links),
-                " are marked behind.")
+                " are marked behind; a status that cannot be read, or whose signature is not allowed, "
+                "says why and counts toward no gate.")
     if result.error:
         return Markup(head + intro + tag("p", result.error, class_="error"))
     if not result.agents:
         return Markup(head + intro + tag("p", "No agent has written its status yet."))
-    rows = []
-    for doc in result.agents:
-        sha = str(doc.get("commit") or "") or None
-        behind = tip is not None and sha != tip
-        moment = parse_time(doc.get("time"))
-        gateways = doc.get("gateways") or []
-        states = ", ".join(f"{g.get('status', '?')}" for g in gateways if isinstance(g, dict))
-        rows.append([Markup(esc(doc.get("agent", "?")) + (" " + badge("behind") if behind else "")),
-                     commit(sha, links), badge(str(doc.get("result", "?"))),
-                     when(moment.timestamp(), now) if moment else esc("?"),
-                     f"{len(gateways)}: {states}" if gateways else "—", str(doc.get("gitsync") or "—")])
-    listing = table(["Agent", "Commit", "Result", "Age", "Gateways", "gitsync"], rows, class_="wide")
-    behind = sum(1 for d in result.agents if tip is not None and (d.get("commit") or None) != tip)
+    rows = [_fleet_row(entry, tip, links, now) for entry in result.agents]
+    listing = table(["Agent", "Commit", "Result", "Age", "Gateways", "gitsync", "Trust"], rows, class_="wide")
+    behind = sum(1 for e in result.agents if tip is not None and (e.status is None or e.status.commit != tip))
     summary = tag("p", f"{len(result.agents)} agent(s); {behind} behind the tip.", class_="count")
     return Markup(head + intro + summary + listing)
+
+
+def _fleet_row(entry: FleetEntry, tip: str | None, links: Links, now: float) -> list[Any]:
+    status = entry.status
+    age = when(entry.written.timestamp(), now) if entry.written else esc("?")
+    trust = entry.trouble or ("verified" if entry.signature is not None else "—")
+    if status is None:
+        return [esc(entry.agent), esc("—"), badge("unreadable"), age, "—", "—", trust]
+    behind = tip is not None and status.commit != tip
+    states = ", ".join(g.status for g in status.gateways)
+    return [Markup(esc(entry.agent) + (" " + badge("behind") if behind else "")),
+            commit(status.commit or None, links), badge(status.result), age,
+            f"{len(status.gateways)}: {states}" if status.gateways else "—", status.version or "—", trust]
 
 
 # ---------------------------------------------------------------------------------------------------------
