@@ -44,9 +44,9 @@ def _accepted_put_after(double: ApisixDouble, seen: int, timeout: float) -> floa
     return None
 
 
-def serve(admin_key: str) -> int:
-    double = ApisixDouble(admin_key, proxy=False).start()
-    print(json.dumps({"url": double.url}), flush=True)
+def serve(admin_key: str, proxy: bool = False) -> int:
+    double = ApisixDouble(admin_key, proxy=proxy).start()
+    print(json.dumps({"url": double.url, "proxy_url": double.proxy_url}), flush=True)
     mark = 0
     for line in sys.stdin:
         command = line.strip()
@@ -75,11 +75,14 @@ def serve(admin_key: str) -> int:
 class DoubleProcess:
     """The parent's handle on a double running in a child process."""
 
-    def __init__(self, admin_key: str) -> None:
+    def __init__(self, admin_key: str, *, proxy: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.double"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, bufsize=1, env={**os.environ, KEY_VARIABLE: admin_key})
-        self.url: str = self._ask(None)["url"]
+            [sys.executable, "-m", "bench.double", *(["--proxy"] if proxy else [])], cwd=ROOT,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            env={**os.environ, KEY_VARIABLE: admin_key})
+        started = self._ask(None)
+        self.url: str = started["url"]
+        self.proxy_url: str = started["proxy_url"]  # "" without a data plane
 
     def _ask(self, command: str | None) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -124,4 +127,4 @@ class DoubleProcess:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(os.environ[KEY_VARIABLE]))
+    sys.exit(serve(os.environ[KEY_VARIABLE], proxy="--proxy" in sys.argv[1:]))

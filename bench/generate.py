@@ -2,6 +2,11 @@
 
 Files hold 10 routes each, as teams split config in practice; upstreams and services are shared
 by groups of routes. `make_history` builds M commits with `git fast-import` (seconds, not minutes).
+
+Upstream nodes are loopback addresses on a port nothing listens on (a real gateway's data plane
+answers 502 at once, after the route's plugins ran), and the commit of revision `c` sets the first
+route of file ``c % files`` to ``limit-count.count = 100 + c``: `changed_route` says which request
+shows that commit served (APISIX sends ``X-RateLimit-Limit: <count>``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ ROUTES_PER_FILE = 10
 #: of 230), so that 50,000 routes fit APISIX's 10 MiB shared dict (8.6 MB), as a real config that big
 #: must.
 LEAN_ABOVE = 20_000
+#: A port on 127.0.0.x that nothing listens on: the data plane's 502 comes at once, not after a timeout.
+DEAD_PORT = 1
 
 
 def route_file(index: int, routes_per_file: int = ROUTES_PER_FILE, revision: int = 0, *,
@@ -44,7 +51,7 @@ def shared_files(routes: int) -> dict[str, bytes]:
     svcs = ["services:"]
     for g in range(groups):
         ups += [f"  - id: u{g}", "    type: roundrobin", "    nodes:",
-                f"      - {{host: 10.0.{g // 250}.{g % 250 + 1}, port: 8080, weight: 1}}"]
+                f"      - {{host: 127.0.{g // 250}.{g % 250 + 1}, port: {DEAD_PORT}, weight: 1}}"]
         svcs += [f"  - id: s{g}", f"    upstream_id: u{g}", "    plugins:", "      cors: {}"]
     consumers = ["consumers:"]
     for c in range(max(1, routes // 100)):
@@ -57,6 +64,16 @@ def shared_files(routes: int) -> dict[str, bytes]:
         "shared/consumers.yaml": ("\n".join(consumers) + "\n").encode(),
         "shared/global_rules.yaml": ("\n".join(rules) + "\n").encode(),
     }
+
+
+def files_count(routes: int, routes_per_file: int = ROUTES_PER_FILE) -> int:
+    return max(1, (routes + routes_per_file - 1) // routes_per_file)
+
+
+def changed_route(routes: int, revision: int) -> tuple[str, int]:
+    """The request path of the route the commit of `revision` changed, and the limit it set."""
+    n = (revision % files_count(routes)) * ROUTES_PER_FILE
+    return f"/api/v1/svc{n // 100}/r{n}/probe", 100 + revision
 
 
 def config_files(routes: int, revision: int = 0, routes_per_file: int = ROUTES_PER_FILE) -> dict[str, bytes]:
@@ -73,7 +90,7 @@ def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main")
     subprocess.run(["git", "init", "-q", "--bare", "-b", branch, str(repo)], check=True)
     stream: list[bytes] = []
     base = config_files(routes)
-    files_n = max(1, (routes + ROUTES_PER_FILE - 1) // ROUTES_PER_FILE)
+    files_n = files_count(routes)
 
     def blob(data: bytes) -> bytes:
         return b"data %d\n%s\n" % (len(data), data)
@@ -98,7 +115,7 @@ def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main")
 
 def add_commits(repo: Path, routes: int, count: int, start_revision: int) -> None:
     """Append `count` commits, each changing one route file, through the git CLI's fast-import."""
-    files_n = max(1, (routes + ROUTES_PER_FILE - 1) // ROUTES_PER_FILE)
+    files_n = files_count(routes)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
     branch = subprocess.run(["git", "-C", str(repo), "symbolic-ref", "--short", "HEAD"], capture_output=True,

@@ -11,7 +11,9 @@ this process to a second double that receives exactly the same bodies.
 
 ``--gateway URL --floor-gateway URL --admin-key-file F`` measures against two gateways that are
 already running (two real APISIX instances in API-driven standalone mode) instead of the doubles:
-scenarios 1-4, 7 and 8, the ones that need nothing of a gateway but its Admin API.
+scenarios 1-4, 7 and 8, the ones that need nothing of a gateway but its Admin API; with their data
+planes (``--proxy URL --floor-proxy URL``) also the daemon (6: webhook → served) and the refill (5:
+a gateway that lost its config → served again), which then watch the data plane, not the Admin API.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import httpx
 from ruamel.yaml import YAML
 
 from bench.double import DoubleProcess
-from bench.generate import add_commits, make_history
+from bench.generate import add_commits, changed_route, make_history
 from gitsync import log as gslog
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
@@ -66,8 +68,11 @@ CONFIGS = "/apisix/admin/configs"
 REFSPEC = "+refs/heads/main:refs/heads/main"
 MB = 1024 * 1024
 #: Scenario groups that need nothing of a gateway but its Admin API: these can run against gateways
-#: given by URL (``--gateway``); refill and daemon restart the double and ask it when a PUT came.
+#: given by URL (``--gateway``); refill and daemon restart the double and ask it when a PUT came, or,
+#: given the gateways' data planes too (``--proxy``), watch those.
 EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once")
+SERVED_REPS = 11  # syncs of the daemon watched on the data plane: the issue's median is over ≥ 11
+PROBE_EVERY = 0.002  # seconds between two requests to a data plane waiting for a commit
 #: The Python double takes ~40 s to validate and store 50,000 routes (APISIX: well under a second).
 BENCH_GATEWAY_TIMEOUT = 300
 
@@ -86,7 +91,14 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "sync_once_own": ("8 … less the gateway's wait", "≤ 1.0 s at 10,000"),
     "sync_once_first": ("8 sync --once, first run", "÷ clone --bare + PUT ≤ 2×"),
     "daemon_rss": ("7 daemon RSS, 100 syncs", "no growth"),
+    "webhook_served": ("6 webhook → served", "÷ bare PUT → served ≤ 1.15×"),
+    "webhook_own": ("6 … gitsync's own time", "≤ 40 ms at 10,000"),
+    "refill_served": ("5 lost config → back", "÷ lose + GET+PUT (no target)"),
+    "refill_served_own": ("5 … gitsync's own time", "(no target)"),
 }
+#: The scenarios measured on gateways' data planes (``--proxy``); the others where there are none.
+SERVED = ("webhook_served", "webhook_own", "refill_served", "refill_served_own")
+ON_DOUBLES = ("restart_refill", "refill_own", "webhook_live", "daemon_rss")
 
 
 @dataclass
@@ -175,6 +187,10 @@ class Fixture:
         self.revision += count
         return git("rev-parse", "refs/heads/main", cwd=self.repo)
 
+    def probe(self) -> tuple[str, int]:
+        """The request that shows the remote's tip served, and the limit it answers with then."""
+        return changed_route(self.routes, self.revision - 1)
+
     def settings(self, gateway: str, state_dir: Path) -> Settings:
         return load({"repo": self.url, "gateways": [gateway], "admin_key_file": str(self.key_file),
                      "state_dir": str(state_dir), "writeback": "off",
@@ -194,6 +210,52 @@ class ExternalGateway:
 
 
 Gateway = DoubleProcess | ExternalGateway
+
+
+class DataPlane:
+    """A gateway's data plane (its proxy port), asked when it serves a commit: the route the commit
+    changed answers with the limit it set (APISIX: ``X-RateLimit-Limit``; the double's data plane
+    answers with the matched route itself)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = httpx.Client(base_url=url, timeout=10)
+
+    def serves(self, path: str, limit: int) -> bool:
+        try:
+            response = self.client.get(path)
+        except httpx.HTTPError:
+            return False
+        header = response.headers.get("x-ratelimit-limit")
+        if header is not None:
+            return header == str(limit)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                return response.json()["route"]["plugins"]["limit-count"]["count"] == limit
+        return False
+
+    def wait_served(self, path: str, limit: int, timeout: float = 60.0) -> float | None:
+        """When (monotonic) the data plane first served `limit` on `path`; None after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.serves(path, limit):
+                return time.monotonic()
+            time.sleep(PROBE_EVERY)
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@dataclass
+class Planes:
+    """With ``--proxy``: the two gateways' data planes, and how each loses its config for the refill
+    (a user's restart command; None: a PUT of an empty config)."""
+
+    ours: DataPlane
+    floor: DataPlane
+    restart_ours: str | None = None
+    restart_floor: str | None = None
 
 
 class FloorClient:
@@ -217,16 +279,54 @@ class FloorClient:
     def live(self) -> dict[str, Any]:
         return self.client.get(CONFIGS).raise_for_status().json()
 
-    def put_raw(self, body: bytes) -> None:
-        """A PUT of `body` as it is, with a digest of its own (the floor of a first sync's push)."""
+    def put_raw(self, body: bytes) -> str:
+        """A PUT of `body` as it is, with a digest of its own (a first sync's floor); that digest."""
         digest = f"{hashlib.sha256(body).hexdigest()}-{time.time_ns()}"  # never a 204: a real apply
         response = self.client.put(CONFIGS, content=body, headers={"Content-Type": "application/json",
                                                                    "X-Digest": digest})
         if response.status_code != 202:
             raise RuntimeError(f"floor PUT answered {response.status_code}: {response.text[:200]}")
+        return digest
+
+    def wait_digest_not(self, digest: str, timeout: float = 60.0) -> float | None:
+        """When (monotonic) the gateway's HEAD first showed a digest other than `digest` (a PUT since)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if self.client.head(CONFIGS).headers.get("x-digest") not in (None, digest):
+                    return time.monotonic()
+            time.sleep(PROBE_EVERY * 2)
+        return None
+
+    def put_timed(self, body: bytes, digest: str) -> float:
+        """A bare PUT (no GET first); when its 202 came (monotonic)."""
+        response = self.client.put(CONFIGS, content=body, headers={"Content-Type": "application/json",
+                                                                   "X-Digest": digest})
+        if response.status_code != 202:
+            raise RuntimeError(f"floor PUT answered {response.status_code}: {response.text[:200]}")
+        return time.monotonic()
 
     def close(self) -> None:
         self.client.close()
+
+
+class FloorTwin:
+    """The floor's side of a served scenario: each commit of the fixture rendered in this process
+    (its own mirror and parse cache) and planned on what the floor's gateway holds, so that the floor
+    sends the body gitsync would, with no GET in its timing."""
+
+    def __init__(self, fx: Fixture) -> None:
+        self.source = Source(Remote.of(fx.url), state_dir=fx.work / "twin-state")
+        self.cache = ParseCache()
+
+    def payload(self) -> dict[str, Any]:
+        tip = self.source.fetch()
+        return dict(render(self.source.read(tip).files, memo=self.cache).payload)
+
+    def body(self, floor: FloorClient) -> tuple[bytes, str]:
+        """The tip's body and digest planned on the floor gateway's live config (read now, untimed)."""
+        planned = plan(self.payload(), floor.live())
+        return planned.body, f"{planned.digest}-{time.time_ns()}"
 
 
 def _pkt(data: bytes) -> bytes:
@@ -297,6 +397,15 @@ class DaemonProcess:
             r'^gitsync_sync_phase_seconds_(sum|count)\{phase="gitsync"\} (\S+)$', text, re.M)}
         return found.get("sum", 0.0), found.get("count", 0.0)
 
+    def phase_sums(self) -> dict[str, float]:
+        """Seconds so far per phase (gitsync_sync_phase_seconds_sum, "gitsync" its own time) and in all
+        ("wall": gitsync_sync_duration_seconds_sum), over the syncs that reached a gateway."""
+        text = self.http.get("/metrics").text
+        sums = {m[1]: float(m[2]) for m in re.finditer(
+            r'^gitsync_sync_phase_seconds_sum\{phase="([\w-]+)"\} (\S+)$', text, re.M)}
+        wall = re.search(r"^gitsync_sync_duration_seconds_sum (\S+)$", text, re.M)
+        return {**sums, "wall": float(wall[1]) if wall else 0.0}
+
     def wait_syncs(self, result: str, count: float, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while self.syncs().get(result, 0) < count:
@@ -366,6 +475,7 @@ class Reps:
     rss_reps: int
     webhook_commits: int
     daemon_syncs: int
+    served_reps: int = SERVED_REPS  # of the daemon watched on a data plane
 
 
 def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list[Result]:
@@ -634,6 +744,133 @@ def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Resul
     return [webhook, memory]
 
 
+def _phase_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per phase, what one sync added; "unattributed": its wall time that no phase accounts for."""
+    delta = {phase: after.get(phase, 0.0) - before.get(phase, 0.0) for phase in after}
+    timed_phases = sum(seconds for phase, seconds in delta.items() if phase not in ("wall", "gitsync"))
+    delta["unattributed"] = delta.get("wall", 0.0) - timed_phases
+    return delta
+
+
+def _served(plane: DataPlane, path: str, limit: int, started: float, what: str) -> float:
+    at = plane.wait_served(path, limit)
+    if at is None:
+        raise RuntimeError(f"{what}: {plane.url}{path} never answered with limit {limit}")
+    return at - started
+
+
+def webhook_served(fx: Fixture, gw: Gateway, floor: FloorClient, planes: Planes, reps: Reps) -> list[Result]:
+    """Scenario 6 on data planes: a signed webhook to a running `gitsync run` → its gateway's data plane
+    serves the new commit, against a bare PUT of the same change to the floor's gateway → its data plane
+    serves it; interleaved, the order alternating. The daemon's phases per sync from its /metrics."""
+    ours, floors, accepted = [], [], []
+    phases: dict[str, list[float]] = {}
+    twin = FloorTwin(fx)
+    body, digest = twin.body(floor)
+    floor.put_timed(body, digest)  # the floor's gateway starts where gitsync's will be
+    with DaemonProcess(fx, gw.url, fx.work / "served-state", drift_interval=10, webhook=True) as daemon:
+        daemon.wait_ready()
+        applied = daemon.syncs().get("applied", 0)
+        for n in range(reps.served_reps):
+            fx.commit()
+            path, limit = fx.probe()
+            body, digest = twin.body(floor)
+            before = daemon.phase_sums()
+
+            def gitsync_side(path: str = path, limit: int = limit) -> None:
+                started = time.monotonic()
+                daemon.webhook()
+                ours.append(_served(planes.ours, path, limit, started, "webhook"))
+
+            def floor_side(path: str = path, limit: int = limit, body: bytes = body, digest: str = digest,
+                           ) -> None:
+                started = time.monotonic()
+                accepted.append(floor.put_timed(body, digest) - started)
+                floors.append(_served(planes.floor, path, limit, started, "floor PUT"))
+
+            for side in (gitsync_side, floor_side) if n % 2 == 0 else (floor_side, gitsync_side):
+                side()
+            daemon.wait_syncs("applied", applied + n + 1)
+            for phase, seconds in _phase_deltas(before, daemon.phase_sums()).items():
+                phases.setdefault(phase, []).append(seconds)
+    medians = {phase: round(median(values), 5) for phase, values in phases.items()}
+    own = phases.get("gitsync", [])
+    return [Result("webhook_served", fx.routes, median(ours), "s", median(floors), 1.15, samples=ours,
+                   floor_samples=floors, details={"floor_put_202_s": round(median(accepted), 5),
+                                                  "floor_put_202_samples": accepted,
+                                                  "put_bytes": len(body), "syncs": len(ours)}),
+            Result("webhook_own", fx.routes, median(own), "s", None, 0.040 if fx.routes >= 10_000 else None,
+                   "max", samples=own, details={"phases_s": medians,
+                                                "phases_samples_s": {k: [round(v, 5) for v in vs]
+                                                                     for k, vs in phases.items()}})]
+
+
+def _lose_config(client: FloorClient, restart: str | None) -> tuple[float, str | None]:
+    """Make a gateway lose its config: its restart command (it must return once the gateway answers
+    again), or a PUT of an empty config; when it was lost (monotonic), and the empty PUT's digest."""
+    if restart is None:
+        digest = client.put_raw(b"{}")
+        return time.monotonic(), digest
+    subprocess.run(restart, shell=True, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic(), None
+
+
+def _refilled(client: FloorClient, plane: DataPlane, lost: tuple[float, str | None], probe: tuple[str, int],
+              what: str) -> float:
+    """From the loss to the config back: after a restart, its data plane serving the commit (it came
+    back empty); after an empty PUT, the gateway taking the next PUT (its HEAD: the data plane applies
+    the two configs in order, possibly within one of its polls, so it cannot tell when the second came)."""
+    started, emptied = lost
+    if emptied is None:
+        return _served(plane, *probe, started, what)
+    at = client.wait_digest_not(emptied)
+    if at is None:
+        raise RuntimeError(f"{what}: the emptied gateway {client.client.base_url} never took a PUT again")
+    return at - started
+
+
+def refill_served(fx: Fixture, gw: Gateway, floor: FloorClient, planes: Planes, reps: Reps) -> list[Result]:
+    """Scenario 5 on running gateways: a gateway loses its config (restarted by the user's command, or
+    emptied by a PUT) → it holds the config again (restarted: its data plane serves the commit; emptied:
+    its Admin API took the next PUT), healed by a running `gitsync run` whose drift watch HEADs every
+    0.1 s; against the floor's gateway losing it the same way, then a GET and a PUT of the whole config
+    (no versions: the gateway takes each as its own + 1)."""
+    ours, floors, own = [], [], []
+    payload = FloorTwin(fx).payload()
+    full = json.dumps(payload, separators=(",", ":")).encode()
+    probe = fx.probe()
+    ours_admin = FloorClient(gw.url, fx.admin_key)
+    try:
+        floor.put_raw(full)
+        with DaemonProcess(fx, gw.url, fx.work / "refill-served-state", drift_interval=0.1,
+                           webhook=False) as daemon:
+            daemon.wait_ready()
+            if not (planes.ours.wait_served(*probe) and planes.floor.wait_served(*probe)):
+                raise RuntimeError("refill: the gateways do not serve the tip before the run")
+            before = daemon.own_seconds()
+            for rep in range(reps.reps):
+                lost = _lose_config(ours_admin, planes.restart_ours)
+                ours.append(_refilled(ours_admin, planes.ours, lost, probe, "refill"))
+                daemon.wait_syncs("healed", rep + 1)
+                after = daemon.own_seconds()
+                if after[1] > before[1]:
+                    own.append((after[0] - before[0]) / (after[1] - before[1]))
+                before = after
+                planes.ours.wait_served(*probe)
+                lost = _lose_config(floor, planes.restart_floor)
+                floor.get_put(full, f"{hashlib.sha256(full).hexdigest()}-{time.time_ns()}")
+                floors.append(_refilled(floor, planes.floor, lost, probe, "floor refill"))
+                planes.floor.wait_served(*probe)
+    finally:
+        ours_admin.close()
+    how = "restart command → served" if planes.restart_ours else "empty PUT → the next PUT taken"
+    return [Result("refill_served", fx.routes, median(ours), "s", median(floors), samples=ours,
+                   floor_samples=floors, details={"lost_by": how, "drift_interval_s": 0.1,
+                                                  "put_bytes": len(full)}),
+            Result("refill_served_own", fx.routes, median(own) if own else 0.0, "s", None, samples=own,
+                   details={"what": "the heal syncs' own time (gitsync_sync_phase_seconds{phase=gitsync})"})]
+
+
 # ---------------------------------------------------------------------------------------------------
 # The run
 
@@ -644,9 +881,11 @@ GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon")
 
 def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon: bool,
              say: Callable[[str], None], only: Sequence[str] = GROUPS,
-             external: tuple[str, str] | None = None, admin_key: str = ADMIN_KEY) -> list[Result]:
+             external: tuple[str, str] | None = None, admin_key: str = ADMIN_KEY,
+             planes: Planes | None = None) -> list[Result]:
     """Every scenario of `only` at one size, against two doubles, or the two gateways of `external`
-    (gitsync's, the floor's: each config the bench pushes replaces what they held)."""
+    (gitsync's, the floor's: each config the bench pushes replaces what they held), whose data planes
+    `planes` are when given (then the refill and the daemon watch those, at every size)."""
     fx = Fixture(routes, work, daemon, admin_key)
     results: list[Result] = []
     with contextlib.ExitStack() as stack:
@@ -656,6 +895,9 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
         else:
             gw, fl = ExternalGateway(external[0]), ExternalGateway(external[1])
         floor = FloorClient(fl.url, admin_key)
+        if external is not None:  # what an earlier size left there would trip the deletion guard
+            for client in (floor, stack.enter_context(contextlib.closing(FloorClient(gw.url, admin_key)))):
+                client.put_raw(b"{}")
         try:
             if "agent" in only:
                 say(f"{routes} routes: render, one-file change, no-op poll")
@@ -669,11 +911,17 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
             if "once" in only:
                 say(f"{routes} routes: sync --once with a kept state dir, and a first one")
                 results += sync_once_times(fx, gw, floor, reps)
-            if "refill" in only:
+            if "refill" in only and planes is not None:
+                say(f"{routes} routes: a lost config refilled, watched on the data plane")
+                results += refill_served(fx, gw, floor, planes, reps)
+            elif "refill" in only:
                 assert isinstance(gw, DoubleProcess) and isinstance(fl, DoubleProcess), EXTERNAL_GROUPS
                 say(f"{routes} routes: restart refill")
                 results += restart_refill(fx, gw, fl, floor, reps)
-            if with_daemon and "daemon" in only:
+            if "daemon" in only and planes is not None:
+                say(f"{routes} routes: webhook → served, watched on the data plane")
+                results += webhook_served(fx, gw, floor, planes, reps)
+            elif with_daemon and "daemon" in only:
                 assert isinstance(gw, DoubleProcess), EXTERNAL_GROUPS
                 say(f"{routes} routes: webhook latency and daemon memory")
                 results += webhook_and_memory(fx, gw, reps)
@@ -685,7 +933,8 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
 def plan_for(routes: int, quick: bool, reps: int | None, daemon_syncs: int | None = None) -> Reps:
     slow = reps or (3 if quick else 7 if routes <= 1000 else 5)
     return Reps(reps=slow, fast_reps=10 if quick else 25, rss_reps=1 if quick else 2,
-                webhook_commits=5 if quick else 20, daemon_syncs=daemon_syncs or (10 if quick else 100))
+                webhook_commits=5 if quick else 20, daemon_syncs=daemon_syncs or (10 if quick else 100),
+                served_reps=3 if quick else max(SERVED_REPS, reps or 0))
 
 
 def machine() -> dict[str, Any]:
@@ -731,7 +980,7 @@ def table(results: Sequence[Result]) -> str:
 def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, out: Path = OUT,
         keep: bool = False, only: Sequence[str] = GROUPS, say: Callable[[str], None] = print,
         daemon_syncs: int | None = None, external: tuple[str, str] | None = None,
-        admin_key: str = ADMIN_KEY) -> dict[str, Any]:
+        admin_key: str = ADMIN_KEY, planes: Planes | None = None) -> dict[str, Any]:
     """Run every scenario at every size; write the JSON report; return it."""
     started = time.monotonic()
     gslog.setup(verbose=0, stream=open(os.devnull, "w"))  # noqa: SIM115 - the in-process agent's logs
@@ -739,7 +988,10 @@ def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, o
     report: dict[str, Any] = {"machine": machine(), "sizes": list(sizes), "quick": quick, "only": list(only),
                               "daemon_routes": daemon_size, "results": [],
                               "gateways": {"kind": "double"} if external is None else
-                              {"kind": "external", "gitsync": external[0], "floor": external[1]}}
+                              {"kind": "external", "gitsync": external[0], "floor": external[1],
+                               **({"proxies": [planes.ours.url, planes.floor.url],
+                                   "lost_by": "restart command" if planes.restart_ours else "empty PUT"}
+                                  if planes else {})}}
     results: list[Result] = []
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-"))
     try:
@@ -750,7 +1002,7 @@ def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, o
                 work = tmp / f"work-{routes}"
                 work.mkdir()
                 results += run_size(routes, plan_for(routes, quick, reps, daemon_syncs), daemon, work,
-                                    routes == daemon_size, say, only, external, admin_key)
+                                    routes == daemon_size, say, only, external, admin_key, planes)
     finally:
         if keep:
             say(f"work files kept in {tmp}")
@@ -790,6 +1042,22 @@ def _external(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     return args.gateway.rstrip("/"), args.floor_gateway.rstrip("/"), key
 
 
+def _planes(parser: argparse.ArgumentParser, args: argparse.Namespace,
+            external: tuple[str, str] | None) -> Planes | None:
+    """The data planes of ``--proxy``/``--floor-proxy`` (with ``--gateway``), and the restart commands."""
+    if not (args.proxy or args.floor_proxy):
+        if args.restart_gateway or args.restart_floor:
+            parser.error("--restart-gateway and --restart-floor need --proxy and --floor-proxy")
+        return None
+    if external is None or not (args.proxy and args.floor_proxy):
+        parser.error("--proxy and --floor-proxy go together, with --gateway and --floor-gateway")
+    if bool(args.restart_gateway) != bool(args.restart_floor):
+        parser.error("--restart-gateway and --restart-floor go together: both gateways lose their config "
+                     "the same way")
+    return Planes(DataPlane(args.proxy.rstrip("/")), DataPlane(args.floor_proxy.rstrip("/")),
+                  args.restart_gateway, args.restart_floor)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000", help="route counts, comma-separated "
@@ -811,31 +1079,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "for the floors (its whole config is replaced too)")
     parser.add_argument("--admin-key-file", type=Path, help="with --gateway: a file holding the admin key "
                         "of both gateways")
+    parser.add_argument("--proxy", metavar="URL", help="with --gateway: its data plane; the daemon and "
+                        "refill groups then watch it serve each commit")
+    parser.add_argument("--floor-proxy", metavar="URL", help="with --proxy: the floor gateway's data plane")
+    parser.add_argument("--restart-gateway", metavar="CMD", help="with --proxy: a shell command that "
+                        "restarts gitsync's gateway and returns once it answers (the refill's lost config; "
+                        "default: a PUT of an empty config)")
+    parser.add_argument("--restart-floor", metavar="CMD", help="with --restart-gateway: the same for the "
+                        "floor's gateway")
     args = parser.parse_args(argv)
     sizes = [100] if args.quick else parse_sizes(args.sizes)
     given = _external(parser, args)
     external = given[:2] if given else None
-    only = [group.strip() for group in (args.only or ",".join(EXTERNAL_GROUPS if external else GROUPS))
-            .split(",") if group.strip()]
+    planes = _planes(parser, args, external)
+    only = [group.strip() for group in (args.only or ",".join(
+        EXTERNAL_GROUPS if external and planes is None else GROUPS)).split(",") if group.strip()]
     unknown = [group for group in only if group not in GROUPS]
     if unknown:
         parser.error(f"unknown group {unknown[0]!r}: choose from {', '.join(GROUPS)}")
     doubles_only = [group for group in only if group not in EXTERNAL_GROUPS]
-    if external and doubles_only:
+    if external and doubles_only and planes is None:
         parser.error(f"--gateway: the {doubles_only[0]!r} group restarts the double and asks it when a PUT "
-                     f"came; against running gateways choose from {', '.join(EXTERNAL_GROUPS)}")
+                     f"came; against running gateways give their data planes (--proxy, --floor-proxy) or "
+                     f"choose from {', '.join(EXTERNAL_GROUPS)}")
     admin_key = given[2] if given else ADMIN_KEY
 
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
 
-    report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, only=only,
-                 say=say, daemon_syncs=args.daemon_syncs, external=external, admin_key=admin_key)
+    try:
+        report = run(sizes, quick=args.quick, reps=args.reps, out=args.out, keep=args.keep, only=only,
+                     say=say, daemon_syncs=args.daemon_syncs, external=external, admin_key=admin_key,
+                     planes=planes)
+    finally:
+        if planes is not None:
+            planes.ours.close()
+            planes.floor.close()
     m = report["machine"]
     print(f"gitsync {m['commit']} on {m['cpus']} CPUs, Python {m['python']}, {m['git']}, dulwich "
           f"{m['dulwich']}; {m['date']}; {report['seconds']:.0f} s; medians")
     if external:
-        print(f"gateways: {external[0]} (gitsync), {external[1]} (floors)")
+        print(f"gateways: {external[0]} (gitsync), {external[1]} (floors)"
+              + (f"; data planes {planes.ours.url}, {planes.floor.url}" if planes else ""))
     print(report["table"])
     return 0
 
