@@ -142,9 +142,15 @@ class Agent:
 
 
 def cpu_seconds(pid: int) -> float:
-    """A process's CPU and its reaped children's (utime, stime, cutime, cstime), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+    """The CPU of a process tree, in seconds: each process's own and its reaped children's (utime,
+    stime, cutime, cstime). ``git daemon`` is the git wrapper's child ``git-daemon``, which reaps the
+    ``upload-pack`` it starts per connection (and those their ``pack-objects``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:  # ended meanwhile: its parent's cutime has it
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS + sum(cpu_seconds(int(c)) for c in children)
 
 
 class Peak:
@@ -173,6 +179,11 @@ class Herd:
     deadline: float
     max_connections: int
     extra: tuple[str, ...]
+
+
+def _copy(traffic: dict[str, Traffic]) -> dict[str, Traffic]:
+    """The gate's counters now (it adds to them in place)."""
+    return {service: Traffic(t.requests, t.sent, t.received) for service, t in list(traffic.items())}
 
 
 def traffic_delta(before: dict[str, Traffic], after: dict[str, Traffic]) -> dict[str, dict[str, int]]:
@@ -205,7 +216,7 @@ def measure(herd: Herd, tmp: Path, say: Any) -> dict[str, Any]:
             _wait_all(agents, tip, 600)
             say("every agent holds the first commit; the push")
             gate.settle()
-            before, cpu_before = dict(gate.traffic), cpu_seconds(daemon.proc.pid)
+            before, cpu_before = _copy(gate.traffic), cpu_seconds(daemon.proc.pid)
             tip = fx.commit()
             barrier = threading.Barrier(len(agents) + 1)
             sent: list[float] = [0.0] * len(agents)
@@ -228,7 +239,7 @@ def measure(herd: Herd, tmp: Path, say: Any) -> dict[str, Any]:
             gate.settle()
             time.sleep(0.5)  # git daemon reaps its children on its next loop
             cpu = cpu_seconds(daemon.proc.pid) - cpu_before
-            traffic = traffic_delta(before, dict(gate.traffic))
+            traffic = traffic_delta(before, _copy(gate.traffic))
             gave_up = sum(agent.gave_up() for agent in agents)
         finally:
             for agent in agents:

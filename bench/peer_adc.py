@@ -44,6 +44,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from bench.run import OUT, DataPlane, Fixture, FloorClient, FloorTwin, machine, process_env
+from gitsync import log as gslog
 from testkit.git import GitDaemon, git
 
 TIME = "/usr/bin/time"
@@ -113,7 +114,7 @@ def run_until_served(args: Sequence[str], env: dict[str, str], cwd: Path, plane:
     started = time.monotonic()
     with log.open("w") as err:
         proc = subprocess.Popen([TIME, "-v", "-o", str(report), *args], env=env, cwd=cwd,
-                                stdout=subprocess.DEVNULL, stderr=err)
+                                stdout=err, stderr=subprocess.STDOUT)
         served_at = None
         ended_at = None
         deadline = started + SERVED_TIMEOUT
@@ -210,6 +211,7 @@ class PeerRun:
         for route in live.get("routes") or []:
             if route.get("name") == name or route.get("id") == name:
                 route["plugins"]["limit-count"]["count"] = floor_limit
+                route["modifiedIndex"] = route.get("modifiedIndex", 0) + 1  # APISIX reloads a changed index
         body = {k: v for k, v in live.items() if not k.endswith("_conf_version") and not k.startswith("X-")}
         data = json.dumps(body, separators=(",", ":")).encode()
         started = time.monotonic()
@@ -246,7 +248,8 @@ def measure(run: PeerRun, reps: int, say: Callable[[str], None]) -> dict[str, An
         sides = [ours_first, floor_first] + ([adc_first] if run.adc else [])
         for side in sides if rep % 2 == 0 else reversed(sides):
             side()
-    if run.adc:  # the peer's gateway as ADC left it, whatever ran last
+    if run.adc:  # the peer's gateway as ADC writes it: ADC cannot diff against items it did not name
+        run.peer.put_raw(b"{}")
         run.adc_sync(work / "adc-settle.log")
     for rep in range(reps):
         say(f"one-route change {rep + 1}/{reps}")
@@ -319,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
 
+    gslog.setup(verbose=0, stream=open(os.devnull, "w"))  # noqa: SIM115 - this process's own mirror's logs
     started = time.monotonic()
     report: dict[str, Any] = {"machine": machine(), "routes": args.routes, "reps": args.reps,
                               "adc": args.adc, "gateways": [args.gateway, args.peer_gateway]}
