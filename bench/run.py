@@ -879,6 +879,16 @@ def refill_served(fx: Fixture, gw: Gateway, floor: FloorClient, planes: Planes, 
 GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon")
 
 
+def _empty_both(ours: FloorClient, floor: FloorClient) -> None:
+    """Empty both running gateways, gitsync's with each kind's version above the floor's: the floors
+    send gitsync's own bodies, versions included, which a gateway refuses below what it holds."""
+    floor.put_raw(b"{}")
+    held = [ours.live(), floor.live()]
+    versions = {key: max(int(live.get(key) or 0) for live in held) + 1
+                for key in {k for live in held for k in live if k.endswith("_conf_version")}}
+    ours.put_raw(json.dumps(versions).encode())
+
+
 def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon: bool,
              say: Callable[[str], None], only: Sequence[str] = GROUPS,
              external: tuple[str, str] | None = None, admin_key: str = ADMIN_KEY,
@@ -896,8 +906,7 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
             gw, fl = ExternalGateway(external[0]), ExternalGateway(external[1])
         floor = FloorClient(fl.url, admin_key)
         if external is not None:  # what an earlier size left there would trip the deletion guard
-            for client in (floor, stack.enter_context(contextlib.closing(FloorClient(gw.url, admin_key)))):
-                client.put_raw(b"{}")
+            _empty_both(stack.enter_context(contextlib.closing(FloorClient(gw.url, admin_key))), floor)
         try:
             if "agent" in only:
                 say(f"{routes} routes: render, one-file change, no-op poll")
