@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-#: The phases, in the order a sync goes through them. ``push-wait`` and ``read-back`` are spent
-#: waiting for a gateway; the others are gitsync's own work.
-PHASES = ("check", "fetch", "read", "render", "plan", "serialize", "push-wait", "read-back")
-GATEWAY_PHASES = frozenset({"push-wait", "read-back"})
+#: The phases, in the order a sync goes through them. ``probe`` (a gateway's HEAD the git check did
+#: not overlap), ``push-wait`` and ``read-back`` are spent waiting for a gateway; the others are
+#: gitsync's own work.
+PHASES = ("check", "fetch", "probe", "read", "render", "plan", "serialize", "push-wait", "read-back")
+GATEWAY_PHASES = frozenset({"probe", "push-wait", "read-back"})
 
 
 class Phases:

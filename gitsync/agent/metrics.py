@@ -53,8 +53,8 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=r)
         self.sync_phase = Histogram(
             "gitsync_sync_phase_seconds", "Time of each phase of syncs that reached the gateways: check, "
-            "fetch, read, render, plan, serialize, push-wait, read-back (waiting for the gateway), and "
-            "gitsync (the sync's time less its wait for the gateways).", ["phase"],
+            "fetch, read, render, plan, serialize, probe, push-wait, read-back (waiting for the gateway), "
+            "and gitsync (the sync's time less its wait for the gateways).", ["phase"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
         self.last_success = Gauge("gitsync_last_success_timestamp_seconds",
                                   "Unix time of the last successful sync.", registry=r)

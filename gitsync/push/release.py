@@ -66,7 +66,8 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
         except GatewayError:
             pass  # the push reports the gateway's state, and retries
         if known is not None:
-            verdict = _deletions(what, what.guard, known, policy)
+            with (phases or Phases()).timed("plan"):
+                verdict = _deletions(what, what.guard, known, policy)
             if verdict.refused:
                 for line in verdict.problems:
                     logger.error("gateway {}: deletion guard: {}", client.url, line)
