@@ -176,6 +176,11 @@ class PeerRun:
     adc_file: AdcFile
     urls: tuple[str, str]
 
+    def empty(self, admin: FloorClient, plane: DataPlane) -> None:
+        """Empty a gateway, and wait until its data plane serves nothing of the commit any more."""
+        admin.put_raw(b"{}")
+        plane.wait_dropped(*self.fx.probe())
+
     def gitsync(self, state: Path, log: Path) -> Run:
         args = [sys.executable, "-m", "gitsync", "sync", "--once", "-v",
                 *self.fx.gitsync_args(self.urls[0], state)]
@@ -233,16 +238,16 @@ def measure(run: PeerRun, reps: int, say: Callable[[str], None]) -> dict[str, An
         say(f"first sync {rep + 1}/{reps}")
 
         def ours_first(rep: int = rep) -> None:
-            run.ours.put_raw(b"{}")
+            run.empty(run.ours, run.ours_plane)
             shutil.rmtree(state, ignore_errors=True)
             first["gitsync"].add(run.gitsync(state, work / f"gitsync-first-{rep}.log"))
 
         def adc_first(rep: int = rep) -> None:
-            run.peer.put_raw(b"{}")
+            run.empty(run.peer, run.peer_plane)
             first["adc"].add(run.adc_sync(work / f"adc-first-{rep}.log"))
 
         def floor_first() -> None:
-            run.peer.put_raw(b"{}")
+            run.empty(run.peer, run.peer_plane)
             first["floor"].add(run.floor_first(full)[0])
 
         sides = [ours_first, floor_first] + ([adc_first] if run.adc else [])

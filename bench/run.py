@@ -243,6 +243,15 @@ class DataPlane:
             time.sleep(PROBE_EVERY)
         return None
 
+    def wait_dropped(self, path: str, limit: int, timeout: float = 60.0) -> None:
+        """Wait until the data plane no longer serves `limit` on `path` (an emptied gateway's workers
+        apply the empty config a poll later: a probe before that sees the old one)."""
+        deadline = time.monotonic() + timeout
+        while self.serves(path, limit):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.url}{path} still serves limit {limit} after {timeout:g} s")
+            time.sleep(PROBE_EVERY)
+
     def close(self) -> None:
         self.client.close()
 
