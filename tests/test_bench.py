@@ -15,7 +15,9 @@ import httpx
 import pytest
 
 from bench.double import DoubleProcess
-from bench.run import EXTERNAL_GROUPS, SCENARIOS
+from bench.generate import changed_route, config_files
+from bench.peer_adc import adc_config
+from bench.run import EXTERNAL_GROUPS, ON_DOUBLES, SCENARIOS, SERVED
 from tests.support import ROOT, gitsync_env
 
 
@@ -29,7 +31,7 @@ def test_quick_mode_runs_every_scenario_and_writes_its_json(tmp_path: Path):
     assert report["sizes"] == [100] and report["quick"] is True
     assert [r for r in out.iterdir() if r.name.startswith("bench-")]  # the dated copy too
     by_scenario = {r["scenario"]: r for r in report["results"]}
-    assert set(by_scenario) == set(SCENARIOS)
+    assert set(by_scenario) == set(SCENARIOS) - set(SERVED)  # those need data planes (--proxy)
     for name, result in by_scenario.items():
         assert result["routes"] == 100 and result["value"] > 0 and result["samples"], name
     for name in ("cold_render", "change_applied", "noop_poll", "incremental_fetch", "restart_refill",
@@ -39,8 +41,9 @@ def test_quick_mode_runs_every_scenario_and_writes_its_json(tmp_path: Path):
     assert by_scenario["daemon_rss"]["details"]["syncs"] == len(by_scenario["daemon_rss"]["samples"])
     assert len(by_scenario["webhook_live"]["samples"]) == by_scenario["webhook_live"]["details"]["commits"]
     assert report["machine"]["commit"] and report["table"] in done.stdout
-    for title, _target in SCENARIOS.values():
-        assert title.split(",")[0].split(" …")[0] in done.stdout
+    for name, (title, _target) in SCENARIOS.items():
+        if name not in SERVED:
+            assert title.split(",")[0].split(" …")[0] in done.stdout
 
 
 def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -65,12 +68,94 @@ def test_running_gateways_given_by_url_are_measured_instead_of_the_doubles(tmp_p
     report = json.loads((out / "latest.json").read_text())
     assert report["gateways"] == {"kind": "external", "gitsync": ours.url, "floor": floors.url}
     assert report["only"] == list(EXTERNAL_GROUPS)
-    needs_the_double = {"restart_refill", "refill_own", "webhook_live", "daemon_rss"}
-    assert {r["scenario"] for r in report["results"]} == set(SCENARIOS) - needs_the_double
+    assert {r["scenario"] for r in report["results"]} == set(SCENARIOS) - set(ON_DOUBLES) - set(SERVED)
     assert f"gateways: {ours.url} (gitsync), {floors.url} (floors)" in done.stdout
     # what was measured went to the gateways given: each holds the bench's config of 100 routes
     for config in held:
         assert len(config["routes"]) == 100 and config["routes_conf_version"] > 1
+
+
+@pytest.mark.slow
+def test_given_their_data_planes_running_gateways_are_watched_serving_each_commit(tmp_path: Path):
+    """``--proxy``: the daemon (webhook → served) and the refill (a gateway emptied → back) run against
+    gateways the bench did not start, and watch their data planes (two doubles with data planes here)."""
+    key = "their-own-admin-key"
+    key_file = tmp_path / "admin-key"
+    key_file.write_text(key)
+    out = tmp_path / "out"
+    with DoubleProcess(key, proxy=True) as ours, DoubleProcess(key, proxy=True) as floors:
+        done = _bench("--quick", "--out", str(out), "--only", "refill,daemon", "--gateway", ours.url,
+                      "--floor-gateway", floors.url, "--admin-key-file", str(key_file), "--proxy",
+                      ours.proxy_url, "--floor-proxy", floors.proxy_url)
+        assert done.returncode == 0, done.stderr[-3000:]
+        path, limit = changed_route(100, _last_revision(out))
+        served = [httpx.get(plane + path).json()["route"]["plugins"]["limit-count"]["count"]
+                  for plane in (ours.proxy_url, floors.proxy_url)]
+    assert served == [limit, limit]  # both data planes serve the last commit
+    report = json.loads((out / "latest.json").read_text())
+    assert report["gateways"]["proxies"] == [ours.proxy_url, floors.proxy_url]
+    by_scenario = {r["scenario"]: r for r in report["results"]}
+    assert set(by_scenario) == set(SERVED)
+    served_result = by_scenario["webhook_served"]
+    assert len(served_result["samples"]) == len(served_result["floor_samples"]) == 3
+    assert all(sample > 0 for sample in served_result["samples"] + served_result["floor_samples"])
+    assert by_scenario["refill_served"]["floor"] > 0 and by_scenario["refill_served"]["value"] > 0
+    phases = by_scenario["webhook_own"]["details"]["phases_s"]
+    assert {"fetch", "push-wait", "gitsync", "wall", "unattributed"} <= set(phases)
+
+
+def _last_revision(out: Path) -> int:
+    """The revision of the bench's last commit at 100 routes: its history (20), the refill's none, and the
+    daemon's three (one per served sync)."""
+    report = json.loads((out / "latest.json").read_text())
+    return 20 + len(next(r for r in report["results"] if r["scenario"] == "webhook_served")["samples"]) - 1
+
+
+def test_adc_gets_the_same_config_as_gitsync_in_its_own_format():
+    config = adc_config(config_files(200), {})
+    assert [s["name"] for s in config["services"]] == ["s0", "s1"]
+    first = config["services"][0]
+    assert first["upstream"]["nodes"] == [{"host": "127.0.0.1", "port": 1, "weight": 1}]
+    assert first["plugins"] == {"cors": {}}
+    assert len(first["routes"]) == 100 and first["routes"][0] == {
+        "name": "r0", "uris": ["/api/v1/svc0/r0/*"], "methods": ["GET", "POST"],
+        "plugins": {"limit-count": {"count": 100, "time_window": 60, "rejected_code": 429},
+                    "proxy-rewrite": {"regex_uri": ["^/api/v1/svc0/(.*)", "/$1"]}}}
+    assert [c["username"] for c in config["consumers"]] == ["team0", "team1"]
+    assert config["global_rules"] == {"prometheus": {}}
+
+
+@pytest.mark.slow
+def test_peer_adc_without_adc_measures_gitsync_and_the_floors(tmp_path: Path):
+    key = "their-own-admin-key"
+    key_file = tmp_path / "admin-key"
+    key_file.write_text(key)
+    out = tmp_path / "out"
+    with DoubleProcess(key, proxy=True) as ours, DoubleProcess(key, proxy=True) as peer:
+        done = subprocess.run([sys.executable, "-m", "bench.peer_adc", "--gateway", ours.url, "--proxy",
+                               ours.proxy_url, "--peer-gateway", peer.url, "--peer-proxy", peer.proxy_url,
+                               "--admin-key-file", str(key_file), "--routes", "100", "--reps", "1", "--out",
+                               str(out)], cwd=ROOT, env=gitsync_env(), capture_output=True, text=True,
+                              timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "peer-adc-latest.json").read_text())
+    for scenario in ("first", "change"):
+        assert set(report["results"][scenario]) == {"gitsync", "floor"}
+        gitsync = report["results"][scenario]["gitsync"]
+        assert gitsync["served_s"] > 0 and gitsync["wall_s"] > 0 and gitsync["rss_mb"] > 10
+    assert "first sync" in done.stdout and "(no ADC given)" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_small_herd_serves_one_push_and_counts_the_git_servers_work(tmp_path: Path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "bench.herd", "--agents", "3", "--out", str(out)], cwd=ROOT,
+                          env=gitsync_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    result = json.loads((out / "herd-latest.json").read_text())["result"]
+    assert result["all_served"] and result["served"] == 3 and result["gave_up_syncs"] == 0
+    assert result["per_agent"]["connections"] >= 1 and result["per_agent"]["bytes_from_server"] > 0
+    assert result["server_cpu_s"] > 0 and result["peak_connections"] >= 1
 
 
 def test_running_gateways_are_refused_what_only_the_double_can_do(tmp_path: Path):
@@ -84,6 +169,10 @@ def test_running_gateways_are_refused_what_only_the_double_can_do(tmp_path: Path
         (given[:2], "--gateway, --floor-gateway and --admin-key-file go together"),
         ([*given[:2], "--floor-gateway", "http://127.0.0.1:9180/", *given[4:]], "another gateway"),
         ([*given[:4], "--admin-key-file", str(tmp_path / "missing")], "--admin-key-file: No such file"),
+        ([*given, "--proxy", "http://127.0.0.1:9080"], "--proxy and --floor-proxy go together"),
+        ([*given, "--restart-gateway", "true", "--restart-floor", "true"], "need --proxy and --floor-proxy"),
+        ([*given, "--proxy", "http://127.0.0.1:9080", "--floor-proxy", "http://127.0.0.1:9081",
+          "--restart-gateway", "true"], "--restart-gateway and --restart-floor go together"),
     ]:
         done = _bench(*args, timeout=60)
         assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
