@@ -103,6 +103,18 @@ class GatewayRejected(GatewayError):
         self.stale = stale
 
 
+#: APISIX's answer to a PUT whose config does not fit the shared dict it keeps it in (it then keeps
+#: the config it had: nothing changed). The same config will never fit: a refusal, not an outage.
+_OUT_OF_SHARED_DICT = b"failed to save config to shared dict: no memory"
+
+
+def too_big(size: int, answer: str) -> str:
+    return (f"the gateway cannot hold this config ({size / 1048576:.1f} MiB as sent; it answered: {answer}): "
+            "API-driven standalone APISIX keeps the whole config in its shared dict standalone-config, "
+            "10 MiB unless its config.yaml raises nginx_config.meta.lua_shared_dict.standalone-config; "
+            "the config it held before stays live")
+
+
 def parse_item_error(message: str, kind: str | None = None, index: int | None = None,
                      id: str | None = None) -> ItemError:
     """Split an older gateway's ``invalid <kind> at index N, err: `` prefix off a message."""
@@ -333,6 +345,10 @@ class Gateway:
               headers: Iterable[tuple[str, str]] = (), limit: int = SMALL_ANSWER) -> Answer:
         """An Admin API request; 5xx and 401/403 raise, every other answer is the caller's."""
         answer = self._request(method, self._base + path, body=body, headers=headers, limit=limit)
+        return self._checked(method, path, answer)
+
+    @staticmethod
+    def _checked(method: str, path: str, answer: Answer) -> Answer:
         if answer.status >= 500:
             raise GatewayUnavailable(f"{method} {path} answered {answer.status}: {_snippet(answer)}")
         if answer.status in (401, 403):
@@ -408,8 +424,12 @@ class Gateway:
         self._last_head = None
         wait = self.wait_ms()
         path = CONFIGS_PATH if not wait else f"{CONFIGS_PATH}?wait={wait}"
-        answer = self._send("PUT", path, body=body,
-                            headers=[("Content-Type", "application/json"), ("X-Digest", digest)])
+        answer = self._request("PUT", self._base + path, body=body,
+                               headers=[("Content-Type", "application/json"), ("X-Digest", digest)])
+        if answer.status == 500 and _OUT_OF_SHARED_DICT in answer.body:
+            message = too_big(len(body), _snippet(answer))
+            raise GatewayRejected(message, (ItemError(message, None, None, None),))
+        answer = self._checked("PUT", path, answer)
         if answer.status in (200, 201, 202, 204):
             return PutResult(answer.status, answer.headers.get("x-digest"), waited=bool(wait))
         if answer.status == 400:
