@@ -26,6 +26,7 @@ from gitsync.configfiles import is_config_file
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.settings import Secret, Settings
+from gitsync.source import mirror
 from gitsync.source.inputs import read_input
 from gitsync.source.mirror import MAX_HAVES, MAX_PACKS, Source, _packs_to_merge
 from gitsync.source.read import tree_files
@@ -143,14 +144,34 @@ def test_many_incremental_fetches_leave_few_packs_and_all_readable(remote_repo, 
     source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon})
     source.fetch()
     tips = [first]
-    for _ in range(40):  # one pack per fetch, merged geometrically past MAX_PACKS
+    packs = source.mirror_path / "objects" / "pack"
+    for _ in range(40):  # one pack per fetch, merged geometrically past MAX_PACKS when the agent tidies
         tips.append(remote_repo.fast_import(1, 50))
+        before = len(list(packs.glob("*.pack")))
         assert source.fetch() == tips[-1]
-        assert len(list((source.mirror_path / "objects" / "pack").glob("*.pack"))) <= MAX_PACKS + 1
+        assert len(list(packs.glob("*.pack"))) == before + 1  # the fetch itself merges nothing
+        source.tidy()
+        assert len(list(packs.glob("*.pack"))) <= MAX_PACKS + 1
     assert objects_in(source.mirror_path) == objects_in(remote_repo.path)
     for tip in (tips[0], tips[17], tips[-1]):
         assert source.read(tip).files == files_at(remote_repo, tip)
     assert git("fsck", "--strict", cwd=source.mirror_path) == ""
+
+
+@pytest.mark.slow
+def test_a_caller_that_never_tidies_still_has_its_packs_merged(remote_repo, git_daemon, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.setattr(mirror, "UNTIDY_PACKS", 12)
+    remote_repo.fast_import(1, 50)
+    source = source_for("git", remote_repo, tmp_path / "state", {"git": git_daemon})
+    source.fetch()
+    counts = []
+    for _ in range(16):
+        tip = remote_repo.fast_import(1, 50)
+        assert source.fetch() == tip
+        counts.append(len(list((source.mirror_path / "objects" / "pack").glob("*.pack"))))
+    assert max(counts) == 12 and counts[-1] < 12  # a fetch that makes it 13 merges them
+    assert source.read(tip).files == files_at(remote_repo, tip)
 
 
 def test_packs_to_merge_is_geometric():

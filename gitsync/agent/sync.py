@@ -175,6 +175,7 @@ class Agent:
             outcome.duration = time.monotonic() - started
         outcome.phases = phases
         self._record(outcome)
+        self.source.tidy()  # after the sync: a merge of packs never holds up a push
         return outcome
 
     # -- observe -------------------------------------------------------------------------------------

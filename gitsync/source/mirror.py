@@ -59,6 +59,8 @@ MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-bu
 #: Each incremental fetch leaves a pack of its own and every read looks through all of them:
 #: past this many, the small ones are merged (see `_consolidate_packs`).
 MAX_PACKS = 8
+#: A fetch merges packs itself only past this many (a caller that never calls `Source.tidy`).
+UNTIDY_PACKS = 4 * MAX_PACKS
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -248,6 +250,7 @@ class Source:
         self.signatures = signatures
         self.parents = ParentsMemo()  # the commits a fetch offers as 'have's, for the next fetch
         self.reader = CommitReader(self.paths, max_file_size)
+        self._untidy = False  # a fetch added a pack that `tidy` has not looked at
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Source:
@@ -422,8 +425,23 @@ class Source:
             new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote)
             if not same_remote:
                 self._record_remote(repo)
-            _consolidate_packs(repo.object_store)
+            self._untidy = True
+            if len(repo.object_store.packs) > UNTIDY_PACKS:  # a caller that never tidies
+                _consolidate_packs(repo.object_store)
             return new.decode()
+
+    def tidy(self) -> None:
+        """Merge the small packs fetches left (`_consolidate_packs`). Not part of a fetch: the agent
+        tidies once a sync is over, so that a merge (every few fetches, tens of milliseconds) never
+        holds up a commit on its way to the gateways."""
+        if not self._untidy:
+            return
+        self._untidy = False
+        try:
+            with self._locked_mirror() as repo:
+                _consolidate_packs(repo.object_store)
+        except SourceError as exc:  # best effort, as the merge itself
+            logger.warning("could not tidy the mirror: {}", exc.reason)
 
     def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool) -> bytes:
         """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked."""
