@@ -198,16 +198,21 @@ class Agent:
 
     def _look(self, reason: str) -> str:
         """The remote's tip. A webhook says the remote has a new commit: it is fetched at once, which
-        asks for the refs as a check does (one connection to the remote, not two) and overlaps the
-        gateways' HEADs; a fetch that fails there leaves the check to say whether the remote answers
-        (the sync's fetch reports the failure, as it would have)."""
+        asks for the refs as a check does (one connection to the remote, not two), and a new one is
+        rendered, both while the gateways answer their HEADs; a fetch that fails there leaves the
+        check to say whether the remote answers (the sync's fetch reports the failure, as it would
+        have), a render that fails leaves the sync's render to report it."""
         if any(r.startswith("webhook") for r in reason.split(",")):
             try:
                 with self._phases.timed("fetch"):
                     self._fetched = self.source.fetch()
-                return self._fetched
             except SourceError as exc:
                 logger.debug("a webhook's fetch failed ({}): checking the remote", exc)
+            else:
+                if self._fetched != self.state.last_good and self._fetched not in self.state.bad:
+                    with contextlib.suppress(ProblemsError, SourceError):
+                        self._render(self._fetched, fetch=False)
+                return self._fetched
         with self._phases.timed("check"):
             return self.source.check()
 
