@@ -197,17 +197,20 @@ class Agent:
         return RemoteView(sha=self.memory.tip)
 
     def _look(self, reason: str) -> str:
-        """The remote's tip. A webhook says the remote has a new commit: it is fetched at once, which
-        asks for the refs as a check does (one connection to the remote, not two), and a new one is
-        rendered, both while the gateways answer their HEADs; a fetch that fails there leaves the
-        check to say whether the remote answers (the sync's fetch reports the failure, as it would
-        have), a render that fails leaves the sync's render to report it."""
-        if any(r.startswith("webhook") for r in reason.split(",")):
+        """The remote's tip. A poll asks for the refs alone (most find nothing new). Any other sync (a
+        webhook, the command line, a drifted gateway, the start) fetches at once, which asks for the
+        refs as the check does (one connection to the remote, not two), and renders a new commit, both
+        while the gateways answer their HEADs. A remote that does not answer fails the check; a fetch
+        that fails otherwise leaves the check to tell (and the sync's fetch to report it, as it
+        would have); a render that fails, the sync's render."""
+        if not _poll_only(reason):
             try:
                 with self._phases.timed("fetch"):
                     self._fetched = self.source.fetch()
             except SourceError as exc:
-                logger.debug("a webhook's fetch failed ({}): checking the remote", exc)
+                if exc.unreachable:
+                    raise
+                logger.debug("fetching at once failed ({}): checking the remote", exc)
             else:
                 if self._fetched != self.state.last_good and self._fetched not in self.state.bad:
                     with contextlib.suppress(ProblemsError, SourceError):
