@@ -43,7 +43,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from bench.run import OUT, DataPlane, Fixture, FloorClient, FloorTwin, machine, process_env
+from bench.run import OUT, PROBE_EVERY, DataPlane, Fixture, FloorClient, FloorTwin, machine, process_env
 from gitsync import log as gslog
 from testkit.git import GitDaemon, git
 
@@ -126,7 +126,7 @@ def run_until_served(args: Sequence[str], env: dict[str, str], cwd: Path, plane:
             if plane.serves(*probe):
                 served_at = time.monotonic()
                 break
-            time.sleep(0.002)
+            time.sleep(PROBE_EVERY)
         proc.wait(timeout=SERVED_TIMEOUT)
         ended_at = ended_at or time.monotonic()
     if proc.returncode != 0:
