@@ -72,8 +72,9 @@ MB = 1024 * 1024
 #: given the gateways' data planes too (``--proxy``), watch those.
 EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once")
 SERVED_REPS = 11  # syncs of the daemon watched on the data plane: the issue's median is over ≥ 11
-PROBE_EVERY = 0.01  # seconds between two requests to a data plane waiting for a commit (each one is
-#: a request the gateway's worker serves, and logs as a failed upstream: more would slow what it measures)
+#: Seconds between two requests to a data plane waiting for a commit: each one is a request the
+#: gateway's worker serves (and logs as a failed upstream); more often would slow what it measures.
+PROBE_EVERY = 0.01
 #: The Python double takes ~40 s to validate and store 50,000 routes (APISIX: well under a second).
 BENCH_GATEWAY_TIMEOUT = 300
 
