@@ -10,6 +10,7 @@ import pytest
 
 from gitsync.agent.sync import Agent
 from gitsync.settings import load
+from gitsync.testing import apisix as double
 from gitsync.testing.apisix import ApisixDouble
 from tests.support import run_gitsync
 
@@ -190,3 +191,26 @@ def test_a_poll_that_changes_nothing_does_not_rewrite_the_state_file(agent_for, 
     assert "checked:" not in result.stdout  # the last save is the last look
     os.utime(state, (time.time() + 60, time.time() + 60))
     assert "nothing changed since" in run_gitsync("status", "--state-dir", str(tmp_path / "state")).stdout
+
+
+def test_a_config_the_gateway_cannot_hold_is_refused_and_the_last_good_one_put_back(
+        agent_for, apisix, remote_repo, monkeypatch):
+    """APISIX keeps the config in a shared dict (10 MiB): a PUT that does not fit evicts the config it
+    held from the Admin API's view and fails, while the workers keep serving it (a small dict here)."""
+    agent = agent_for()
+    assert agent.sync_once().result == "applied"
+    good, held = agent.state.last_good, apisix.running("routes")
+    monkeypatch.setattr(double, "SHARED_DICT_BYTES", len(double.cjson_encode(apisix.config())) + 200)
+    more = "".join(f"  - id: r{i}\n    uri: /r{i}\n    upstream:\n      type: roundrobin\n"
+                   f"      nodes: {{\"127.0.0.1:1980\": 1}}\n" for i in range(2, 12))
+    remote_repo.commit({"apisix.yaml": ROUTES + more}, "ten routes more")
+    outcome = agent.sync_once("webhook")
+    assert outcome.result == "failed" and outcome.commit in agent.state.bad
+    assert "the gateway cannot hold this config" in outcome.problems[0]
+    assert len([m for m, _, _ in apisix.requests if m == "PUT"]) == 2  # refused once, not retried
+    assert agent.state.last_good == good and "X-Digest" not in apisix.config()  # evicted from the dict
+    assert apisix.running("routes") == held  # the data plane still serves the last good commit
+    assert agent.drift_suspects() == [apisix.url]
+    assert agent.sync_once("drift").result == "healed"
+    assert [r["id"] for r in apisix.config()["routes"]] == ["r1"] and apisix.running("routes") == held
+    agent.close()

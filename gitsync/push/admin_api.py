@@ -112,7 +112,8 @@ def too_big(size: int, answer: str) -> str:
     return (f"the gateway cannot hold this config ({size / 1048576:.1f} MiB as sent; it answered: {answer}): "
             "API-driven standalone APISIX keeps the whole config in its shared dict standalone-config, "
             "10 MiB unless its config.yaml raises nginx_config.meta.lua_shared_dict.standalone-config; "
-            "the config it held before stays live")
+            "its workers still serve the config they had, which its Admin API no longer shows (the "
+            "drift watch puts the last good commit back)")
 
 
 def parse_item_error(message: str, kind: str | None = None, index: int | None = None,

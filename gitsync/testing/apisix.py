@@ -733,6 +733,9 @@ class ApisixDouble:
                 new[LAST_MODIFIED] = int(time.time())
                 new[DIGEST] = digests[0]
             if len(cjson_encode(new)) > SHARED_DICT_BYTES:
+                # ngx.shared.DICT:set evicts what it holds (LRU) to make room, then fails: the Admin API
+                # has lost the config it held (versions 0, no digest) while the workers keep serving it.
+                self._stored = None
                 # core.response.exit(500, err) with a string: plain text under the admin JSON type
                 return Reply(500, b"failed to save config to shared dict: no memory")
             applied = self._commit(old, new)
