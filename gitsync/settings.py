@@ -260,6 +260,9 @@ class Settings:
                               minimum=0.1)
     jitter: float = setting("agent", "duration", 5.0, "Random delay added to each poll, so agents spread "
                             "out.", groups=(DAEMON,), minimum=0)
+    webhook_jitter: float = setting("agent", "duration", 0.0, "Random delay before the sync a webhook asks "
+                                    "for, so that a fleet woken by one push spreads its fetches over it "
+                                    "(docs/operations.md, \"A fleet\").", groups=(DAEMON,), minimum=0)
     drift_interval: float = setting("agent", "duration", 10.0, "How often each gateway is checked for drift "
                                     "(a restart that emptied it, an out-of-band write); a poll does not "
                                     "check a gateway again within it.", groups=(DAEMON,),

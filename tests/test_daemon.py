@@ -18,11 +18,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gitsync.backoff import Backoff
-from gitsync.daemon.service import Triggers
+from gitsync.daemon.service import Daemon, Triggers
+from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
 from tests.agents import (
     ADMIN_KEY,
@@ -460,3 +462,21 @@ def test_backoff_bounds_and_reset():
     assert backoff.failures == 0 and backoff.ready(now=0)
     assert backoff.failed(now=0) <= 1.0  # back to the base after a success
     assert Backoff(base=0, cap=0).failed() >= 0.05  # never a busy loop
+
+
+@pytest.mark.parametrize("jitter", [0.0, 30.0])
+def test_a_webhook_syncs_at_once_or_after_a_random_part_of_webhook_jitter(tmp_path, jitter):
+    settings = load({"repo": "git://127.0.0.1:9/none.git", "gateways": ["http://127.0.0.1:9"],
+                     "state_dir": str(tmp_path / "state"), "writeback": "off", "webhook_jitter": jitter},
+                    config="/dev/null", env={})
+    daemon = Daemon(settings)
+    before = datetime.now(UTC)
+    daemon._hooked("webhook:generic")
+    daemon._hooked("drift")  # not a webhook: never delayed
+    jobs = daemon.scheduler.get_jobs()
+    if jitter:
+        assert daemon.triggers.take(0) == ["drift"] and len(jobs) == 1
+        assert before <= jobs[0].trigger.run_date <= datetime.now(UTC) + timedelta(seconds=jitter)
+        assert jobs[0].args == ("webhook:generic",)
+    else:
+        assert daemon.triggers.take(0) == ["webhook:generic", "drift"] and jobs == []

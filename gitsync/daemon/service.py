@@ -8,11 +8,12 @@ the poll and drift-watch jobs; they never sync themselves.
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -91,7 +92,7 @@ class Daemon:
             if self.settings.ui:  # the read-only web view (gitsync.web); a token is checked here
                 self.web = WebView(lambda: self.settings, lambda: self.agent, self.state_dir.path / "web")
             self.server = StatusServer(self.settings.listen, self.metrics, self._readiness,
-                                       self.triggers.request, self.settings.webhook_secret,
+                                       self._hooked, self.settings.webhook_secret,
                                        web=self.web.answer if self.web else None).start()
         except OSError as exc:
             self.state_dir.release()
@@ -114,6 +115,16 @@ class Daemon:
     def _agent(self, settings: Settings) -> Agent:
         return Agent(settings, metrics=self.metrics, state_dir=self.state_dir,
                      interrupted=self.triggers.pending, wake=self.triggers.request)
+
+    def _hooked(self, reason: str) -> None:
+        """A webhook's trigger: at once, or after a random part of `webhook_jitter`, so that the agents
+        of a fleet woken by one push do not all fetch from the git server at the same instant."""
+        jitter = self.settings.webhook_jitter
+        if jitter <= 0 or not reason.startswith("webhook"):
+            self.triggers.request(reason)
+            return
+        when = datetime.now(UTC) + timedelta(seconds=random.uniform(0, jitter))
+        self.scheduler.add_job(self.triggers.request, "date", args=[reason], run_date=when)
 
     def _schedule(self) -> None:
         s = self.settings
