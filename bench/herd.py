@@ -37,13 +37,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.run import OUT, WEBHOOK_SECRET, Fixture, machine, process_env
+from bench.run import OUT, WEBHOOK_SECRET, Fixture, machine, process_env, write_report
 from gitsync.testing.apisix import ApisixDouble
 from testkit.git import GitDaemon
 from testkit.gitservers import GitGate, Traffic
@@ -331,12 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"work files kept in {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    report["seconds"] = round(time.monotonic() - started, 1)
-    report["machine"]["loadavg_end"] = os.getloadavg()
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for name in (f"herd-{stamp}.json", "herd-latest.json"):
-        (args.out / name).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out, started, "herd", "herd-latest.json")
     m = report["machine"]
     print(f"gitsync {m['commit']}; {m['date']}; load {m['loadavg'][0]:.1f} → {m['loadavg_end'][0]:.1f}; "
           f"{report['seconds']:.0f} s")

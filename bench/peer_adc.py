@@ -37,13 +37,22 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 
-from bench.run import OUT, PROBE_EVERY, DataPlane, Fixture, FloorClient, FloorTwin, machine, process_env
+from bench.run import (
+    OUT,
+    PROBE_EVERY,
+    DataPlane,
+    Fixture,
+    FloorClient,
+    FloorTwin,
+    machine,
+    process_env,
+    write_report,
+)
 from gitsync import log as gslog
 from testkit.git import GitDaemon, git
 
@@ -353,12 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     report["table"] = table(report["results"])
-    report["seconds"] = round(time.monotonic() - started, 1)
-    report["machine"]["loadavg_end"] = os.getloadavg()
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for name in (f"peer-adc-{stamp}.json", "peer-adc-latest.json"):
-        (args.out / name).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.out, started, "peer-adc", "peer-adc-latest.json")
     m = report["machine"]
     print(f"gitsync {m['commit']} beside {args.adc or '(no ADC given)'}; {args.routes:,} routes; "
           f"{m['date']}; load {m['loadavg'][0]:.1f} → {m['loadavg_end'][0]:.1f}; {report['seconds']:.0f} s; "

@@ -1030,13 +1030,19 @@ def run(sizes: Sequence[int], *, quick: bool = False, reps: int | None = None, o
             shutil.rmtree(tmp, ignore_errors=True)
     report["results"] = [r.to_dict() for r in results]
     report["table"] = table(results)
+    write_report(report, out, started, "bench", "latest.json")
+    return report
+
+
+def write_report(report: dict[str, Any], out: Path, started: float, prefix: str, latest: str) -> None:
+    """The run's time and the machine's load at its end into `report`; written to ``out`` as
+    ``<prefix>-<UTC time>.json`` and as `latest`."""
     report["seconds"] = round(time.monotonic() - started, 1)
     report["machine"]["loadavg_end"] = os.getloadavg()
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for name in (f"bench-{stamp}.json", "latest.json"):
+    for name in (f"{prefix}-{stamp}.json", latest):
         (out / name).write_text(json.dumps(report, indent=2) + "\n")
-    return report
 
 
 def parse_sizes(text: str) -> list[int]:
