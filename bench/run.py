@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -795,9 +796,16 @@ def webhook_served(fx: Fixture, gw: Gateway, floor: FloorClient, planes: Planes,
 
             def floor_side(path: str = path, limit: int = limit, body: bytes = body, digest: str = digest,
                            ) -> None:
+                # The data plane is probed from the start, during the PUT, as gitsync's is during its sync.
                 started = time.monotonic()
-                accepted.append(floor.put_timed(body, digest) - started)
+
+                def send() -> None:
+                    accepted.append(floor.put_timed(body, digest) - started)
+
+                put = threading.Thread(target=send)
+                put.start()
                 floors.append(_served(planes.floor, path, limit, started, "floor PUT"))
+                put.join()
 
             for side in (gitsync_side, floor_side) if n % 2 == 0 else (floor_side, gitsync_side):
                 side()
