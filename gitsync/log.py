@@ -252,6 +252,11 @@ def register_secret(value: str | bytes | None) -> None:
     _REDACTOR.add([text])
 
 
+def register_secrets(values: Iterable[str]) -> None:
+    """`register_secret` for many values at once (those already known cost a set lookup each)."""
+    _REDACTOR.add(values)
+
+
 def redact(text: str) -> str:
     """Return `text` with every registered secret value replaced by ``***``."""
     return _REDACTOR.redact(text)
@@ -357,4 +362,4 @@ def guard_process() -> None:
 
 
 __all__ = ["MASK", "Redactor", "clip", "forget_secrets", "guard_process", "logger", "redact",
-           "register_secret", "setup", "spellings"]
+           "register_secret", "register_secrets", "setup", "spellings"]

@@ -176,6 +176,14 @@ class Settings:
                             "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    secret_fields: tuple[str, ...] = setting(
+        "render", "list", (), "Fields holding secrets besides those gitsync knows (APISIX's "
+        "`encrypt_fields`, field names, shapes): `PLUGIN.PATH` (`\"my-plugin.conf.token\"`: that plugin's "
+        "config wherever it is, and its plugin_metadata) or `KIND.PATH` "
+        "(`\"upstreams.discovery_args.token\"`); masked in every output, taken out by export and import. A "
+        "config file may add its own "
+        "(`secret_fields:`).",
+        groups=(SOURCE, "secret_fields"), flag="--secret-field", metavar="PLUGIN.PATH")
     # [gateways]
     gateways: tuple[str, ...] = setting("gateways", "list", (), "Admin API base URLs of the gateways to keep "
                                         "in step.", groups=(GATEWAY,), flag="--gateway", metavar="URL")
@@ -673,6 +681,12 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
+    for entry in values.get("secret_fields", ()):
+        from gitsync.render.secrets import entry_problem  # late: render reads settings
+
+        problem = entry_problem(entry)
+        if problem:
+            raise SettingsError(f"{merged['secret_fields'].origin}: {problem}")
     for name in ("gateways", "status_urls", "proxy_urls"):
         for url in values.get(name, ()):
             problem = _url_problem(url)

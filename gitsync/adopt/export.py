@@ -34,6 +34,7 @@ from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.push.plan import content_bytes, item_content
 from gitsync.render import RenderOptions, render
+from gitsync.render.secrets import NO_RULES, SecretRules
 from gitsync.settings import Settings
 
 _SINGULAR = {"routes": "route", "services": "service", "upstreams": "upstream", "ssls": "ssl",
@@ -85,16 +86,18 @@ def live_items(body: Mapping[str, Any], warnings: list[str]) -> dict[str, list[A
     return out
 
 
-def build(body: Mapping[str, Any], layout: str, strip: bool = False) -> Exported:
-    """The repo files for a GET body (pure): layout, escaped text, secrets taken out."""
+def build(body: Mapping[str, Any], layout: str, strip: bool = False,
+          rules: SecretRules = NO_RULES) -> Exported:
+    """The repo files for a GET body (pure): layout, escaped text, secrets taken out (`rules`: the
+    site's declared secret fields, besides what the classifier knows)."""
     warnings: list[str] = []
     live = live_items(body, warnings)
     desired = live
     if strip:
         desired = {kind: [strip_defaults(kind, i) for i in items] for kind, items in live.items()}
-    with_refs, secrets = extract_secrets(desired, repo_writer.escape_templates)
-    files = repo_writer.render_files(repo_writer.plan_files(with_refs, layout))
-    return Exported(files, secrets, live, warnings)
+    extracted = extract_secrets(desired, repo_writer.escape_templates, rules)
+    files = repo_writer.render_files(repo_writer.plan_files(extracted.payload, layout))
+    return Exported(files, extracted.values, live, warnings + extracted.warnings)
 
 
 def prove(exported: Exported) -> tuple[list[str], list[str]]:

@@ -54,10 +54,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.cli.demo:run_demo", ()),
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
-            "proven", "gitsync.adopt.export:export_command", ("gateway",), ("gateways",),
+            "proven", "gitsync.adopt.export:export_command", ("gateway", "secret_fields"), ("gateways",),
             "gitsync.adopt.arguments:export"),
     Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
-            "gitsync.adopt.importing:import_command", (), (), "gitsync.adopt.arguments:import_"),
+            "gitsync.adopt.importing:import_command", ("secret_fields",), (),
+            "gitsync.adopt.arguments:import_"),
     Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",
             "gitsync.adopt.init:init_command", (), (), "gitsync.adopt.arguments:init"),
     Command("schema", "write JSON Schema files of the repo format for editors (yaml-language-server)",

@@ -59,7 +59,8 @@ def remember(cache: ParseCache, options: RenderOptions, files: Mapping[str, byte
     """Keep a clean render for the next one, when every item of it is a plain file's whole list and
     every file it rendered (`rendered_files`: those under the configured paths) is plain."""
     cache.last_render = None
-    if options.partial or rendered.left_out or rendered.secret_values:
+    if options.partial or rendered.left_out or rendered.secret_values \
+            or rendered.secret_rules != options.secret_rules:  # the repo declares secret fields
         return
     places: dict[str, list[Place]] = {}
     sizes: dict[str, int] = {}
@@ -135,7 +136,7 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: Parse
         return None
     cache.touch(blobs.values())
     rendered = Rendered(payload, SourceMap(files, sources, FilePositions(files)), before.secret_values,
-                        before.checks, contents, (), before.ids, splits)
+                        before.checks, contents, (), before.ids, splits, before.secret_rules)
     cache.last_render = LastRender(options, blobs, last.places, sizes, size, rendered)
     return rendered
 

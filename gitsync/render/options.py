@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsync.log import register_secret
+from gitsync.render.secrets import NO_RULES, SecretRules
 from gitsync.render.sops import SopsError, decryptor, identities_from_settings
 from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
 
@@ -37,6 +38,8 @@ class RenderOptions:
     unmanaged: frozenset[str] = frozenset()
     #: Partial apply: items with problems (and what refers to them) are left out, not the commit.
     partial: bool = False
+    #: Secret fields the settings declare (`secret_fields`), besides the repo's own.
+    secret_rules: SecretRules = NO_RULES
 
 
 class SecretsLookup:
@@ -136,4 +139,5 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
         max_payload_size=settings.max_payload_size,
         unmanaged=frozenset(settings.unmanaged),
         partial=settings.partial,
+        secret_rules=SecretRules.of(settings.secret_fields),
     )

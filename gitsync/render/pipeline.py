@@ -17,7 +17,7 @@ from typing import Any
 
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import KINDS, item_id
-from gitsync.log import MASK, Redactor, redact, register_secret
+from gitsync.log import MASK, Redactor, redact, register_secret, register_secrets
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.healthchecks import CHECKS, Check, parse_checks
@@ -26,6 +26,7 @@ from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParseCache, ParsedFile, blob_sha
 from gitsync.render.options import RenderOptions
 from gitsync.render.parallel import parse_all
+from gitsync.render.secrets import SecretRules, classify, document_secret_values, entry_problem, value_at
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
 from gitsync.render.validate import FileFacts, dependants, item_contents, refers_to, validate
@@ -47,6 +48,8 @@ class Rendered:
     ids: dict[str, list[str | None]] = field(default_factory=dict, repr=False, compare=False)
     #: Where each item's modifiedIndex goes in its content (`gitsync.content.content_split`), by kind.
     splits: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
+    #: The secret fields declared by the settings and the repo (`secret_fields`), for every mask.
+    secret_rules: SecretRules = field(default_factory=SecretRules)
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,49 @@ def _secret_fields(content: Any, leaves: list[tuple[tuple[str | int, ...], str]]
                 (field_text(path[2:]), value))
 
 
+SECRET_FIELDS = "secret_fields"
+
+
+def _repo_rules(built: Built, source_map: SourceMap, options: RenderOptions) -> tuple[SecretRules,
+                                                                                        list[Problem]]:
+    """The secret fields the repo declares (top-level ``secret_fields:``, never pushed) with the
+    settings' own, and a problem for each entry that is not ``PLUGIN.PATH`` or ``KIND.PATH``."""
+    entries = built.payload.pop(SECRET_FIELDS, [])
+    built.ids.pop(SECRET_FIELDS, None)
+    built.segments.pop(SECRET_FIELDS, None)
+    problems = [source_map.problem(SECRET_FIELDS, index, why) for index, entry in enumerate(entries)
+                if (why := entry_problem(entry)) is not None]
+    return options.secret_rules + SecretRules.of(e for e in entries if isinstance(e, str)), problems
+
+
+def _register_classified(parsed_files: list[ParsedFile], documents: list[Any], rules: SecretRules) -> None:
+    """Every value the classifier finds secret goes to the log redactor (and so out of every log line,
+    note, status file and web page): a plain file's once per parse (kept in its memo), others each time."""
+    key = ("secret values", rules.entries)
+    for parsed in parsed_files:
+        values = parsed.memo.get(key)
+        if values is None:
+            values = parsed.memo[key] = frozenset(v for doc in parsed.documents
+                                                  for v in document_secret_values(doc.shared, rules))
+        register_secrets(values)
+    for content in documents:
+        register_secrets(document_secret_values(content, rules))
+
+
+def _classified_fields(built: Built, problems: list[Problem], rules: SecretRules, into: SecretFields) -> None:
+    """The fields of each item a problem is about that the classifier finds secret, with their values, so
+    that the problem's message masks them in every spelling (`_redacted`)."""
+    wanted = {(p.kind, p.id) for p in problems if p.kind in KINDS and p.id is not None}
+    for kind, ident in wanted:
+        ids = built.ids.get(kind, [])
+        if ident not in ids:
+            continue
+        item = built.payload[kind][ids.index(ident)]
+        for finding in classify(kind, item, rules):
+            for piece in finding.pieces(value_at(item, finding.path)):
+                into.setdefault((kind, ident), []).append((field_text(finding.path), piece))
+
+
 def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
                  positions: FilePositions) -> Problem:
     """A problem at `path` inside a document, named ``kind[id].field`` when the path is inside an item."""
@@ -227,6 +273,9 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
             fallback: LastGood | None = None) -> Rendered:
     following = render_next(files, options, cache) if fallback is None else None
     if following is not None:
+        last = cache.last_render
+        parsed_files = [cache.cached(blob) for blob in last.blobs.values()] if last is not None else []
+        _register_classified([p for p in parsed_files if p is not None], [], following.secret_rules)
         return following
     render_problems: list[Problem] = []
     known = files if isinstance(files, ConfigFiles) else ConfigFiles()
@@ -241,6 +290,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     facts: dict[str, FileFacts] = {}
     unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
     secret_fields: SecretFields = {}
+    plain_files: list[ParsedFile] = []
     #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
     #: searched) or None (never read, or encrypted: they may declare anything).
     unknown: dict[str, bytes | None] = {}
@@ -269,6 +319,8 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                 unknown[name] = None
                 continue
             plain = not parsed.has_templates and not parsed.has_sops
+            if plain:
+                plain_files.append(parsed)
             for doc in parsed.documents:
                 content = doc.shared if plain else doc.data
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
@@ -295,6 +347,9 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
     built.ids.pop(CHECKS, None)
     built.segments.pop(CHECKS, None)
+    rules, rule_problems = _repo_rules(built, source_map, options)
+    _register_classified(plain_files, [one.data for one in loaded if one.memo is None], rules)
+    check_problems += rule_problems
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
                                                           unsubstituted, built.segments, built.ids)
     everything = render_problems + problems
@@ -309,16 +364,18 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     if everything:
         stage = "render" if render_problems else "validate"
         redactors: dict[frozenset[str], Redactor] = {}
+        _classified_fields(built, everything, rules, secret_fields)
         raise ProblemsError(stage, [_redacted(p, secret_fields, redactors) for p in _sorted(everything)])
     if left_out and fallback is not None:
         secrets |= fallback.secret_values
     redactors = {}
+    _classified_fields(built, [out.why for out in left_out.values()], rules, secret_fields)
     contents, splits = item_contents(built.payload, source_map, facts, built.segments if not left_out else {})
     rendered = Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values),
                         tuple(checks), contents,
                         tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
                                       for out in left_out.values()), key=_where)),
-                        built.ids, splits)
+                        built.ids, splits, rules)
     remember(cache, options, files, built, facts, rendered, [name for names in buckets for name in names])
     return rendered
 
