@@ -165,14 +165,22 @@ def test_an_adc_managed_gateway_is_taken_over_with_zero_changed_items(apisix: Ap
     before = live(apisix)
     (tmp_path / "adc.yaml").write_text(ADC_FILE)
     (tmp_path / "admin_key").write_text(KEY)
-    imported = run_gitsync("import", "adc", str(tmp_path / "adc.yaml"), "--out", str(tmp_path / "repo"))
+    secrets = tmp_path / "secrets"
+    imported = run_gitsync("import", "adc", str(tmp_path / "adc.yaml"), "--out", str(tmp_path / "repo"),
+                           "--secrets-out", str(secrets))
     assert imported.returncode == 0, imported.stdout + imported.stderr
     assert "ALICE_KEY" in imported.stdout and "EXAMPLE_COM_KEY" in imported.stdout
     repo = (tmp_path / "repo").as_posix()
-    assert "${{ secrets.ALICE_KEY }}" in (tmp_path / "repo" / "consumers.yaml").read_text()
+    consumers = (tmp_path / "repo" / "consumers.yaml").read_text()
+    assert "${{ secrets.ALICE_KEY }}" in consumers
+    # The file's literal credentials are taken out too, named in the notes, their values in --secrets-out.
+    assert "alice-primary-key" not in consumers and "NOT_ENV" not in consumers
+    assert sorted(p.read_text().strip() for p in secrets.iterdir()) == ["${NOT_ENV}", "alice-primary-key"]
+    assert "2 literal credential(s) became ${{ secrets.NAME }}" in imported.stdout
     puts = len(apisix.put_bodies)
     env = {"GITSYNC_SECRET_ALICE_KEY": "alice-env-key", "GITSYNC_SECRET_EXAMPLE_COM_KEY": PRIVATE_KEY}
-    gateway = ["--gateway", apisix.url, "--admin-key-file", str(tmp_path / "admin_key")]
+    gateway = ["--gateway", apisix.url, "--admin-key-file", str(tmp_path / "admin_key"),
+               "--secrets-dir", str(secrets)]
     diff = run_gitsync("diff", "--dir", repo, *gateway, env=env)
     assert diff.returncode == 0 and "no changes" in diff.stdout, diff.stdout + diff.stderr
     sync = run_gitsync("sync", "--once", "--dir", repo, *gateway, env=env)
@@ -226,13 +234,13 @@ def test_adcs_documented_examples_import_with_adcs_ids_and_validate(tmp_path: Pa
     (tmp_path / "consumer.yaml").write_text(ADC_E2E_CONSUMER)
     out = tmp_path / "repo"
     result = run_gitsync("import", "adc", str(tmp_path / "quick.yaml"), str(tmp_path / "consumer.yaml"),
-                         "--out", str(out), "--layout", "per-service")
+                         "--out", str(out), "--layout", "per-service", "--secrets-out", str(tmp_path / "sec"))
     assert result.returncode == 0, result.stdout + result.stderr
     service = (out / "services" / f"{sha1('my-backend')}.yaml").read_text()
     assert f"id: {sha1('my-backend.api-route')}" in service and "service_id: " + sha1("my-backend") in service
     consumers = (out / "consumers.yaml").read_text()
     assert f"consumer1/credentials/{sha1('consumer1.consumer1-key2')}" in consumers
-    valid = run_gitsync("validate", "--dir", str(out))
+    valid = run_gitsync("validate", "--dir", str(out), "--secrets-dir", str(tmp_path / "sec"))
     assert valid.returncode == 0, valid.stderr
     assert "valid: 1 routes, 1 services, 1 upstreams, 3 consumers" in valid.stdout
 

@@ -61,13 +61,13 @@ def test_markup_concatenation_escapes_what_is_not_markup():
     assert tag("input", value='"><script>') == '<input value="&quot;&gt;&lt;script&gt;">'
 
 
-def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
+def test_an_items_lines_are_shown_with_every_secret_masked_where_it_is_written(catalog):
     carol = catalog.detail("consumers", "carol")
     assert carol is not None and carol.reformatted is None
     assert carol.written == (
         (2, "  - username: carol"),
         (3, "    plugins:"),
-        (4, '      basic-auth: {username: carol, password: "***"'),  # the leftmost cut hides the rest
+        (4, '      basic-auth: {username: carol, password: "***", other: x}'),  # the value only
         (5, "      jwt-auth:"),
         (6, '        key: "***"'),
         (7, '        secret: "***"'),  # its two lines dropped
@@ -77,7 +77,7 @@ def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
     for secret in ("pw-one-1234", "carol-key", "line-one", "line-two"):
         assert secret not in text
     dave = catalog.detail("consumers", "dave")
-    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"')
+    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"}')
     upstream = catalog.detail("upstreams", "u1")
     assert upstream is not None and "url-password-9" not in str(upstream.written) + upstream.pushed
     assert "http://user:***@example.com/x" in str(upstream.written)

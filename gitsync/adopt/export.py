@@ -133,7 +133,7 @@ def prove(exported: Exported) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
-def _write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[str] | None) -> None:
+def write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[str] | None) -> None:
     if recipients:
         data = encrypt_values(secrets, recipients)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,14 +148,35 @@ def _write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[
                            mode=0o600)
 
 
-def _usage_problem(args: argparse.Namespace, out: Path, secrets: Mapping[str, str]) -> str | None:
+#: Shorter secret values are not looked for in the written files: they match ordinary text.
+MIN_LEAK_LENGTH = 8
+
+
+def clear_values(files: Mapping[str, bytes], secrets: Mapping[str, str]) -> list[str]:
+    """The secrets (by NAME) whose value the written files still hold in clear, each with the file: the
+    value also stands in a field nothing names secret. Values shorter than `MIN_LEAK_LENGTH` are not
+    looked for."""
+    found = []
+    for name, value in secrets.items():
+        if len(value) < MIN_LEAK_LENGTH:
+            continue
+        needle = value.encode("utf-8")
+        where = [path for path, data in files.items() if needle in data]
+        if where:
+            found.append(f"the value of the secret {name} also stands in clear in {', '.join(where)}")
+    return found
+
+
+def usage_problem(args: argparse.Namespace, out: Path, secrets: Mapping[str, str],
+                  holder: str = "the gateway holds") -> str | None:
+    """Why the secret values cannot go where the arguments say (None: they can)."""
     target = args.secrets_out
     if not secrets:
         return None
     if target is None:
         how = ("--secrets-out FILE" if args.age_recipient else
                "--secrets-out DIR (one file per value) or --age-recipient age1… --secrets-out FILE (SOPS)")
-        return f"the gateway holds {len(secrets)} secret value(s); say where they go: {how}"
+        return f"{holder} {len(secrets)} secret value(s); say where they go: {how}"
     if target.resolve().is_relative_to(out.resolve()):
         return f"--secrets-out {target} is inside --out {out}: secret values never go into the repo"
     if args.age_recipient and target.exists():
@@ -174,15 +195,20 @@ def export_command(settings: Settings, args: argparse.Namespace) -> int:
         repo_writer.check_target(out)
         with Gateway(endpoints[0]) as gateway:
             live = gateway.get_config()
-        exported = build(live.body, args.layout, args.strip_defaults)
+        exported = build(live.body, args.layout, args.strip_defaults, SecretRules.of(settings.secret_fields))
         for value in exported.secrets.values():
             register_secret(value)
-        problem = _usage_problem(args, out, exported.secrets)
-        if problem:
-            print(f"gitsync export: {problem}", file=sys.stderr)
+        problem = usage_problem(args, out, exported.secrets)
+        leaks = clear_values(exported.files, exported.secrets)
+        if problem or leaks:
+            for line in [problem] if problem else leaks:
+                print(f"gitsync export: {line}", file=sys.stderr)
+            if leaks:
+                print("gitsync export: nothing written; name the other field in secret_fields "
+                      "(--secret-field KIND.PATH or PLUGIN.PATH) to take it out too", file=sys.stderr)
             return 2
         if exported.secrets:
-            _write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
+            write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
         repo_writer.write_tree(out, exported.files)
     except (GatewayError, repo_writer.WriteError, RecipientError, OSError) as exc:
         print(f"gitsync export: {redact(str(exc))}", file=sys.stderr)

@@ -24,7 +24,7 @@ from gitsync.agent.gate import fleet_table
 from gitsync.cli.parser import leave_to_exit
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
-from gitsync.log import logger, redact
+from gitsync.log import logger, redact, register_secrets
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
@@ -42,6 +42,7 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
@@ -110,7 +111,7 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
         return rendered
     payload = rendered.payload
     if not getattr(args, "show_secrets", False):
-        payload = mask_secrets(payload, rendered.secret_values)
+        payload = mask_secrets(payload, rendered.secret_values, rendered.secret_rules)
     sys.stdout.buffer.write(payload_json(payload) + b"\n")
     sys.stdout.flush()
     return 0
@@ -160,13 +161,16 @@ def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
             for item in items}
 
 
-def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
+def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], rendered: Rendered,
                 show_secrets: bool) -> None:
-    """Per kind and item what a sync would do; values masked unless asked."""
+    """Per kind and item what a sync would do; values masked unless asked (the live side's secrets
+    are registered with the log redactor too: they are the gateway's, which render never saw)."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
+    register_secrets(secret_values(live_lists, rendered.secret_rules))
     wanted = _by_id(desired_shown)
-    live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
+    live = _by_id(live_lists if show_secrets
+                  else mask_secrets(live_lists, rendered.secret_values, rendered.secret_rules))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
     print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
@@ -224,7 +228,8 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
         diffs, _ = wait_for(gateways.each(gateways.urls, lambda g: diff_gateway(
             g, rendered.payload, policy, pushed.get(g.url))))
     show = bool(getattr(args, "show_secrets", False))
-    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values)
+    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values,
+                                                               rendered.secret_rules)
     status = 0
     for url in gateways.urls:
         one = diffs[url]
@@ -237,7 +242,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show)
+            _print_diff(one, desired_shown, rendered, show)
             status = max(status, 1)
         else:
             print(f"{one.url}: no changes")

@@ -73,9 +73,14 @@ def mask_secrets(payload: dict[str, Any], secret_values: Iterable[str],
     return out
 
 
+def mask_known(text: str, secret_values: Iterable[str]) -> str:
+    """`text` with each known secret value masked wherever it appears."""
+    return _Known(secret_values).text(text)
+
+
 def mask_line(text: str, secret_values: Iterable[str] = ()) -> str:
     """Free text (a line, a message) with secret shapes and known values masked."""
-    return _Known(secret_values).text(mask_text(text, MASK))
+    return mask_known(mask_text(text, MASK), secret_values)
 
 
-__all__ = ["mask_item", "mask_line", "mask_secrets", "masked_copy"]
+__all__ = ["mask_item", "mask_known", "mask_line", "mask_secrets", "masked_copy"]

@@ -293,6 +293,11 @@ def classify(kind: str, item: Any, rules: SecretRules = NO_RULES, text: str | No
     `text`: the item's JSON when the caller has it (a first look at it skips most items)."""
     if not could_hold_secrets(kind, item, rules, text):
         return []
+    return walk_item(kind, item, rules)
+
+
+def walk_item(kind: str, item: Any, rules: SecretRules = NO_RULES) -> list[Finding]:
+    """`classify` without its first look: every node of the item walked."""
     marks = _marks(kind, item, rules) if isinstance(item, dict) else {}
     found: list[Finding] = []
     _walk(item, (), marks, False, found)
@@ -494,4 +499,4 @@ def mask_text(text: str, mask: str) -> str:
 __all__ = ["ALWAYS_LOOKED_AT", "NO_RULES", "SECRET_NAMES", "STEMS", "Finding", "SecretRules", "apisix_paths",
            "classify", "could_hold_secrets", "credential_header", "document_secret_values", "entropy",
            "entry_problem", "find_secrets", "is_reference", "is_secret_name", "mask_text", "secret_values",
-           "value_at"]
+           "value_at", "walk_item"]
