@@ -4,12 +4,14 @@ declared secret fields, URLs; and masking built on it (render, validate's messag
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gitsync.adopt import export
 from gitsync.log import MASK, redact
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, mask_secrets, render
@@ -26,8 +28,13 @@ from gitsync.render.secrets import (
 )
 from gitsync.schema.encrypt_fields import ENCRYPT_FIELDS, field_count
 from gitsync.schema.plugins import PLUGINS
+from gitsync.testing.apisix import ApisixDouble
 from gitsync.urls import credentials, display_url
-from tests.support import ROOT
+from gitsync.web.catalog import Catalog
+from tests.leaks import Canary
+from tests.pem import pem_pair
+from tests.support import ROOT, run_gitsync
+from tests.test_adopt_export import KEY, fill
 
 VENDORED = json.loads((ROOT / "tests" / "data" / "apisix-3.18-encrypt-fields.json").read_text())["plugins"]
 _SCHEMAS = {"schema": "schema", "consumer_schema": "consumer", "metadata_schema": "metadata"}
@@ -252,8 +259,97 @@ _VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=3)
 
 @given(kind=st.sampled_from(["routes", "consumers", "plugin_metadata", "upstreams"]),
        item=st.dictionaries(_KEYS, _VALUES, max_size=5))
+@example(kind="routes", item={"plugins": {"workflow": {"rules": 1}}})  # any shape: never an exception
 def test_the_first_look_never_skips_an_item_holding_a_secret(kind: str, item: dict[str, Any]):
     assert could_hold_secrets(kind, item) or not walk_item(kind, item)
     assert classify(kind, item) == walk_item(kind, item)
     values = secret_values({kind: [item]})
     assert all(v.strip() for v in values)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The four cases that found the gaps
+
+
+@pytest.mark.slow
+def test_regression_export_takes_out_oidc_keys_ai_proxy_query_key_and_a_cookie(apisix: ApisixDouble,
+                                                                               tmp_path: Path):
+    """openid-connect's client_secret, RSA private key and proxy Authorization, ai-proxy's query key and
+    a Cookie under its auth.header: every one leaves the repo files for --secrets-out, and the export
+    still proves its round trip."""
+    _, private_key = pem_pair("oidc.example")
+    proxy_auth = "Basic dXNlcjpjYW5hcnktcHJveHktcGFzcw=="
+    values = {"client-secret": "canary-oidc-client-secret-4d1", "proxy": proxy_auth,
+              "query-key": "canary-ai-query-key-8c2e", "cookie": "session=canary-cookie-91fb"}
+    upstream = {"type": "roundrobin", "nodes": {"127.0.0.1:1980": 1}}
+    route = {"id": "chat", "uri": "/chat", "upstream": upstream,
+             "plugins": {
+                 "openid-connect": {"client_id": "gw", "client_secret": values["client-secret"],
+                                    "discovery": "https://idp.example/.well-known/openid-configuration",
+                                    "client_rsa_private_key": private_key,
+                                    "proxy_opts": {"http_proxy_authorization": proxy_auth}},
+                 "ai-proxy": {"provider": "openai", "auth": {"query": {"key": values["query-key"]},
+                                                             "header": {"Cookie": values["cookie"]}}}}}
+    fill(apisix, {"routes": [route]})
+    key_file = tmp_path / "admin_key"
+    key_file.write_text(KEY)
+    out, secrets = tmp_path / "exp", tmp_path / "sec"
+    result = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key_file),
+                         "--out", str(out), "--secrets-out", str(secrets))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "round trip: render of the written repo equals the live config" in result.stdout
+    hunted = [*values.values(), private_key.splitlines()[1][48:]]
+    for value in hunted:
+        assert Canary(value).leaks_in_tree(out) == {}, value
+        Canary(value).assert_absent("export output", [result.stdout, result.stderr])
+    stored = {p.name: p.read_text().strip() for p in secrets.iterdir()}
+    assert sorted(stored.values()) == sorted([values["client-secret"], private_key.strip(), proxy_auth[6:],
+                                              values["query-key"], values["cookie"]])
+    written = (out / "routes.yaml").read_text()
+    assert "http_proxy_authorization: Basic ${{ secrets." in written  # the scheme stays readable
+
+
+def test_regression_a_flow_style_consumer_password_is_masked_as_written():
+    """A consumer written in flow (JSON) style: the web view's "as written" masks its password where
+    the parser says it is, however the line is spelled; so does render."""
+    files = {"consumers.yaml": b'consumers:\n  - {"plugins": {"basic-auth": {"password":"hunter2-flow",'
+                               b' "username": "bob"}}, "username": "bob"}\n'
+                               b'  - username: carol\n    plugins:\n      "basic-auth":\n'
+                               b'        "password": |\n          hunter3-block\n          second-line\n'
+                               b"        'username': carol\n"
+                               b"  - {username: dave, plugins: {key-auth: {key: 'dave''s-key-77'}}}\n"}
+    rendered = render(files)
+    catalog = Catalog("0" * 40, rendered, files)
+    bob, carol, dave = (catalog.detail("consumers", name) for name in ("bob", "carol", "dave"))
+    assert bob is not None and carol is not None and dave is not None
+    assert bob.written == ((2, '  - {"plugins": {"basic-auth": {"password":"***", "username": "bob"}}, '
+                                '"username": "bob"}'),)
+    assert carol.written == ((3, "  - username: carol"), (4, "    plugins:"), (5, '      "basic-auth":'),
+                             (6, '        "password": "***"'), (9, "        'username': carol"))
+    assert dave.written == ((10, '  - {username: dave, plugins: {key-auth: {key: "***"}}}'),)
+    shown = json.dumps(mask_secrets(rendered.payload, rendered.secret_values, rendered.secret_rules))
+    for page in (bob, carol, dave):
+        text = "\n".join(line for _, line in page.written) + page.pushed + shown
+        for secret in ("hunter2-flow", "hunter3", "second-line", "dave's-key"):
+            assert secret not in text
+
+
+def test_regression_url_user_info_with_reserved_characters():
+    """A password holding @ / ? # or a space is masked whole, and exported whole."""
+    for password in ("p@ss-secret", "pa/ss-9", "pa?ss-9", "pa#ss-9", "pa ss-9"):
+        uri = f"http://user:{password}@logs.example:9000/log"
+        route = {"id": "r", "uri": "/", "plugins": {"http-logger": {"uri": uri}}}
+        shown = mask_secrets({"routes": [route]}, ())["routes"][0]["plugins"]["http-logger"]["uri"]
+        assert shown == "http://user:***@logs.example:9000/log"
+        exported = export.build({"routes": [route]}, "per-kind")
+        assert list(exported.secrets.values()) == [password]
+        assert b"http://user:${{ secrets.ROUTES_R_HTTP_LOGGER_URI }}@logs.example:9000/log" in \
+            exported.files["routes.yaml"]
+        assert export.prove(exported) == ([], [])
+
+
+def test_regression_display_url_drops_a_private_token_query():
+    assert display_url("https://gitlab.example/group/config.git?private_token=glpat-canary-123") == \
+        "https://gitlab.example/group/config.git"
+    assert display_url("http://admin:p@ss/w?rd@127.0.0.1:9180/apisix?ref=main&token=t-1") == \
+        "http://127.0.0.1:9180/apisix?ref=main"

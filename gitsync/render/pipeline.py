@@ -182,11 +182,20 @@ def _register_classified(parsed_files: list[ParsedFile], documents: list[Any], r
     for parsed in parsed_files:
         values = parsed.memo.get(key)
         if values is None:
-            values = parsed.memo[key] = frozenset(v for doc in parsed.documents
-                                                  for v in document_secret_values(doc.shared, rules))
+            facts = parsed.memo.get("facts")
+            values = parsed.memo[key] = frozenset(
+                v for doc in parsed.documents
+                for v in document_secret_values(doc.shared, rules, _contents(facts, doc.index)))
         register_secrets(values)
     for content in documents:
         register_secrets(document_secret_values(content, rules))
+
+
+def _contents(facts: FileFacts | None, doc: int) -> dict[str, list[bytes]]:
+    """The canonical contents validation worked out for a plain document's lists, by kind."""
+    if facts is None:
+        return {}
+    return {kind: known.contents for (at, kind), known in facts.segments.items() if at == doc}
 
 
 def _classified_fields(built: Built, problems: list[Problem], rules: SecretRules, into: SecretFields) -> None:
@@ -271,11 +280,12 @@ def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
 
 def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache,
             fallback: LastGood | None = None) -> Rendered:
+    before = cache.last_render.blobs if cache.last_render is not None else {}
     following = render_next(files, options, cache) if fallback is None else None
-    if following is not None:
-        last = cache.last_render
-        parsed_files = [cache.cached(blob) for blob in last.blobs.values()] if last is not None else []
-        _register_classified([p for p in parsed_files if p is not None], [], following.secret_rules)
+    if following is not None:  # the files it did not change were registered by the render before
+        after = cache.last_render.blobs if cache.last_render is not None else {}
+        parsed = [cache.cached(blob) for name, blob in after.items() if before.get(name) != blob]
+        _register_classified([p for p in parsed if p is not None], [], following.secret_rules)
         return following
     render_problems: list[Problem] = []
     known = files if isinstance(files, ConfigFiles) else ConfigFiles()
@@ -348,10 +358,10 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     built.ids.pop(CHECKS, None)
     built.segments.pop(CHECKS, None)
     rules, rule_problems = _repo_rules(built, source_map, options)
-    _register_classified(plain_files, [one.data for one in loaded if one.memo is None], rules)
     check_problems += rule_problems
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
                                                           unsubstituted, built.segments, built.ids)
+    _register_classified(plain_files, [one.data for one in loaded if one.memo is None], rules)
     everything = render_problems + problems
     left_out: dict[tuple[str, str], LeftOut] = {}
     while everything and options.partial and _each_of_one_item(everything):

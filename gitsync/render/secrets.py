@@ -37,10 +37,11 @@ References are never secrets: ``$secret://…``, ``$env://…``, an expression
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,7 +218,8 @@ def _plugin_marks(name: str, conf: Any, base: FieldPath, rules: SecretRules,
 
 def _workflow_marks(conf: dict, base: FieldPath, rules: SecretRules, marks: dict[FieldPath, str]) -> None:
     """``workflow``'s actions are ``[plugin name, its config]`` pairs: each config is that plugin's."""
-    for r, rule in enumerate(conf.get("rules") or ()):
+    rules_list = conf.get("rules")
+    for r, rule in enumerate(rules_list if isinstance(rules_list, list) else ()):
         actions = rule.get("actions") if isinstance(rule, dict) else None
         for a, action in enumerate(actions if isinstance(actions, list) else ()):
             if isinstance(action, list) and len(action) >= 2 and isinstance(action[0], str):
@@ -263,20 +265,22 @@ STEMS = ("pass", "secret", "key", "token", "credential", "auth", "account", "hea
          "://", "bearer", "basic", "digest", "bot", "hmac", "negotiate", "ntlm", "sso", "aws4")
 
 
-def _stems(rules: SecretRules) -> tuple[str, ...]:
-    """`STEMS`, and the last name of each declared path that holds none of them (``auth.query``)."""
+@functools.lru_cache(maxsize=16)
+def _first_look(rules: SecretRules) -> tuple[re.Pattern[str], re.Pattern[bytes]]:
+    """`STEMS`, and the last name of each declared path that holds none of them (``auth.query``), as one
+    pattern over lower-case text (and one over bytes: an item's canonical content)."""
     declared = [path for d in ENCRYPT_FIELDS.values() for path in (*d.schema, *d.consumer, *d.metadata)]
     declared += [".".join(p) for paths in (*rules.plugins.values(), *rules.kinds.values()) for p in paths]
     more = {path.rsplit(".", 1)[-1].lower() for path in declared}
-    return STEMS + tuple(sorted(name for name in more if not any(stem in name for stem in STEMS)))
+    stems = [*STEMS, *sorted(name for name in more if not any(stem in name for stem in STEMS))]
+    text = "|".join(re.escape(stem) for stem in stems)
+    return re.compile(text), re.compile(text.encode())
 
 
-_DEFAULT_STEMS = _stems(NO_RULES)
-
-
-def could_hold_secrets(kind: str, item: Any, rules: SecretRules = NO_RULES, text: str | None = None) -> bool:
-    """Whether `item` may hold a secret at all (False: `classify` finds nothing), at the cost of a few
-    substring searches. `text`: its JSON (or its canonical content) when the caller has it."""
+def could_hold_secrets(kind: str, item: Any, rules: SecretRules = NO_RULES,
+                       text: str | bytes | None = None) -> bool:
+    """Whether `item` may hold a secret at all (False: `classify` finds nothing), at the cost of one
+    search of its text. `text`: its JSON, or its canonical content, when the caller has it."""
     if kind in ALWAYS_LOOKED_AT or kind in rules.kinds:
         return True
     if text is None:
@@ -284,11 +288,14 @@ def could_hold_secrets(kind: str, item: Any, rules: SecretRules = NO_RULES, text
             text = json.dumps(item, ensure_ascii=False)
         except (TypeError, ValueError):
             return True
-    lower = text.lower()
-    return any(stem in lower for stem in (_stems(rules) if rules else _DEFAULT_STEMS))
+    plain, raw = _first_look(rules)
+    if isinstance(text, bytes):
+        return raw.search(text.lower()) is not None
+    return plain.search(text.lower()) is not None
 
 
-def classify(kind: str, item: Any, rules: SecretRules = NO_RULES, text: str | None = None) -> list[Finding]:
+def classify(kind: str, item: Any, rules: SecretRules = NO_RULES, text: str | bytes | None = None
+             ) -> list[Finding]:
     """Every secret string of one item of `kind` (any value: a non-item is looked at for shapes only).
     `text`: the item's JSON when the caller has it (a first look at it skips most items)."""
     if not could_hold_secrets(kind, item, rules, text):
@@ -336,7 +343,11 @@ def _walk(value: Any, path: FieldPath, marks: Mapping[FieldPath, str], headers: 
                 if finding is not None:
                     found.append(finding)
             elif isinstance(key, str) and is_secret_name(key):
-                _whole(child, here, f"the field name {key!r}", found)
+                if isinstance(child, str) and "authoriz" in key.lower():  # a scheme before the credential
+                    finding = _header_value("Authorization", child, here)
+                    found += [finding] if finding is not None else []
+                else:
+                    _whole(child, here, f"the field name {key!r}", found)
             else:
                 _walk(child, here, marks, headers or "header" in str(key).lower(), found)
     elif isinstance(value, list):
@@ -453,14 +464,20 @@ def _likely_in_url(text: str) -> list[Span]:
 # A payload
 
 
-def find_secrets(payload: Mapping[str, Any], rules: SecretRules = NO_RULES
-                 ) -> Iterator[tuple[str, int, Finding]]:
-    """(kind, index, finding) of every secret string of a payload ``{kind: [items]}``."""
+def find_secrets(payload: Mapping[str, Any], rules: SecretRules = NO_RULES,
+                 contents: Mapping[str, Sequence[bytes]] | None = None) -> Iterator[tuple[str, int, Finding]]:
+    """(kind, index, finding) of every secret string of a payload ``{kind: [items]}``. `contents`: each
+    item's canonical content by kind, in payload order, when the caller has them (a cheap first look)."""
     for kind, items in payload.items():
         if not isinstance(items, list):
             continue
+        texts = (contents or {}).get(kind)
+        if texts is not None and len(texts) != len(items):
+            texts = None
+        if texts is not None and not could_hold_secrets(kind, None, rules, b"\n".join(texts)):
+            continue  # one look at the whole list: most lists hold no secret at all
         for index, item in enumerate(items):
-            for finding in classify(kind, item, rules):
+            for finding in classify(kind, item, rules, texts[index] if texts is not None else None):
                 yield kind, index, finding
 
 
@@ -470,21 +487,23 @@ def value_at(item: Any, path: FieldPath) -> Any:
     return item
 
 
-def secret_values(payload: Mapping[str, Any], rules: SecretRules = NO_RULES) -> set[str]:
+def secret_values(payload: Mapping[str, Any], rules: SecretRules = NO_RULES,
+                  contents: Mapping[str, Sequence[bytes]] | None = None) -> set[str]:
     """Every secret text of a payload (whole values, or the secret parts of a string)."""
     out: set[str] = set()
-    for kind, index, finding in find_secrets(payload, rules):
+    for kind, index, finding in find_secrets(payload, rules, contents):
         value = value_at(payload[kind][index], finding.path)
         out.update(piece.strip() for piece in finding.pieces(value) if piece.strip())
     return out
 
 
-def document_secret_values(data: Any, rules: SecretRules = NO_RULES) -> set[str]:
+def document_secret_values(data: Any, rules: SecretRules = NO_RULES,
+                           contents: Mapping[str, Sequence[bytes]] | None = None) -> set[str]:
     """`secret_values` of one config document (``{kind: [items]}``; other keys are not items)."""
     if not isinstance(data, dict):
         return set()
     lists = {kind: items for kind, items in data.items() if kind in KINDS and isinstance(items, list)}
-    return secret_values(lists, rules)
+    return secret_values(lists, rules, contents)
 
 
 def mask_text(text: str, mask: str) -> str:
