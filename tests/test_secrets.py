@@ -334,6 +334,30 @@ def test_regression_a_flow_style_consumer_password_is_masked_as_written():
             assert secret not in text
 
 
+WRITTEN = {
+    "crlf": (b"consumers:\r\n  - username: bob\r\n    plugins:\r\n"
+             b"      basic-auth: {username: bob, password: \"hunter2-crlf\"}\r\n"),
+    "bom": ("\ufeffconsumers:\n  - username: bob\n    plugins:\n"
+            "      basic-auth: {username: bob, password: hunter2-bom}\n".encode()),
+    "utf-16": ("consumers:\n  - username: bob\n    plugins:\n"
+               "      basic-auth: {username: bob, password: hunter2-u16}\n".encode("utf-16")),
+    "escapes": (b'consumers:\n  - username: bob\n    plugins:\n'
+                b'      basic-auth: {username: bob, password: "hun\\tter2\\u00e9-esc"}\n'),
+    "multi-line plain": (b"consumers:\n  - username: bob\n    plugins:\n      basic-auth:\n"
+                         b"        username: bob\n        password: hunter2\n          second-line\n"),
+}
+
+
+@pytest.mark.parametrize("name", WRITTEN)
+def test_as_written_masks_the_value_whatever_the_encoding_and_style(name: str):
+    files = {"c.yaml": WRITTEN[name]}
+    detail = Catalog("0" * 40, render(files), files).detail("consumers", "bob")
+    assert detail is not None and detail.reformatted is None
+    shown = "\n".join(line for _, line in detail.written)
+    assert '"***"' in shown and "hunter2" not in shown and "second-line" not in shown
+    assert shown.splitlines()[0] == "  - username: bob"
+
+
 def test_regression_url_user_info_with_reserved_characters():
     """A password holding @ / ? # or a space is masked whole, and exported whole."""
     for password in ("p@ss-secret", "pa/ss-9", "pa?ss-9", "pa#ss-9", "pa ss-9"):

@@ -22,6 +22,7 @@ from typing import Any
 
 from gitsync import __version__
 from gitsync.kinds import KINDS, is_credential
+from gitsync.render.secrets import ENTRY
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
 
@@ -175,8 +176,22 @@ def kind_items(kind: str) -> dict[str, Any]:
     return {"description": KIND_DESCRIPTIONS[kind], **schema}
 
 
+#: The repo's own ``secret_fields:`` list (`gitsync.render.secrets`), never pushed.
+SECRET_FIELDS: dict[str, Any] = {
+    "description": "Fields that hold secrets besides those gitsync knows: PLUGIN.PATH (that plugin's config "
+                   "wherever it is) or KIND.PATH; masked in every output, taken out by export and import.",
+    "type": ["array", "null"],
+    "items": {"type": "string", "pattern": ENTRY.pattern},
+}
+
+
 def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
-    """A config file (one YAML document) holding lists of `kinds`."""
+    """A config file (one YAML document) holding lists of `kinds` (all of them: the repo's own lists too)."""
+    properties: dict[str, Any] = {
+        kind: {"description": KIND_DESCRIPTIONS[kind], "type": ["array", "null", "object"],
+               "maxProperties": 0, "items": kind_items(kind)} for kind in kinds}
+    if kinds == KINDS:
+        properties["secret_fields"] = SECRET_FIELDS
     return {
         "$schema": DRAFT,
         "$id": f"https://gitsync.invalid/schema/{__version__}/{title}",
@@ -185,9 +200,7 @@ def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
                        "Check with `gitsync validate`.",
         "type": ["object", "null"],
         # a list of items; `routes:` (null) or `routes: {}` is an empty kind
-        "properties": {kind: {"description": KIND_DESCRIPTIONS[kind], "type": ["array", "null", "object"],
-                              "maxProperties": 0, "items": kind_items(kind)}
-                       for kind in kinds},
+        "properties": properties,
         "additionalProperties": False,
     }
 

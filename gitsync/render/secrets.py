@@ -150,14 +150,15 @@ class SecretRules:
 
 
 NO_RULES = SecretRules()
-_ENTRY = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
+#: A well-formed secret field: a plugin or kind name, then one or more dotted steps.
+ENTRY = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
 
 
 def entry_problem(entry: Any) -> str | None:
     """Why `entry` is not a secret field (``plugin.path`` or ``kind.path``), or None."""
     if not isinstance(entry, str):
         return f"expected a text like \"my-plugin.conf.token\", got {type(entry).__name__}"
-    if not _ENTRY.match(entry.strip()):
+    if not ENTRY.match(entry.strip()):
         return (f"{entry!r} is not PLUGIN.PATH or KIND.PATH (dotted, no empty part, no spaces), "
                 "e.g. \"my-plugin.conf.token\" or \"upstreams.discovery_args.token\"")
     return None
@@ -515,7 +516,7 @@ def mask_text(text: str, mask: str) -> str:
     return Finding((), tuple((s, e) for s, e, _ in spans), "").masked(text, mask)
 
 
-__all__ = ["ALWAYS_LOOKED_AT", "NO_RULES", "SECRET_NAMES", "STEMS", "Finding", "SecretRules", "apisix_paths",
-           "classify", "could_hold_secrets", "credential_header", "document_secret_values", "entropy",
-           "entry_problem", "find_secrets", "is_reference", "is_secret_name", "mask_text", "secret_values",
-           "value_at", "walk_item"]
+__all__ = ["ALWAYS_LOOKED_AT", "ENTRY", "NO_RULES", "SECRET_NAMES", "STEMS", "Finding", "SecretRules",
+           "apisix_paths", "classify", "could_hold_secrets", "credential_header", "document_secret_values",
+           "entropy", "entry_problem", "find_secrets", "is_reference", "is_secret_name", "mask_text",
+           "secret_values", "value_at", "walk_item"]

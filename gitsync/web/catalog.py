@@ -14,6 +14,7 @@ masked item is shown re-formatted instead.
 from __future__ import annotations
 
 import bisect
+import codecs
 import json
 import re
 import threading
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from gitsync.kinds import KINDS, item_id
-from gitsync.log import MASK
+from gitsync.log import MASK, MIN_SECRET_LENGTH
 from gitsync.render import Rendered, mask_secrets
 from gitsync.render.load import parse, positions, value_spans
 from gitsync.render.mask import mask_known
@@ -285,7 +286,7 @@ def written_lines(data: bytes, kind: str, source: ItemSource, secret_values: Ite
     item_path: FieldPath = (source.doc, kind, source.index)
     if item_path not in table:
         return None
-    text = data.decode("utf-8", "replace")
+    text = _decoded(data)
     lines = text.splitlines()
     first, col = table[item_path]
     end = _after(table, item_path) or len(lines) + 1
@@ -296,20 +297,31 @@ def written_lines(data: bytes, kind: str, source: ItemSource, secret_values: Ite
     except (IndexError, KeyError, TypeError):
         return None
     spans = value_spans(data) if spans is None else spans
-    edits = []
+    edits, pieces = [], []
     for finding in classify(kind, original, rules):
         at = spans.get((*item_path, *finding.path))
         if at is None:
             return None
-        shown = finding.masked(value_at(original, finding.path), MASK)
-        edits.append((*at, json.dumps(shown, ensure_ascii=False)))
+        value = value_at(original, finding.path)
+        pieces += [p.strip() for p in finding.pieces(value) if len(p.strip()) >= MIN_SECRET_LENGTH]
+        edits.append((*at, json.dumps(finding.masked(value, MASK), ensure_ascii=False)))
     changed = _mask_written(text, lines, edits)
     out = [(number, changed.get(number - 1, lines[number - 1])) for number in range(first, end)]
     kept = [(number, line) for number, line in out if line is not None]
     while kept and _NOT_ITEM.match(kept[-1][1]):
         kept.pop()
     values = tuple(secret_values)
-    return [(number, mask_known(line, values)) for number, line in kept]
+    shown = [(number, mask_known(line, values)) for number, line in kept]
+    if any(piece in line for piece in pieces for _, line in shown):
+        return None  # a place the parser gave did not hold the value as read: show the masked item instead
+    return shown
+
+
+def _decoded(data: bytes) -> str:
+    """A file's text as the YAML parser counted its characters (a byte-order mark is not one)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8-sig", "replace")
 
 
 __all__ = ["PER_PAGE", "Catalog", "ItemDetail", "Page", "Row", "Rows", "describe",
