@@ -466,10 +466,10 @@ def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
 
 
 def value_spans(data: bytes) -> dict[tuple[str | int, ...], tuple[int, int]]:
-    """Where each scalar value (not a key) is written in `data` decoded as UTF-8, keyed like `positions`:
-    the character offsets of its first character and of the one after it, quotes and block indicators
-    included. The web view masks a secret as written by these, whatever the style (flow, JSON, quoted
-    keys, block and multi-line scalars)."""
+    """Where each scalar value (not a key) is written in `data`, keyed like `positions`: the offsets of
+    its first character and of the one after it in the text as the parser counts it (decoded, a
+    byte-order mark not counted), quotes and block indicators included. The web view masks a secret
+    as written by these, whatever the style (flow, JSON, quoted keys, block and multi-line scalars)."""
     spans: dict[tuple[str | int, ...], tuple[int, int]] = {}
     for path, event, role in _nodes(data):
         if role != "key" and type(event) is ScalarEvent:
