@@ -24,7 +24,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -36,7 +36,7 @@ from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import GateVerdict
 from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
@@ -83,11 +83,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _poll_only(reason: str) -> bool:
-    """Whether a sync was set off by the periodic poll alone (reasons are joined by commas)."""
-    return all(r == "poll" for r in reason.split(","))
-
-
 def short(sha: str | None) -> str:
     return sha[:7] if sha else "(none)"
 
@@ -101,7 +96,7 @@ class Agent:
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
-                 wake: Callable[[str], None] = lambda reason: None) -> None:
+                 wake: Callable[[Trigger], None] = lambda trigger: None) -> None:
         self.settings = settings
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
@@ -144,14 +139,15 @@ class Agent:
     # ------------------------------------------------------------------------------------------------
     # one sync
 
-    def sync_once(self, reason: str = "cli") -> SyncOutcome:
+    def sync_once(self, triggers: Iterable[Trigger] = (Trigger.CLI,)) -> SyncOutcome:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
         self._phases = phases = Phases()
         with gc_paused():
+            reason = frozenset(triggers)
             late = self._collect_late(reason)
             held = self._held()
-            trusted = self._recently_held(held) if _poll_only(reason) else {}
+            trusted = self._recently_held(held) if reason == {Trigger.POLL} else {}
             heads = self.gateways.heads(url for url in held if url not in trusted)  # overlaps the check
             with phases.timed("check"):
                 remote = self._check_remote(reason)
@@ -177,10 +173,10 @@ class Agent:
 
     # -- observe -------------------------------------------------------------------------------------
 
-    def _check_remote(self, reason: str) -> RemoteView:
+    def _check_remote(self, reason: frozenset[Trigger]) -> RemoteView:
         """The remote's tip, from the ref advertisement; a failure starts the remote's backoff."""
         # A webhook means the remote has just been written to: worth trying even during a backoff.
-        if not self.fetch_backoff.ready() and not any(r.startswith("webhook") for r in reason.split(",")):
+        if not self.fetch_backoff.ready() and Trigger.WEBHOOK not in reason:
             return RemoteView(error="git remote in backoff after earlier failures")
         try:
             self.memory.tip = self.source.check()
@@ -262,7 +258,7 @@ class Agent:
 
     # -- act -----------------------------------------------------------------------------------------
 
-    def _act(self, decision: Decision, reason: str) -> SyncOutcome:
+    def _act(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
         target = decision.target
         if decision.result is not None or target is None:
             subject = self.state.last_good_subject if target == self.state.last_good else ""
@@ -350,7 +346,7 @@ class Agent:
                          exc)
             return None
 
-    def _settle(self, reason: str, target: str, subject: str, results: list[GatewayResult],
+    def _settle(self, reason: frozenset[Trigger], target: str, subject: str, results: list[GatewayResult],
                 running: list[str] | tuple[str, ...] = (), *, advance: bool = True) -> SyncOutcome:
         """What the gateways' answers make of a commit: refused by one, or failing its health checks on
         one, it is bad; accepted by one and refused by none, it is the last good commit, the one to
@@ -477,7 +473,7 @@ class Agent:
             logger.warning("gateway {}: its push of {} is still running; the agent moves on", url,
                            short(commit))
             self.memory.running[url] = RunningPush(commit, url in drifted, advance, futures[url])
-            futures[url].add_done_callback(lambda _f: self.wake("gateway-done"))
+            futures[url].add_done_callback(lambda _f: self.wake(Trigger.GATEWAY_DONE))
         results = [done[url] for url in jobs if url in done]
         for result in results:
             self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
@@ -527,7 +523,7 @@ class Agent:
             self.metrics.drift_heals.labels(result.url).inc()
             logger.info("drift healed on {}: {} re-applied", result.url, short(commit))
 
-    def _collect_late(self, reason: str) -> list[SyncOutcome]:
+    def _collect_late(self, reason: frozenset[Trigger]) -> list[SyncOutcome]:
         """What pushes left running by earlier syncs made of their commits, for those that ended."""
         ended: dict[tuple[str, bool], list[GatewayResult]] = {}
         for url, (commit, drifted, advance, future) in list(self.memory.running.items()):
@@ -552,7 +548,7 @@ class Agent:
                                stage=str(stage), errors=problems)
             self._writeback_queue.submit(self.writeback.publish_failure, note)
 
-    def _refuse(self, sha: str, reason: str, stage: Stage, problems: list[str],
+    def _refuse(self, sha: str, reason: frozenset[Trigger], stage: Stage, problems: list[str],
                 gateways: list[GatewayResult] | None = None) -> SyncOutcome:
         """A commit that can never apply: remember it as bad, say why; the caller heals with the last good."""
         problems = [redact(p) for p in problems]
@@ -743,7 +739,7 @@ class Agent:
         if not self.memory.running:
             return
         wait([future for *_, future in self.memory.running.values()], timeout=timeout)
-        for ended in self._collect_late("stop"):
+        for ended in self._collect_late(frozenset({Trigger.STOP})):
             self._record(ended)
 
     def close(self) -> None:

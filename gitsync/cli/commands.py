@@ -21,6 +21,7 @@ from typing import Any
 
 from gitsync.adopt.adc_releases import diff_hint
 from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
@@ -313,7 +314,7 @@ def _sync_repo(settings: Settings) -> int:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
         stack.callback(agent.close)  # waits for the write-backs of this sync
-        outcome = agent.sync_once("cli")
+        outcome = agent.sync_once({Trigger.CLI})
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
