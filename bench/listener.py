@@ -21,7 +21,6 @@ import resource
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,12 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.double import DoubleProcess
-from bench.run import ADMIN_KEY, OUT, ROOT, Fixture, machine, process_env
+from bench.run import ADMIN_KEY, OUT, ROOT, DaemonProcess, Fixture, machine
 from testkit.git import GitDaemon
-from testkit.processes import free_port, stop_process, wait_for_port
 
 STALL = b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # and nothing more
 PROBE = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
@@ -118,28 +114,6 @@ def _still_open(sock: socket.socket) -> bool:
         sock.setblocking(True)
 
 
-def start_agent(fixture: Fixture, gateway: str, work: Path, tree: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    args = [sys.executable, "-m", "gitsync", "run", *fixture.gitsync_args(gateway, work / "state"),
-            "--listen", f"127.0.0.1:{port}", "--interval", "3600", "--jitter", "0",
-            "--drift-interval", "3600", "--ui", "--webhook-secret-file", str(fixture.webhook_file)]
-    env = process_env()
-    env["PYTHONPATH"] = str(tree)
-    log = (work / "agent.log").open("w")
-    proc = subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=log,
-                            start_new_session=True)
-    if not wait_for_port(port, proc, timeout=60):
-        stop_process(proc)
-        raise RuntimeError(f"gitsync run did not start; see {log.name}")
-    deadline = time.monotonic() + 120
-    while httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code != 200:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            stop_process(proc)
-            raise RuntimeError(f"the agent never became ready; see {log.name}")
-        time.sleep(0.1)
-    return proc, port
-
-
 def run(counts: Sequence[int], probes: int, tree: Path, out: Path) -> dict[str, Any]:
     raise_open_files(max(counts) + 256)
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-listener-"))
@@ -150,14 +124,13 @@ def run(counts: Sequence[int], probes: int, tree: Path, out: Path) -> dict[str, 
         work.mkdir()
         with GitDaemon(served) as daemon, DoubleProcess(ADMIN_KEY) as gateway:
             fixture = Fixture(100, work, daemon)
-            proc, port = start_agent(fixture, gateway.url, work, tree)
-            try:
+            with DaemonProcess(fixture, gateway.url, work / "state", drift_interval=3600, webhook=True,
+                               extra=["--ui"], tree=tree) as agent:
+                agent.wait_ready()
                 for count in counts:
-                    report["results"].append(measure(port, proc.pid, count, probes))
+                    report["results"].append(measure(agent.port, agent.proc.pid, count, probes))
                     time.sleep(3)  # the agent drops the closed connections
-                report["threads_after"], report["rss_mb_after"] = process_status(proc.pid)
-            finally:
-                stop_process(proc, grace=30)
+                report["threads_after"], report["rss_mb_after"] = process_status(agent.proc.pid)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["table"] = table(report["results"])
