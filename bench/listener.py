@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.double import DoubleProcess
-from bench.run import ADMIN_KEY, OUT, ROOT, DaemonProcess, Fixture, machine
+from bench.run import ADMIN_KEY, DaemonProcess, Fixture, add_tree_and_out, machine
 from testkit.git import GitDaemon
 
 STALL = b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # and nothing more
@@ -157,9 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="counts of stalled connections, comma-separated (default %(default)s)")
     parser.add_argument("--probes", type=int, default=20, help="/healthz requests per count (default "
                         "%(default)s; they must fit in the 10 s header deadline of the stalled ones)")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose gitsync runs (default: "
-                        "this one)")
-    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+    add_tree_and_out(parser)
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.stalled.split(",") if n.strip()]
     report = run(counts, args.probes, args.tree.resolve(), args.out)

@@ -264,6 +264,14 @@ def ls_refs_v2(port: int, path: str, ref: bytes = b"refs/heads/main") -> bytes:
         return _read_to_flush(conn)
 
 
+def add_tree_and_out(parser: argparse.ArgumentParser) -> None:
+    """``--tree`` (the checkout whose gitsync a `DaemonProcess` runs) and ``--out``, for the scripts
+    that time `gitsync run`."""
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose gitsync runs (default: "
+                        "this one)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+
+
 class DaemonProcess:
     """``gitsync run`` as a real subprocess; its metrics and memory read from outside."""
 

@@ -32,7 +32,7 @@ import httpx
 
 from bench.double import DoubleProcess
 from bench.generate import ROUTES_PER_FILE
-from bench.run import ADMIN_KEY, OUT, ROOT, DaemonProcess, Fixture, machine
+from bench.run import ADMIN_KEY, ROOT, DaemonProcess, Fixture, add_tree_and_out, machine
 from testkit.git import GitDaemon
 
 TARGET = 0.200  # seconds: the overview and an items page at 10,000 routes (issue 19)
@@ -150,9 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="routes in each route file (default %(default)s; --routes N for one file)")
     parser.add_argument("--viewers", type=int, default=1, help="also time item pages asked by this many "
                         "clients at once, --reps pages each (default %(default)s: not)")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose gitsync runs (default: "
-                        "this one)")
-    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+    add_tree_and_out(parser)
     args = parser.parse_args(argv)
     report = run(args.routes, args.reps, args.restarted, args.out, routes_per_file=args.routes_per_file,
                  viewers=args.viewers, tree=args.tree.resolve())

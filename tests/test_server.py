@@ -22,6 +22,7 @@ from gitsync import log as gslog
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.settings import Secret
 from tests.agents import config_files, live_uri, repo_url, wait_for
+from tests.support import run_bench
 
 SECRET = "hook-secret-5b1d"
 #: Stalled connections held against a real agent: past 1,000, and enough that the agent's own sockets
@@ -471,3 +472,12 @@ def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git
     records = [json.loads(line) for line in agent.log().splitlines()]  # every line is JSON
     assert sum("went away mid-request" in m for m in messages()) == 1  # one record for them all
     assert not any("Traceback" in r["text"] for r in records)
+
+
+@pytest.mark.slow
+def test_the_listener_benchmark_runs_and_writes_its_json(tmp_path):
+    """`python -m bench.listener` end to end at 0 and 20 stalled connections (figures not checked)."""
+    report, printed = run_bench("bench.listener", "listener-latest.json", tmp_path, "--stalled", "0,20",
+                                "--probes", "2")
+    assert [r["stalled"] for r in report["results"]] == [0, 20] and report["table"] in printed
+    assert all(len(r["samples"]) == 2 and r["threads"] > 0 and r["rss_mb"] > 0 for r in report["results"])

@@ -4,9 +4,6 @@ rules one by one, fast."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import deque
 
 import httpx
@@ -21,7 +18,7 @@ from gitsync.web.catalog import Catalog, paginate, written_lines
 from gitsync.web.html import Markup, esc, tag
 from gitsync.web.links import Links
 from gitsync.web.pages import problem
-from tests.support import ROOT, gitsync_env
+from tests.support import run_bench
 
 SECRET_FILE = """consumers:
   - username: carol
@@ -342,12 +339,9 @@ def test_the_view_is_off_unless_asked_for():
 @pytest.mark.slow
 def test_the_web_view_benchmark_runs_and_writes_its_json(tmp_path):
     """`python -m bench.webview` end to end at 100 routes: every page measured (timings not checked)."""
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "bench.webview", "--routes", "100", "--reps", "2", "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, env=gitsync_env(), capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((out / "webview-latest.json").read_text())
-    assert report["routes"] == 100 and report["table"] in done.stdout
+    report, printed = run_bench("bench.webview", "webview-latest.json", tmp_path, "--routes", "100",
+                                "--reps", "2")
+    assert report["routes"] == 100 and report["table"] in printed
     assert set(report["results"]) == {"overview", "items, page 1", "items, middle page", "items, last page",
                                       "items, search", "item page", "item page, another route each",
                                       "healthz (floor)"}
