@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gitsync import log as gslog
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
@@ -407,6 +409,41 @@ def test_a_malformed_request_is_a_4xx_and_one_record(strict, log, request_bytes,
     reply = answer(connect(strict, request_bytes))
     assert reply.split(b" ", 2)[1] == status
     assert log.getvalue().count("listener: 127.0.0.1 ") == 1
+
+
+#: Pieces of requests, whole and broken, and any bytes: what a careless or hostile client may send.
+PIECES = st.sampled_from([
+    b"GET /healthz HTTP/1.1\r\n", b"POST /hooks/github HTTP/1.1\r\n", b"HEAD /metrics HTTP/1.0\r\n",
+    b"GET /readyz HTTP/1.1\r\n", b"Host: x\r\n", b"Content-Length: 2\r\n", b"Content-Length: 99999999\r\n",
+    b"Transfer-Encoding: chunked\r\n", b"Expect: 100-continue\r\n", b"Connection: close\r\n",
+    b"X-Hub-Signature-256: sha256=00\r\n", b"\r\n", b"{}", b"\n", b" ", b"\x00", b"\xff",
+]) | st.binary(max_size=64)
+
+
+@pytest.fixture(scope="module")
+def fuzzed() -> Iterator[tuple[StatusServer, io.StringIO]]:
+    out = io.StringIO()
+    gslog.setup(stream=out, verbose=1)
+    srv = StatusServer("127.0.0.1:0", Metrics(), lambda: Readiness(True, "ok"), lambda reason: None,
+                       Secret(SECRET), header_timeout=0.5, body_timeout=0.5).start()
+    yield srv, out
+    srv.stop()
+    gslog.setup()
+
+
+@pytest.mark.slow
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(PIECES, max_size=12))
+def test_any_bytes_get_answers_or_a_close_and_never_a_traceback(fuzzed, pieces):
+    """Whatever a client sends, then closes its sending side: each request it completed gets an
+    HTTP/1.1 answer, the connection ends, nothing is logged as an error, and /healthz still answers."""
+    srv, out = fuzzed
+    with connect(srv, b"".join(pieces)) as sock:
+        sock.shutdown(socket.SHUT_WR)
+        reply = b"".join(iter(lambda: sock.recv(65536), b""))
+    assert not reply or reply.startswith(b"HTTP/1.1 "), reply[:100]
+    assert "ERROR" not in out.getvalue() and "Traceback" not in out.getvalue()
+    assert httpx.get(url(srv, "/healthz"), timeout=5).status_code == 200
 
 
 # ---------------------------------------------------------------------------------------------------------
