@@ -39,7 +39,8 @@ from gitsync.gitremote import SourceError
 from gitsync.groups import GateVerdict, group_gate
 from gitsync.guard import GuardPolicy, allowed_kinds
 from gitsync.httpclient import HttpClient
-from gitsync.log import logger, redact
+from gitsync.log import context as log_context
+from gitsync.log import logger, redact, set_agent
 from gitsync.metrics import Metrics, Readiness
 from gitsync.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.problems import ProblemsError
@@ -96,6 +97,7 @@ class Agent:
                  interrupted: Callable[[], bool] = lambda: False,
                  wake: Callable[[str], None] = lambda reason: None) -> None:
         self.settings = settings
+        set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
@@ -258,6 +260,10 @@ class Agent:
     # -- act -----------------------------------------------------------------------------------------
 
     def _act(self, decision: Decision, reason: str) -> SyncOutcome:
+        with log_context(commit=decision.target):  # the `commit` of its JSON log lines
+            return self._act_on(decision, reason)
+
+    def _act_on(self, decision: Decision, reason: str) -> SyncOutcome:
         target = decision.target
         if decision.result is not None or target is None:
             subject = self.state.last_good_subject if target == self.state.last_good else ""
@@ -456,12 +462,15 @@ class Agent:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
         phases = self._phases  # this sync's, also when a push outlives it
 
-        def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
-            return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
-                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url),
-                                          known=known.get(url), phases=phases, owned=self._owned.get(url))
+        def job(url: str, commit: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+            def run(client: Gateway) -> GatewayResult:
+                with log_context(commit=commit, gateway=url):  # on the gateway's worker thread
+                    return release(client, what, self.policy, self.retry, proxy=self.proxy,
+                                   proxy_url=self.proxy_urls.get(url), live=lives.get(url),
+                                   known=known.get(url), phases=phases, owned=self._owned.get(url))
+            return run
 
-        futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
+        futures = self.gateways.push({url: job(url, commit, what) for url, (commit, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
         for url in running:
             commit = jobs[url][0]
