@@ -13,18 +13,19 @@
 # --base     what the Dockerfile's BASE_IMAGE is:
 #              registry  the Dockerfile's default, docker.io/library/python:3.11-slim-bookworm
 #                        (the default with docker);
-#              debian    a Debian bookworm + python3 rootfs made here with debootstrap and imported
-#                        as localhost/gitsync-base:bookworm, for machines that reach a Debian mirror
-#                        and PyPI but no container registry (the default with podman; needs root);
+#              debian    a Debian bookworm + python3 rootfs made here with mmdebstrap (or debootstrap)
+#                        and imported as localhost/gitsync-base:bookworm, for machines that reach a
+#                        Debian mirror and PyPI but no container registry (the default with podman;
+#                        needs root);
 #              IMAGE     any other image (kept as given: name it fully, e.g. docker.io/…, quay.io/…).
-#            The debootstrap rootfs is cached as a tarball in $GITSYNC_IMAGE_CACHE and the base image
-#            is kept in the engine's storage: only the first build on a machine pays for debootstrap.
+#            The rootfs is cached as a tarball in $GITSYNC_IMAGE_CACHE and the base image is kept in
+#            the engine's storage: only the first build on a machine pays for making it.
 # --rebuild  build even when the image TAG was already built from these very sources (the script
 #            labels each image with a digest of what it was built from, base image included, and
 #            otherwise reuses it).
 # --no-check skip the two checks.
 #
-# Env:  GITSYNC_IMAGE_CACHE  the debootstrap cache and the demo's output (default /var/tmp/gitsync-image)
+# Env:  GITSYNC_IMAGE_CACHE  the base's rootfs tarball, the demo's output (default /var/tmp/gitsync-image)
 #       DEBIAN_MIRROR        (default http://deb.debian.org/debian)
 #       EXTRA_CA_DIR         *.crt files the debian base trusts too (default: the host's own local CAs
 #                            in /usr/local/share/ca-certificates, e.g. an egress proxy's; empty: none)
@@ -38,9 +39,9 @@
 #            to ~1M, which then fails); `--no-healthcheck` where systemd is not running (podman runs
 #            a HEALTHCHECK from systemd timers).
 #
-# Needs: podman (Debian: apt-get install podman; plus debootstrap for --base debian) or docker;
+# Needs: podman (Debian: apt-get install podman; plus mmdebstrap for --base debian) or docker;
 # network access to PyPI (the Dockerfile's build stage installs `build`, which fetches hatchling)
-# and a Debian mirror (the Dockerfile's apt-get, debootstrap).
+# and a Debian mirror (the Dockerfile's apt-get, mmdebstrap).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -94,7 +95,7 @@ also=()  # the default tag comes with :latest, the name examples/compose/compose
 if [ -z "$engine" ]; then
   if command -v podman >/dev/null; then engine=podman
   elif command -v docker >/dev/null; then engine=docker
-  else die "neither podman nor docker is installed (Debian: apt-get install podman debootstrap)"
+  else die "neither podman nor docker is installed (Debian: apt-get install podman mmdebstrap)"
   fi
 fi
 case $engine in
@@ -109,16 +110,26 @@ fi
 
 # 1. the base image.
 make_debian_base() {
-  [ "$(id -u)" -eq 0 ] || die "--base debian runs debootstrap, which needs root; use --base registry"
-  command -v debootstrap >/dev/null || die "debootstrap is missing (apt-get install debootstrap)"
+  [ "$(id -u)" -eq 0 ] || die "--base debian runs mmdebstrap or debootstrap as root; use --base registry"
+  # mmdebstrap fetches with apt, in parallel: about a minute here where debootstrap takes three.
+  local strap
+  strap=$(command -v mmdebstrap || command -v debootstrap) \
+    || die "mmdebstrap (or debootstrap) is missing: apt-get install mmdebstrap"
   mkdir -p "$CACHE"
   local tarball="$CACHE/bookworm-python3.tar" rootfs="$CACHE/rootfs"
   if [ ! -s "$tarball" ]; then
     rm -rf "$rootfs"
-    say "debootstrap bookworm (minbase + python3) from $MIRROR into $rootfs"
-    debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,python-is-python3,ca-certificates \
-      bookworm "$rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
-      || { tail -n 20 "$CACHE/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE/debootstrap.log)"; }
+    say "$(basename "$strap") bookworm (minbase + python3) from $MIRROR into $rootfs"
+    local options=()
+    if [ "$(basename "$strap")" = mmdebstrap ]; then
+      # As debootstrap: no recommended packages, /usr merged without the usrmerge package (and perl).
+      options=(--aptopt='APT::Install-Recommends "false"')
+      [ -d /usr/share/mmdebstrap/hooks/merged-usr ] && options+=(--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr)
+    fi
+    "$strap" ${options[@]+"${options[@]}"} --variant=minbase \
+      --include=python3,python3-pip,python3-venv,python-is-python3,ca-certificates \
+      bookworm "$rootfs" "$MIRROR" >"$CACHE/bootstrap.log" 2>&1 \
+      || { tail -n 20 "$CACHE/bootstrap.log" >&2; die "$strap failed (log: $CACHE/bootstrap.log)"; }
     # Like python:3.11-slim: the image is the one Python environment it runs, pip may install there.
     rm -f "$rootfs"/usr/lib/python3*/EXTERNALLY-MANAGED
     if [ -n "$EXTRA_CA_DIR" ] && compgen -G "$EXTRA_CA_DIR/*.crt" >/dev/null; then
@@ -169,6 +180,7 @@ digest=$(
 )
 built=$("$engine" image inspect --format '{{ index .Config.Labels "io.gitsync.source-digest" }}' "$tag" \
   2>/dev/null || true)
+replaced=$("$engine" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 if [ "$rebuild" -eq 0 ] && [ "$built" = "$digest" ]; then
   say "image $tag was built from these sources (digest ${digest:0:12}); reusing it (--rebuild to build anew)"
 else
@@ -183,6 +195,11 @@ else
   "${build[@]}" "$ROOT"
 fi
 for name in ${also[@]+"${also[@]}"}; do "$engine" tag "$tag" "$name"; done
+# The image this build replaced under TAG, if nothing else names or runs it: not left behind, one
+# for every build (the build's layer cache stays; `podman image prune` clears it).
+if [ -n "$replaced" ] && [ "$replaced" != "$("$engine" image inspect --format '{{.Id}}' "$tag")" ]; then
+  "$engine" image rm "$replaced" >/dev/null 2>&1 || true
+fi
 
 # 3. run it as a user does: the version, then the whole demo loop inside the image (loopback only).
 if [ "$check" -eq 1 ]; then
