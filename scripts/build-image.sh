@@ -12,11 +12,11 @@
 #            Default: podman when it is installed, else docker.
 # --base     what the Dockerfile's BASE_IMAGE is:
 #              registry  the Dockerfile's default, docker.io/library/python:3.11-slim-bookworm
-#                        (the default with docker);
+#                        (the default with docker, and with rootless podman);
 #              debian    a Debian bookworm + python3 rootfs made here with mmdebstrap (or debootstrap)
 #                        and imported as localhost/gitsync-base:bookworm, for machines that reach a
-#                        Debian mirror and PyPI but no container registry (the default with podman;
-#                        needs root);
+#                        Debian mirror and PyPI but no container registry (the default with podman
+#                        run as root; needs root);
 #              IMAGE     any other image (kept as given: name it fully, e.g. docker.io/…, quay.io/…).
 #            The rootfs is cached as a tarball in $GITSYNC_IMAGE_CACHE and the base image is kept in
 #            the engine's storage: only the first build on a machine pays for making it.
@@ -105,7 +105,7 @@ case $engine in
 esac
 command -v "$engine" >/dev/null || die "$engine is not installed"
 if [ -z "$base" ]; then
-  if [ "$engine" = podman ]; then base=debian; else base=registry; fi
+  if [ "$engine" = podman ] && [ "$(id -u)" -eq 0 ]; then base=debian; else base=registry; fi
 fi
 
 # 1. the base image.
@@ -185,13 +185,13 @@ if [ "$rebuild" -eq 0 ] && [ "$built" = "$digest" ]; then
   say "image $tag was built from these sources (digest ${digest:0:12}); reusing it (--rebuild to build anew)"
 else
   say "$engine build $tag (BASE_IMAGE=$base_image)"
-  build=("$engine" build --pull=never --build-arg "BASE_IMAGE=$base_image"
+  build=("$engine" build --build-arg "BASE_IMAGE=$base_image"
          --label "io.gitsync.source-digest=$digest" --label "org.opencontainers.image.version=$VERSION"
          -f "$ROOT/Dockerfile" -t "$tag")
   # podman: the Dockerfile's RUN steps in a chroot, no OCI runtime or network namespace needed
   # (works where the runtime cannot start a build container, e.g. inside another container);
   # a docker image format, for its HEALTHCHECK (OCI images have none).
-  [ "$engine" = podman ] && build+=(--isolation=chroot --format=docker --layers)
+  [ "$engine" = podman ] && build+=(--pull=never --isolation=chroot --format=docker --layers)
   "${build[@]}" "$ROOT"
 fi
 for name in ${also[@]+"${also[@]}"}; do "$engine" tag "$tag" "$name"; done

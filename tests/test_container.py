@@ -140,6 +140,93 @@ def test_the_walkthrough_makes_secrets_the_containers_can_read_and_nobody_else(t
 
 
 # ---------------------------------------------------------------------------------------------------------
+# the build script with docker: no Docker engine here, so a recording stand-in for the docker CLI
+
+FAKE_DOCKER = r"""#!/usr/bin/env bash
+# Records each call; answers as docker does for what build-image.sh asks.
+printf '%s\n' "$*" >>"$FAKE_DOCKER_LOG"
+state=$FAKE_DOCKER_STATE
+case "$1 $2" in
+  "info "*) exit 0 ;;
+  "image inspect")
+    format=$4 file=$state/$(echo "$5" | tr / _) name=$5
+    case $format in
+      *source-digest*) [ -f "$file" ] || exit 1; cat "$file" ;;
+      *.Id*) echo "sha256:$(echo "$name" | sha256sum | cut -c1-12)" ;;
+      *.Size*) echo 123 ;;
+    esac ;;
+  "build "*)
+    for arg; do case $arg in io.gitsync.source-digest=*) digest=${arg#*=} ;; esac; done
+    while [ $# -gt 0 ]; do [ "$1" = -t ] && tag=$2; shift; done
+    echo "$digest" >"$state/$(echo "$tag" | tr / _)" ;;
+  "tag "*) cp "$state/$(echo "$2" | tr / _)" "$state/$(echo "$3" | tr / _)" ;;
+  "run "*)
+    case "$*" in
+      *--version) echo "gitsync $FAKE_VERSION" ;;
+      *demo) echo "done in 1.5s: every step happened as narrated." ;;
+    esac ;;
+esac
+"""
+
+
+def test_the_build_script_with_docker_builds_checks_and_then_reuses(tmp_path):
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    log = tmp_path / "calls"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DOCKER_LOG": str(log),
+           "FAKE_DOCKER_STATE": str(state), "FAKE_VERSION": __version__,
+           "GITSYNC_IMAGE_CACHE": str(tmp_path / "cache")}
+
+    def build(*args: str) -> tuple[str, list[str]]:
+        log.write_text("")
+        done = subprocess.run(["bash", str(BUILD_SCRIPT), "--engine", "docker", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout, log.read_text().splitlines()
+
+    out, calls = build()
+    base = "docker.io/library/python:3.11-slim-bookworm"
+    builds = [c for c in calls if c.startswith("build ")]
+    assert len(builds) == 1
+    assert f"--build-arg BASE_IMAGE={base}" in builds[0] and f"-t {IMAGE}" in builds[0]
+    assert "--pull=never" not in builds[0] and "--isolation" not in builds[0]  # podman's flags only
+    assert f"tag {IMAGE} localhost/gitsync:latest" in calls
+    assert f"run --rm --network=none {IMAGE} --version" in calls
+    assert f"run --rm --network=none {IMAGE} demo" in calls
+    assert f"docker run {IMAGE} --version: gitsync {__version__}" in out
+
+    out, calls = build()  # the same sources: the image is reused, the checks run again
+    assert not [c for c in calls if c.startswith("build ")]
+    assert "was built from these sources" in out and f"run --rm --network=none {IMAGE} demo" in calls
+
+    out, calls = build("--rebuild", "--no-check", "localhost/gitsync:custom")
+    assert [c for c in calls if c.startswith("build ")] and not [c for c in calls if c.startswith("run ")]
+    assert not [c for c in calls if c.startswith("tag ")]  # a tag given: no :latest beside it
+
+
+def test_the_build_script_fails_a_wrong_version_and_a_missing_engine(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DOCKER_LOG": str(tmp_path / "log"),
+           "FAKE_DOCKER_STATE": str(tmp_path), "FAKE_VERSION": "9.9.9",
+           "GITSYNC_IMAGE_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--engine", "docker"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and f"error: expected 'gitsync {__version__}'" in done.stderr
+    docker.write_text("#!/bin/sh\nexit 1\n")  # a docker CLI with no engine behind it
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--engine", "docker"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "cannot reach a Docker engine" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
 # the image: built with the documented script, run under podman
 
 
