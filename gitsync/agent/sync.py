@@ -31,12 +31,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitsync import __version__
-from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
+from gitsync.agent.canary import Canary
+from gitsync.agent.decide import decide
+from gitsync.agent.decision import Decision, GatewayView, Holding, Probe, RemoteView, holding
 from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import GateVerdict
 from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
@@ -159,17 +161,11 @@ class Agent:
             views = self._views(heads, trusted)
             outcome = self._act(self._decide(remote, views), reason)
             if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
-                healed = self._act(self._decide(RemoteView(sha=outcome.commit), views), reason)
-                outcome.gateways += healed.gateways
-                outcome.drifted += healed.drifted
-            for ended in late:  # a push that ended late is what this sync has to report, if nothing else
-                outcome.gateways[:0] = ended.gateways
-                idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
-                if idle and ended.result is not SyncResult.NOOP:
-                    outcome.result, outcome.commit, outcome.stage = ended.result, ended.commit, ended.stage
-                    outcome.subject, outcome.problems = ended.subject, ended.problems
-        outcome.duration = time.monotonic() - started
-        outcome.phases = phases
+                # the refused commit is bad now: decide again, for the last good commit
+                outcome = healed_after(outcome, self._act(self._decide(RemoteView(sha=outcome.commit), views),
+                                                          reason))
+            outcome = with_late(outcome, late)
+        outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
         self._record(outcome)
         return outcome
 
@@ -670,7 +666,7 @@ class Agent:
                 held = self._holds(url, state, known.rendered if known else None)
                 if held is Holding.HOLDS or held is Holding.UNKNOWN:
                     continue
-                answered = held is Holding.DRIFTED
+                answered = held in (Holding.DRIFTED, Holding.BEHIND)  # it answered, without our push
             if answered:
                 worker.answered().result()  # its backoff ends, on its own thread
             if worker.backoff.ready():
@@ -678,15 +674,15 @@ class Agent:
         return suspects
 
     def _holds(self, url: str, state: GatewayState, desired: Rendered | None) -> Holding | None:
-        """Does the gateway still hold our push? HEAD's digest (3.14+), else a GET and a plan (3.13);
-        None when it does not answer."""
+        """Does the gateway still hold our push? Decided as a sync decides (`holding`) from its HEAD's
+        digest (3.14+); without a HEAD (3.13), by a GET and a plan. None when it does not answer."""
         client = self.gateways.client(url)
         try:
             head = client.head_config()
-            if head is not None and state.digest:
-                return Holding.HOLDS if head.digest == state.digest else Holding.DRIFTED
-            if head is not None or desired is None:
-                return Holding.UNKNOWN
+            probe, digest = (Probe.NO_HEAD, None) if head is None else (Probe.ANSWERED, head.digest)
+            held = holding(GatewayView(url, state, probe, digest), state.commit, self.policy.unmanaged)
+            if held is not Holding.UNKNOWN or head is not None or desired is None:
+                return held
             changes = plan(desired.payload, client.get_config().body, self.policy).changes
         except GatewayError as exc:
             logger.debug("drift watch: {}: {}", url, exc)
