@@ -26,13 +26,8 @@ from gitsync.agent.outcomes import Trigger
 from gitsync.backoff import Backoff
 from gitsync.daemon.service import Triggers
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import (
-    ADMIN_KEY,
-    config_files,
-    live_uri,
-    repo_url,
-    wait_for,
-)
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, config_files, live_uri, repo_url
 from tests.gitservers import git
 
 # ---------------------------------------------------------------------------------------------------------
