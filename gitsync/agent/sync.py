@@ -37,6 +37,7 @@ from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState, GatewayState, StateDir
 from gitsync.backoff import Backoff
+from gitsync.feedback.outbox import Feedback
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
@@ -114,6 +115,7 @@ class Agent:
         self.writeback = WriteBack.from_settings(settings)
         self._fleet = FleetReader.from_settings(settings) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
+        self.feedback = Feedback.from_settings(settings, self.metrics, self.state_dir.path)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
         self.wake = wake
@@ -271,6 +273,8 @@ class Agent:
                  and ours.digest is not None and self._digests.get(url) == ours.digest}
         # Each other gateway's GET starts now, to overlap the fetch and render below.
         lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
+        if decision.new:
+            self.feedback.started(target)
         try:
             commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
@@ -556,6 +560,7 @@ class Agent:
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self._publish_view(outcome)
+        self.feedback.submit(outcome, self.state)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
             self._writeback_queue.submit(self.writeback.publish_status, report or self._report(outcome))
@@ -731,6 +736,7 @@ class Agent:
 
     def close(self) -> None:
         self._writeback_queue.close()
+        self.feedback.close()
         self.gateways.close()
         self.proxy.close()
 

@@ -1,0 +1,135 @@
+"""What a commit's status on the forge says (pure): one agent's, or one group's from the fleet.
+
+gitsync's four states are GitHub's: ``pending`` (an agent started on the commit, or the group is on its
+way), ``success`` (applied, and on how many gateways), ``failure`` (the commit was refused: at which
+stage, and the first problem's ``file:line: message``) and ``error`` (the commit is not at fault, a
+gateway did not answer). Each forge client maps them to its own (`gitsync.feedback.forge`).
+
+A fleet posts one status per group (`group_status`), computed from the agents' status documents (the
+status refs, `gitsync.writeback.fleet.FleetReader`), and by one agent of the group: the live one
+whose name sorts first (`reporter`). Every agent reads the same refs, so they agree on who that is
+and a status has one writer at a time, which is what a forge that keeps the last status posted for a
+context needs. Status documents are untrusted input: each field is checked before use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from gitsync.agent.gate import APPLIED_RESULTS, checks_passed, is_live
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
+from gitsync.log import redact
+
+#: Results that put a commit on its way on an agent without being its verdict yet.
+ON_THE_WAY = frozenset({"applying", "canary", "soaking", "waiting", "deferred"})
+#: Results whose commit counts as applied on an agent (drift reported: applied, then changed by hand).
+COUNTED_APPLIED = APPLIED_RESULTS | {"drift_reported"}
+
+Verdict = tuple[str, str]  # (state, description)
+
+
+def _first(problems: Sequence[str]) -> str:
+    """The first problem, its gateway prefix kept (which gateway is part of what went wrong)."""
+    return redact(problems[0]) if problems else ""
+
+
+def started(gateways: int) -> Verdict:
+    return "pending", f"applying to {gateways} gateway(s)"
+
+
+def outcome_verdict(outcome: SyncOutcome, bad: Mapping[str, str], after_group: str | None = None,
+                    ) -> Verdict | None:
+    """The status `outcome` gives its commit, or None when it says nothing new about it (a poll that
+    found nothing to do, a known-bad tip skipped again, the remote not answering)."""
+    result, first = outcome.result, _first(outcome.problems)
+    if result is SyncResult.APPLIED:
+        ok = [r for r in outcome.gateways if r.ok and r.rollback is None]
+        checks = sum(len(r.checks.results) for r in ok if r.checks is not None)
+        text = f"applied to {len(ok)} gateway(s)" + (", health checks passed" if checks else "")
+        if outcome.stage is Stage.PARTIAL:
+            text += f", without {len(outcome.problems)} item(s) left out"
+        return "success", text
+    if result is SyncResult.FAILED and outcome.commit in bad:
+        if outcome.stage is Stage.HEALTH:
+            return "failure", f"rolled back: {first}"
+        if outcome.stage is Stage.GUARD:
+            return "failure", f"held by the deletion guard: {first}"
+        return "failure", f"refused at {outcome.stage}: {first}"
+    if result is SyncResult.FAILED:
+        return "error", f"not applied, retrying: {first}"
+    if result is SyncResult.CANARY:
+        return "pending", "on the canary gateway; the others follow after the soak"
+    if result is SyncResult.SOAKING:
+        return "pending", "soaking on the canary gateway"
+    if result is SyncResult.WAITING:
+        return "pending", f"waiting for group {after_group}" if after_group else "waiting"
+    return None
+
+
+def own_document(agent: str, group: str | None, commit: str, result: str, gateways: int, seen: str,
+                 ) -> dict[str, Any]:
+    """This agent's status as the fleet's documents say it (its own write-back may lag behind)."""
+    return {"agent": agent, "group": group, "commit": commit, "result": result, "seen": seen,
+            "gateways": [{} for _ in range(gateways)]}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any], now: datetime, heartbeat: float,
+            ) -> list[Mapping[str, Any]]:
+    """The live agents of `group` (None: agents without one), this agent's own document in place of
+    what the status refs say of it."""
+    me = own.get("agent")
+    found = [d for d in fleet if isinstance(d, Mapping) and _text(d.get("agent")) != me
+             and (d.get("group") or None) == group and is_live(d, now, heartbeat)]
+    return sorted([*found, own], key=lambda d: _text(d.get("agent")))
+
+
+def reporter(group_members: Sequence[Mapping[str, Any]]) -> str:
+    """The agent that posts the group's status: the live one whose name sorts first."""
+    return min(_text(d.get("agent")) for d in group_members)
+
+
+def _gateway_count(doc: Mapping[str, Any]) -> int:
+    gateways = doc.get("gateways")
+    return len(gateways) if isinstance(gateways, list) else 0
+
+
+def group_verdict(group_members: Sequence[Mapping[str, Any]], commit: str, own: Verdict | None,
+                  me: str) -> Verdict:
+    """The group's status on `commit`: ``failure`` once any agent failed it (its own words when that
+    is this agent, else who), ``success`` once every live agent applied it, else ``pending``; the
+    description counts (``3/5 applied``). A group of this agent alone says what it says itself."""
+    if len(group_members) == 1 and own is not None:
+        return own
+    total = len(group_members)
+    on = [d for d in group_members if d.get("commit") == commit]
+    applied = [d for d in on if d.get("result") in COUNTED_APPLIED and checks_passed(d)]
+    failed = [d for d in on if d.get("result") == "failed" or not checks_passed(d)]
+    count = f"{len(applied)}/{total} applied"
+    if failed:
+        names = [_text(d.get("agent")) or "?" for d in failed]
+        if me in names and own is not None and own[0] in ("failure", "error"):
+            return own[0], f"{count}; {me}: {own[1]}"
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        return "failure", f"{count}; failed on {names[0]}{more}"
+    if len(applied) == total:
+        return "success", f"{count} ({sum(_gateway_count(d) for d in applied)} gateway(s))"
+    on_the_way = sum(1 for d in on if d.get("result") in ON_THE_WAY)
+    return "pending", count + (f", {on_the_way} on the way" if on_the_way else "")
+
+
+def context_of(prefix: str, mode: str, agent: str, group: str | None) -> str:
+    """The status's name: ``<prefix>/<agent>`` per agent; ``<prefix>/<group>`` per group
+    (``<prefix>`` for agents without a group)."""
+    if mode == "agent":
+        return f"{prefix}/{agent}"
+    return f"{prefix}/{group}" if group else prefix
+
+
+__all__ = ["COUNTED_APPLIED", "ON_THE_WAY", "Verdict", "context_of", "group_verdict", "members",
+           "outcome_verdict", "own_document", "reporter", "started"]
