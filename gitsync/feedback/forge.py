@@ -214,6 +214,7 @@ class Forge:
     description_limit: ClassVar[int] = 140
     #: States the forge keeps until a later one replaces them (posting one again is refused or wasted).
     final_states: ClassVar[frozenset[str]] = frozenset({"success", "failure", "error"})
+    accept: ClassVar[bytes] = b"application/json"
 
     def __init__(self, address: ForgeAddress, http: HttpClient | None = None) -> None:
         self.address = address
@@ -250,6 +251,7 @@ class Forge:
     def upsert_comment(self, number: int, body: str, marker: str) -> str:
         """Put `body` on pull request `number` as the one comment that holds `marker`: update it where
         there is one, else create it. Returns what was done: created, updated or unchanged."""
+        body = self.comment_body(body)
         for ident, text in self.comments(number):
             if marker in text:
                 if text.strip() == body.strip():
@@ -262,6 +264,10 @@ class Forge:
     def comments(self, number: int) -> Iterator[tuple[int, str]]:
         """(id, body) of each comment on pull request `number`, oldest first."""
         raise NotImplementedError
+
+    def comment_body(self, body: str) -> str:
+        """`body` as the forge should get it."""
+        return body
 
     def create_comment(self, number: int, body: str) -> None:
         raise NotImplementedError
@@ -295,7 +301,7 @@ class Forge:
         """One request to the API (`path` is below the API's base URL, already quoted, or a whole URL
         under it); an answer with an `ok` status, or a `ForgeError`."""
         url = path if path.startswith(self.api + "/") else self.api + path
-        headers = [(b"Accept", b"application/json"), (b"User-Agent", f"gitsync/{__version__}".encode()),
+        headers = [(b"Accept", self.accept), (b"User-Agent", f"gitsync/{__version__}".encode()),
                    *self.auth_headers()]
         data = None
         if body is not None:
@@ -335,6 +341,7 @@ class GitHub(Forge):
 
     kind = "github"
     description_limit = 140  # longer: 422 "description is too long (maximum is 140 characters)"
+    accept = b"application/vnd.github+json"
 
     def auth_headers(self) -> list[tuple[bytes, bytes]]:
         headers = [(b"X-GitHub-Api-Version", b"2022-11-28")]
@@ -380,6 +387,7 @@ class Gitea(GitHub):
 
     kind = "gitea"
     description_limit = 140  # no limit of its own: the same as GitHub, so every forge shows the same
+    accept = b"application/json"
 
     def auth_headers(self) -> list[tuple[bytes, bytes]]:
         if self.address.token is None:
@@ -466,12 +474,17 @@ class GitLab(Forge):
                 return
 
     def create_comment(self, number: int, body: str) -> None:
-        self._request("POST", f"{self._project_path}/merge_requests/{number}/notes",
-                      {"body": _no_command(body)}, ok=(201,))
+        self._request("POST", f"{self._project_path}/merge_requests/{number}/notes", {"body": body},
+                      ok=(201,))
 
     def update_comment(self, number: int, ident: int, body: str) -> None:
-        self._request("PUT", f"{self._project_path}/merge_requests/{number}/notes/{ident}",
-                      {"body": _no_command(body)}, ok=(200,))
+        self._request("PUT", f"{self._project_path}/merge_requests/{number}/notes/{ident}", {"body": body},
+                      ok=(200,))
+
+    def comment_body(self, body: str) -> str:
+        """A line of a note that starts with ``/`` runs as a quick action (``/merge``, ``/close``):
+        never one of ours (a space before it keeps the text as it reads)."""
+        return "\n".join(" " + line if line.startswith("/") else line for line in body.split("\n"))
 
     def commit_url(self, sha: str) -> str:
         return f"{self.web}/{self.project}/-/commit/{sha}"
@@ -481,11 +494,6 @@ class GitLab(Forge):
 
     def branch_url(self, branch: str, path: str, *, directory: bool = False) -> str:
         return f"{self.web}/{self.project}/-/{'tree' if directory else 'blob'}/{quote(branch)}/{quote(path)}"
-
-
-def _no_command(body: str) -> str:
-    """A note that starts with ``/`` runs as a quick action (``/merge``, ``/close``): never ours."""
-    return " " + body if body.lstrip().startswith("/") else body
 
 
 def bitbucket_key(context: str) -> str:
