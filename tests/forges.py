@@ -250,7 +250,7 @@ class ForgeDouble:
                 self._violation(f"X-GitHub-Api-Version {version} is not one GitHub publishes")
                 return 400, {"message": f"Invalid API version provided: {version}"}, {}
             accept = headers.get("accept", "application/vnd.github+json")
-            if accept not in ("application/vnd.github+json", "application/json"):
+            if accept not in ("application/vnd.github+json", "application/json", "*/*"):
                 self._violation(f"Accept: {accept} is not GitHub's media type")
             ok = auth in (f"Bearer {token}", f"token {token}")
             form = auth.split(" ")[0] in ("Bearer", "token")
