@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gitsync.agent.gate import APPLIED_RESULTS, checks_passed, is_live
+from gitsync.agent.gate import APPLIED_RESULTS, is_live
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.log import redact
 
@@ -79,13 +79,34 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def readable(doc: Any) -> bool:
+    """A status document whose fields this module reads have the types it expects; any other is
+    left out (never counted, never a crash)."""
+    if not isinstance(doc, Mapping) or not _text(doc.get("agent")):
+        return False
+    if not all(isinstance(doc.get(k, ""), str) for k in ("commit", "result", "seen")):
+        return False
+    gateways = doc.get("gateways", [])
+    return isinstance(gateways, list) and all(isinstance(g, Mapping) for g in gateways)
+
+
+def checks_failed(doc: Mapping[str, Any]) -> bool:
+    """A gateway of a (readable) status was rolled back, or its health checks failed or cannot be read."""
+    for gateway in doc.get("gateways", []):
+        checks = gateway.get("checks")
+        if gateway.get("rolled_back") or (checks is not None and (not isinstance(checks, Mapping)
+                                                                   or checks.get("failed"))):
+            return True
+    return False
+
+
 def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any], now: datetime, heartbeat: float,
             ) -> list[Mapping[str, Any]]:
     """The live agents of `group` (None: agents without one), this agent's own document in place of
     what the status refs say of it."""
     me = own.get("agent")
-    found = [d for d in fleet if isinstance(d, Mapping) and _text(d.get("agent")) != me
-             and (d.get("group") or None) == group and is_live(d, now, heartbeat)]
+    found = [d for d in fleet if readable(d) and d["agent"] != me and (d.get("group") or None) == group
+             and is_live(d, now, heartbeat)]
     return sorted([*found, own], key=lambda d: _text(d.get("agent")))
 
 
@@ -108,8 +129,8 @@ def group_verdict(group_members: Sequence[Mapping[str, Any]], commit: str, own: 
         return own
     total = len(group_members)
     on = [d for d in group_members if d.get("commit") == commit]
-    applied = [d for d in on if d.get("result") in COUNTED_APPLIED and checks_passed(d)]
-    failed = [d for d in on if d.get("result") == "failed" or not checks_passed(d)]
+    applied = [d for d in on if d.get("result") in COUNTED_APPLIED and not checks_failed(d)]
+    failed = [d for d in on if d.get("result") == "failed" or checks_failed(d)]
     count = f"{len(applied)}/{total} applied"
     if failed:
         names = [_text(d.get("agent")) or "?" for d in failed]
@@ -131,5 +152,5 @@ def context_of(prefix: str, mode: str, agent: str, group: str | None) -> str:
     return f"{prefix}/{group}" if group else prefix
 
 
-__all__ = ["COUNTED_APPLIED", "ON_THE_WAY", "Verdict", "context_of", "group_verdict", "members",
-           "outcome_verdict", "own_document", "reporter", "started"]
+__all__ = ["COUNTED_APPLIED", "ON_THE_WAY", "Verdict", "checks_failed", "context_of", "group_verdict",
+           "members", "outcome_verdict", "own_document", "readable", "reporter", "started"]
