@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from typing import Any
 
 from gitsync.agent.gate import fleet_table
 from gitsync.cli.parser import leave_to_exit
+from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
 from gitsync.log import logger, redact
@@ -53,53 +55,57 @@ from gitsync.writeback.wire import summary_text
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
 
 
-def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
+def _read_files(settings: Settings, command: str, out: Findings | None = None,
+                ) -> tuple[dict[str, bytes], str] | int:
     """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
-    directory); or print why not and return 2."""
+    directory); or say why not and return 2."""
+    out = out or Findings()
     if settings.dir is not None:
         try:
             return read_directory(settings.dir, settings.max_file_size), ""
         except OSError as exc:
-            print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+            out.error(f"gitsync {command}: error: {redact(str(exc))}")
             return 2
     if not settings.repo:
-        print(f"gitsync {command}: no source: give --dir PATH or --repo URL", file=sys.stderr)
+        out.error(f"gitsync {command}: no source: give --dir PATH or --repo URL")
         return 2
     try:
         commit = read_input(settings)
     except SourceError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
     return commit.files, commit.message
 
 
-def _render_source(settings: Settings, command: str) -> Rendered | int:
-    """Render the configured source, or print why not and return the exit status."""
-    rendered = _render_commit(settings, command)
+def _render_source(settings: Settings, command: str, out: Findings | None = None) -> Rendered | int:
+    """Render the configured source, or say why not and return the exit status."""
+    rendered = _render_commit(settings, command, out)
     return rendered if isinstance(rendered, int) else rendered[0]
 
 
-def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | int:
-    """Render the configured source (and its commit message), or print why not and return the exit status."""
-    read = _read_files(settings, command)
+def _render_commit(settings: Settings, command: str, out: Findings | None = None,
+                   ) -> tuple[Rendered, str] | int:
+    """Render the configured source (and its commit message), or say why not and return the exit status."""
+    out = out or Findings()
+    read = _read_files(settings, command, out)
     if isinstance(read, int):
         return read
     files, message = read
     try:
         options = options_from_settings(settings, os.environ)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     try:
         rendered = render_files(files, options)
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
-            print(redact(str(problem)), file=sys.stderr)
+            out.problem(redact(str(problem)))
         return 1
-    for out in rendered.left_out:  # partial apply, from a directory: there is no last good version
-        print(f"warning: {redact(out.describe())}", file=sys.stderr)
+    for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
+        out.warning(redact(left_out.describe()))
     return rendered, message
 
 
@@ -117,19 +123,20 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def validate(settings: Settings, args: argparse.Namespace) -> int:
-    """Exit 0 when the config is valid; 1 with every problem on stderr."""
-    rendered = _render_source(settings, "validate")
+    """Exit 0 when the config is valid; 1 with every problem on stderr (or in the report asked for)."""
+    out = findings(args, "validate", settings)
+    rendered = _render_source(settings, "validate", out)
     if isinstance(rendered, int):
-        return rendered
-    _warn_unmanaged(rendered, settings)
+        return out.finish(rendered)
+    _warn_unmanaged(rendered, settings, out)
     counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
-    print(f"valid: {counts or 'no items'}")
-    return 0
+    out.summary(f"valid: {counts or 'no items'}")
+    return out.finish(0)
 
 
-def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
+def _warn_unmanaged(rendered: Rendered, settings: Settings, out: Findings | None = None) -> None:
     for warning in unmanaged_warnings(rendered.payload, settings.unmanaged):
-        print(f"warning: {warning}", file=sys.stderr)
+        (out or Findings()).warning(warning)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -161,63 +168,64 @@ def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
 
 
 def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
-                show_secrets: bool) -> None:
+                show_secrets: bool, out: Findings) -> None:
     """Per kind and item what a sync would do; values masked unless asked."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
     wanted = _by_id(desired_shown)
     live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
-    print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
+    out.line(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
-        print(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+        out.line(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
-            print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
+            out.line(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
         if kp.status is not KindStatus.CHANGED:
             continue
-        print(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
+        out.line(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
         changes = [c for c in diff.changes if c.kind == kp.key]
         for change in changes:
             subject = f"{change.kind}[{change.id}]"
             if change.action != "change":
                 mark, note = {"add": ("+", ""), "remove": ("-", ""),
                               "prune": ("!", "  (written out of band; pruned)")}[change.action]
-                print(f"    {mark} {subject}{note}")
+                out.line(f"    {mark} {subject}{note}")
                 continue
-            print(f"    ~ {subject}")
+            out.line(f"    ~ {subject}")
             key = (kp.key, change.id)
             for path in change.fields:
                 before, after = _at(live.get(key), path), _at(wanted.get(key), path)
-                print(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
-                      f"{_value_text(after)}")
+                out.line(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
+                         f"{_value_text(after)}")
         if not changes:
-            print("    (order of items changed)")
+            out.line("    (order of items changed)")
 
 
-def _gateways(settings: Settings, command: str) -> Gateways | int:
-    """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
+def _gateways(settings: Settings, command: str, out: Findings | None = None) -> Gateways | int:
+    """A client for each gateway, or say why not (a TLS file that cannot be used) and return 2."""
     try:
         return Gateways(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        (out or Findings()).error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
-    commit the deletion guard would refuse."""
+    commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
     from gitsync.agent.state import StateDir
 
-    read = _render_commit(settings, "diff")
+    out = findings(args, "diff", settings)
+    read = _render_commit(settings, "diff", out)
     if isinstance(read, int):
-        return 2
+        return out.finish(2)
     rendered, message = read
     guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
-    gateways = _gateways(settings, "diff")
+    gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
-        return gateways
-    _warn_unmanaged(rendered, settings)
+        return out.finish(gateways)
+    _warn_unmanaged(rendered, settings, out)
     policy = policy_from_settings(settings)
     pushed = StateDir(settings.state_dir).load_pushed()  # the agent's memory, when this host runs one
     with gateways:
@@ -229,26 +237,26 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     for url in gateways.urls:
         one = diffs[url]
         if one.error is not None or one.plan is None:
-            print(f"gitsync diff: {one.url}: {one.error}", file=sys.stderr)
+            out.error(f"gitsync diff: {one.url}: {one.error}")
             status = 2
             continue
         if one.plan.problems:
             for problem in one.plan.problems:
-                print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
+                out.error(f"gitsync diff: {one.url}: {redact(str(problem))}")
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show)
+            _print_diff(one, desired_shown, rendered.secret_values, show, out)
             status = max(status, 1)
         else:
-            print(f"{one.url}: no changes")
+            out.line(f"{one.url}: no changes")
         verdict = check_deletions(rendered.payload, one.live, policy.managed, guard)
         for change in verdict.kinds:
             if change.deleted:
-                print(f"  guard: {change.describe()}")
+                out.line(f"  guard: {change.describe()}")
         if verdict.refused:
-            print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
+            out.refused(f"gitsync diff: {one.url}: the deletion guard would refuse this commit")
             status = 2
-    return status
+    return out.finish(status)
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -379,4 +387,40 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
     print(fleet_table(fleet, now, settings.status_heartbeat), end="")
+    return _publish(settings, fleet) if getattr(args, "publish", False) else 0
+
+
+def _publish(settings: Settings, fleet: list[dict[str, Any]]) -> int:
+    """`status --fleet --publish`: each group's status on the tip, posted on the forge."""
+    from gitsync.feedback.forge import ForgeError, forge_from_settings
+    from gitsync.feedback.outbox import publish_fleet
+    from gitsync.writeback.wire import full_ref
+
+    try:
+        forge = forge_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    if forge is None:
+        print("gitsync status: --publish needs forge_token (GITSYNC_FORGE_TOKEN, forge_token_file)",
+              file=sys.stderr)
+        return 2
+    ref = full_ref(settings.ref, "refs/heads/")
+    pinned = settings.ref.encode() if re.fullmatch(r"[0-9a-f]{40}", settings.ref) else None
+    try:
+        tip = pinned or Remote.from_settings(settings).ls_refs([ref]).get(ref)
+        if tip is None:
+            print(f"gitsync status: the remote has no {ref.decode()}", file=sys.stderr)
+            return 1
+        state_dir = settings.state_dir if writable_dir(settings.state_dir) else None
+        for status in publish_fleet(settings, fleet, tip.decode(), forge, state_dir):
+            print(f"{status.context}: {status.state} on {status.sha[:7]}: {forge.description(status)}")
+    except SourceError as exc:
+        print(redact(f"gitsync status: error: {exc.reason}"), file=sys.stderr)
+        return 1
+    except ForgeError as exc:
+        print(f"gitsync status: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        forge.close()
     return 0

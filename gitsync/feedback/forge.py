@@ -151,10 +151,10 @@ def default_api_url(kind: str, web_url: str) -> str:
     return "https://api.bitbucket.org/2.0"
 
 
-def address_from_settings(settings: Settings) -> ForgeAddress | None:
-    """The forge to post to, or None when no forge token is set; `SettingsError` when one is set and the
-    forge or the project cannot be told (naming the setting to set)."""
-    if settings.forge_token is None:
+def address_from_settings(settings: Settings, *, need_token: bool = True) -> ForgeAddress | None:
+    """The forge to post to, or None when no forge token is set (and `need_token`); `SettingsError` when
+    the forge or the project cannot be told (naming the setting to set)."""
+    if settings.forge_token is None and need_token:
         return None
     host, path = repo_host_and_path(settings.repo or "")
     kind = settings.forge if settings.forge != "auto" else forge_of_host(host or "")

@@ -268,6 +268,27 @@ class Feedback:
             notifier.close()
 
 
+def publish_fleet(settings: Settings, fleet: list[dict[str, Any]], commit: str, forge: Forge,
+                  state_path: Path | None) -> list[CommitStatus]:
+    """``gitsync status --fleet --publish``: each group's status on `commit`, from every agent's status
+    document, posted where the forge does not show it yet (what was posted is kept in the state dir);
+    the statuses, as posted or as already shown."""
+    s, now = settings, datetime.now(UTC)
+    posted = PostedStatuses(state_path / POSTED_FILE if state_path else None)
+    out = []
+    for group in statuses.groups(fleet, now, s.status_heartbeat):
+        state, description = statuses.group_verdict(statuses.members(fleet, group, None, now,
+                                                                     s.status_heartbeat), commit)
+        context = statuses.context_of(s.forge_context, "group", "", group)
+        target = (s.ui_url.rstrip("/") + "/fleet" if s.ui_url else
+                  forge.branch_url(s.status_branch, "agents", directory=True) if s.status_branch
+                  else forge.commit_url(commit))
+        status = CommitStatus(commit, context, state, description, target, _branch(s.ref))
+        post(forge, posted, status)
+        out.append(status)
+    return out
+
+
 def _branch(ref: str) -> str | None:
     """The branch a status is filed under (GitLab's ref, Bitbucket's refname): the followed ref when it
     names a branch, not a pinned commit."""
@@ -277,4 +298,4 @@ def _branch(ref: str) -> str | None:
     return None if name.startswith("refs/") else name
 
 
-__all__ = ["Feedback", "PostedStatuses", "post"]
+__all__ = ["Feedback", "PostedStatuses", "post", "publish_fleet"]

@@ -100,14 +100,21 @@ def checks_failed(doc: Mapping[str, Any]) -> bool:
     return False
 
 
-def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any], now: datetime, heartbeat: float,
-            ) -> list[Mapping[str, Any]]:
-    """The live agents of `group` (None: agents without one), this agent's own document in place of
-    what the status refs say of it."""
-    me = own.get("agent")
+def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any] | None, now: datetime,
+            heartbeat: float) -> list[Mapping[str, Any]]:
+    """The live agents of `group` (None: agents without one), this agent's `own` document (when it is
+    one of them) in place of what the status refs say of it."""
+    me = own.get("agent") if own is not None else None
     found = [d for d in fleet if readable(d) and d["agent"] != me and (d.get("group") or None) == group
              and is_live(d, now, heartbeat)]
-    return sorted([*found, own], key=lambda d: _text(d.get("agent")))
+    return sorted([*found, *([own] if own is not None else [])], key=lambda d: _text(d.get("agent")))
+
+
+def groups(fleet: Sequence[Any], now: datetime, heartbeat: float) -> list[str | None]:
+    """The groups of the fleet's live agents (None: agents without a group), in name order."""
+    found = {d.get("group") or None for d in fleet if readable(d) and is_live(d, now, heartbeat)
+             and isinstance(d.get("group") or "", str)}
+    return sorted(found, key=lambda g: g or "")
 
 
 def reporter(group_members: Sequence[Mapping[str, Any]]) -> str:
@@ -120,8 +127,8 @@ def _gateway_count(doc: Mapping[str, Any]) -> int:
     return len(gateways) if isinstance(gateways, list) else 0
 
 
-def group_verdict(group_members: Sequence[Mapping[str, Any]], commit: str, own: Verdict | None,
-                  me: str) -> Verdict:
+def group_verdict(group_members: Sequence[Mapping[str, Any]], commit: str, own: Verdict | None = None,
+                  me: str = "") -> Verdict:
     """The group's status on `commit`: ``failure`` once any agent failed it (its own words when that
     is this agent, else who), ``success`` once every live agent applied it, else ``pending``; the
     description counts (``3/5 applied``). A group of this agent alone says what it says itself."""
@@ -153,4 +160,4 @@ def context_of(prefix: str, mode: str, agent: str, group: str | None) -> str:
 
 
 __all__ = ["COUNTED_APPLIED", "ON_THE_WAY", "Verdict", "checks_failed", "context_of", "group_verdict",
-           "members", "outcome_verdict", "own_document", "readable", "reporter", "started"]
+           "groups", "members", "outcome_verdict", "own_document", "readable", "reporter", "started"]
