@@ -125,8 +125,11 @@ def test_a_group_of_five_agents_in_two_groups_counts_and_one_agent_reports_each(
              fleet_doc("main-9", "main", SHA, "failed", seen_ago=999)]
     own = fleet_doc("main-2", "main", SHA, "waiting")
     main = statuses.members(fleet, "main", own, now, 60)
-    assert [d["agent"] for d in main] == ["main-1", "main-2", "main-3"]  # main-9 is down: not counted
-    assert statuses.reporter(main) == "main-1"
+    assert [d["agent"] for d in main] == ["main-1", "main-2", "main-3"]  # main-9 left: not counted
+    assert statuses.reporter(main, "main-2", now, 60) == "main-1"
+    late = [fleet_doc("main-1", "main", SHA, "applied", seen_ago=300), own]  # late: counted, not reporting
+    assert [d["agent"] for d in statuses.members(late, "main", own, now, 60)] == ["main-1", "main-2"]
+    assert statuses.reporter(statuses.members(late, "main", own, now, 60), "main-2", now, 60) == "main-2"
     assert statuses.group_verdict(main, SHA, ("pending", "waiting for group canary"), "main-2") == \
         ("pending", "1/3 applied, 1 on the way")
     canary = statuses.members(fleet, "canary", fleet[0], now, 60)
@@ -136,8 +139,12 @@ def test_a_group_of_five_agents_in_two_groups_counts_and_one_agent_reports_each(
     mine = statuses.group_verdict(failed, SHA, ("failure", "refused at render: c.yaml:1:1: bad"), "main-3")
     assert mine == ("failure", "1/3 applied; main-3: refused at render: c.yaml:1:1: bad")
     alone = statuses.members([], None, own | {"group": None}, now, 60)
-    assert statuses.group_verdict(alone, SHA, ("success", "applied to 1 gateway(s)"), "main-2") == \
-        ("success", "applied to 1 gateway(s)")
+    assert statuses.group_verdict(alone, SHA, ("success", "applied to 1 gateway(s)"), "main-2", alone=True) \
+        == ("success", "applied to 1 gateway(s)")
+    # The others down for a while: counted out, not turned into an agent alone.
+    assert statuses.group_verdict([own | {"commit": SHA, "result": "applied"}], SHA,
+                                  ("success", "applied to 1 gateway(s)"), "main-2") == \
+        ("success", "1/1 applied (1 gateway(s))")
 
 
 def test_hostile_status_documents_neither_crash_nor_count():

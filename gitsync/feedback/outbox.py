@@ -41,7 +41,6 @@ FLUSH_GRACE = 5.0  # seconds what is still queued gets when the agent stops
 _OWN_RESULTS = {SyncResult.APPLIED: "applied", SyncResult.HEALED: "healed", SyncResult.FAILED: "failed",
                 SyncResult.CANARY: "canary", SyncResult.SOAKING: "soaking", SyncResult.WAITING: "waiting",
                 SyncResult.DRIFT_REPORTED: "drift_reported"}
-MAX_UNSETTLED = 2  # commits whose group status the reporter keeps reading the fleet for
 
 
 class PostedStatuses:
@@ -104,9 +103,13 @@ class Feedback:
         self.reachability = Reachability(settings.notify_unreachable_after)
         self.dispatcher = Dispatcher(metrics, max_backoff=settings.max_backoff) if self.enabled else None
         self._told: dict[str, float] = {}  # event id → when it was queued
-        self._lock = threading.Lock()  # _own and _unsettled, between the sync worker and the feedback thread
+        self._lock = threading.Lock()  # _own, _watched, _verdicts: the sync worker and the feedback thread
         self._own: dict[str, Any] | None = None  # this agent's latest status document
-        self._unsettled: OrderedDict[str, None] = OrderedDict()  # commits whose group status is pending
+        #: The commit this agent last worked on, and when its group status was last computed: the fleet is
+        #: read again every heartbeat, so that its status follows the agents that finish or join. An older
+        #: commit is not (agents that moved on from it would count as not having applied it).
+        self._watched: tuple[str, float] | None = None
+        self._reread = max(settings.status_heartbeat, settings.interval)
         self._verdicts: OrderedDict[str, statuses.Verdict] = OrderedDict()  # what this agent says of a commit
 
     @classmethod
@@ -165,11 +168,13 @@ class Feedback:
         if result is not None and verdict is not None:
             self._set_own(outcome.commit, result, len(outcome.gateways))
             self._queue_group(outcome.commit, verdict)
+        now = self.clock()
         with self._lock:
-            waiting = list(self._unsettled)
-        for sha in waiting:  # each poll: the reporter reads how far the others are
-            if sha != outcome.commit or result is None:
-                self._queue_group(sha, None)
+            due = self._watched[0] if self._watched and now - self._watched[1] >= self._reread else None
+            if due is not None:
+                self._watched = (due, now)
+        if due is not None and (due != outcome.commit or result is None):  # how far the others are
+            self._queue_group(due, None)
 
     def _set_own(self, sha: str, result: str, gateways: int | None = None) -> None:
         s = self.settings
@@ -216,14 +221,14 @@ class Feedback:
         except SourceError as exc:
             raise RetryableDelivery(f"reading the status refs: {exc.reason}") from None
         group = statuses.members(fleet, s.group, own, datetime.now(UTC), s.status_heartbeat)
-        verdict = statuses.group_verdict(group, sha, said, s.agent_name)
+        alone = not statuses.members(fleet, s.group, None, None, s.status_heartbeat)
+        verdict = statuses.group_verdict(group, sha, said, s.agent_name, alone=alone)
+        logger.debug("group status on {}: {}: {} (members: {})", short_sha(sha), *verdict,
+                     ", ".join(f"{d['agent']} {d.get('result')}" for d in group))
         with self._lock:
-            self._unsettled.pop(sha, None)
-            if verdict[0] == "pending":
-                self._unsettled[sha] = None
-                while len(self._unsettled) > MAX_UNSETTLED:
-                    self._unsettled.popitem(last=False)
-        if statuses.reporter(group) != s.agent_name:
+            if own.get("commit") == sha and (self._watched is None or self._watched[0] != sha):
+                self._watched = (sha, self.clock())
+        if statuses.reporter(group, s.agent_name, datetime.now(UTC), s.status_heartbeat) != s.agent_name:
             return
         self._queue_status(sha, *verdict)
 

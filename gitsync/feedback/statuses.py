@@ -5,11 +5,14 @@ way), ``success`` (applied, and on how many gateways), ``failure`` (the commit w
 stage, and the first problem's ``file:line: message``) and ``error`` (the commit is not at fault, a
 gateway did not answer). Each forge client maps them to its own (`gitsync.feedback.forge`).
 
-A fleet posts one status per group (`group_status`), computed from the agents' status documents (the
+A fleet posts one status per group (`group_verdict`), computed from the agents' status documents (the
 status refs, `gitsync.writeback.fleet.FleetReader`), and by one agent of the group: the live one
 whose name sorts first (`reporter`). Every agent reads the same refs, so they agree on who that is
 and a status has one writer at a time, which is what a forge that keeps the last status posted for a
-context needs. Status documents are untrusted input: each field is checked before use.
+context needs. The count is over the group's members: the agents seen within `MEMBER_PERIODS` of
+their heartbeat, so that an agent late with its heartbeat (busy, or its write-back slow) still counts,
+and one gone for longer has left the group. Status documents are untrusted input: each field is
+checked before use.
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gitsync.agent.gate import APPLIED_RESULTS, is_live
+from gitsync.agent.gate import APPLIED_RESULTS, DOWN_AFTER, heartbeat_of
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.log import redact
+from gitsync.writeback.wire import parse_time
 
 #: Results that put a commit on its way on an agent without being its verdict yet.
 ON_THE_WAY = frozenset({"applying", "canary", "soaking", "waiting", "deferred"})
 #: Results whose commit counts as applied on an agent (drift reported: applied, then changed by hand).
 COUNTED_APPLIED = APPLIED_RESULTS | {"drift_reported"}
+#: Heartbeat periods within which an agent's status was written for it to count in its group.
+MEMBER_PERIODS = 10.0
 
 Verdict = tuple[str, str]  # (state, description)
 
@@ -100,26 +106,35 @@ def checks_failed(doc: Mapping[str, Any]) -> bool:
     return False
 
 
-def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any] | None, now: datetime,
+def seen_within(doc: Mapping[str, Any], now: datetime, heartbeat: float, periods: float) -> bool:
+    """Whether the agent wrote its status within `periods` of its heartbeat period."""
+    seen = parse_time(doc.get("seen")) if doc.get("seen") else None
+    return seen is not None and (now - seen).total_seconds() <= periods * heartbeat_of(doc, heartbeat)
+
+
+def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any] | None, now: datetime | None,
             heartbeat: float) -> list[Mapping[str, Any]]:
-    """The live agents of `group` (None: agents without one), this agent's `own` document (when it is
-    one of them) in place of what the status refs say of it."""
+    """The members of `group` (None: agents without one): the agents seen within `MEMBER_PERIODS` (`now`
+    None: whenever), this agent's `own` document (when it is one of them) in place of what the status
+    refs say of it."""
     me = own.get("agent") if own is not None else None
     found = [d for d in fleet if readable(d) and d["agent"] != me and (d.get("group") or None) == group
-             and is_live(d, now, heartbeat)]
+             and (now is None or seen_within(d, now, heartbeat, MEMBER_PERIODS))]
     return sorted([*found, *([own] if own is not None else [])], key=lambda d: _text(d.get("agent")))
 
 
 def groups(fleet: Sequence[Any], now: datetime, heartbeat: float) -> list[str | None]:
-    """The groups of the fleet's live agents (None: agents without a group), in name order."""
-    found = {d.get("group") or None for d in fleet if readable(d) and is_live(d, now, heartbeat)
-             and isinstance(d.get("group") or "", str)}
+    """The groups of the fleet's members (None: agents without a group), in name order."""
+    found = {d.get("group") or None for d in fleet if readable(d)
+             and seen_within(d, now, heartbeat, MEMBER_PERIODS) and isinstance(d.get("group") or "", str)}
     return sorted(found, key=lambda g: g or "")
 
 
-def reporter(group_members: Sequence[Mapping[str, Any]]) -> str:
-    """The agent that posts the group's status: the live one whose name sorts first."""
-    return min(_text(d.get("agent")) for d in group_members)
+def reporter(group_members: Sequence[Mapping[str, Any]], me: str, now: datetime, heartbeat: float) -> str:
+    """The agent that posts the group's status: the live one (`me`, or seen within `DOWN_AFTER` of its
+    heartbeat) whose name sorts first."""
+    return min(_text(d.get("agent")) for d in group_members
+               if d.get("agent") == me or seen_within(d, now, heartbeat, DOWN_AFTER))
 
 
 def _gateway_count(doc: Mapping[str, Any]) -> int:
@@ -128,11 +143,12 @@ def _gateway_count(doc: Mapping[str, Any]) -> int:
 
 
 def group_verdict(group_members: Sequence[Mapping[str, Any]], commit: str, own: Verdict | None = None,
-                  me: str = "") -> Verdict:
+                  me: str = "", *, alone: bool = False) -> Verdict:
     """The group's status on `commit`: ``failure`` once any agent failed it (its own words when that
     is this agent, else who), ``success`` once every live agent applied it, else ``pending``; the
-    description counts (``3/5 applied``). A group of this agent alone says what it says itself."""
-    if len(group_members) == 1 and own is not None:
+    description counts (``3/5 applied``). An agent `alone` in its group (no other has ever written a
+    status) says what it says itself."""
+    if alone and own is not None:
         return own
     total = len(group_members)
     on = [d for d in group_members if d.get("commit") == commit]
@@ -160,4 +176,5 @@ def context_of(prefix: str, mode: str, agent: str, group: str | None) -> str:
 
 
 __all__ = ["COUNTED_APPLIED", "ON_THE_WAY", "Verdict", "checks_failed", "context_of", "group_verdict",
-           "groups", "members", "outcome_verdict", "own_document", "readable", "reporter", "started"]
+           "groups", "members", "outcome_verdict", "own_document", "readable", "reporter", "seen_within",
+           "started"]
