@@ -221,7 +221,7 @@ class Feedback:
         except SourceError as exc:
             raise RetryableDelivery(f"reading the status refs: {exc.reason}") from None
         group = statuses.members(fleet, s.group, own, datetime.now(UTC), s.status_heartbeat)
-        alone = not statuses.members(fleet, s.group, None, None, s.status_heartbeat)
+        alone = len(statuses.members(fleet, s.group, own, None, s.status_heartbeat)) == 1  # ever
         verdict = statuses.group_verdict(group, sha, said, s.agent_name, alone=alone)
         logger.debug("group status on {}: {}: {} (members: {})", short_sha(sha), *verdict,
                      ", ".join(f"{d['agent']} {d.get('result')}" for d in group))
