@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import jsonschema
@@ -37,6 +37,29 @@ CONTRACTS = Path(__file__).parent / "data" / "forges"
 FORGE_TOKEN = "forge-token-5e1f0c"
 PROJECT = "octo-org/config-repo"
 BASE_PATHS = {"github": "/api/v3", "gitea": "/api/v1", "gitlab": "/api/v4", "bitbucket": "/2.0"}
+
+
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 on a thread of its own (`_listen` makes it); a context manager."""
+
+    _server: ThreadingHTTPServer
+    _thread: threading.Thread
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
 
 def contract(kind: str) -> dict[str, Any]:
@@ -113,7 +136,7 @@ class Operation:
 
 
 @dataclass
-class ForgeDouble:
+class ForgeDouble(LoopbackServer):
     """One forge's API for one project on 127.0.0.1; `url` is its web address, `api_url` its API's."""
 
     kind: str
@@ -143,20 +166,11 @@ class ForgeDouble:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-
-    def __enter__(self) -> ForgeDouble:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._listen(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     @property
     def api_url(self) -> str:
@@ -463,7 +477,7 @@ class Delivery:
         return json.loads(self.body)
 
 
-class Receiver:
+class Receiver(LoopbackServer):
     """A notification receiver on 127.0.0.1: checks each POST's signature as gitsync's generic webhook
     receiver does, answers `status` after `delay` seconds, and keeps what it got."""
 
@@ -487,20 +501,12 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._listen(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/hooks/gitsync/T0001/B0001/k3y"
+        """A path like a chat webhook's, whose last parts are its key."""
+        return f"{self.origin}/hooks/gitsync/T0001/B0001/k3y"
 
     def events(self) -> list[str]:
         return [d.json["event"] for d in self.deliveries if d.verified]

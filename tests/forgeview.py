@@ -57,7 +57,7 @@ def commit_page(commits: Sequence[tuple[str, str, str]], requests: Sequence[Reco
             "width:900px}h1{font-size:18px}h2{font-size:13px;color:#59636e;margin:14px 0 4px}"
             ".commit{margin:2px 0 6px}.box{border:1px solid #d1d9e0;border-radius:6px}"
             ".head{padding:8px 12px;background:#f6f8fa;font-weight:600;border-bottom:1px solid #d1d9e0}"
-            ".row{padding:8px 12px;border-top:1px solid #eef1f4;position:relative}"
+            ".row{padding:8px 80px 8px 12px;border-top:1px solid #eef1f4;position:relative}"
             ".row:first-of-type{border:0}"
             ".icon{display:inline-block;width:18px;font-weight:700}.desc{color:#59636e}"
             ".details{position:absolute;right:12px;top:8px;color:#0969da}"

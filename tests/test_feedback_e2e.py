@@ -102,7 +102,7 @@ def test_four_outcomes_show_on_the_commit_and_are_notified(spawn, git_daemon, re
         assert FORGE_TOKEN not in agent.log() and NOTIFY_SECRET not in agent.log()
 
         commits = [(applied, "orders to a live upstream", "applied"),
-                   (broken, "a route whose uri is a number", "refused at render"),
+                   (broken, "a route whose uri is a number", "refused at render (validation)"),
                    (dead, "orders to an upstream that is down", "rolled back by a health check"),
                    (emptied, "drop every route", "held by the deletion guard")]
         page = commit_page(commits, github.requests)
