@@ -19,12 +19,18 @@ from gitsync.testing.apisix import ApisixDouble
 from tests.agents import ADMIN_KEY, config, repo_url, upstream, wait_for
 from tests.forges import FORGE_TOKEN, PROJECT, ForgeDouble, Receiver
 from tests.forgeview import commit_page, posted_statuses
-from tests.support import free_port
+from tests.support import free_port, run_gitsync
 
 pytestmark = pytest.mark.slow
 
 NOTIFY_SECRET = "notify-secret-0b7e"
 ROUTES = "conf/routes.yaml"
+
+
+def plain(n: int) -> dict[str, str]:
+    """A config whose route r1 serves /v<n> (no health checks)."""
+    return {ROUTES: f"routes:\n  - id: r1\n    uri: /v{n}\n    upstream_id: u1\n"
+                    "upstreams:\n  - id: u1\n    nodes: {\"127.0.0.1:1980\": 1}\n"}
 
 
 @pytest.fixture
@@ -118,18 +124,14 @@ def test_a_slow_or_dead_receiver_and_a_slow_forge_delay_no_sync(spawn, git_daemo
     token, notify = secrets
     with ForgeDouble("github", delay=5.0) as slow_forge, Receiver(NOTIFY_SECRET, delay=5.0) as slow:
         dead = f"http://127.0.0.1:{free_port()}/hook"
-        first = remote_repo.commit({ROUTES: "routes:\n  - id: r1\n    uri: /v1\n    upstream_id: u1\n"
-                                            "upstreams:\n  - id: u1\n    nodes: {\"127.0.0.1:1980\": 1}\n"},
-                                   "v1")
+        first = remote_repo.commit(plain(1), "v1")
         agent = spawn(repo_url(git_daemon, remote_repo), *forge_flags(slow_forge, token),
                       "--notify-url", slow.url, "--notify-url", dead, "--notify-secret-file", str(notify),
                       gateways=[apisix.url])
         wait_for(lambda: agent.state().get("last_good") == first, 15, "v1 applied")
         durations, delays = [], []
         for n in range(2, 6):
-            sha = remote_repo.commit({ROUTES: f"routes:\n  - id: r1\n    uri: /v{n}\n    upstream_id: u1\n"
-                                              "upstreams:\n  - id: u1\n    nodes: {\"127.0.0.1:1980\": 1}\n"},
-                                     f"v{n}")
+            sha = remote_repo.commit(plain(n), f"v{n}")
             committed = time.monotonic()
             agent.hook()  # a push webhook: the agent syncs at once
             state = wait_for(lambda sha=sha: agent.state().get("last_good") == sha and agent.state(), 10,
@@ -155,13 +157,11 @@ def shows(github: ForgeDouble, sha: str, expected: dict[str, tuple[str, str]]) -
 def test_a_fleet_of_five_in_two_groups_shows_one_status_per_group(spawn, git_daemon, remote_repo, secrets,
                                                                    github, tmp_path):
     token, _ = secrets
-    routes = "routes:\n  - id: r1\n    uri: /v{}\n    upstream_id: u1\n" \
-             "upstreams:\n  - id: u1\n    nodes: {{\"127.0.0.1:1980\": 1}}\n"
     done = {"gitsync/canary": ("success", "2/2 applied (2 gateway(s))"),
             "gitsync/main": ("success", "3/3 applied (3 gateway(s))")}
     with ExitStack() as stack:
         doubles = [stack.enter_context(ApisixDouble(ADMIN_KEY)) for _ in range(5)]
-        first = remote_repo.commit({ROUTES: routes.format(1)}, "v1")
+        first = remote_repo.commit(plain(1), "v1")
         common = [*forge_flags(github, token), "--writeback", "on", "--status-heartbeat", "3s",
                   "--soak", "2s"]
         names = ["canary-1", "canary-2", "main-1", "main-2", "main-3"]
@@ -172,7 +172,7 @@ def test_a_fleet_of_five_in_two_groups_shows_one_status_per_group(spawn, git_dae
                   gateways=[double.url], name=name)
         wait_for(lambda: shows(github, first, done), 40, "both groups' statuses on v1, every agent counted")
 
-        second = remote_repo.commit({ROUTES: routes.format(2)}, "v2")
+        second = remote_repo.commit(plain(2), "v2")
         wait_for(lambda: github.latest(second).get("gitsync/main"), 20, "the main group's first status on v2")
         assert github.latest(second)["gitsync/main"]["state"] == "pending"  # waiting for the canaries' soak
         try:
@@ -191,3 +191,32 @@ def test_a_fleet_of_five_in_two_groups_shows_one_status_per_group(spawn, git_dae
         (tmp_path / "fleet-statuses.json").write_text(json.dumps(posts, indent=1, ensure_ascii=False))
         page = commit_page([(second, "v2", "a fleet of 5 agents in 2 groups")], github.requests)
         (tmp_path / "fleet-status.html").write_text(page)
+
+
+def test_one_status_per_agent_when_asked_and_a_publish_job_for_the_groups(spawn, git_daemon, remote_repo,
+                                                                         secrets, github, tmp_path):
+    token, _ = secrets
+    url = repo_url(git_daemon, remote_repo)
+    with ApisixDouble(ADMIN_KEY) as one, ApisixDouble(ADMIN_KEY) as two:
+        sha = remote_repo.commit(plain(1), "v1")
+        common = [*forge_flags(github, token), "--writeback", "on"]
+        spawn(url, *common, "--forge-status", "agent", "--group", "eu", "--agent-name", "eu-1",
+              gateways=[one.url], name="eu-1")
+        us = spawn(url, *common, "--forge-status", "off", "--group", "us", "--agent-name", "us-1",
+                   gateways=[two.url], name="us-1")
+        wait_for(lambda: final(github, sha, "gitsync/eu-1"), 20, "eu-1's own status")
+        wait_for(lambda: us.state().get("last_good") == sha, 20, "us-1 applied v1")
+        assert set(github.latest(sha)) == {"gitsync/eu-1"}  # us-1 posts none
+
+        def publish():
+            return run_gitsync("status", "--fleet", "--publish", "--repo", url, *forge_flags(github, token),
+                               "--state-dir", str(tmp_path / "publisher"))
+
+        first = wait_for(lambda: (r := publish()).returncode == 0 and "gitsync/us: success" in r.stdout and r,
+                         20, "the publish job")
+        assert f"gitsync/eu: success on {sha[:7]}: 1/1 applied (1 gateway(s))" in first.stdout
+        assert f"gitsync/us: success on {sha[:7]}: 1/1 applied (1 gateway(s))" in first.stdout
+        posted = len(github.statuses[sha])
+        assert publish().returncode == 0 and len(github.statuses[sha]) == posted  # nothing posted again
+        assert set(github.latest(sha)) == {"gitsync/eu-1", "gitsync/eu", "gitsync/us"}
+        assert github.violations == []
