@@ -44,9 +44,11 @@ from ruamel.yaml import YAML
 from bench.double import DoubleProcess
 from bench.generate import add_commits, make_history
 from gitsync import log as gslog
+from gitsync.agent.outcomes import Trigger
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
-from gitsync.render import ParseCache, render
+from gitsync.render import render
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings, load
 from gitsync.source.mirror import Source
 from gitsync.source.transport import Remote
@@ -371,7 +373,7 @@ def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list
     """Scenarios 1–3 with one `Agent` in this process, as the daemon holds it between syncs."""
     agent = Agent(fx.settings(gw.url, fx.work / "agent-state"))
     try:
-        first = agent.sync_once("bench")
+        first = agent.sync_once({Trigger.CLI})
         if first.result != "applied":
             raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
         result = first.gateways[0]
@@ -414,7 +416,7 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
     for _ in range(reps.reps):
         fx.commit()
         started = time.perf_counter()
-        outcome = agent.sync_once("bench")
+        outcome = agent.sync_once({Trigger.CLI})
         ours.append(time.perf_counter() - started)
         if outcome.result != "applied":
             raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
@@ -436,7 +438,7 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
-    """The daemon's poll (`Agent.sync_once("poll")`) with nothing new vs the ref advertisement alone;
+    """The daemon's poll (`Agent.sync_once({Trigger.POLL})`) with nothing new vs the ref advertisement alone;
     protocol v2's ``ls-refs`` and `git ls-remote` for reference. Before each poll the drift watch
     runs, as the daemon's does every `drift_interval` (its HEAD, timed apart): a poll does not ask a
     gateway the watch has just seen holding our push."""
@@ -451,7 +453,7 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
         watch.append(time.perf_counter() - started)
         floors.append(timed(lambda: ref_advertisement(fx.port, path)))
         started = time.perf_counter()
-        outcome = agent.sync_once("poll")
+        outcome = agent.sync_once({Trigger.POLL})
         ours.append(time.perf_counter() - started)
         if outcome.result != "noop":
             raise RuntimeError(f"no-op poll: {outcome.result}")

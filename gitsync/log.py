@@ -55,7 +55,7 @@ def _slashed_ascii_body(text: str) -> str:
 
 
 def _lua_body(text: str) -> str:
-    from gitsync.schema.jsonschema import lua_quote  # imported late: the schema package logs
+    from gitsync.problems import lua_quote
 
     return lua_quote(text)[1:-1]
 

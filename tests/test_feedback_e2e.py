@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
+from testkit.processes import free_port, run_gitsync
 from tests.agents import ADMIN_KEY, config, repo_url, upstream, wait_for
 from tests.forges import FORGE_TOKEN, PROJECT, ForgeDouble, Receiver
 from tests.forgeview import commit_page, posted_statuses
-from tests.support import free_port, run_gitsync
 
 pytestmark = pytest.mark.slow
 

@@ -122,7 +122,7 @@ def test_every_spelling_of_a_secret_is_masked():
     of a multi-line value, and a JSON log line of any of them."""
     from urllib.parse import quote, quote_plus
 
-    from gitsync.schema.jsonschema import lua_quote
+    from gitsync.problems import lua_quote
 
     value = 'first "line"\nsecond\\line/é+&'
     gslog.register_secret(value)

@@ -16,8 +16,8 @@ from ruamel.yaml import YAML
 
 from gitsync.feedback.review import MARKER, Report, pull_request_from_env
 from gitsync.testing.apisix import ApisixDouble
+from testkit.processes import run_gitsync
 from tests.forges import FORGE_TOKEN, PROJECT, ForgeDouble
-from tests.support import run_gitsync
 
 ADMIN_KEY = "test-admin-key"
 HEAD = "5d41402abc4b2a76b9719d911017c592" + "00000000"

@@ -12,7 +12,7 @@ from collections import deque
 import httpx
 import pytest
 
-from gitsync.agent.sync import remember
+from gitsync.agent.view import GatewayOutcome, SyncRecord, remember
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.render import render
 from gitsync.settings import Secret, SettingsError
@@ -173,14 +173,13 @@ def test_a_sync_like_the_one_before_is_counted_on_it():
     history: deque = deque(maxlen=50)
 
     def record(result, t, gateways=()):
-        return {"time": t, "first_time": t, "count": 1, "result": result, "commit": "c", "stage": None,
-                "problems": [], "duration": 0.1, "gateways": list(gateways)}
+        return SyncRecord(t, result, "poll", "c", duration=0.1, gateways=tuple(gateways), first_time=t)
 
     for t in range(5):
         remember(history, record("noop", t))
-    remember(history, record("applied", 5, [{"url": "u"}]))
+    remember(history, record("applied", 5, [GatewayOutcome("u", "applied")]))
     remember(history, record("noop", 6))
-    assert [(r["result"], r["count"], r["first_time"], r["time"]) for r in history] == [
+    assert [(r.result, r.count, r.first_time, r.time) for r in history] == [
         ("noop", 5, 0, 4), ("applied", 1, 5, 5), ("noop", 1, 6, 6)]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -21,7 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gitsync.agent.gate import fleet_table
+from gitsync.adopt.adc_releases import diff_hint
+from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
 from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
@@ -31,9 +32,10 @@ from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
 from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
-from gitsync.push.plan import Desired, KindStatus
+from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
-from gitsync.push.workers import Gateways, wait_for
+from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
+from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -44,12 +46,14 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.memo import ParseCache
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
-from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
@@ -98,7 +102,7 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
         out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     try:
-        rendered = render_files(files, options)
+        rendered = render_files(files, options, memo=ParseCache())
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
@@ -143,33 +147,15 @@ def _warn_unmanaged(rendered: Rendered, settings: Settings, out: Findings | None
 # diff and sync: the rendered payload against each gateway's live config
 
 
-_ABSENT = object()
-
-
-def _value_text(value: Any, limit: int = 80) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _at(value: Any, path: tuple[str, ...]) -> Any:
-    """The value at a path of `changed_fields`, or a marker when absent."""
-    for step in path:
-        if not isinstance(value, dict) or step not in value:
-            return _ABSENT
-        value = value[step]
-    return value
-
-
 def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
     return {(kind, item_id(kind, item)): item for kind, items in payload.items() if isinstance(items, list)
             for item in items}
 
 
 def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
-                show_secrets: bool, out: Findings) -> None:
-    """Per kind and item what a sync would do; values masked unless asked."""
+                show_secrets: bool, out: Findings, every_item: bool) -> None:
+    """Per kind and item what a sync would do, as lines of `out`; values masked unless asked. Many
+    items of a kind changed alike are one line, unless `every_item`."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
     wanted = _by_id(desired_shown)
@@ -178,6 +164,7 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
     out.line(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
         out.line(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+    folded = False
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
             out.line(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
@@ -185,27 +172,46 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
             continue
         out.line(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
         changes = [c for c in diff.changes if c.kind == kp.key]
-        for change in changes:
-            subject = f"{change.kind}[{change.id}]"
-            if change.action != "change":
-                mark, note = {"add": ("+", ""), "remove": ("-", ""),
-                              "prune": ("!", "  (written out of band; pruned)")}[change.action]
-                out.line(f"    {mark} {subject}{note}")
-                continue
-            out.line(f"    ~ {subject}")
-            key = (kp.key, change.id)
-            for path in change.fields:
-                before, after = _at(live.get(key), path), _at(wanted.get(key), path)
-                out.line(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
-                         f"{_value_text(after)}")
+        for entry in summarise(changes, live, wanted, minimum=len(changes) + 1 if every_item else GROUP_MIN):
+            if isinstance(entry, ChangeGroup):
+                folded = True
+                _print_group(entry, out)
+            else:
+                _print_change(entry, live, wanted, out)
         if not changes:
             out.line("    (order of items changed)")
+    if folded:
+        out.line("  (gitsync diff -v lists every item)")
 
 
-def _gateways(settings: Settings, command: str, out: Findings | None = None) -> Gateways | int:
+def _print_group(group: ChangeGroup, out: Findings) -> None:
+    mark = {"add": "+", "remove": "-", "prune": "!", "change": "~"}[group.action]
+    out.line(f"    {mark} {group.describe()}")
+    hint = diff_hint(group.kind, group.fields, group.values, ABSENT)
+    if hint:
+        out.line(f"      {hint}")
+    out.line(f"      e.g. {group.examples()}")
+
+
+def _print_change(change: ItemChange, live: dict[tuple[str, str | None], Any],
+                  wanted: dict[tuple[str, str | None], Any], out: Findings) -> None:
+    subject = f"{change.kind}[{change.id}]"
+    if change.action != "change":
+        mark, note = {"add": ("+", ""), "remove": ("-", ""),
+                      "prune": ("!", "  (written out of band; pruned)")}[change.action]
+        out.line(f"    {mark} {subject}{note}")
+        return
+    out.line(f"    ~ {subject}")
+    key = (change.kind, change.id)
+    for path in change.fields:
+        before, after = value_at(live.get(key), path), value_at(wanted.get(key), path)
+        out.line(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
+
+
+def _gateways(settings: Settings, command: str, out: Findings | None = None) -> GatewayPool | int:
     """A client for each gateway, or say why not (a TLS file that cannot be used) and return 2."""
     try:
-        return Gateways(endpoints_from_settings(settings), settings.max_backoff)
+        return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
         (out or Findings()).error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
@@ -214,7 +220,7 @@ def _gateways(settings: Settings, command: str, out: Findings | None = None) -> 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
     commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     out = findings(args, "diff", settings)
     read = _render_commit(settings, "diff", out)
@@ -245,7 +251,8 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
                 out.error(f"gitsync diff: {one.url}: {redact(str(problem))}")
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show, out)
+            _print_diff(one, desired_shown, rendered.secret_values, show, out,
+                        every_item=settings.verbose > 0)
             status = max(status, 1)
         else:
             out.line(f"{one.url}: no changes")
@@ -296,8 +303,10 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
 
 def _sync_repo(settings: Settings) -> int:
     from gitsync.agent.metrics import Metrics
-    from gitsync.agent.state import StateDir, StateError
+    from gitsync.agent.state import StateError
+    from gitsync.agent.statedir import StateDir
     from gitsync.agent.sync import Agent
+    from gitsync.feedback.outbox import Feedback
 
     with contextlib.ExitStack() as stack:
         if not writable_dir(settings.state_dir):
@@ -308,7 +317,10 @@ def _sync_repo(settings: Settings) -> int:
         state_dir = StateDir(settings.state_dir)
         try:
             stack.enter_context(state_dir.locked())
-            agent = Agent(settings, state_dir=state_dir, metrics=Metrics(recorded=False))  # none exported
+            metrics = Metrics(recorded=False)  # none exported
+            feedback = stack.enter_context(contextlib.closing(
+                Feedback.from_settings(settings, metrics, state_dir.path)))
+            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2
@@ -316,7 +328,7 @@ def _sync_repo(settings: Settings) -> int:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
         stack.callback(agent.close)  # waits for the write-backs of this sync
-        outcome = agent.sync_once("cli")
+        outcome = agent.sync_once({Trigger.CLI})
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
@@ -366,7 +378,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
     """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status refs."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):
@@ -376,9 +388,14 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
+    try:
+        signers = signers_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp))
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)
         except SourceError as exc:
             print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
                   file=sys.stderr)
@@ -386,12 +403,13 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not fleet:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
-    print(fleet_table(fleet, now, settings.status_heartbeat), end="")
+    print(fleet_table(fleet, now, own_heartbeat(settings)), end="")
     return _publish(settings, fleet) if getattr(args, "publish", False) else 0
 
 
-def _publish(settings: Settings, fleet: list[dict[str, Any]]) -> int:
-    """`status --fleet --publish`: each group's status on the tip, posted on the forge."""
+def _publish(settings: Settings, fleet: list[FleetEntry]) -> int:
+    """`status --fleet --publish`: each group's status on the tip, from the statuses that count (readable,
+    and verified with `status_signers`), posted on the forge."""
     from gitsync.feedback.forge import ForgeError, forge_from_settings
     from gitsync.feedback.outbox import publish_fleet
     from gitsync.writeback.wire import full_ref

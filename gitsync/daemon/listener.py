@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gitsync.agent.metrics import Metrics, Readiness
+from gitsync.agent.outcomes import Trigger
 from gitsync.log import logger
 from gitsync.problems import one_line
 from gitsync.settings import Secret
@@ -335,5 +336,5 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(401, provider, "unauthorized", "bad or missing signature")
             return
         self.owner.metrics.webhooks.labels(provider, "accepted").inc()
-        self.owner.trigger(f"webhook:{provider}")
+        self.owner.trigger(Trigger.WEBHOOK)
         self._json(202, {"status": "sync triggered"})

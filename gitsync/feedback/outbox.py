@@ -1,11 +1,12 @@
 """What the agent hands its outcomes to: commit statuses on the forge and notifications, sent in the
 background (`gitsync.feedback.dispatch`), so that no forge and no receiver ever delays a sync.
 
-The agent calls `Feedback.started` when it starts on a new commit and `Feedback.submit` with every
-sync's outcome. Both only read the outcome and queue jobs; the feedback thread does the rest: reads
-the fleet's status refs (``forge_status = "group"``), decides what the commit's status says, posts
-it unless the forge shows it already (`PostedStatuses`, kept in the state dir across restarts), and
-sends the events to `notify_urls`.
+`Feedback` is the agent's observer (`gitsync.agent.observer.SyncObserver`): the agent calls
+`Feedback.started` when it starts on a new commit and `Feedback.ended` with every sync's outcome, and
+knows nothing more of it. Both only read the outcome and queue jobs; the feedback thread does the
+rest: reads the fleet's status refs (``forge_status = "group"``), decides what the commit's status
+says, posts it unless the forge shows it already (`PostedStatuses`, kept in the state dir across
+restarts), and sends the events to `notify_urls`.
 """
 
 from __future__ import annotations
@@ -14,23 +15,25 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from gitsync.agent.gate import own_heartbeat
 from gitsync.agent.metrics import Metrics
 from gitsync.agent.outcomes import SyncOutcome, SyncResult
-from gitsync.agent.state import AgentState, atomic_write
+from gitsync.agent.state import AgentState
+from gitsync.agent.statedir import atomic_write
 from gitsync.feedback import statuses
 from gitsync.feedback.dispatch import Dispatcher, Job, RetryableDelivery
 from gitsync.feedback.events import Event, Reachability, outcome_events
 from gitsync.feedback.forge import CommitStatus, Forge, forge_from_settings
 from gitsync.feedback.notify import Notifier
 from gitsync.log import logger
-from gitsync.settings import Settings
+from gitsync.settings import Settings, SettingsError
 from gitsync.source.transport import Remote, SourceError
-from gitsync.writeback.fleet import FleetReader
+from gitsync.writeback.fleet import FleetReader, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import agent_file_name, iso_time, short_sha
 
 POSTED_FILE = "forge-statuses.json"
@@ -103,28 +106,36 @@ class Feedback:
         self.reachability = Reachability(settings.notify_unreachable_after)
         self.dispatcher = Dispatcher(metrics, max_backoff=settings.max_backoff) if self.enabled else None
         self._told: dict[str, float] = {}  # event id → when it was queued
+        self.heartbeat = own_heartbeat(settings)  # the others' liveness is judged by it, as the gate does
         self._lock = threading.Lock()  # _own, _watched, _verdicts: the sync worker and the feedback thread
-        self._own: dict[str, Any] | None = None  # this agent's latest status document
+        self._own: FleetEntry | None = None  # this agent's latest status, as the fleet would say it
         #: The commit this agent last worked on, and when its group status was last computed: the fleet is
         #: read again every heartbeat, so that its status follows the agents that finish or join. An older
         #: commit is not (agents that moved on from it would count as not having applied it).
         self._watched: tuple[str, float] | None = None
-        self._reread = max(settings.status_heartbeat, settings.interval)
+        self._reread = self.heartbeat
         self._verdicts: OrderedDict[str, statuses.Verdict] = OrderedDict()  # what this agent says of a commit
+        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics, state_path: Path | None) -> Feedback:
         """The agent's: a forge client when a forge token is set, a notifier per URL. `SettingsError`
-        when the forge cannot be told."""
+        when the forge cannot be told, or `status_signers` names no usable key."""
         forge = forge_from_settings(settings) if settings.forge_status != "off" else None
-        notifiers = [Notifier(url, settings.notify_secret, settings.feedback_timeout)
-                     for url in settings.notify_urls]
         fleet = None
         if forge is not None and settings.forge_status == "group" and settings.writeback != "off" \
                 and settings.repo and state_path is not None:
-            # Its own work repo: the agent's reader (after_group) runs on the sync worker.
+            try:
+                signers = signers_from_settings(settings)
+            except SettingsError:
+                forge.close()
+                raise
+            # Its own work repo: the agent's reader (after_group) runs on the sync worker. Statuses are
+            # checked as the gate checks them: signed by a key allowed for their agent and group.
             fleet = FleetReader(Remote.from_settings(settings), state_path / "feedback-fleet",
-                                settings.status_refs)
+                                settings.status_refs, signers)
+        notifiers = [Notifier(url, settings.notify_secret, settings.feedback_timeout)
+                     for url in settings.notify_urls]
         return cls(settings, metrics, state_path, forge=forge, notifiers=notifiers, fleet=fleet)
 
     @property
@@ -133,18 +144,18 @@ class Feedback:
 
     # -- from the sync worker: quick, never blocking -------------------------------------------------
 
-    def started(self, sha: str) -> None:
-        """The agent starts on the new commit `sha`: its status turns pending."""
+    def started(self, commit: str) -> None:
+        """The agent starts on the new commit `commit`: its status turns pending."""
         if self.forge is None:
             return
         state, description = statuses.started(len(self.settings.gateways))
         if self.settings.forge_status == "agent":
-            self._queue_status(sha, state, description)
+            self._queue_status(commit, state, description)
             return
-        self._set_own(sha, "applying")
-        self._queue_group(sha, (state, description))
+        self._set_own(commit, "applying")
+        self._queue_group(commit, (state, description))
 
-    def submit(self, outcome: SyncOutcome, state: AgentState) -> None:
+    def ended(self, outcome: SyncOutcome, state: AgentState) -> None:
         """One sync's outcome: the status it gives its commit, and the events it tells."""
         if not self.enabled:
             return
@@ -178,11 +189,10 @@ class Feedback:
 
     def _set_own(self, sha: str, result: str, gateways: int | None = None) -> None:
         s = self.settings
-        doc = statuses.own_document(s.agent_name, s.group, sha, result,
-                                    len(s.gateways) if gateways is None else gateways,
-                                    iso_time(datetime.now(UTC)))
+        entry = statuses.own_entry(s.agent_name, s.group, sha, result,
+                                   len(s.gateways) if gateways is None else gateways, datetime.now(UTC))
         with self._lock:
-            self._own = doc
+            self._own = entry
 
     # -- jobs ----------------------------------------------------------------------------------------
 
@@ -212,7 +222,7 @@ class Feedback:
     def _group_status(self, sha: str) -> None:
         s = self.settings
         with self._lock:
-            own = dict(self._own) if self._own else None
+            own = self._own
             said = self._verdicts.get(sha)
         if own is None:
             return
@@ -220,15 +230,16 @@ class Feedback:
             fleet = self.fleet.read() if self.fleet is not None else []
         except SourceError as exc:
             raise RetryableDelivery(f"reading the status refs: {exc.reason}") from None
-        group = statuses.members(fleet, s.group, own, datetime.now(UTC), s.status_heartbeat)
-        alone = len(statuses.members(fleet, s.group, own, None, s.status_heartbeat)) == 1  # ever
+        group = statuses.members(fleet, s.group, own, datetime.now(UTC), self.heartbeat)
+        alone = len(statuses.members(fleet, s.group, own, None, self.heartbeat)) == 1  # ever
         verdict = statuses.group_verdict(group, sha, said, s.agent_name, alone=alone)
         logger.debug("group status on {}: {}: {} (members: {})", short_sha(sha), *verdict,
-                     ", ".join(f"{d['agent']} {d.get('result')}" for d in group))
+                     ", ".join(f"{e.agent} {e.status.result if e.status else '?'}" for e in group))
         with self._lock:
-            if own.get("commit") == sha and (self._watched is None or self._watched[0] != sha):
+            if own.status is not None and own.status.commit == sha \
+                    and (self._watched is None or self._watched[0] != sha):
                 self._watched = (sha, self.clock())
-        if statuses.reporter(group, s.agent_name, datetime.now(UTC), s.status_heartbeat) != s.agent_name:
+        if statuses.reporter(group, s.agent_name, datetime.now(UTC), self.heartbeat) != s.agent_name:
             return
         self._queue_status(sha, *verdict)
 
@@ -264,7 +275,11 @@ class Feedback:
         return forge.commit_url(sha)
 
     def close(self) -> None:
-        """Send what is queued (for at most `FLUSH_GRACE`), then stop."""
+        """Send what is queued (for at most `FLUSH_GRACE`), then stop; once (the agent closes its
+        observer, and whoever made it may close it again)."""
+        if self._closed:
+            return
+        self._closed = True
         if self.dispatcher is not None:
             self.dispatcher.close(FLUSH_GRACE)
         if self.forge is not None:
@@ -273,17 +288,17 @@ class Feedback:
             notifier.close()
 
 
-def publish_fleet(settings: Settings, fleet: list[dict[str, Any]], commit: str, forge: Forge,
+def publish_fleet(settings: Settings, fleet: Sequence[FleetEntry], commit: str, forge: Forge,
                   state_path: Path | None) -> list[CommitStatus]:
     """``gitsync status --fleet --publish``: each group's status on `commit`, from every agent's status
-    document, posted where the forge does not show it yet (what was posted is kept in the state dir);
-    the statuses, as posted or as already shown."""
-    s, now = settings, datetime.now(UTC)
+    that counts (`gitsync.feedback.statuses`), posted where the forge does not show it yet (what was
+    posted is kept in the state dir); the statuses, as posted or as already shown."""
+    s, now, heartbeat = settings, datetime.now(UTC), own_heartbeat(settings)
     posted = PostedStatuses(state_path / POSTED_FILE if state_path else None)
     out = []
-    for group in statuses.groups(fleet, now, s.status_heartbeat):
-        state, description = statuses.group_verdict(statuses.members(fleet, group, None, now,
-                                                                     s.status_heartbeat), commit)
+    for group in statuses.groups(fleet, now, heartbeat):
+        state, description = statuses.group_verdict(statuses.members(fleet, group, None, now, heartbeat),
+                                                    commit)
         context = statuses.context_of(s.forge_context, "group", "", group)
         target = (s.ui_url.rstrip("/") + "/fleet" if s.ui_url else
                   forge.branch_url(s.status_branch, "agents", directory=True) if s.status_branch

@@ -5,26 +5,37 @@ way), ``success`` (applied, and on how many gateways), ``failure`` (the commit w
 stage, and the first problem's ``file:line: message``) and ``error`` (the commit is not at fault, a
 gateway did not answer). Each forge client maps them to its own (`gitsync.feedback.forge`).
 
-A fleet posts one status per group (`group_verdict`), computed from the agents' status documents (the
-status refs, `gitsync.writeback.fleet.FleetReader`), and by one agent of the group: the live one
-whose name sorts first (`reporter`). Every agent reads the same refs, so they agree on who that is
-and a status has one writer at a time, which is what a forge that keeps the last status posted for a
-context needs. The count is over the group's members: the agents seen within `MEMBER_PERIODS` of
-their heartbeat, so that an agent late with its heartbeat (busy, or its write-back slow) still counts,
-and one gone for longer has left the group. Status documents are untrusted input: each field is
-checked before use.
+A fleet posts one status per group (`group_verdict`), computed from the agents' statuses (the status
+refs as `gitsync.writeback.fleet.FleetReader` reads them: `FleetEntry`), and by one agent of the
+group: the live one whose name sorts first (`reporter`). Every agent reads the same refs, so they
+agree on who that is and a status has one writer at a time, which is what a forge that keeps the
+last status posted for a context needs. The count is over the group's members: the agents seen
+within `MEMBER_PERIODS` of this agent's heartbeat, so that an agent late with its heartbeat (busy, or
+its write-back slow) still counts, and one gone for longer has left the group.
+
+A status ref is written by whoever can push there, so a status counts here only as it would for the
+group gate (`gitsync.agent.gate`): readable and verified (`FleetEntry.trouble` is None: with
+`status_signers`, signed by a key allowed for its agent and group), not written in the future, its
+liveness judged by this agent's heartbeat and never by the period the file claims. An unreadable or
+unverified status is no member: it neither counts, nor holds back, nor becomes the reporter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
-from gitsync.agent.gate import APPLIED_RESULTS, DOWN_AFTER, heartbeat_of
+from gitsync.agent.gate import (
+    APPLIED_RESULTS,
+    DOWN_AFTER,
+    FAILED_RESULT,
+    checks_passed,
+    is_live,
+    time_problem,
+)
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
 from gitsync.log import redact
-from gitsync.writeback.wire import parse_time
+from gitsync.writeback.statusfile import FleetEntry, GatewayEntry, StatusFile
 
 #: Results that put a commit on its way on an agent without being its verdict yet.
 ON_THE_WAY = frozenset({"applying", "canary", "soaking", "waiting", "deferred"})
@@ -74,96 +85,77 @@ def outcome_verdict(outcome: SyncOutcome, bad: Mapping[str, str], after_group: s
     return None
 
 
-def own_document(agent: str, group: str | None, commit: str, result: str, gateways: int, seen: str,
-                 ) -> dict[str, Any]:
-    """This agent's status as the fleet's documents say it (its own write-back may lag behind)."""
-    return {"agent": agent, "group": group, "commit": commit, "result": result, "seen": seen,
-            "gateways": [{} for _ in range(gateways)]}
+def own_entry(agent: str, group: str | None, commit: str, result: str, gateways: int, now: datetime,
+              ) -> FleetEntry:
+    """This agent's status as the fleet's would say it (its own write-back may lag behind)."""
+    status = StatusFile(agent=agent, commit=commit, result=result, time=now, group=group,
+                        gateways=tuple(GatewayEntry(url="", status=result) for _ in range(gateways)))
+    return FleetEntry(ref="", agent=agent, status=status, written=now, seen=now)
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+def is_member(entry: FleetEntry, now: datetime, heartbeat: float) -> bool:
+    """Written within `MEMBER_PERIODS` of this agent's heartbeat `heartbeat`: what `is_live` says for a
+    period that many times `DOWN_AFTER` longer."""
+    return is_live(entry, now, heartbeat * MEMBER_PERIODS / DOWN_AFTER)
 
 
-def readable(doc: Any) -> bool:
-    """A status document whose fields this module reads have the types it expects; any other is
-    left out (never counted, never a crash)."""
-    if not isinstance(doc, Mapping) or not _text(doc.get("agent")):
+def _counts(entry: FleetEntry, now: datetime | None, heartbeat: float) -> bool:
+    """Whether a status may count at all: readable, verified, and (`now` given) a member's whose
+    times can be believed."""
+    if entry.trouble is not None:
         return False
-    if not all(isinstance(doc.get(k, ""), str) for k in ("commit", "result", "seen")):
-        return False
-    gateways = doc.get("gateways", [])
-    return isinstance(gateways, list) and all(isinstance(g, Mapping) for g in gateways)
+    return now is None or (is_member(entry, now, heartbeat) and time_problem(entry, now, None) is None)
 
 
-def checks_failed(doc: Mapping[str, Any]) -> bool:
-    """A gateway of a (readable) status was rolled back, or its health checks failed or cannot be read."""
-    for gateway in doc.get("gateways", []):
-        checks = gateway.get("checks")
-        if gateway.get("rolled_back") or (checks is not None and (not isinstance(checks, Mapping)
-                                                                   or checks.get("failed"))):
-            return True
-    return False
+def members(fleet: Sequence[FleetEntry], group: str | None, own: FleetEntry | None, now: datetime | None,
+            heartbeat: float) -> list[FleetEntry]:
+    """The members of `group` (None: agents without one), by name: the agents whose statuses count,
+    seen within `MEMBER_PERIODS` (`now` None: whenever), with this agent's `own` entry (when it is one
+    of them) in place of what the status refs say of it."""
+    me = own.agent if own is not None else None
+    found = [e for e in fleet if e.agent != me and (e.group or None) == group and _counts(e, now, heartbeat)]
+    return sorted([*found, *([own] if own is not None else [])], key=lambda e: e.agent)
 
 
-def seen_within(doc: Mapping[str, Any], now: datetime, heartbeat: float, periods: float) -> bool:
-    """Whether the agent wrote its status within `periods` of its heartbeat period."""
-    seen = parse_time(doc.get("seen")) if doc.get("seen") else None
-    return seen is not None and (now - seen).total_seconds() <= periods * heartbeat_of(doc, heartbeat)
-
-
-def members(fleet: Sequence[Any], group: str | None, own: Mapping[str, Any] | None, now: datetime | None,
-            heartbeat: float) -> list[Mapping[str, Any]]:
-    """The members of `group` (None: agents without one): the agents seen within `MEMBER_PERIODS` (`now`
-    None: whenever), this agent's `own` document (when it is one of them) in place of what the status
-    refs say of it."""
-    me = own.get("agent") if own is not None else None
-    found = [d for d in fleet if readable(d) and d["agent"] != me and (d.get("group") or None) == group
-             and (now is None or seen_within(d, now, heartbeat, MEMBER_PERIODS))]
-    return sorted([*found, *([own] if own is not None else [])], key=lambda d: _text(d.get("agent")))
-
-
-def groups(fleet: Sequence[Any], now: datetime, heartbeat: float) -> list[str | None]:
+def groups(fleet: Sequence[FleetEntry], now: datetime, heartbeat: float) -> list[str | None]:
     """The groups of the fleet's members (None: agents without a group), in name order."""
-    found = {d.get("group") or None for d in fleet if readable(d)
-             and seen_within(d, now, heartbeat, MEMBER_PERIODS) and isinstance(d.get("group") or "", str)}
+    found = {e.group or None for e in fleet if _counts(e, now, heartbeat)}
     return sorted(found, key=lambda g: g or "")
 
 
-def reporter(group_members: Sequence[Mapping[str, Any]], me: str, now: datetime, heartbeat: float) -> str:
-    """The agent that posts the group's status: the live one (`me`, or seen within `DOWN_AFTER` of its
+def reporter(group_members: Sequence[FleetEntry], me: str, now: datetime, heartbeat: float) -> str:
+    """The agent that posts the group's status: the live one (`me`, or `is_live` by this agent's
     heartbeat) whose name sorts first."""
-    return min(_text(d.get("agent")) for d in group_members
-               if d.get("agent") == me or seen_within(d, now, heartbeat, DOWN_AFTER))
+    return min(e.agent for e in group_members if e.agent == me or is_live(e, now, heartbeat))
 
 
-def _gateway_count(doc: Mapping[str, Any]) -> int:
-    gateways = doc.get("gateways")
-    return len(gateways) if isinstance(gateways, list) else 0
+def _on(entry: FleetEntry, commit: str) -> StatusFile | None:
+    """The entry's status when it reports `commit`."""
+    return entry.status if entry.status is not None and entry.status.commit == commit else None
 
 
-def group_verdict(group_members: Sequence[Mapping[str, Any]], commit: str, own: Verdict | None = None,
+def group_verdict(group_members: Sequence[FleetEntry], commit: str, own: Verdict | None = None,
                   me: str = "", *, alone: bool = False) -> Verdict:
     """The group's status on `commit`: ``failure`` once any agent failed it (its own words when that
-    is this agent, else who), ``success`` once every live agent applied it, else ``pending``; the
+    is this agent, else who), ``success`` once every member applied it, else ``pending``; the
     description counts (``3/5 applied``). An agent `alone` in its group (no other has ever written a
     status) says what it says itself."""
     if alone and own is not None:
         return own
     total = len(group_members)
-    on = [d for d in group_members if d.get("commit") == commit]
-    applied = [d for d in on if d.get("result") in COUNTED_APPLIED and not checks_failed(d)]
-    failed = [d for d in on if d.get("result") == "failed" or checks_failed(d)]
+    on = [(e, status) for e in group_members if (status := _on(e, commit)) is not None]
+    applied = [(e, s) for e, s in on if s.result in COUNTED_APPLIED and checks_passed(e)]
+    failed = [e for e, s in on if s.result == FAILED_RESULT or not checks_passed(e)]
     count = f"{len(applied)}/{total} applied"
     if failed:
-        names = [_text(d.get("agent")) or "?" for d in failed]
+        names = [e.agent for e in failed]
         if me in names and own is not None and own[0] in ("failure", "error"):
             return own[0], f"{count}; {me}: {own[1]}"
         more = f" and {len(names) - 1} more" if len(names) > 1 else ""
         return "failure", f"{count}; failed on {names[0]}{more}"
     if len(applied) == total:
-        return "success", f"{count} ({sum(_gateway_count(d) for d in applied)} gateway(s))"
-    on_the_way = sum(1 for d in on if d.get("result") in ON_THE_WAY)
+        return "success", f"{count} ({sum(len(s.gateways) for _, s in applied)} gateway(s))"
+    on_the_way = sum(1 for _, s in on if s.result in ON_THE_WAY)
     return "pending", count + (f", {on_the_way} on the way" if on_the_way else "")
 
 
@@ -175,6 +167,5 @@ def context_of(prefix: str, mode: str, agent: str, group: str | None) -> str:
     return f"{prefix}/{group}" if group else prefix
 
 
-__all__ = ["COUNTED_APPLIED", "ON_THE_WAY", "Verdict", "checks_failed", "context_of", "group_verdict",
-           "groups", "members", "outcome_verdict", "own_document", "readable", "reporter", "seen_within",
-           "started"]
+__all__ = ["COUNTED_APPLIED", "MEMBER_PERIODS", "ON_THE_WAY", "Verdict", "context_of", "group_verdict",
+           "groups", "is_member", "members", "outcome_verdict", "own_entry", "reporter", "started"]

@@ -1,7 +1,8 @@
 """After the push: the repo's health checks on each gateway, and the rollback of a gateway that fails them.
 
 One gateway's whole job runs on that gateway's worker (gitsync.push.workers): push the commit; when the
-push changed something and the repo declares checks, run them against the gateway's data plane
+push changed something (or an earlier push of it was never checked: `Release.recheck`) and the repo
+declares checks, run them against the gateway's data plane
 (its ``/status/ready`` was already awaited by the push where configured); when one still fails
 after its retries and the policy says ``rollback``, push the last good commit back at once. The
 agent then refuses the commit (stage ``health``) and heals every other gateway that took it.
@@ -17,10 +18,11 @@ from typing import Any
 from gitsync.httpclient import HttpClient
 from gitsync.log import logger
 from gitsync.push.admin_api import Gateway, GatewayError, LiveConfig
-from gitsync.push.apply import GatewayResult, Known, ProblemMapper, RetryPolicy, SyncStatus, push
+from gitsync.push.apply import ProblemMapper, RetryPolicy, push
 from gitsync.push.guard import GuardPolicy, GuardVerdict, check_deletions, deletion_verdict
 from gitsync.push.health import run_checks
 from gitsync.push.plan import Desired, LiveView, Policy
+from gitsync.push.results import GatewayResult, Known, SyncStatus
 from gitsync.render.healthchecks import Check
 from gitsync.timing import Phases
 
@@ -40,6 +42,9 @@ class Release:
     managed: frozenset[str] = frozenset()  # the kinds the guard looks at
     #: `payload` prepared for plans once for every gateway (`Desired.of`, with render's contents).
     desired: Desired | None = None
+    #: An earlier push of this commit to this gateway ended before its checks ran (the agent died):
+    #: they run now even when the push finds the gateway holding it already.
+    recheck: bool = False
 
 
 def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, *, proxy: HttpClient | None,
@@ -69,7 +74,8 @@ def release(client: Gateway, what: Release, policy: Policy, retry: RetryPolicy, 
                                      guard=verdict)
     result = push(client, what.desired or what.payload, policy, source_map=what.source_map, retry=retry,
                   live=live, known=known, owned=owned, **options)
-    if not what.checks or result.status is not SyncStatus.APPLIED or not result.puts:
+    pushed = result.status is SyncStatus.APPLIED and bool(result.puts)
+    if not what.checks or not (pushed or (what.recheck and result.ok)):
         return result
     if proxy is None or not proxy_url:
         logger.warning("gateway {}: the repo declares {} health check(s) but this gateway has no proxy_url: "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
+from gitsync.agent.view import AgentView
 from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.settings import Settings
@@ -21,7 +22,7 @@ from gitsync.web import auth, pages
 from gitsync.web.catalog import paginate
 from gitsync.web.html import Markup, page
 from gitsync.web.links import Links
-from gitsync.web.live import FleetReader, Gateways, LiveCatalog
+from gitsync.web.live import LiveCatalog, ViewFleet, ViewGateways
 
 Reply = tuple[int, bytes, str, list[tuple[str, str]]]
 
@@ -51,9 +52,9 @@ class WebView:
         self._agent = agent
         self.access = auth.Access(current.listen, current.ui_token)  # SettingsError: not allowed as set
         self._lock = threading.Lock()
-        self._gateways = Gateways(current)
+        self._gateways = ViewGateways(current)
         self._gateways_of = current.gateways
-        self.fleet = FleetReader(settings, work_dir)
+        self.fleet = ViewFleet(settings, work_dir)
         self.catalog = LiveCatalog()
         self.failures = auth.Failures()
 
@@ -62,12 +63,12 @@ class WebView:
         self.fleet.close()
         self.catalog.close()
 
-    def gateways(self, settings: Settings) -> Gateways:
+    def gateways(self, settings: Settings) -> ViewGateways:
         """The view's gateway clients, made again when a reload changed the gateways."""
         with self._lock:
             if settings.gateways != self._gateways_of:
                 self._gateways.close()
-                self._gateways, self._gateways_of = Gateways(settings), settings.gateways
+                self._gateways, self._gateways_of = ViewGateways(settings), settings.gateways
             return self._gateways
 
     # -- requests ------------------------------------------------------------------------------------------
@@ -135,18 +136,18 @@ class WebView:
 
     def _route(self, path: str, params: dict[str, list[str]], settings: Settings) -> Reply:
         agent = self._agent()
-        view: dict[str, Any] = agent.view() if agent is not None else {}
+        view = agent.view() if agent is not None else AgentView()
         links = Links(settings.commit_url)
         now = time.time()
         if path == "/":
-            known = self.catalog.peek(view.get("last_good"))
+            known = self.catalog.peek(view.last_good)
             body = pages.overview(view, self.gateways(settings).heads(), links, now,
                                   known.counts if known is not None else None)
             if agent is not None:  # after this page is built: the items pages that follow find it ready
                 self.catalog.warm(view, agent)
             return self._page(200, "Overview", body, settings, nav="overview")
         if path == "/fleet":
-            body = pages.fleet(self.fleet.get(), view.get("tip"), settings.status_refs, links, now)
+            body = pages.fleet(self.fleet.get(), view.tip, settings.status_refs, links, now)
             return self._page(200, "Fleet", body, settings, nav="fleet")
         catalog, error = self.catalog.get(view, agent) if agent is not None else (None, "starting")
         if path == "/items":
@@ -167,7 +168,7 @@ class WebView:
             what = error or f"The live commit has no item {kind}/{ident}."
             return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
         lives = self.gateways(settings).lives()
-        body = pages.item(detail, catalog.sha, lives, view.get("unmanaged") or [], links, now)
+        body = pages.item(detail, catalog.sha, lives, list(view.unmanaged), links, now)
         return self._page(200, f"{kind} {ident}", body, settings, nav="items")
 
     def _page(self, status: int, title: str, main: Markup, settings: Settings,
