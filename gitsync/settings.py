@@ -283,6 +283,12 @@ class Settings:
                                       "characters. Required when `listen` is not loopback.", secret=True,
                                       groups=(DAEMON,))
     ui_token_file: Path | None = _secret_file()
+    ui_session_ttl: float = setting("agent", "duration", 12 * 3600.0, "How long a web view login lasts: the "
+                                    "session then ends on the agent and its cookie is refused (so do "
+                                    "\"Log out\", a new token and a restart).", groups=(DAEMON,), minimum=1)
+    ui_secure_cookie: bool = setting("agent", "bool", False, "Mark the web view's session cookie `Secure`, "
+                                     "so a browser sends it over HTTPS only: set it when the view is reached "
+                                     "through a proxy that terminates TLS.", groups=(DAEMON,))
     commit_url: str | None = setting("agent", "str", None, "Link template of a commit in the web view, with "
                                      "`{sha}` (`https://git.example/org/repo/commit/{sha}`); with `{path}` "
                                      "and `{line}` too, each `file:line` links to that line "

@@ -43,7 +43,8 @@ from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
 from gitsync.backoff import Backoff
 from gitsync.httpclient import HttpClient
-from gitsync.log import logger, redact
+from gitsync.log import context as log_context
+from gitsync.log import logger, redact, set_agent
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
 from gitsync.push.apply import RetryPolicy, policy_from_settings
@@ -102,6 +103,7 @@ class Agent:
                  wake: Callable[[Trigger], None] = lambda trigger: None,
                  observer: SyncObserver | None = None) -> None:
         self.settings = settings
+        set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
@@ -264,6 +266,10 @@ class Agent:
     # -- act -----------------------------------------------------------------------------------------
 
     def _act(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
+        with log_context(commit=decision.target):  # the `commit` of its JSON log lines
+            return self._act_on(decision, reason)
+
+    def _act_on(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
         target = decision.target
         if decision.result is not None or target is None:
             subject = self.state.last_good_subject if target == self.state.last_good else ""
@@ -466,14 +472,17 @@ class Agent:
         phases = self._phases  # this sync's, also when a push outlives it
         recheck = self._expect_checks(jobs)
 
-        def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+        def job(url: str, commit: str, what: Release) -> Callable[[Gateway], GatewayResult]:
             what = replace(what, recheck=url in recheck)
-            return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
-                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url),
-                                          known=known.get(url), phases=phases,
-                                          owned=self.memory.owned.get(url))
 
-        futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
+            def run(client: Gateway) -> GatewayResult:
+                with log_context(commit=commit, gateway=url):  # on the gateway's worker thread
+                    return release(client, what, self.policy, self.retry, proxy=self.proxy,
+                                   proxy_url=self.proxy_urls.get(url), live=lives.get(url),
+                                   known=known.get(url), phases=phases, owned=self.memory.owned.get(url))
+            return run
+
+        futures = self.gateways.push({url: job(url, commit, what) for url, (commit, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
         for url in running:
             commit = jobs[url][0]

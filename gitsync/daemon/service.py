@@ -27,6 +27,7 @@ from gitsync.feedback.outbox import Feedback
 from gitsync.log import logger, redact
 from gitsync.settings import Settings, SettingsError
 from gitsync.web import WebView
+from gitsync.web.auth import MAX_FORM_BYTES
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the sync in flight
 
@@ -95,7 +96,8 @@ class Daemon:
                 self.web = WebView(lambda: self.settings, lambda: self.agent, self.state_dir.path / "web")
             self.server = StatusServer(self.settings.listen, self.metrics, self._readiness,
                                        self.triggers.request, self.settings.webhook_secret,
-                                       web=self.web.answer if self.web else None).start()
+                                       web=self.web.answer if self.web else None,
+                                       web_max_body=MAX_FORM_BYTES).start()
         except OSError as exc:
             self.state_dir.release()
             raise SettingsError(f"listen = {self.settings.listen}: cannot listen there: "
@@ -109,9 +111,9 @@ class Daemon:
         self.triggers.request(Trigger.START)
         logger.info("gitsync {} running: repo {} ref {} → {} gateway(s); listening on {}:{}", __version__,
                     self.settings.repo, self.settings.ref, len(self.settings.gateways),
-                    self.server.httpd.server_address[0], self.server.port)
+                    self.server.host, self.server.port)
         if self.web is not None:
-            logger.info("web view on http://{}:{}/", self.server.httpd.server_address[0], self.server.port)
+            logger.info("web view on http://{}:{}/", self.server.host, self.server.port)
         self.notifier.ready(f"started; last good {short(self.agent.state.last_good)}")
 
     def _agent(self, settings: Settings) -> Agent:

@@ -23,7 +23,7 @@ from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import format_age
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
-_LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::(?P<col>\d+))?(?=: )")
+_LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>[0-9]{1,9})(?::(?P<col>[0-9]{1,9}))?(?=: )")
 GOOD = ("applied", "healed", "noop", "canary", "soaking", "in sync", "equal", "unchanged")
 BAD = ("failed", "refused", "drifted", "no answer", "fetch_failed", "drift_reported", "differs", "missing",
        "behind", "unreadable")
