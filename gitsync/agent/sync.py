@@ -38,6 +38,7 @@ from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import GateVerdict
 from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
+from gitsync.agent.observer import NoObserver, SyncObserver
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
@@ -94,12 +95,15 @@ class Agent:
     """Source, render, push and write-back for one set of settings, plus what it remembers.
 
     `interrupted`: tells a sync to stop waiting for slow pushes (the daemon: a new trigger).
-    `wake`: called with a reason when a push left running by an earlier sync ends."""
+    `wake`: called with a reason when a push left running by an earlier sync ends.
+    `observer`: told when the agent starts on a new commit and how each sync ends
+    (`gitsync.agent.observer`); the agent closes it when it closes."""
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
-                 wake: Callable[[Trigger], None] = lambda trigger: None) -> None:
+                 wake: Callable[[Trigger], None] = lambda trigger: None,
+                 observer: SyncObserver | None = None) -> None:
         self.settings = settings
         set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
         self.env = dict(os.environ if env is None else env)
@@ -118,6 +122,7 @@ class Agent:
         self.writeback = WriteBack.from_settings(settings)
         self._fleet = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
+        self.observer: SyncObserver = observer or NoObserver()
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
         self.wake = wake
@@ -272,6 +277,8 @@ class Agent:
                  and ours.digest is not None and self.memory.digests.get(url) == ours.digest}
         # Each other gateway's GET starts now, to overlap the fetch and render below.
         lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
+        if decision.new:
+            self.observer.started(target)
         try:
             commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
@@ -581,6 +588,7 @@ class Agent:
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self._publish_view(outcome)
+        self.observer.ended(outcome, self.state)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
             self._writeback_queue.submit(self.writeback.publish_status, report or self._report(outcome))
@@ -749,6 +757,7 @@ class Agent:
 
     def close(self) -> None:
         self._writeback_queue.close()
+        self.observer.close()
         self.gateways.close()
         self.proxy.close()
 
