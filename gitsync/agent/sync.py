@@ -67,8 +67,6 @@ from gitsync.urls import display_url
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
-STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
-
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
