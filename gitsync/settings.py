@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from gitsync.kinds import KINDS
 from gitsync.log import MIN_SECRET_LENGTH, register_secret
+from gitsync.names import group_problem, name_problem
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
@@ -108,8 +109,10 @@ def _hostname() -> str:
 
 
 # Command-line groups: each subcommand carries the flags of its groups (gitsync/cli.py).
-SOURCE, GATEWAY, DAEMON, WRITEBACK = "source", "gateway", "daemon", "writeback"
+SOURCE, GATEWAY, DAEMON, WRITEBACK, FEEDBACK = "source", "gateway", "daemon", "writeback", "feedback"
 STATE, GLOBAL = "state", "global"
+#: The flags that reach one gateway's Admin API and nothing more (a one-shot read: `import adc --gateway`).
+CONNECT = "connect"
 
 
 @dataclass(frozen=True)
@@ -184,11 +187,16 @@ class Settings:
         "config file may add its own "
         "(`secret_fields:`).",
         groups=(SOURCE, "secret_fields"), flag="--secret-field", metavar="PLUGIN.PATH")
+    parse_cache: bool = setting("render", "bool", True, "Keep parsed files (in memory and in the state "
+                                "dir) and render a commit from the last one where it can: the speed layer. "
+                                "`false` parses every file of every commit anew and renders it in full; the "
+                                "payload is the same either way (for diagnosis).")
     # [gateways]
     gateways: tuple[str, ...] = setting("gateways", "list", (), "Admin API base URLs of the gateways to keep "
-                                        "in step.", groups=(GATEWAY,), flag="--gateway", metavar="URL")
+                                        "in step.", groups=(GATEWAY, CONNECT), flag="--gateway",
+                                        metavar="URL")
     admin_key: Secret | None = setting("gateways", "str", None, "APISIX admin key (`X-API-KEY`).",
-                                       secret=True, groups=(GATEWAY,))
+                                       secret=True, groups=(GATEWAY, CONNECT))
     admin_key_file: Path | None = _secret_file()
     unmanaged: tuple[str, ...] = setting("gateways", "list", (), "Kinds whose live content gitsync keeps "
                                          "as it is (e.g. `[\"secrets\"]`).", groups=(GATEWAY, "unmanaged"),
@@ -202,18 +210,18 @@ class Settings:
                                           "health checks run after a push.", groups=(GATEWAY,),
                                           flag="--proxy-url", metavar="URL")
     gateway_timeout: float = setting("gateways", "duration", 10.0, "Deadline of each Admin API request, from "
-                                     "connect to the last byte of the answer.", groups=(GATEWAY,),
+                                     "connect to the last byte of the answer.", groups=(GATEWAY, CONNECT),
                                      minimum=0.1)
     push_attempts: int = setting("gateways", "int", 5, "Attempts per gateway when a push races another "
                                  "writer or the gateway is unavailable.", groups=(GATEWAY,), minimum=1)
     ca_file: Path | None = setting("gateways", "path", None, "CA bundle for https gateways.",
-                                   groups=(GATEWAY,), must_exist=True)
+                                   groups=(GATEWAY, CONNECT), must_exist=True)
     client_cert_file: Path | None = setting("gateways", "path", None, "Client certificate for mTLS to the "
-                                            "Admin API.", groups=(GATEWAY,), must_exist=True)
+                                            "Admin API.", groups=(GATEWAY, CONNECT), must_exist=True)
     client_key_file: Path | None = setting("gateways", "path", None, "Client key for mTLS to the Admin API.",
-                                           groups=(GATEWAY,), must_exist=True)
+                                           groups=(GATEWAY, CONNECT), must_exist=True)
     tls_verify: bool = setting("gateways", "bool", True, "Verify the gateways' TLS certificates.",
-                               groups=(GATEWAY,))
+                               groups=(GATEWAY, CONNECT))
     # [rollout]
     on_check_failure: str = setting("rollout", "enum", "rollback", "When a health check still fails after "
                                     "its retries: give that gateway the last good commit back and refuse the "
@@ -233,6 +241,14 @@ class Settings:
                                       groups=(GATEWAY,))
     after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
                                "commit.", groups=(GATEWAY,), minimum=1)
+    max_checks: int = setting("rollout", "int", 20, "Most health checks a repo may declare; a commit with "
+                              "more is refused at validate.", groups=(SOURCE,), minimum=0)
+    max_check_time: float = setting("rollout", "duration", 120.0, "Longest the health checks may take on "
+                                    "one gateway, every attempt and interval counted; a repo whose checks "
+                                    "could take longer is refused at validate, and checks still running "
+                                    "then fail.", groups=(SOURCE,), minimum=1)
+    max_check_body: int = setting("rollout", "size", 64 * 1024, "Most of an answer's body a health check "
+                                  "reads; a longer body fails the check.", groups=(GATEWAY,), minimum=1024)
     # [guard]
     guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
                           "items now, or delete more of a kind than max_delete allows, unless its message "
@@ -275,6 +291,12 @@ class Settings:
                                       "characters. Required when `listen` is not loopback.", secret=True,
                                       groups=(DAEMON,))
     ui_token_file: Path | None = _secret_file()
+    ui_session_ttl: float = setting("agent", "duration", 12 * 3600.0, "How long a web view login lasts: the "
+                                    "session then ends on the agent and its cookie is refused (so do "
+                                    "\"Log out\", a new token and a restart).", groups=(DAEMON,), minimum=1)
+    ui_secure_cookie: bool = setting("agent", "bool", False, "Mark the web view's session cookie `Secure`, "
+                                     "so a browser sends it over HTTPS only: set it when the view is reached "
+                                     "through a proxy that terminates TLS.", groups=(DAEMON,))
     commit_url: str | None = setting("agent", "str", None, "Link template of a commit in the web view, with "
                                      "`{sha}` (`https://git.example/org/repo/commit/{sha}`); with `{path}` "
                                      "and `{line}` too, each `file:line` links to that line "
@@ -295,6 +317,15 @@ class Settings:
                                       "commit time) at least this often, on the first poll after it is due, "
                                       "so readers tell a live agent from a down one: down after two periods "
                                       "without a write.", groups=(WRITEBACK,), minimum=1)
+    signing_key_file: Path | None = setting("writeback", "path", None, "This agent's own SSH private key "
+                                            "(OpenSSH format, ed25519 or RSA, unencrypted): every status "
+                                            "commit and note it writes is signed with it, as git signs with "
+                                            "`gpg.format = ssh`.", groups=(WRITEBACK,), must_exist=True)
+    status_signers: Path | None = setting("writeback", "path", None, "An OpenSSH allowed-signers file "
+                                          "naming which key may speak for which agent: principals "
+                                          "`<agent>@<group>` (docs/security.md). When set, a gate counts "
+                                          "only statuses signed by a key allowed for that agent and group; "
+                                          "others show as unverified.", groups=(WRITEBACK,), must_exist=True)
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -305,6 +336,53 @@ class Settings:
                                   "summarised.", groups=(WRITEBACK,), minimum=256)
     notes_retention: float = setting("writeback", "duration", 30 * 86400.0, "Notes older than this are "
                                      "pruned.", groups=(WRITEBACK,), minimum=60)
+    # [feedback]
+    forge: str = setting("feedback", "enum", "auto", "The forge that shows commit statuses and review "
+                         "comments; `auto` tells it from the repo URL (github.com, gitlab.com, "
+                         "bitbucket.org, a host named gitea, forgejo or codeberg).",
+                         choices=("auto", "github", "gitlab", "gitea", "bitbucket"), groups=(FEEDBACK,))
+    forge_url: str | None = setting("feedback", "str", None, "The forge's web address (GitHub Enterprise, "
+                                    "self-hosted GitLab, Gitea, Forgejo); default: `https://` and the repo "
+                                    "URL's host.", groups=(FEEDBACK,), metavar="URL")
+    forge_api_url: str | None = setting("feedback", "str", None, "The forge's API base URL; default: from "
+                                        "`forge_url` (`https://api.github.com`, `<forge_url>/api/v3` for "
+                                        "GitHub Enterprise, `/api/v4` GitLab, `/api/v1` Gitea, "
+                                        "`https://api.bitbucket.org/2.0`).", groups=(FEEDBACK,),
+                                        metavar="URL")
+    forge_project: str | None = setting("feedback", "str", None, "The repository on the forge "
+                                        "(`owner/repo`, a GitLab `group/sub/project`, a Bitbucket "
+                                        "`workspace/slug`); default: the repo URL's path.",
+                                        groups=(FEEDBACK,), metavar="PATH")
+    forge_token: Secret | None = setting("feedback", "str", None, "Token for the forge's API; commit "
+                                         "statuses are posted only when it is set (Bitbucket: an access "
+                                         "token, or `user:app-password`).", secret=True, groups=(FEEDBACK,))
+    forge_token_file: Path | None = _secret_file()
+    forge_status: str = setting("feedback", "enum", "group", "Who posts commit statuses: `group`, one "
+                                "status per agent group, its count (`3/5 applied`) read from the status "
+                                "refs and posted by one agent of the group; `agent`, one status per agent; "
+                                "`off`, none (`gitsync status --fleet --publish` may post them instead).",
+                                choices=("group", "agent", "off"), groups=(FEEDBACK,))
+    forge_context: str = setting("feedback", "str", "gitsync", "Name of the commit statuses: "
+                                 "`<forge_context>/<group>` (`<forge_context>` for agents without a group), "
+                                 "`<forge_context>/<agent>` with forge_status = \"agent\".",
+                                 groups=(FEEDBACK,))
+    ui_url: str | None = setting("feedback", "str", None, "The web view's address as people reach it "
+                                 "(`https://gitsync.example/`): commit statuses link to it; without it they "
+                                 "link to the agent's file on the status branch.", groups=(FEEDBACK,),
+                                 metavar="URL")
+    notify_urls: tuple[str, ...] = setting("feedback", "list", (), "URLs that get a signed JSON POST for "
+                                           "each event (applied, refused, rolled back, held by the guard, "
+                                           "drift healed, a gateway unreachable); its `text` field makes a "
+                                           "chat incoming-webhook URL work as it is.", groups=(FEEDBACK,),
+                                           flag="--notify-url", metavar="URL")
+    notify_secret: Secret | None = setting("feedback", "str", None, "Key of the notifications' signature "
+                                           "(`X-Gitsync-Signature-256: sha256=<HMAC-SHA256 of the body>`).",
+                                           secret=True, groups=(FEEDBACK,))
+    notify_secret_file: Path | None = _secret_file()
+    notify_unreachable_after: float = setting("feedback", "duration", 300.0, "A gateway that does not answer "
+                                              "for this long is an event.", groups=(FEEDBACK,), minimum=1)
+    feedback_timeout: float = setting("feedback", "duration", 10.0, "Deadline of each request to the forge "
+                                      "or a notification URL.", groups=(FEEDBACK,), minimum=0.1)
     # [log]
     log_json: bool = setting("log", "bool", False, "One JSON object per log line (journald, containers).",
                              groups=(GLOBAL,))
@@ -682,13 +760,13 @@ def load(
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
     for entry in values.get("secret_fields", ()):
-        from gitsync.render.secrets import entry_problem  # late: render reads settings
-
-        problem = entry_problem(entry)
+        problem = secret_field_problem(entry)
         if problem:
             raise SettingsError(f"{merged['secret_fields'].origin}: {problem}")
-    for name in ("gateways", "status_urls", "proxy_urls"):
-        for url in values.get(name, ()):
+    for name in ("gateways", "status_urls", "proxy_urls", "notify_urls", "forge_url", "forge_api_url",
+                 "ui_url"):
+        urls = values.get(name) or ()
+        for url in (urls,) if isinstance(urls, str) else urls:
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")
@@ -705,6 +783,7 @@ def load(
                                       for kind, share in values.get("max_delete_kinds", {}).items()}
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
+    _check_names(values, merged)
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")
@@ -718,6 +797,16 @@ def load(
                    "in the settings file")
         raise SettingsError(f"{spec.name} is required: set {how}")
     return settings
+
+
+def _check_names(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
+    """The agent's name must encode into its status ref, and group names match `status_signers`."""
+    checks = [("agent_name", name_problem)] + [(name, group_problem) for name in ("group", "after_group")]
+    for name, problem_of in checks:
+        value = values.get(name)
+        problem = problem_of(value) if value is not None else None
+        if problem:
+            raise SettingsError(f"{merged[name].origin}: {problem}")
 
 
 def _url_problem(url: str) -> str | None:
@@ -750,6 +839,20 @@ def _template_problem(template: str | None) -> str | None:
     if "sha" not in names:
         return "the template must contain {sha}"
     return _url_problem(template)
+
+
+#: A well-formed secret field: a plugin or kind name, then one or more dotted steps.
+SECRET_FIELD = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
+
+
+def secret_field_problem(entry: Any) -> str | None:
+    """Why `entry` is not a secret field (``plugin.path`` or ``kind.path``), or None."""
+    if not isinstance(entry, str):
+        return f"expected a text like \"my-plugin.conf.token\", got {type(entry).__name__}"
+    if not SECRET_FIELD.match(entry.strip()):
+        return (f"{entry!r} is not PLUGIN.PATH or KIND.PATH (dotted, no empty part, no spaces), "
+                "e.g. \"my-plugin.conf.token\" or \"upstreams.discovery_args.token\"")
+    return None
 
 
 def _resolve_secret(

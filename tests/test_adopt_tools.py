@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import git_env
-from tests.support import ROOT, gitsync_env, run_gitsync
+from testkit.gitservers import git_env
+from testkit.processes import ROOT, gitsync_env, run_gitsync
 
 CHECK_JSONSCHEMA = str(Path(sys.executable).with_name("check-jsonschema"))
 PRE_COMMIT = str(Path(sys.executable).with_name("pre-commit"))

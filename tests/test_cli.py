@@ -18,7 +18,7 @@ def test_help_lists_every_subcommand_of_the_design():
     result = run_gitsync("--help")
     assert result.returncode == 0
     names = {"render", "validate", "diff", "sync", "run", "status", "demo",
-             "export", "import", "init", "schema", "completion"}
+             "export", "import", "init", "schema", "completion", "pr-comment"}
     for name in names:
         assert f"    {name}" in result.stdout
     assert {c.name for c in COMMANDS} == names
@@ -155,7 +155,7 @@ def test_a_process_loads_only_what_its_configuration_needs():
             "m = Metrics(recorded=False); m.syncs.labels('applied').inc(); m.set_applied_commit('c'); "
             "m.sync_phase.labels('fetch').observe(0.1); m.gateway_up.labels('g').set(1); "
             "print(sorted(m for m in ('urllib3', 'pyrage', 'cryptography', 'importlib.metadata', "
-            "'prometheus_client', 'http.server') "
+            "'prometheus_client', 'http.server', 'gitsync.daemon.httpserver') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], env=gitsync_env(), capture_output=True, text=True,
                           timeout=60)

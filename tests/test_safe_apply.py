@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream, wait_for
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream
 from tests.gitservers import git
 from tests.support import free_port, run_gitsync
 

@@ -4,6 +4,7 @@ declared secret fields, URLs; and masking built on it (render, validate's messag
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +16,27 @@ from gitsync.adopt import export
 from gitsync.log import MASK, redact
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, mask_secrets, render
+from gitsync.render.memo import ParseCache, incremental
 from gitsync.render.secrets import (
     NO_RULES,
     SecretRules,
     apisix_paths,
     classify,
     could_hold_secrets,
-    entry_problem,
     secret_values,
     value_at,
     walk_item,
 )
 from gitsync.schema.encrypt_fields import ENCRYPT_FIELDS, field_count
 from gitsync.schema.plugins import PLUGINS
+from gitsync.settings import secret_field_problem
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.urls import credentials, display_url
-from gitsync.web.catalog import Catalog
+from gitsync.web.catalog import Catalog, written_lines
+from testkit.processes import ROOT, run_gitsync
+from testkit.profiles import examples
 from tests.leaks import Canary
 from tests.pem import pem_pair
-from tests.support import ROOT, run_gitsync
 from tests.test_adopt_export import KEY, fill
 
 VENDORED = json.loads((ROOT / "tests" / "data" / "apisix-3.18-encrypt-fields.json").read_text())["plugins"]
@@ -229,8 +232,8 @@ def test_a_malformed_secret_field_is_a_problem_at_its_line():
     with pytest.raises(ProblemsError) as caught:
         render({"a.yaml": b"secret_fields:\n  - ok.path\n  - no_dot\n  - [1]\n"})
     assert [str(p) for p in caught.value.problems] == [
-        "a.yaml:3:5: secret_fields: " + str(entry_problem("no_dot")),
-        "a.yaml:4:5: secret_fields: " + str(entry_problem([1]))]
+        "a.yaml:3:5: secret_fields: " + str(secret_field_problem("no_dot")),
+        "a.yaml:4:5: secret_fields: " + str(secret_field_problem([1]))]
 
 
 def test_render_masks_and_registers_literal_secrets_and_its_messages_mask_them():
@@ -241,6 +244,27 @@ def test_render_masks_and_registers_literal_secrets_and_its_messages_mask_them()
         render(files)
     assert "names no item of upstreams" in str(caught.value.problems[0])
     assert redact("literal-cs-4821 literal-at-9173") == f"{MASK} {MASK}"  # registered even when refused
+
+
+def test_a_render_from_the_last_one_registers_the_secrets_of_the_files_it_changed():
+    def routes(token: str) -> bytes:
+        return (b"routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n    plugins:\n      proxy-rewrite:\n"
+                b"        headers: {set: {Authorization: 'Bearer " + token.encode() + b"'}}\n")
+
+    first, second = (f"tok-{uuid.uuid4().hex}" for _ in range(2))
+    files = {"up.yaml": b"upstreams:\n  - {id: u1, type: roundrobin, nodes: {'127.0.0.1:80': 1}}\n",
+             "a.yaml": routes(first)}
+    cache = ParseCache()
+    render(files, memo=cache)
+    assert redact(f"{first} {second}") == f"{MASK} {second}"
+    followed: list[Any] = []
+    with pytest.MonkeyPatch.context() as patch:
+        real = incremental.render_next
+        patch.setattr("gitsync.render.memo.cache.render_next", lambda *args: followed.append(real(*args)) or
+                      followed[-1])
+        rendered = render({**files, "a.yaml": routes(second)}, memo=cache)
+    assert [made for made, _ in followed] == [rendered]  # from the last render, not in full
+    assert redact(second) == MASK
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -260,6 +284,7 @@ _VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=3)
 @given(kind=st.sampled_from(["routes", "consumers", "plugin_metadata", "upstreams"]),
        item=st.dictionaries(_KEYS, _VALUES, max_size=5))
 @example(kind="routes", item={"plugins": {"workflow": {"rules": 1}}})  # any shape: never an exception
+@examples(2)
 def test_the_first_look_never_skips_an_item_holding_a_secret(kind: str, item: dict[str, Any]):
     assert could_hold_secrets(kind, item) or not walk_item(kind, item)
     assert classify(kind, item) == walk_item(kind, item)
@@ -351,11 +376,16 @@ WRITTEN = {
 @pytest.mark.parametrize("name", WRITTEN)
 def test_as_written_masks_the_value_whatever_the_encoding_and_style(name: str):
     files = {"c.yaml": WRITTEN[name]}
-    detail = Catalog("0" * 40, render(files), files).detail("consumers", "bob")
+    rendered = render(files)
+    detail = Catalog("0" * 40, rendered, files).detail("consumers", "bob")
     assert detail is not None and detail.reformatted is None
     shown = "\n".join(line for _, line in detail.written)
     assert '"***"' in shown and "hunter2" not in shown and "second-line" not in shown
     assert shown.splitlines()[0] == "  - username: bob"
+    # The page cuts the item's lines from the file (an excerpt); masked as the whole file's parse masks them.
+    source = rendered.source_map.source("consumers", 0)
+    assert source is not None
+    assert list(detail.written) == written_lines(files["c.yaml"], "consumers", source, rendered.secret_values)
 
 
 def test_regression_url_user_info_with_reserved_characters():

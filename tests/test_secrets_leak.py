@@ -19,7 +19,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,19 +27,21 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
 from gitsync import log as gslog
-from gitsync.problems import Problem, ProblemsError
-from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.problems import Problem, ProblemsError, lua_quote
+from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
-from gitsync.render.stored import SUFFIX
-from gitsync.schema.jsonschema import lua_quote
+from gitsync.render.memo import ParseCache
+from gitsync.render.memo.store import SUFFIX
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text
+from testkit.processes import wait_for
+from testkit.profiles import examples
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
@@ -340,11 +341,15 @@ class Daemon:
             return {}
 
     def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while not check(self.state()):
+        """`check` of the daemon's state file, while the daemon runs (its log in the failure)."""
+        def holds() -> bool:
             assert self.process.poll() is None, self.stderr.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"daemon: no {what}: {self.stderr.read_text()[-3000:]}"
-            time.sleep(0.05)
+            return check(self.state())
+
+        try:
+            wait_for(holds, timeout, f"daemon: {what}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.stderr.read_text()[-3000:]}") from None
 
     def scrape(self) -> str:
         with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", trust_env=False, timeout=5) as client:
@@ -525,7 +530,7 @@ def test_a_secret_rejected_anywhere_is_in_no_message(json_lines: bool):
     cache = ParseCache()
 
     @given(value=SECRET_TEXT)
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @examples(0.75)
     def refused_quietly(value: str) -> None:
         gslog.forget_secrets()
         log.seek(0)

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from loguru import logger
 
@@ -45,6 +45,7 @@ from gitsync.web.catalog import Catalog, paginate
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, LiveItems
 from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
+from testkit.profiles import examples
 from tests.leaks import Canary
 from tests.pem import pem_pair
 from tests.secretconfigs import Canaries, plugin_conf
@@ -237,8 +238,7 @@ def test_no_secret_reaches_any_output_and_export_round_trips(apisix: ApisixDoubl
     @given(config=configurations(), styles=st.fixed_dictionaries({k: st.sampled_from(STYLES) for k in KINDS}))
     # Each example is an export, three renders, a diff and every web page: a few seconds. A failing one is
     # shown as found (a shrink would re-run those hundreds of times).
-    @settings(max_examples=12, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(examples(0.06), phases=(Phase.explicit, Phase.reuse, Phase.generate))
     def through_every_output(config: tuple[dict[str, list[Any]], list[str], list[str]],
                              styles: dict[str, str]) -> None:
         payload, tokens, keys = config

@@ -23,10 +23,10 @@ from selenium.webdriver.common.keys import Keys
 
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.web.auth import MAX_FAILURES
-from tests.agents import ADMIN_KEY, AgentProcess, wait_for
+from testkit.gitservers import BareRepo, GitDaemon
+from testkit.processes import run_gitsync, wait_for
+from tests.agents import ADMIN_KEY, AgentProcess
 from tests.browser import Browser
-from tests.gitservers import BareRepo, GitDaemon
-from tests.support import run_gitsync
 
 # A real browser (chromium + chromedriver) for every test: the fast lane leaves them out.
 pytestmark = pytest.mark.slow

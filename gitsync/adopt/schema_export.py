@@ -22,9 +22,9 @@ from typing import Any
 
 from gitsync import __version__
 from gitsync.kinds import KINDS, is_credential
-from gitsync.render.secrets import ENTRY
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
+from gitsync.settings import SECRET_FIELD
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 CONFIG_FILE = "config-file.schema.json"
@@ -181,7 +181,7 @@ SECRET_FIELDS: dict[str, Any] = {
     "description": "Fields that hold secrets besides those gitsync knows: PLUGIN.PATH (that plugin's config "
                    "wherever it is) or KIND.PATH; masked in every output, taken out by export and import.",
     "type": ["array", "null"],
-    "items": {"type": "string", "pattern": ENTRY.pattern},
+    "items": {"type": "string", "pattern": SECRET_FIELD.pattern},
 }
 
 

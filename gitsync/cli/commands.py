@@ -12,16 +12,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
+import re
 import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gitsync.agent.gate import fleet_table
+from gitsync.adopt.adc_releases import diff_hint
+from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
+from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
 from gitsync.log import logger, redact, register_secrets
@@ -29,9 +32,10 @@ from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
 from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
-from gitsync.push.plan import Desired, KindStatus
+from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
-from gitsync.push.workers import Gateways, wait_for
+from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
+from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -42,65 +46,71 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.memo import ParseCache
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
-from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
 
 
-def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
+def _read_files(settings: Settings, command: str, out: Findings | None = None,
+                ) -> tuple[dict[str, bytes], str] | int:
     """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
-    directory); or print why not and return 2."""
+    directory); or say why not and return 2."""
+    out = out or Findings()
     if settings.dir is not None:
         try:
             return read_directory(settings.dir, settings.max_file_size), ""
         except OSError as exc:
-            print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+            out.error(f"gitsync {command}: error: {redact(str(exc))}")
             return 2
     if not settings.repo:
-        print(f"gitsync {command}: no source: give --dir PATH or --repo URL", file=sys.stderr)
+        out.error(f"gitsync {command}: no source: give --dir PATH or --repo URL")
         return 2
     try:
         commit = read_input(settings)
     except SourceError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
     return commit.files, commit.message
 
 
-def _render_source(settings: Settings, command: str) -> Rendered | int:
-    """Render the configured source, or print why not and return the exit status."""
-    rendered = _render_commit(settings, command)
+def _render_source(settings: Settings, command: str, out: Findings | None = None) -> Rendered | int:
+    """Render the configured source, or say why not and return the exit status."""
+    rendered = _render_commit(settings, command, out)
     return rendered if isinstance(rendered, int) else rendered[0]
 
 
-def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | int:
-    """Render the configured source (and its commit message), or print why not and return the exit status."""
-    read = _read_files(settings, command)
+def _render_commit(settings: Settings, command: str, out: Findings | None = None,
+                   ) -> tuple[Rendered, str] | int:
+    """Render the configured source (and its commit message), or say why not and return the exit status."""
+    out = out or Findings()
+    read = _read_files(settings, command, out)
     if isinstance(read, int):
         return read
     files, message = read
     try:
         options = options_from_settings(settings, os.environ)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     try:
-        rendered = render_files(files, options)
+        rendered = render_files(files, options, memo=ParseCache())
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
-            print(redact(str(problem)), file=sys.stderr)
+            out.problem(redact(str(problem)))
         return 1
-    for out in rendered.left_out:  # partial apply, from a directory: there is no last good version
-        print(f"warning: {redact(out.describe())}", file=sys.stderr)
+    for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
+        out.warning(redact(left_out.describe()))
     return rendered, message
 
 
@@ -118,42 +128,24 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def validate(settings: Settings, args: argparse.Namespace) -> int:
-    """Exit 0 when the config is valid; 1 with every problem on stderr."""
-    rendered = _render_source(settings, "validate")
+    """Exit 0 when the config is valid; 1 with every problem on stderr (or in the report asked for)."""
+    out = findings(args, "validate", settings)
+    rendered = _render_source(settings, "validate", out)
     if isinstance(rendered, int):
-        return rendered
-    _warn_unmanaged(rendered, settings)
+        return out.finish(rendered)
+    _warn_unmanaged(rendered, settings, out)
     counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
-    print(f"valid: {counts or 'no items'}")
-    return 0
+    out.summary(f"valid: {counts or 'no items'}")
+    return out.finish(0)
 
 
-def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
+def _warn_unmanaged(rendered: Rendered, settings: Settings, out: Findings | None = None) -> None:
     for warning in unmanaged_warnings(rendered.payload, settings.unmanaged):
-        print(f"warning: {warning}", file=sys.stderr)
+        (out or Findings()).warning(warning)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # diff and sync: the rendered payload against each gateway's live config
-
-
-_ABSENT = object()
-
-
-def _value_text(value: Any, limit: int = 80) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _at(value: Any, path: tuple[str, ...]) -> Any:
-    """The value at a path of `changed_fields`, or a marker when absent."""
-    for step in path:
-        if not isinstance(value, dict) or step not in value:
-            return _ABSENT
-        value = value[step]
-    return value
 
 
 def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
@@ -161,10 +153,11 @@ def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
             for item in items}
 
 
-def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], rendered: Rendered,
-                show_secrets: bool) -> None:
-    """Per kind and item what a sync would do; values masked unless asked (the live side's secrets
-    are registered with the log redactor too: they are the gateway's, which render never saw)."""
+def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], rendered: Rendered, show_secrets: bool,
+                out: Findings, every_item: bool) -> None:
+    """Per kind and item what a sync would do, as lines of `out`; values masked unless asked (the live
+    side's secrets are registered with the log redactor too: they are the gateway's, which render never
+    saw). Many items of a kind changed alike are one line, unless `every_item`."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
     register_secrets(secret_values(live_lists, rendered.secret_rules))
@@ -172,56 +165,77 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], rendered: Rend
     live = _by_id(live_lists if show_secrets
                   else mask_secrets(live_lists, rendered.secret_values, rendered.secret_rules))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
-    print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
+    out.line(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
-        print(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+        out.line(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+    folded = False
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
-            print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
+            out.line(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
         if kp.status is not KindStatus.CHANGED:
             continue
-        print(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
+        out.line(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
         changes = [c for c in diff.changes if c.kind == kp.key]
-        for change in changes:
-            subject = f"{change.kind}[{change.id}]"
-            if change.action != "change":
-                mark, note = {"add": ("+", ""), "remove": ("-", ""),
-                              "prune": ("!", "  (written out of band; pruned)")}[change.action]
-                print(f"    {mark} {subject}{note}")
-                continue
-            print(f"    ~ {subject}")
-            key = (kp.key, change.id)
-            for path in change.fields:
-                before, after = _at(live.get(key), path), _at(wanted.get(key), path)
-                print(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
-                      f"{_value_text(after)}")
+        for entry in summarise(changes, live, wanted, minimum=len(changes) + 1 if every_item else GROUP_MIN):
+            if isinstance(entry, ChangeGroup):
+                folded = True
+                _print_group(entry, out)
+            else:
+                _print_change(entry, live, wanted, out)
         if not changes:
-            print("    (order of items changed)")
+            out.line("    (order of items changed)")
+    if folded:
+        out.line("  (gitsync diff -v lists every item)")
 
 
-def _gateways(settings: Settings, command: str) -> Gateways | int:
-    """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
+def _print_group(group: ChangeGroup, out: Findings) -> None:
+    mark = {"add": "+", "remove": "-", "prune": "!", "change": "~"}[group.action]
+    out.line(f"    {mark} {group.describe()}")
+    hint = diff_hint(group.kind, group.fields, group.values, ABSENT)
+    if hint:
+        out.line(f"      {hint}")
+    out.line(f"      e.g. {group.examples()}")
+
+
+def _print_change(change: ItemChange, live: dict[tuple[str, str | None], Any],
+                  wanted: dict[tuple[str, str | None], Any], out: Findings) -> None:
+    subject = f"{change.kind}[{change.id}]"
+    if change.action != "change":
+        mark, note = {"add": ("+", ""), "remove": ("-", ""),
+                      "prune": ("!", "  (written out of band; pruned)")}[change.action]
+        out.line(f"    {mark} {subject}{note}")
+        return
+    out.line(f"    ~ {subject}")
+    key = (change.kind, change.id)
+    for path in change.fields:
+        before, after = value_at(live.get(key), path), value_at(wanted.get(key), path)
+        out.line(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
+
+
+def _gateways(settings: Settings, command: str, out: Findings | None = None) -> GatewayPool | int:
+    """A client for each gateway, or say why not (a TLS file that cannot be used) and return 2."""
     try:
-        return Gateways(endpoints_from_settings(settings), settings.max_backoff)
+        return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        (out or Findings()).error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
-    commit the deletion guard would refuse."""
-    from gitsync.agent.state import StateDir
+    commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
+    from gitsync.agent.statedir import StateDir
 
-    read = _render_commit(settings, "diff")
+    out = findings(args, "diff", settings)
+    read = _render_commit(settings, "diff", out)
     if isinstance(read, int):
-        return 2
+        return out.finish(2)
     rendered, message = read
     guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
-    gateways = _gateways(settings, "diff")
+    gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
-        return gateways
-    _warn_unmanaged(rendered, settings)
+        return out.finish(gateways)
+    _warn_unmanaged(rendered, settings, out)
     policy = policy_from_settings(settings)
     pushed = StateDir(settings.state_dir).load_pushed()  # the agent's memory, when this host runs one
     with gateways:
@@ -234,26 +248,26 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     for url in gateways.urls:
         one = diffs[url]
         if one.error is not None or one.plan is None:
-            print(f"gitsync diff: {one.url}: {one.error}", file=sys.stderr)
+            out.error(f"gitsync diff: {one.url}: {one.error}")
             status = 2
             continue
         if one.plan.problems:
             for problem in one.plan.problems:
-                print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
+                out.error(f"gitsync diff: {one.url}: {redact(str(problem))}")
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered, show)
+            _print_diff(one, desired_shown, rendered, show, out, every_item=settings.verbose > 0)
             status = max(status, 1)
         else:
-            print(f"{one.url}: no changes")
+            out.line(f"{one.url}: no changes")
         verdict = check_deletions(rendered.payload, one.live, policy.managed, guard)
         for change in verdict.kinds:
             if change.deleted:
-                print(f"  guard: {change.describe()}")
+                out.line(f"  guard: {change.describe()}")
         if verdict.refused:
-            print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
+            out.refused(f"gitsync diff: {one.url}: the deletion guard would refuse this commit")
             status = 2
-    return status
+    return out.finish(status)
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -293,8 +307,10 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
 
 def _sync_repo(settings: Settings) -> int:
     from gitsync.agent.metrics import Metrics
-    from gitsync.agent.state import StateDir, StateError
+    from gitsync.agent.state import StateError
+    from gitsync.agent.statedir import StateDir
     from gitsync.agent.sync import Agent
+    from gitsync.feedback.outbox import Feedback
 
     with contextlib.ExitStack() as stack:
         if not writable_dir(settings.state_dir):
@@ -305,7 +321,10 @@ def _sync_repo(settings: Settings) -> int:
         state_dir = StateDir(settings.state_dir)
         try:
             stack.enter_context(state_dir.locked())
-            agent = Agent(settings, state_dir=state_dir, metrics=Metrics(recorded=False))  # none exported
+            metrics = Metrics(recorded=False)  # none exported
+            feedback = stack.enter_context(contextlib.closing(
+                Feedback.from_settings(settings, metrics, state_dir.path)))
+            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2
@@ -313,7 +332,7 @@ def _sync_repo(settings: Settings) -> int:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
         stack.callback(agent.close)  # waits for the write-backs of this sync
-        outcome = agent.sync_once("cli")
+        outcome = agent.sync_once({Trigger.CLI})
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
@@ -363,7 +382,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
     """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status refs."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):
@@ -373,9 +392,14 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
+    try:
+        signers = signers_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp))
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)
         except SourceError as exc:
             print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
                   file=sys.stderr)
@@ -383,5 +407,42 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not fleet:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
-    print(fleet_table(fleet, now, settings.status_heartbeat), end="")
+    print(fleet_table(fleet, now, own_heartbeat(settings)), end="")
+    return _publish(settings, fleet) if getattr(args, "publish", False) else 0
+
+
+def _publish(settings: Settings, fleet: list[FleetEntry]) -> int:
+    """`status --fleet --publish`: each group's status on the tip, from the statuses that count (readable,
+    and verified with `status_signers`), posted on the forge."""
+    from gitsync.feedback.forge import ForgeError, forge_from_settings
+    from gitsync.feedback.outbox import publish_fleet
+    from gitsync.writeback.wire import full_ref
+
+    try:
+        forge = forge_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    if forge is None:
+        print("gitsync status: --publish needs forge_token (GITSYNC_FORGE_TOKEN, forge_token_file)",
+              file=sys.stderr)
+        return 2
+    ref = full_ref(settings.ref, "refs/heads/")
+    pinned = settings.ref.encode() if re.fullmatch(r"[0-9a-f]{40}", settings.ref) else None
+    try:
+        tip = pinned or Remote.from_settings(settings).ls_refs([ref]).get(ref)
+        if tip is None:
+            print(f"gitsync status: the remote has no {ref.decode()}", file=sys.stderr)
+            return 1
+        state_dir = settings.state_dir if writable_dir(settings.state_dir) else None
+        for status in publish_fleet(settings, fleet, tip.decode(), forge, state_dir):
+            print(f"{status.context}: {status.state} on {status.sha[:7]}: {forge.description(status)}")
+    except SourceError as exc:
+        print(redact(f"gitsync status: error: {exc.reason}"), file=sys.stderr)
+        return 1
+    except ForgeError as exc:
+        print(f"gitsync status: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        forge.close()
     return 0

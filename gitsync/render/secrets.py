@@ -48,6 +48,7 @@ from typing import Any
 from gitsync.kinds import KINDS
 from gitsync.schema.encrypt_fields import ENCRYPT_FIELDS, KIND_FIELDS, SECRET_MANAGER_FIELDS
 from gitsync.schema.plugins import AUTH_PLUGINS
+from gitsync.settings import secret_field_problem
 from gitsync.urls import SCHEME, credentials
 
 FieldPath = tuple[str | int, ...]
@@ -133,8 +134,9 @@ class SecretRules:
 
     @classmethod
     def of(cls, entries: Iterable[str]) -> SecretRules:
-        """The rules of well-formed entries (see `entry_problem`); a bad entry is skipped."""
-        kept = tuple(dict.fromkeys(e.strip() for e in entries if entry_problem(e) is None))
+        """The rules of well-formed entries (`gitsync.settings.secret_field_problem`); a bad one is
+        skipped."""
+        kept = tuple(dict.fromkeys(e.strip() for e in entries if secret_field_problem(e) is None))
         plugins: dict[str, list[tuple[str, ...]]] = {}
         kinds: dict[str, list[tuple[str, ...]]] = {}
         for entry in kept:
@@ -150,18 +152,6 @@ class SecretRules:
 
 
 NO_RULES = SecretRules()
-#: A well-formed secret field: a plugin or kind name, then one or more dotted steps.
-ENTRY = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
-
-
-def entry_problem(entry: Any) -> str | None:
-    """Why `entry` is not a secret field (``plugin.path`` or ``kind.path``), or None."""
-    if not isinstance(entry, str):
-        return f"expected a text like \"my-plugin.conf.token\", got {type(entry).__name__}"
-    if not ENTRY.match(entry.strip()):
-        return (f"{entry!r} is not PLUGIN.PATH or KIND.PATH (dotted, no empty part, no spaces), "
-                "e.g. \"my-plugin.conf.token\" or \"upstreams.discovery_args.token\"")
-    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -516,7 +506,7 @@ def mask_text(text: str, mask: str) -> str:
     return Finding((), tuple((s, e) for s, e, _ in spans), "").masked(text, mask)
 
 
-__all__ = ["ALWAYS_LOOKED_AT", "ENTRY", "NO_RULES", "SECRET_NAMES", "STEMS", "Finding", "SecretRules",
+__all__ = ["ALWAYS_LOOKED_AT", "NO_RULES", "SECRET_NAMES", "STEMS", "Finding", "SecretRules",
            "apisix_paths", "classify", "could_hold_secrets", "credential_header", "document_secret_values",
-           "entropy", "entry_problem", "find_secrets", "is_reference", "is_secret_name", "mask_text",
+           "entropy", "find_secrets", "is_reference", "is_secret_name", "mask_text",
            "secret_values", "value_at", "walk_item"]

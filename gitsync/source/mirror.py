@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,9 +182,9 @@ def _packs_to_merge(sizes: Sequence[int]) -> int:
 def _consolidate_packs(store: DiskObjectStore) -> None:
     """Merge the small packs incremental fetches leave behind, once there are more than MAX_PACKS.
 
-    Without it every read walks one more pack per commit ever fetched: at 400 packs reading 1,000
-    files took 121 ms instead of 5, and the daemon's memory grew with them. dulwich's own
-    `repack()` holds every object of the mirror in memory (718 MB for 10,000 files, 2,000 commits).
+    Without it every read walks one more pack per commit ever fetched, so reads slow down and the
+    daemon's memory grows with every commit. dulwich's own `repack()` holds every object of the
+    mirror in memory at once, which a large mirror cannot afford (bench/README.md has the figures).
     Best effort: the fetch has succeeded whatever happens here.
     """
     packs = sorted(store.packs, key=len)
@@ -515,6 +516,14 @@ class Source:
                 if name in repo.refs:
                     return _peel(repo, repo.refs[name]).id.decode()
         return None
+
+    def commit_time(self, sha: str) -> datetime:
+        """When commit `sha` was committed (its committer's clock), fetching it first if the mirror
+        lacks it."""
+        if not self._local_commit(sha):
+            self.fetch()
+        with self._mirror_commit("fetch", sha) as (_repo, commit):
+            return datetime.fromtimestamp(commit.commit_time, UTC)
 
     # -- read and verify -------------------------------------------------------------------------------
 

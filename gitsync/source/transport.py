@@ -9,7 +9,6 @@ transport raises into a `SourceError` worded for people and free of secrets.
 from __future__ import annotations
 
 import os
-import select
 import shlex
 import socket
 from collections.abc import Callable, Mapping
@@ -36,7 +35,7 @@ from dulwich.refs import filter_ref_prefix
 
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret
-from gitsync.source.compat import TimeoutTCPGitClient, daemon_request, daemon_socket
+from gitsync.source.compat import TimeoutTCPGitClient, daemon_request, daemon_socket, readable
 
 if TYPE_CHECKING:
     import urllib3
@@ -98,8 +97,7 @@ class _TimedPipe(SubprocessWrapper):
         chunks: list[bytes] = []
         wanted = size if size >= 0 else 1 << 62
         while wanted > 0:
-            ready, _, _ = select.select([fd], [], [], self.timeout)
-            if not ready:
+            if not readable(fd, self.timeout):
                 self.proc.kill()
                 raise TimeoutError(f"no answer within {self.timeout:g}s")
             chunk = os.read(fd, min(wanted, 1 << 16))
@@ -108,6 +106,10 @@ class _TimedPipe(SubprocessWrapper):
             chunks.append(chunk)
             wanted -= len(chunk)
         return b"".join(chunks)
+
+    def can_read(self) -> bool:
+        assert self.proc.stdout is not None
+        return readable(self.proc.stdout.fileno(), 0)
 
 
 class _TimedSSHVendor(SubprocessSSHVendor):
@@ -210,7 +212,7 @@ _ERROR_MAP: tuple[tuple[type[BaseException], Callable[[Any, Remote], tuple[str, 
 def _pool_manager(cls: type[urllib3.PoolManager], headers: Mapping[str, str]) -> Callable[..., Any]:
     """A urllib3 pool manager class as dulwich builds it, plus our headers and one try per request
     (urllib3 would retry a timed-out read, multiplying the timeout)."""
-    import urllib3  # only for http(s) remotes: 45 ms of every start otherwise
+    import urllib3  # only for http(s) remotes: its import is a visible part of every start otherwise
 
     once = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5)
 
@@ -397,8 +399,8 @@ class _PktReader:
 
 #: ``git://`` servers (host, port) last seen speaking protocol v2: git's own ``upload-pack``, which sends
 #: a whole pack to a client that does not ask for a thin one. A fetch from one asks for a whole pack,
-#: which the mirror takes as it comes (a thin pack must first be completed with its bases: 3-7 ms of
-#: a one-commit fetch at 10,000 files). A server speaking only v0 (dulwich's own, the demo's remote)
+#: which the mirror takes as it comes (a thin pack must first be completed with its bases, most of a
+#: one-commit fetch into a large mirror). A server speaking only v0 (dulwich's own, the demo's remote)
 #: requires a client that takes thin packs: `git_refs` forgets a server once it answers in v0.
 _WHOLE_PACKS: set[tuple[str, int]] = set()
 
