@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from gitsync import log as gslog
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
-from gitsync.agent.sync import history_record
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger
+from gitsync.agent.view import AgentView, SyncRecord
 from gitsync.cli.parser import main
 from gitsync.kinds import KINDS
 from gitsync.problems import ProblemsError
@@ -44,6 +44,7 @@ from gitsync.web import pages
 from gitsync.web.catalog import Catalog, paginate
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, LiveItems
+from gitsync.writeback.statusfile import FleetEntry, StatusFile, read_status
 from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
 from testkit.profiles import examples
 from tests.leaks import Canary
@@ -210,13 +211,16 @@ def _pages(files: dict[str, bytes], problems: list[str], double: ApisixDouble) -
         detail = catalog.detail(row.kind, row.id)
         assert detail is not None
         out.append(pages.item(detail, good, lives, [], links, now))
-    outcome = SyncOutcome("poll", SyncResult.FAILED, tip, "change every secret", Stage.VALIDATE, problems)
-    view = {"agent": "a1", "repo": "https://git.example/config.git", "ref": "main", "paths": ["."],
-            "tip": tip, "tip_refused": f"validate: {gslog.redact(problems[0])}", "last_good": good,
-            "gateways": [], "history": [history_record(outcome, now)]}
+    outcome = SyncOutcome(frozenset({Trigger.POLL}), SyncResult.FAILED, tip, "change every secret",
+                          Stage.VALIDATE, problems)
+    view = AgentView("a1", "https://git.example/config.git", "main", (".",), tip,
+                     f"validate: {gslog.redact(problems[0])}", good, history=(SyncRecord.of(outcome, now),))
     out.append(pages.overview(view, {}, links, now, catalog.counts))
-    status = status_document(_failed_status(tip, problems))
-    out.append(pages.fleet(Fleet((status,), at=now), tip, "gitsync/status", links, now))
+    status = read_status(render_status(status_document(_failed_status(tip, problems))))
+    assert isinstance(status, StatusFile)
+    written = datetime.fromtimestamp(now, UTC)
+    entry = FleetEntry("a1", status.agent, status, written=written, seen=written)
+    out.append(pages.fleet(Fleet((entry,), at=now), tip, "gitsync/status", links, now))
     return [str(page) for page in out]
 
 
