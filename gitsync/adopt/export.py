@@ -178,6 +178,7 @@ def export_command(settings: Settings, args: argparse.Namespace) -> int:
         if problem:
             print(f"gitsync export: {problem}", file=sys.stderr)
             return 2
+        repo_writer.check_tree(out, exported.files)  # a tree that cannot be written stops the secrets too
         if exported.secrets:
             _write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
         repo_writer.write_tree(out, exported.files)
