@@ -23,7 +23,12 @@ equal and changes nothing. The rules, as ADC applies them:
   ``scheme``, ``pass_host``, each node's ``priority``, ``keepalive_pool`` and health
   check fields once present, an SSL's ``type``, a client certificate's ``depth``;
 - ``${NAME}`` (ADC's environment substitution) becomes ``${{ secrets.NAME }}``
-  (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``.
+  (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``. A ``$``
+  right before ``${NAME}`` (ADC: that ``$``, then the value) has no spelling in gitsync's
+  syntax (``$${{`` is its escape of a literal ``${{``): it is reported.
+
+Each file is checked against the types of ADC's schema (`adc_shapes`) before it is
+converted: a wrong type is a problem at its line, never an exception.
 
 What ADC's standalone backend does not write (consumer groups, a service's named
 ``upstreams``, routes outside a service) or what gitsync cannot keep (a service
@@ -40,10 +45,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsync.adopt.repo_writer import rewrite_matches
+from gitsync.adopt.adc_shapes import wrong_types
+from gitsync.adopt.repo_writer import dollar_before, rewrite_matches
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
-from gitsync.render.sourcemap import FilePositions
+from gitsync.render.sourcemap import FilePositions, string_leaves
 
 ADC_KEYS = ("services", "ssls", "consumers", "consumer_groups", "global_rules", "plugin_metadata",
             "routes", "stream_routes")
@@ -83,6 +89,7 @@ class Converted:
     problems: list[Problem] = field(default_factory=list)  # the import refuses: nothing written
     notes: list[Problem] = field(default_factory=list)  # told, and the import goes on
     secrets: set[str] = field(default_factory=set)  # ${NAME} turned into ${{ secrets.NAME }}
+    origins: dict[tuple[str, str], Location] = field(default_factory=dict)  # (kind, id) → where in the files
 
 
 class _Source:
@@ -104,6 +111,18 @@ def _substitute(value: Any, found: set[str]) -> Any:
         return "${{ secrets." + match.group(2) + " }}"
 
     return rewrite_matches(value, _ENV, replace)
+
+
+def input_problems(src: _Source) -> list[Problem]:
+    """What keeps a file from being converted: a field of the wrong type for ADC's schema, or an
+    ``${NAME}`` right after a ``$`` (gitsync reads ``$${{`` as a literal ``${{``)."""
+    problems = [Problem(message, src.at(*path)) for path, message in wrong_types(src.data)]
+    for path, text in string_leaves(src.data):
+        for match in _ENV.finditer(text):
+            if match.group(2) and text[:match.start()].endswith("$"):
+                problems.append(Problem(dollar_before("$" + match.group(0), match.group(2), "ADC"),
+                                        src.at(*path)))
+    return problems
 
 
 def _labels(labels: Any, stamp: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -372,6 +391,10 @@ def convert(files: Mapping[str, bytes], label_selector: Mapping[str, str] | None
         if len(documents) > 1:
             converter.problem("an ADC file holds one YAML document", Location(name, 1, 1))
             continue
+        refused = input_problems(_Source(name, documents[0] if documents else None, positions))
+        if refused:
+            converter.out.problems += refused
+            continue
         found: set[str] = set()
         converter.file(_Source(name, _substitute(documents[0], found) if documents else None, positions))
         converter.out.secrets |= found
@@ -380,4 +403,5 @@ def convert(files: Mapping[str, bytes], label_selector: Mapping[str, str] | None
     order = {"services": 0, "routes": 1, "stream_routes": 2, "upstreams": 3, "ssls": 4, "consumers": 5,
              "global_rules": 6, "plugin_metadata": 7}
     converter.out.payload = dict(sorted(converter.out.payload.items(), key=lambda kv: order[kv[0]]))
+    converter.out.origins = dict(converter.seen)
     return converter.out

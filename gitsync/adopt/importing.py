@@ -1,66 +1,142 @@
 """``gitsync import adc FILE…`` and ``gitsync import apisix-yaml FILE``: files into a new config repo.
 
-Nothing is written when a file has a problem (each reported as ``file:line:col:
-message``, exit 1); notes (what was left out on purpose, variables to set) are
-printed and the import goes on. The written repo is rendered once more before
-the command ends, so a problem of the result shows up here and not at the first sync.
+All or nothing. Each file is read up to ``max_file_size`` (a larger one, or ``/dev/zero``,
+is refused before it is parsed), converted, and the result counted against ``max_items``;
+then the repo's files are made in memory and rendered as ``gitsync validate`` would, and
+only a result that validates is written. A problem anywhere (a wrong type, what cannot be
+mapped, an item APISIX would refuse) is reported as ``file:line:col: message`` at its
+place in the imported files, exit 1, nothing written. Notes (what was left out on
+purpose, variables to set) are printed and the import goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from gitsync.adopt import import_adc, import_apisix_yaml, repo_writer
-from gitsync.problems import ProblemsError
+from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render import RenderOptions, render
-from gitsync.source.directory import read_directory
+from gitsync.settings import SPEC_BY_NAME
 
 
-def import_command(_settings: object, args: argparse.Namespace) -> int:
-    """Exit 0 written, 1 the files have problems (nothing written), 2 a usage or I/O error."""
-    try:
-        repo_writer.check_target(args.out)
-        files = {str(path): path.read_bytes() for path in args.files}
-    except (repo_writer.WriteError, OSError) as exc:
-        print(f"gitsync import: {exc}", file=sys.stderr)
-        return 2
-    notes: list[str] = []
-    if args.format == "adc":
+class InputTooLarge(Exception):
+    """An input file over ``max_file_size``: refused before it is parsed."""
+
+
+@dataclass
+class Imported:
+    """The payload of the input files, what is wrong with them and where each item came from."""
+
+    payload: dict[str, list[Any]]
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    origins: Mapping[tuple[str, str], Location] = field(default_factory=dict)
+
+
+def read_inputs(paths: Sequence[Path], max_file_size: int) -> dict[str, bytes]:
+    """Each file's bytes, read no further than `max_file_size` + 1 bytes (a device or a pipe that never
+    ends is refused, not read to the end)."""
+    files = {}
+    for path in paths:
+        with path.open("rb") as handle:
+            data = handle.read(max_file_size + 1)
+        if len(data) > max_file_size:
+            raise InputTooLarge(f"{path}: larger than max_file_size ({max_file_size} bytes); not read "
+                                "(raise max_file_size in the settings, or split the file)")
+        files[str(path)] = data
+    return files
+
+
+def convert(fmt: str, files: Mapping[str, bytes], args: argparse.Namespace) -> Imported:
+    """The input files as a payload, by their format."""
+    if fmt == "adc":
         converted = import_adc.convert(files, dict(args.label_selector), not args.no_managed_by_label)
-        payload, problems = converted.payload, converted.problems
-        notes += [str(n) for n in converted.notes]
+        notes = [str(n) for n in converted.notes]
         if converted.secrets:
             notes.append("ADC's ${NAME} became ${{ secrets.NAME }}: set GITSYNC_SECRET_<NAME> or a file "
                          "<NAME> in the secrets directory for " + ", ".join(sorted(converted.secrets)))
-    else:
-        if len(files) != 1:
-            print("gitsync import apisix-yaml: give one file", file=sys.stderr)
-            return 2
-        result = import_apisix_yaml.split(*next(iter(files.items())))
-        payload, problems, notes = result.payload, result.problems, result.notes
-    if problems:
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        print(f"gitsync import: {len(problems)} problem(s); nothing written", file=sys.stderr)
-        return 1
-    written = repo_writer.render_files(repo_writer.plan_files(payload, args.layout))
+        return Imported(converted.payload, converted.problems, notes, converted.origins)
+    split = import_apisix_yaml.split(*next(iter(files.items())))
+    return Imported(split.payload, split.problems, split.notes, split.origins)
+
+
+def too_many(payload: Mapping[str, Sequence[Any]], max_items: int) -> Problem | None:
+    count = sum(len(items) for items in payload.values())
+    if count <= max_items:
+        return None
+    return Problem(f"the files make {count} items, more than max_items = {max_items} (raise max_items in the "
+                   "settings, or import them in parts)")
+
+
+def result_problems(written: Mapping[str, bytes], imported: Imported, options: RenderOptions,
+                    ) -> list[Problem]:
+    """What ``gitsync validate`` would say of the written files, each at its item's place in the input
+    files. Undefined variables and secrets are left out: they are the host's to set."""
+    try:
+        render(written, options)
+    except ProblemsError as exc:
+        return [_at_origin(p, imported.origins) for p in exc.problems
+                if not p.message.startswith("undefined ")]
+    return []
+
+
+def _at_origin(problem: Problem, origins: Mapping[tuple[str, str], Location]) -> Problem:
+    origin = origins.get((problem.kind or "", problem.id or ""))
+    if origin is None:
+        return problem
+    written = f" (imported as {problem.location})" if problem.location is not None else ""
+    return Problem(problem.message + written, origin, problem.kind, problem.id, problem.field)
+
+
+def _refuse(problems: Sequence[Problem]) -> int:
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"gitsync import: {len(problems)} problem(s); nothing written", file=sys.stderr)
+    return 1
+
+
+def _limit(settings: object, name: str) -> int:
+    value = getattr(settings, name, None)
+    return value if isinstance(value, int) else SPEC_BY_NAME[name].default
+
+
+def import_command(settings: object, args: argparse.Namespace) -> int:
+    """Exit 0 written, 1 the files have problems (nothing written), 2 a usage or I/O error."""
+    if args.format == "apisix-yaml" and len(args.files) != 1:
+        print("gitsync import apisix-yaml: give one file", file=sys.stderr)
+        return 2
+    max_file_size = _limit(settings, "max_file_size")
+    try:
+        repo_writer.check_target(args.out)
+        files = read_inputs(args.files, max_file_size)
+    except InputTooLarge as exc:
+        return _refuse([Problem(str(exc))])
+    except (repo_writer.WriteError, OSError) as exc:
+        print(f"gitsync import: {exc}", file=sys.stderr)
+        return 2
+    imported = convert(args.format, files, args)
+    if imported.problems:
+        return _refuse(imported.problems)
+    crowded = too_many(imported.payload, _limit(settings, "max_items"))
+    if crowded is not None:
+        return _refuse([crowded])
+    written = repo_writer.render_files(repo_writer.plan_files(imported.payload, args.layout))
+    invalid = result_problems(written, imported, RenderOptions(max_file_size=max_file_size,
+                                                               max_items=_limit(settings, "max_items")))
+    if invalid:
+        return _refuse(invalid)
     try:
         repo_writer.write_tree(args.out, written)
     except (repo_writer.WriteError, OSError) as exc:
         print(f"gitsync import: {exc}", file=sys.stderr)
         return 2
-    for note in notes:
+    for note in imported.notes:
         print(f"note: {note}")
-    count = sum(len(items) for items in payload.values())
+    count = sum(len(items) for items in imported.payload.values())
     print(f"imported {count} item(s) into {len(written)} file(s) under {args.out}")
-    try:
-        render(read_directory(args.out), RenderOptions())
-    except ProblemsError as exc:
-        # Variables and secrets are the host's to set; anything else is a problem of the result.
-        real = [p for p in exc.problems if not p.message.startswith("undefined ")]
-        for problem in real:
-            print(f"gitsync import: the written repo does not validate: {problem}", file=sys.stderr)
-        if real:
-            return 1
     return 0
