@@ -194,7 +194,7 @@ def test_max_items_from_the_settings_bounds_an_import(tmp_path: Path) -> None:
     source.write_text(text)
     out = tmp_path / "repo"
     result = run_gitsync("import", "adc", str(source), "--out", str(out), env={"GITSYNC_MAX_ITEMS": "20"})
-    assert_refused(result, out, "the files make 32 items, more than max_items = 20")
+    assert_refused(result, out, "the files make 32 items or more, more than max_items = 20")
     small = run_gitsync("import", "adc", str(source), "--out", str(out), env={"GITSYNC_MAX_FILE_SIZE": "100"})
     assert_refused(small, out, "input.yaml: larger than max_file_size (100 bytes)")
 

@@ -161,6 +161,29 @@ def _wrong(value: Any, spec: Spec, path: Path) -> Iterator[tuple[Path, str]]:
                 yield from _wrong(child, child_spec, (*path, key))
 
 
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list | Mapping) else 0
+
+
+def item_count(data: Any) -> int:
+    """How many items an ADC file's content (of the right types) makes at most: a service and its
+    upstream, each route, stream route, SSL, consumer, credential, global rule and metadata item."""
+    if not isinstance(data, Mapping):
+        return 0
+    count = sum(_length(data.get(key)) for key in ("ssls", "consumer_groups", "global_rules",
+                                                   "plugin_metadata", "routes", "stream_routes"))
+    for service in data.get("services") or ():
+        count += 2 + _length(service.get("routes")) + _length(service.get("stream_routes"))
+    for consumer in data.get("consumers") or ():
+        count += 1 + _length(consumer.get("credentials"))
+    return count
+
+
+def too_many_items(count: int, max_items: int) -> str:
+    return (f"the files make {count} items or more, more than max_items = {max_items} (raise max_items in "
+            "the settings, or import them in parts)")
+
+
 def wrong_types(data: Any) -> list[tuple[Path, str]]:
     """Each field of an ADC file's content (one YAML document) whose type ADC's schema does not allow,
     as (path in the document, ``field: expected …, got …``)."""
@@ -170,4 +193,4 @@ def wrong_types(data: Any) -> list[tuple[Path, str]]:
             _wrong(data, ADC_FILE, ())]
 
 
-__all__ = ["ADC_FILE", "wrong_types"]
+__all__ = ["ADC_FILE", "item_count", "too_many_items", "wrong_types"]

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitsync.adopt.adc_shapes import wrong_types
+from gitsync.adopt.adc_shapes import item_count, too_many_items, wrong_types
 from gitsync.adopt.repo_writer import dollar_before, rewrite_matches
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
@@ -375,12 +375,14 @@ class _Converter:
 
 
 def convert(files: Mapping[str, bytes], label_selector: Mapping[str, str] | None = None,
-            managed_by: bool = True) -> Converted:
-    """ADC files (name → bytes, merged in the order given) → the payload ADC writes, and the problems."""
+            managed_by: bool = True, max_items: int | None = None) -> Converted:
+    """ADC files (name → bytes, merged in the order given) → the payload ADC writes, and the problems.
+    Files that would make more than `max_items` items are refused before they are converted."""
     stamp = dict([MANAGED_BY]) if managed_by else {}
     stamp.update(label_selector or {})
     converter = _Converter(stamp)
     positions = FilePositions(files)
+    counted = 0
     for name, data in files.items():
         parsed = parse(data)
         if parsed.issues:
@@ -395,6 +397,10 @@ def convert(files: Mapping[str, bytes], label_selector: Mapping[str, str] | None
         if refused:
             converter.out.problems += refused
             continue
+        counted += item_count(documents[0] if documents else None)
+        if max_items is not None and counted > max_items:
+            converter.out.problems.append(Problem(too_many_items(counted, max_items)))
+            return converter.out
         found: set[str] = set()
         converter.file(_Source(name, _substitute(documents[0], found) if documents else None, positions))
         converter.out.secrets |= found

@@ -1,7 +1,8 @@
 """``gitsync import adc FILE…`` and ``gitsync import apisix-yaml FILE``: files into a new config repo.
 
 All or nothing. Each file is read up to ``max_file_size`` (a larger one, or ``/dev/zero``,
-is refused before it is parsed), converted, and the result counted against ``max_items``;
+is refused before it is parsed), its items counted against ``max_items`` (ADC files before
+they are converted), converted;
 then the repo's files are made in memory and rendered as ``gitsync validate`` would, and
 only a result that validates is written. A problem anywhere (a wrong type, what cannot be
 mapped, an item APISIX would refuse) is reported as ``file:line:col: message`` at its
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsync.adopt import import_adc, import_apisix_yaml, repo_writer
+from gitsync.adopt.adc_shapes import too_many_items
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render import RenderOptions, render
 from gitsync.settings import SPEC_BY_NAME
@@ -52,10 +54,12 @@ def read_inputs(paths: Sequence[Path], max_file_size: int) -> dict[str, bytes]:
     return files
 
 
-def convert(fmt: str, files: Mapping[str, bytes], args: argparse.Namespace) -> Imported:
-    """The input files as a payload, by their format."""
+def convert(fmt: str, files: Mapping[str, bytes], args: argparse.Namespace, max_items: int) -> Imported:
+    """The input files as a payload, by their format (ADC files counted against `max_items` before they
+    are converted)."""
     if fmt == "adc":
-        converted = import_adc.convert(files, dict(args.label_selector), not args.no_managed_by_label)
+        converted = import_adc.convert(files, dict(args.label_selector), not args.no_managed_by_label,
+                                       max_items)
         notes = [str(n) for n in converted.notes]
         if converted.secrets:
             notes.append("ADC's ${NAME} became ${{ secrets.NAME }}: set GITSYNC_SECRET_<NAME> or a file "
@@ -67,10 +71,7 @@ def convert(fmt: str, files: Mapping[str, bytes], args: argparse.Namespace) -> I
 
 def too_many(payload: Mapping[str, Sequence[Any]], max_items: int) -> Problem | None:
     count = sum(len(items) for items in payload.values())
-    if count <= max_items:
-        return None
-    return Problem(f"the files make {count} items, more than max_items = {max_items} (raise max_items in the "
-                   "settings, or import them in parts)")
+    return Problem(too_many_items(count, max_items)) if count > max_items else None
 
 
 def result_problems(written: Mapping[str, bytes], imported: Imported, options: RenderOptions,
@@ -87,8 +88,9 @@ def result_problems(written: Mapping[str, bytes], imported: Imported, options: R
 
 def _at_origin(problem: Problem, origins: Mapping[tuple[str, str], Location]) -> Problem:
     origin = origins.get((problem.kind or "", problem.id or ""))
-    if origin is None:
-        return problem
+    if origin is None:  # about the repo as a whole (a file too large for max_file_size: another --layout)
+        return Problem(problem.message + " (in the repo the import would write)", problem.location,
+                       problem.kind, problem.id, problem.field)
     written = f" (imported as {problem.location})" if problem.location is not None else ""
     return Problem(problem.message + written, origin, problem.kind, problem.id, problem.field)
 
@@ -119,15 +121,16 @@ def import_command(settings: object, args: argparse.Namespace) -> int:
     except (repo_writer.WriteError, OSError) as exc:
         print(f"gitsync import: {exc}", file=sys.stderr)
         return 2
-    imported = convert(args.format, files, args)
+    max_items = _limit(settings, "max_items")
+    imported = convert(args.format, files, args, max_items)
     if imported.problems:
         return _refuse(imported.problems)
-    crowded = too_many(imported.payload, _limit(settings, "max_items"))
+    crowded = too_many(imported.payload, max_items)
     if crowded is not None:
         return _refuse([crowded])
     written = repo_writer.render_files(repo_writer.plan_files(imported.payload, args.layout))
-    invalid = result_problems(written, imported, RenderOptions(max_file_size=max_file_size,
-                                                               max_items=_limit(settings, "max_items")))
+    options = RenderOptions(max_file_size=max_file_size, max_items=max_items)
+    invalid = result_problems(written, imported, options)
     if invalid:
         return _refuse(invalid)
     try:
