@@ -411,32 +411,24 @@ def applied(document: Any, changes: list[Change]) -> Any:
     return document
 
 
+VALID = {"adc": VALID_ADC_DATA, "apisix-yaml": VALID_APISIX_DATA}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", list(VALID))
 @PROPERTY
 @given(document=shapes)
-def test_import_adc_of_random_shapes_is_all_or_nothing(document: Any) -> None:
-    check_all_or_nothing("adc", yaml_of(document))
+def test_import_of_random_shapes_is_all_or_nothing(fmt: str, document: Any) -> None:
+    check_all_or_nothing(fmt, yaml_of(document))
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", list(VALID))
 @PROPERTY
-@given(changes=mutations(VALID_ADC_DATA))
-def test_import_adc_of_a_mutated_valid_file_is_all_or_nothing(changes: list[Change]) -> None:
-    check_all_or_nothing("adc", yaml_of(applied(VALID_ADC_DATA, changes)))
-
-
-@pytest.mark.slow
-@PROPERTY
-@given(document=shapes)
-def test_import_apisix_yaml_of_random_shapes_is_all_or_nothing(document: Any) -> None:
-    check_all_or_nothing("apisix-yaml", yaml_of(document))
-
-
-@pytest.mark.slow
-@PROPERTY
-@given(changes=mutations(VALID_APISIX_DATA))
-def test_import_apisix_yaml_of_a_mutated_valid_file_is_all_or_nothing(changes: list[Change]) -> None:
-    check_all_or_nothing("apisix-yaml", yaml_of(applied(VALID_APISIX_DATA, changes)))
+@given(data=st.data())
+def test_import_of_a_mutated_valid_file_is_all_or_nothing(fmt: str, data: st.DataObject) -> None:
+    changes = data.draw(mutations(VALID[fmt]), label="changes")
+    check_all_or_nothing(fmt, yaml_of(applied(VALID[fmt], changes)))
 
 
 @pytest.mark.slow
@@ -449,7 +441,7 @@ def test_import_apisix_yaml_of_a_mutated_valid_file_is_all_or_nothing(changes: l
 ])
 def test_a_few_mutations_as_real_processes(tmp_path: Path, fmt: str, path: list[Any], replacement: Any,
                                            ) -> None:
-    base = VALID_ADC_DATA if fmt == "adc" else VALID_APISIX_DATA
+    base = VALID[fmt]
     result, out = run_import(tmp_path, fmt, yaml_of(mutated(base, tuple(path), replacement)))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr
     assert files_under(out) == []
