@@ -67,13 +67,14 @@ def config_files(routes: int, revision: int = 0, routes_per_file: int = ROUTES_P
     return files
 
 
-def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main") -> None:
+def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main",
+                 routes_per_file: int = ROUTES_PER_FILE) -> None:
     """A bare repo (a remote to serve) whose first commit holds the whole config and each later
     commit changes one route file."""
     subprocess.run(["git", "init", "-q", "--bare", "-b", branch, str(repo)], check=True)
     stream: list[bytes] = []
-    base = config_files(routes)
-    files_n = max(1, (routes + ROUTES_PER_FILE - 1) // ROUTES_PER_FILE)
+    base = config_files(routes, routes_per_file=routes_per_file)
+    files_n = max(1, (routes + routes_per_file - 1) // routes_per_file)
 
     def blob(data: bytes) -> bytes:
         return b"data %d\n%s\n" % (len(data), data)
@@ -91,7 +92,7 @@ def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main")
         else:
             i = c % files_n
             stream.append(b"M 100644 inline routes/r%05d.yaml\n" % i)
-            stream.append(blob(route_file(i, revision=c, lean=routes > LEAN_ABOVE)))
+            stream.append(blob(route_file(i, routes_per_file, revision=c, lean=routes > LEAN_ABOVE)))
         stream.append(b"\n")
     subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True)
 

@@ -42,11 +42,13 @@ import httpx
 from ruamel.yaml import YAML
 
 from bench.double import DoubleProcess
-from bench.generate import add_commits, make_history
+from bench.generate import ROUTES_PER_FILE, add_commits, make_history
 from gitsync import log as gslog
+from gitsync.agent.outcomes import Trigger
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
-from gitsync.render import ParseCache, render
+from gitsync.render import render
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings, load
 from gitsync.source.mirror import Source
 from gitsync.source.transport import Remote
@@ -153,11 +155,12 @@ def process_env() -> dict[str, str]:
 class Fixture:
     """A repo of `routes` routes served by git daemon, with a counter of the commits added since."""
 
-    def __init__(self, routes: int, work: Path, daemon: GitDaemon, admin_key: str = ADMIN_KEY) -> None:
+    def __init__(self, routes: int, work: Path, daemon: GitDaemon, admin_key: str = ADMIN_KEY,
+                 routes_per_file: int = ROUTES_PER_FILE) -> None:
         self.routes = routes
         self.work = work
         self.repo = daemon.base_path / f"config-{routes}.git"
-        make_history(self.repo, routes, HISTORY)
+        make_history(self.repo, routes, HISTORY, routes_per_file=routes_per_file)
         self.revision = HISTORY
         self.url = daemon.url(self.repo.name)
         self.port = daemon.port
@@ -263,11 +266,21 @@ def ls_refs_v2(port: int, path: str, ref: bytes = b"refs/heads/main") -> bytes:
         return _read_to_flush(conn)
 
 
+def add_tree_and_out(parser: argparse.ArgumentParser) -> None:
+    """``--tree`` (the checkout whose gitsync a `DaemonProcess` runs) and ``--out``, for the scripts
+    that time `gitsync run`."""
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose gitsync runs (default: "
+                        "this one)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+
+
 class DaemonProcess:
     """``gitsync run`` as a real subprocess; its metrics and memory read from outside."""
 
     def __init__(self, fixture: Fixture, gateway: str, state_dir: Path, *, drift_interval: float,
-                 webhook: bool, extra: Sequence[str] = ()) -> None:
+                 webhook: bool, extra: Sequence[str] = (), tree: Path = ROOT) -> None:
+        """`tree`: the checkout whose gitsync runs (its code only: the process's working directory and
+        PYTHONPATH; bytecode goes to the usual cache outside it)."""
         self.port = free_port()
         args = [sys.executable, "-m", "gitsync", "run", *fixture.gitsync_args(gateway, state_dir),
                 "--listen", f"127.0.0.1:{self.port}", "--interval", "3600", "--jitter", "0",
@@ -275,7 +288,9 @@ class DaemonProcess:
         if webhook:
             args += ["--webhook-secret-file", str(fixture.webhook_file)]
         self.log = (fixture.work / f"daemon-{self.port}.log").open("w")
-        self.proc = subprocess.Popen(args, env=process_env(), stdout=subprocess.DEVNULL, stderr=self.log,
+        env = process_env()
+        env["PYTHONPATH"] = str(tree)
+        self.proc = subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=self.log,
                                      start_new_session=True)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
         if not wait_for_port(self.port, self.proc, timeout=30):
@@ -371,7 +386,7 @@ def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list
     """Scenarios 1–3 with one `Agent` in this process, as the daemon holds it between syncs."""
     agent = Agent(fx.settings(gw.url, fx.work / "agent-state"))
     try:
-        first = agent.sync_once("bench")
+        first = agent.sync_once({Trigger.CLI})
         if first.result != "applied":
             raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
         result = first.gateways[0]
@@ -414,7 +429,7 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
     for _ in range(reps.reps):
         fx.commit()
         started = time.perf_counter()
-        outcome = agent.sync_once("bench")
+        outcome = agent.sync_once({Trigger.CLI})
         ours.append(time.perf_counter() - started)
         if outcome.result != "applied":
             raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
@@ -436,7 +451,7 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
-    """The daemon's poll (`Agent.sync_once("poll")`) with nothing new vs the ref advertisement alone;
+    """The daemon's poll (`Agent.sync_once({Trigger.POLL})`) with nothing new vs the ref advertisement alone;
     protocol v2's ``ls-refs`` and `git ls-remote` for reference. Before each poll the drift watch
     runs, as the daemon's does every `drift_interval` (its HEAD, timed apart): a poll does not ask a
     gateway the watch has just seen holding our push."""
@@ -451,7 +466,7 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
         watch.append(time.perf_counter() - started)
         floors.append(timed(lambda: ref_advertisement(fx.port, path)))
         started = time.perf_counter()
-        outcome = agent.sync_once("poll")
+        outcome = agent.sync_once({Trigger.POLL})
         ours.append(time.perf_counter() - started)
         if outcome.result != "noop":
             raise RuntimeError(f"no-op poll: {outcome.result}")

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 
@@ -98,6 +99,23 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._backend.sleep(seconds)
 
 
+def request_url(url: str) -> httpcore.URL:
+    """`url` as httpcore sends it, the path kept exactly as written: httpcore's own parsing
+    (``urllib.parse.urlparse``) drops ``;parameters`` from the last segment. Raises `HttpError` for
+    a URL that cannot be sent as written (characters outside ASCII: they must be percent-encoded)."""
+    try:
+        url.encode("ascii")
+        parts = urlsplit(url)
+        port = parts.port
+    except (UnicodeEncodeError, ValueError) as exc:
+        raise HttpError(f"cannot be sent: {url!r} is not a URL that can be sent as written ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError(f"cannot be sent: {url!r} is not an http:// or https:// URL")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return httpcore.URL(scheme=parts.scheme.encode(), host=parts.hostname.encode(), port=port,
+                        target=target.encode())
+
+
 class HttpClient:
     """One keep-alive connection pool; thread-safe (the pool is, and the deadline is per thread)."""
 
@@ -116,9 +134,10 @@ class HttpClient:
         """One request, ended by `timeout` (the client's by default) from connect to the answer's last
         byte; the whole answer, at most `limit` bytes; `HttpError` when there is none."""
         timeout = self.timeout if timeout is None else timeout
+        target = request_url(url)  # before the deadline: a URL that cannot be sent is no network failure
         _deadline.until = time.monotonic() + timeout
         try:
-            with self._pool.stream(method, url, headers=list(headers), content=body) as response:
+            with self._pool.stream(method, target, headers=list(headers), content=body) as response:
                 chunks, size = [], 0
                 for chunk in response.iter_stream():
                     size += len(chunk)

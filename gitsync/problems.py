@@ -35,6 +35,24 @@ def quote_name(name: str) -> str:
     return '"' + "".join(_C_ESCAPES.get(c) or (_octal(c) if _UNSAFE.match(c) else c) for c in name) + '"'
 
 
+def lua_quote(text: str) -> str:
+    """Lua's ``string.format("%q", text)``."""
+    out = ['"']
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\0":
+            out.append("\\0")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
 def one_line(text: str) -> str:
     """`text` on one line: line breaks and other control characters written as escapes (``\\n``)."""
     if not _UNSAFE.search(text):

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from gitsync.kinds import KINDS
 from gitsync.log import MIN_SECRET_LENGTH, register_secret
+from gitsync.names import group_problem, name_problem
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
@@ -110,6 +111,8 @@ def _hostname() -> str:
 # Command-line groups: each subcommand carries the flags of its groups (gitsync/cli.py).
 SOURCE, GATEWAY, DAEMON, WRITEBACK = "source", "gateway", "daemon", "writeback"
 STATE, GLOBAL = "state", "global"
+#: The flags that reach one gateway's Admin API and nothing more (a one-shot read: `import adc --gateway`).
+CONNECT = "connect"
 
 
 @dataclass(frozen=True)
@@ -176,11 +179,16 @@ class Settings:
                             "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    parse_cache: bool = setting("render", "bool", True, "Keep parsed files (in memory and in the state "
+                                "dir) and render a commit from the last one where it can: the speed layer. "
+                                "`false` parses every file of every commit anew and renders it in full; the "
+                                "payload is the same either way (for diagnosis).")
     # [gateways]
     gateways: tuple[str, ...] = setting("gateways", "list", (), "Admin API base URLs of the gateways to keep "
-                                        "in step.", groups=(GATEWAY,), flag="--gateway", metavar="URL")
+                                        "in step.", groups=(GATEWAY, CONNECT), flag="--gateway",
+                                        metavar="URL")
     admin_key: Secret | None = setting("gateways", "str", None, "APISIX admin key (`X-API-KEY`).",
-                                       secret=True, groups=(GATEWAY,))
+                                       secret=True, groups=(GATEWAY, CONNECT))
     admin_key_file: Path | None = _secret_file()
     unmanaged: tuple[str, ...] = setting("gateways", "list", (), "Kinds whose live content gitsync keeps "
                                          "as it is (e.g. `[\"secrets\"]`).", groups=(GATEWAY, "unmanaged"),
@@ -194,18 +202,18 @@ class Settings:
                                           "health checks run after a push.", groups=(GATEWAY,),
                                           flag="--proxy-url", metavar="URL")
     gateway_timeout: float = setting("gateways", "duration", 10.0, "Deadline of each Admin API request, from "
-                                     "connect to the last byte of the answer.", groups=(GATEWAY,),
+                                     "connect to the last byte of the answer.", groups=(GATEWAY, CONNECT),
                                      minimum=0.1)
     push_attempts: int = setting("gateways", "int", 5, "Attempts per gateway when a push races another "
                                  "writer or the gateway is unavailable.", groups=(GATEWAY,), minimum=1)
     ca_file: Path | None = setting("gateways", "path", None, "CA bundle for https gateways.",
-                                   groups=(GATEWAY,), must_exist=True)
+                                   groups=(GATEWAY, CONNECT), must_exist=True)
     client_cert_file: Path | None = setting("gateways", "path", None, "Client certificate for mTLS to the "
-                                            "Admin API.", groups=(GATEWAY,), must_exist=True)
+                                            "Admin API.", groups=(GATEWAY, CONNECT), must_exist=True)
     client_key_file: Path | None = setting("gateways", "path", None, "Client key for mTLS to the Admin API.",
-                                           groups=(GATEWAY,), must_exist=True)
+                                           groups=(GATEWAY, CONNECT), must_exist=True)
     tls_verify: bool = setting("gateways", "bool", True, "Verify the gateways' TLS certificates.",
-                               groups=(GATEWAY,))
+                               groups=(GATEWAY, CONNECT))
     # [rollout]
     on_check_failure: str = setting("rollout", "enum", "rollback", "When a health check still fails after "
                                     "its retries: give that gateway the last good commit back and refuse the "
@@ -225,6 +233,14 @@ class Settings:
                                       groups=(GATEWAY,))
     after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
                                "commit.", groups=(GATEWAY,), minimum=1)
+    max_checks: int = setting("rollout", "int", 20, "Most health checks a repo may declare; a commit with "
+                              "more is refused at validate.", groups=(SOURCE,), minimum=0)
+    max_check_time: float = setting("rollout", "duration", 120.0, "Longest the health checks may take on "
+                                    "one gateway, every attempt and interval counted; a repo whose checks "
+                                    "could take longer is refused at validate, and checks still running "
+                                    "then fail.", groups=(SOURCE,), minimum=1)
+    max_check_body: int = setting("rollout", "size", 64 * 1024, "Most of an answer's body a health check "
+                                  "reads; a longer body fails the check.", groups=(GATEWAY,), minimum=1024)
     # [guard]
     guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
                           "items now, or delete more of a kind than max_delete allows, unless its message "
@@ -267,6 +283,12 @@ class Settings:
                                       "characters. Required when `listen` is not loopback.", secret=True,
                                       groups=(DAEMON,))
     ui_token_file: Path | None = _secret_file()
+    ui_session_ttl: float = setting("agent", "duration", 12 * 3600.0, "How long a web view login lasts: the "
+                                    "session then ends on the agent and its cookie is refused (so do "
+                                    "\"Log out\", a new token and a restart).", groups=(DAEMON,), minimum=1)
+    ui_secure_cookie: bool = setting("agent", "bool", False, "Mark the web view's session cookie `Secure`, "
+                                     "so a browser sends it over HTTPS only: set it when the view is reached "
+                                     "through a proxy that terminates TLS.", groups=(DAEMON,))
     commit_url: str | None = setting("agent", "str", None, "Link template of a commit in the web view, with "
                                      "`{sha}` (`https://git.example/org/repo/commit/{sha}`); with `{path}` "
                                      "and `{line}` too, each `file:line` links to that line "
@@ -287,6 +309,15 @@ class Settings:
                                       "commit time) at least this often, on the first poll after it is due, "
                                       "so readers tell a live agent from a down one: down after two periods "
                                       "without a write.", groups=(WRITEBACK,), minimum=1)
+    signing_key_file: Path | None = setting("writeback", "path", None, "This agent's own SSH private key "
+                                            "(OpenSSH format, ed25519 or RSA, unencrypted): every status "
+                                            "commit and note it writes is signed with it, as git signs with "
+                                            "`gpg.format = ssh`.", groups=(WRITEBACK,), must_exist=True)
+    status_signers: Path | None = setting("writeback", "path", None, "An OpenSSH allowed-signers file "
+                                          "naming which key may speak for which agent: principals "
+                                          "`<agent>@<group>` (docs/security.md). When set, a gate counts "
+                                          "only statuses signed by a key allowed for that agent and group; "
+                                          "others show as unverified.", groups=(WRITEBACK,), must_exist=True)
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -693,6 +724,7 @@ def load(
                                       for kind, share in values.get("max_delete_kinds", {}).items()}
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
+    _check_names(values, merged)
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")
@@ -706,6 +738,16 @@ def load(
                    "in the settings file")
         raise SettingsError(f"{spec.name} is required: set {how}")
     return settings
+
+
+def _check_names(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
+    """The agent's name must encode into its status ref, and group names match `status_signers`."""
+    checks = [("agent_name", name_problem)] + [(name, group_problem) for name in ("group", "after_group")]
+    for name, problem_of in checks:
+        value = values.get(name)
+        problem = problem_of(value) if value is not None else None
+        if problem:
+            raise SettingsError(f"{merged[name].origin}: {problem}")
 
 
 def _url_problem(url: str) -> str | None:

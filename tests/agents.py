@@ -65,7 +65,8 @@ def signature(body: bytes, secret: str = HOOK_SECRET) -> str:
 class AgentProcess:
     """One `python -m gitsync run` with its listener on a free port; stopped by its pid."""
 
-    def __init__(self, workdir: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, args: list[str], env: dict[str, str] | None = None,
+                 preexec: Callable[[], None] | None = None) -> None:
         self.workdir = workdir
         self.state_dir = workdir / "state"
         self.log_path = workdir / "agent.log"
@@ -73,11 +74,13 @@ class AgentProcess:
         self.args = ["--state-dir", str(self.state_dir), "--listen", f"127.0.0.1:{self.port}", *args]
         self.env = gitsync_env(env)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.preexec = preexec
 
     def start(self, *, wait: bool = True) -> AgentProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "gitsync", "run", *self.args], env=self.env,
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                         preexec_fn=self.preexec)
         if wait:
             wait_for(self.healthy, 15, f"/healthz of the agent (log: {self.log()[-2000:]})")
         return self
@@ -148,7 +151,8 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
     started: list[AgentProcess] = []
 
     def start(repo_url: str | None, *flags: str, gateways: list[str] = (), env: dict[str, str] | None = None,
-              wait: bool = True, name: str = "agent") -> AgentProcess:
+              wait: bool = True, name: str = "agent",
+              preexec: Callable[[], None] | None = None) -> AgentProcess:
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
         args = [*(["--repo", repo_url] if repo_url else []), "--admin-key-file", str(key_file),
@@ -156,7 +160,7 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
                 "--drift-interval", "1s", "-v"]
         for url in gateways:
             args += ["--gateway", url]
-        agent = AgentProcess(workdir, [*args, *flags], env)
+        agent = AgentProcess(workdir, [*args, *flags], env, preexec)
         started.append(agent)
         return agent.start(wait=wait)
 
@@ -172,6 +176,20 @@ def own_daemon(remotes_root: Path) -> Iterator[GitDaemon]:
         yield daemon
 
 
+def memory_limit(megabytes: int) -> Callable[[], None]:
+    """A `preexec_fn` that caps a child's address space (RLIMIT_AS): past it, an allocation fails in
+    the child instead of the machine swapping. Thread stacks are made small (RLIMIT_STACK), as each
+    reserves its stack in the address space; start the child with MALLOC_ARENA_MAX=2 for the same
+    reason."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_STACK, (1 << 20, 1 << 20))
+        resource.setrlimit(resource.RLIMIT_AS, (megabytes << 20, megabytes << 20))
+
+    return limit
+
+
 def repo_url(daemon: GitDaemon, repo: BareRepo) -> str:
     return daemon.url(repo.path.name)
 
@@ -183,10 +201,12 @@ def repo_url(daemon: GitDaemon, repo: BareRepo) -> str:
 
 
 @contextmanager
-def upstream(body: bytes = b'{"status": "ok"}\n') -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 answering 200 with `body` to everything: `host:port`."""
+def upstream(body: bytes = b'{"status": "ok"}\n', delay: float = 0.0) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 answering 200 with `body` to everything, after `delay` seconds:
+    `host:port`."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            time.sleep(delay)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -197,6 +217,7 @@ def upstream(body: bytes = b'{"status": "ok"}\n') -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True  # a delayed answer must not hold the test's end
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import testkit.profiles  # noqa: F401 - the Hypothesis profile (dev, or ci from scripts/test)
 from gitsync import log as gslog
 from gitsync.testing.apisix import ApisixDouble
 from tests.agents import own_daemon, spawn  # noqa: F401 - fixtures for every test module

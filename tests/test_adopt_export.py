@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.adopt import export, repo_writer
@@ -25,10 +25,11 @@ from gitsync.push.apply import RetryPolicy, sync_gateway
 from gitsync.render.load import parse
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble
+from testkit.processes import ROOT, run_gitsync
+from testkit.profiles import examples
 from tests.leaks import Canary
 from tests.pem import pem_pair
 from tests.sopsfiles import SOPS, AgeKey, sops_env
-from tests.support import ROOT, run_gitsync
 
 KEY = "test-admin-key"
 
@@ -259,7 +260,7 @@ def test_untrusted_ids_never_write_outside_out_nor_over_each_other(apisix: Apisi
     assert held - set(HOSTILE_IDS) == {next(i for i in held if i.startswith("route-"))}
 
 
-@settings(max_examples=60, deadline=None)
+@examples(0.3)
 @given(st.lists(st.text(min_size=0, max_size=80), max_size=30))
 def test_safe_stems_are_safe_distinct_and_order_free(names: list[str]) -> None:
     stems = repo_writer.safe_stems(names)
@@ -279,7 +280,7 @@ JSONISH = st.recursive(
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None)
+@examples(0.3)
 @given(st.dictionaries(st.text(min_size=1, max_size=12), JSONISH, min_size=1, max_size=6))
 def test_the_yaml_written_reads_back_as_the_same_values(item: dict[str, Any]) -> None:
     data = repo_writer.dump_documents([{"plugin_metadata": [item]}])

@@ -1,12 +1,8 @@
 """``gitsync import adc`` and ``gitsync import apisix-yaml``, as real processes.
 
-ADC cannot run here (it is not on the npm registry; its releases are binaries from
-GitHub), so the gateway an ``adc sync`` leaves behind is written by hand in this file,
-from what ADC 0.28's standalone backend writes (ids from names, ``status: 1``,
-``managed-by: adc``, the service's upstream split out, every item's ``modifiedIndex``
-and every changed kind's version the same millisecond timestamp) and PUT to the
-double as ADC does. gitsync's import of the same ADC file must then take it over with
-no change at all.
+The takeover of a gateway each ADC release wrote (recorded ``adc sync`` runs) is in
+test_adopt_adc_releases.py; here: ADC's documented examples, what cannot be mapped,
+and a file-driven ``apisix.yaml``.
 """
 
 from __future__ import annotations
@@ -14,177 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from gitsync.kinds import VERSIONED_KEYS, version_key
-from gitsync.testing.apisix import ApisixDouble
-from tests.pem import pem_pair
 from tests.support import run_gitsync
-
-KEY = "test-admin-key"
-STAMP = 1764500000123  # ADC's timestamp: every version it bumps and every modifiedIndex it writes
 
 
 def sha1(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
-
-
-CERT, PRIVATE_KEY = pem_pair("example.com")
-
-
-def indent(text: str, spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in text.strip().splitlines())
-
-
-ADC_FILE = f"""\
-services:
-  - name: orders
-    description: the orders API
-    labels: {{team: shop, tiers: [gold, silver]}}
-    hosts: [api.example.com]
-    upstream:
-      nodes:
-        - {{host: 10.0.1.10, port: 8080, weight: 100}}
-      timeout: {{connect: 3, send: 5, read: 5}}
-      keepalive_pool: {{size: 64}}
-    plugins:
-      limit-count: {{count: 100, time_window: 60, key: remote_addr, key_type: var}}
-    routes:
-      - name: list
-        uris: [/orders]
-        methods: [GET]
-        plugins:
-          key-auth: {{}}
-      - name: create
-        uris: [/orders]
-        methods: [POST]
-        priority: 10
-  - name: mysql
-    upstream:
-      scheme: tcp
-      nodes: [{{host: 10.0.3.10, port: 3306, weight: 1}}]
-    stream_routes:
-      - name: mysql
-        server_port: 3306
-ssls:
-  - snis: [example.com, www.example.com]
-    certificates:
-      - certificate: |
-{indent(CERT, 10)}
-        key: ${{EXAMPLE_COM_KEY}}
-consumers:
-  - username: alice
-    plugins:
-      key-auth: {{key: "${{ALICE_KEY}}"}}
-    credentials:
-      - name: primary
-        type: key-auth
-        config: {{key: alice-primary-key}}
-  - username: bob
-    credentials:
-      - name: basic
-        type: basic-auth
-        config: {{username: bob, password: "\\\\${{NOT_ENV}}"}}
-global_rules:
-  prometheus: {{prefer_name: true}}
-plugin_metadata:
-  http-logger:
-    log_format: {{host: $host}}
-"""
-
-
-def adc_wrote() -> dict[str, Any]:
-    """The body ADC 0.28 PUTs for ADC_FILE on a fresh gateway (ALICE_KEY=alice-env-key)."""
-    orders, mysql = sha1("orders"), sha1("mysql")
-    adc = {"managed-by": "adc"}
-    items = {
-        "services": [
-            {"id": orders, "name": "orders", "desc": "the orders API", "hosts": ["api.example.com"],
-             "labels": {"team": "shop", "tiers": '["gold","silver"]', **adc}, "upstream_id": orders,
-             "plugins": {"limit-count": {"count": 100, "time_window": 60, "key": "remote_addr",
-                                         "key_type": "var"}}},
-            {"id": mysql, "name": "mysql", "labels": adc, "upstream_id": mysql},
-        ],
-        "upstreams": [
-            {"id": orders, "name": "orders", "type": "roundrobin", "scheme": "http", "pass_host": "pass",
-             "nodes": [{"host": "10.0.1.10", "port": 8080, "weight": 100, "priority": 0}],
-             "timeout": {"connect": 3, "send": 5, "read": 5},
-             "keepalive_pool": {"size": 64, "idle_timeout": 60, "requests": 1000}},
-            {"id": mysql, "name": "mysql", "type": "roundrobin", "scheme": "tcp", "pass_host": "pass",
-             "nodes": [{"host": "10.0.3.10", "port": 3306, "weight": 1, "priority": 0}]},
-        ],
-        "routes": [
-            {"id": sha1("orders.list"), "name": "list", "labels": adc, "uris": ["/orders"],
-             "methods": ["GET"], "service_id": orders, "plugins": {"key-auth": {}}, "status": 1},
-            {"id": sha1("orders.create"), "name": "create", "labels": adc, "uris": ["/orders"],
-             "methods": ["POST"], "service_id": orders, "priority": 10, "status": 1},
-        ],
-        "stream_routes": [{"id": sha1("mysql.mysql"), "name": "mysql", "labels": adc, "server_port": 3306,
-                           "service_id": mysql}],
-        "ssls": [{"id": sha1("example.com,www.example.com"), "labels": adc, "type": "server",
-                  "snis": ["example.com", "www.example.com"], "cert": CERT.strip() + "\n", "key": PRIVATE_KEY,
-                  "status": 1}],
-        "consumers": [
-            {"username": "alice", "labels": adc, "plugins": {"key-auth": {"key": "alice-env-key"}}},
-            {"username": "bob", "labels": adc},
-            {"id": "alice/credentials/" + sha1("alice.primary"), "name": "primary",
-             "plugins": {"key-auth": {"key": "alice-primary-key"}}},
-            {"id": "bob/credentials/" + sha1("bob.basic"), "name": "basic",
-             "plugins": {"basic-auth": {"username": "bob", "password": "${NOT_ENV}"}}},
-        ],
-        "global_rules": [{"id": "prometheus", "plugins": {"prometheus": {"prefer_name": True}}}],
-        "plugin_metadata": [{"id": "http-logger", "log_format": {"host": "$host"}}],
-    }
-    body: dict[str, Any] = {version_key(k): 0 for k in VERSIONED_KEYS}
-    for kind, listed in items.items():
-        body[kind] = [{**item, "modifiedIndex": STAMP} for item in listed]
-        body[version_key(kind)] = STAMP
-    return body
-
-
-def adc_sync(double: ApisixDouble) -> None:
-    """What `adc sync -f adc.yaml` does to a fresh standalone gateway: one PUT of the whole config."""
-    text = json.dumps(adc_wrote())
-    response = httpx.put(double.url + "/apisix/admin/configs", content=text, headers={
-        "X-API-KEY": KEY, "X-Digest": hashlib.sha1(text.encode()).hexdigest(),
-        "Content-Type": "application/json"})
-    assert response.status_code == 202, response.text
-
-
-def live(double: ApisixDouble) -> dict[str, Any]:
-    return httpx.get(double.url + "/apisix/admin/configs", headers={"X-API-KEY": KEY}).json()
-
-
-@pytest.mark.slow
-def test_an_adc_managed_gateway_is_taken_over_with_zero_changed_items(apisix: ApisixDouble,
-                                                                      tmp_path: Path) -> None:
-    adc_sync(apisix)
-    before = live(apisix)
-    (tmp_path / "adc.yaml").write_text(ADC_FILE)
-    (tmp_path / "admin_key").write_text(KEY)
-    imported = run_gitsync("import", "adc", str(tmp_path / "adc.yaml"), "--out", str(tmp_path / "repo"))
-    assert imported.returncode == 0, imported.stdout + imported.stderr
-    assert "ALICE_KEY" in imported.stdout and "EXAMPLE_COM_KEY" in imported.stdout
-    repo = (tmp_path / "repo").as_posix()
-    assert "${{ secrets.ALICE_KEY }}" in (tmp_path / "repo" / "consumers.yaml").read_text()
-    puts = len(apisix.put_bodies)
-    env = {"GITSYNC_SECRET_ALICE_KEY": "alice-env-key", "GITSYNC_SECRET_EXAMPLE_COM_KEY": PRIVATE_KEY}
-    gateway = ["--gateway", apisix.url, "--admin-key-file", str(tmp_path / "admin_key")]
-    diff = run_gitsync("diff", "--dir", repo, *gateway, env=env)
-    assert diff.returncode == 0 and "no changes" in diff.stdout, diff.stdout + diff.stderr
-    sync = run_gitsync("sync", "--once", "--dir", repo, *gateway, env=env)
-    assert sync.returncode == 0 and "unchanged" in sync.stdout, sync.stdout + sync.stderr
-    assert len(apisix.put_bodies) == puts
-    after = live(apisix)
-    assert {k: v for k, v in after.items() if k.endswith("_conf_version")} == \
-        {k: v for k, v in before.items() if k.endswith("_conf_version")}
-    indexes = {(kind, json.dumps(item, sort_keys=True)) for kind in VERSIONED_KEYS
-               for item in after.get(kind) or () if isinstance(after.get(kind), list)}
-    assert indexes == {(kind, json.dumps(item, sort_keys=True)) for kind in VERSIONED_KEYS
-                       for item in before.get(kind) or () if isinstance(before.get(kind), list)}
 
 
 # ADC's documented examples: the quick start of ADC's documentation (a service with an upstream and a
@@ -260,7 +93,7 @@ unknown: {}
     result = run_gitsync("import", "adc", str(tmp_path / "bad.yaml"), "--out", str(out))
     assert result.returncode == 1
     bad = str(tmp_path / "bad.yaml")
-    for line, text in ((2, "has no upstream"), (8, "named 'upstreams' are not mapped"),
+    for line, text in ((2, "has no upstream: adc sync stops on it"), (9, "ADC's lint refuses it"),
                        (11, "ADC has no field 'retries'"), (12, "consumer_groups are not written"),
                        (14, "top-level routes are not mapped"), (16, "unknown ADC key 'unknown'")):
         assert f"{bad}:{line}:" in result.stderr and text in result.stderr, (line, text, result.stderr)

@@ -15,7 +15,7 @@ import pytest
 
 from gitsync.adopt import repo_writer
 from gitsync.testing.apisix import ApisixDouble
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 
 KEY = "test-admin-key"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsync.agent.outcomes import Trigger
 from gitsync.agent.sync import Agent
 from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
@@ -61,7 +62,7 @@ def test_drift_report_only_reports(agent_for, apisix: ApisixDouble):
     assert agent.sync_once().result == "applied"
     puts = len(apisix.put_bodies)
     apisix.restart()  # the gateway comes back empty
-    outcome = agent.sync_once("drift")
+    outcome = agent.sync_once({Trigger.DRIFT})
     assert outcome.result == "drift_reported"
     assert outcome.problems == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
     assert len(apisix.put_bodies) == puts and "routes" not in apisix.config()
@@ -87,17 +88,17 @@ def test_a_poll_trusts_the_drift_watchs_recent_head_and_asks_when_it_is_old(agen
     agent = agent_for(drift_interval=0.5)
     assert agent.sync_once().result == "applied"  # its read-back's HEAD showed our push
     before = len(apisix.requests)
-    assert agent.sync_once("poll").result == "noop"
+    assert agent.sync_once({Trigger.POLL}).result == "noop"
     assert apisix.requests[before:] == []  # the git check alone
-    assert agent.sync_once("webhook").result == "noop"
+    assert agent.sync_once({Trigger.WEBHOOK}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]
     time.sleep(0.6)
     before = len(apisix.requests)
-    assert agent.sync_once("poll").result == "noop"
+    assert agent.sync_once({Trigger.POLL}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]  # older than drift_interval: asked
     apisix.restart()  # emptied: the drift watch sees it, and the poll that follows asks again
     assert agent.drift_suspects() == [apisix.url]
-    outcome = agent.sync_once("poll")
+    outcome = agent.sync_once({Trigger.POLL})
     assert outcome.result == "healed" and [r["id"] for r in apisix.config()["routes"]] == ["r1"]
     agent.close()
 
@@ -110,7 +111,7 @@ def test_a_poll_that_finds_a_new_commit_asks_the_gateway_before_its_push(agent_f
     assert agent.sync_once().result == "applied"
     remote_repo.commit({"apisix.yaml": ROUTES.replace("/a", "/b")}, "a new uri")
     before = len(apisix.requests)
-    assert agent.sync_once("poll").result == "applied"
+    assert agent.sync_once({Trigger.POLL}).result == "applied"
     methods = [m for m, _, _ in apisix.requests[before:]]
     assert methods[:2] == ["HEAD", "PUT"] and "GET" not in methods, methods
     agent.close()

@@ -155,7 +155,7 @@ def test_a_process_loads_only_what_its_configuration_needs():
             "m = Metrics(recorded=False); m.syncs.labels('applied').inc(); m.set_applied_commit('c'); "
             "m.sync_phase.labels('fetch').observe(0.1); m.gateway_up.labels('g').set(1); "
             "print(sorted(m for m in ('urllib3', 'pyrage', 'cryptography', 'importlib.metadata', "
-            "'prometheus_client', 'http.server') "
+            "'prometheus_client', 'http.server', 'gitsync.daemon.httpserver') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], env=gitsync_env(), capture_output=True, text=True,
                           timeout=60)

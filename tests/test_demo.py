@@ -50,14 +50,14 @@ def _check_narration(stdout: str) -> None:
     assert all(p >= 0 for p in positions) and positions == sorted(positions), stdout
     assert "through the data plane → 200, route api-orders" in stdout
     assert "before: GET /api/v2/orders/42 → 404" in stdout
-    assert re.search(r"applied \d+\.\d\ds after the webhook \(sync reason: webhook:github\): "
+    assert re.search(r"applied \d+\.\d\ds after the webhook \(sync reason: webhook\): "
                      r"GET /api/v2/orders/42 → 200, route api-orders", stdout)
     # Step 3: the out-of-band write, the refusal a cached-version pusher gets, the commit applied over it.
     assert (f"secrets_conf_version 1 → {OTHER_WRITER_VERSION} (a millisecond timestamp, as ADC writes them) "
             "→ 202") in stdout
     assert ("refused now, and on every retry: 400 secrets_conf_version must be greater than or equal to "
             f"({OTHER_WRITER_VERSION})") in stdout
-    assert re.search(r"applied in \d+\.\d\ds \(sync reason: webhook:github\): GET /api/customers/7 → 200, "
+    assert re.search(r"applied in \d+\.\d\ds \(sync reason: webhook\): GET /api/customers/7 → 200, "
                      r"route api-users", stdout)
     moved = f"routes 2 → 3, secrets 1 → {OTHER_WRITER_VERSION} → {OTHER_WRITER_VERSION + 1}"
     assert re.search(rf"versions +{moved}; every other kind kept", stdout)
@@ -84,7 +84,7 @@ def _check_summary(stdout: str) -> dict:
     assert commits["first"].startswith("040469b"), "the sample repo or the demo commit changed"
     assert summary["first_answer"] == [200, "api-orders"]
     assert summary["before_change_answer"] == 404
-    assert summary["webhook_sync_reason"] == "webhook:github"
+    assert summary["webhook_sync_reason"] == "webhook"
     assert summary["webhook_apply_seconds"] < 1.0
     writer = summary["other_writer"]
     before, after = writer["before"], writer["after"]
@@ -95,7 +95,7 @@ def _check_summary(stdout: str) -> dict:
         {k: v for k, v in before.items() if k not in ("routes", "secrets")}
     assert writer["stale_put"] == [400, "secrets_conf_version must be greater than or equal to "
                                         f"({OTHER_WRITER_VERSION})"]
-    assert writer["sync_reason"] == "webhook:github" and writer["pruned"] == {"secrets": ["vault/ops"]}
+    assert writer["sync_reason"] == "webhook" and writer["pruned"] == {"secrets": ["vault/ops"]}
     assert summary["health_stage"] == "health" and summary["health_answer"] == [200, "api-orders"]
     assert [p for p in summary["health_problems"] if CHECK_FAILED in p], summary["health_problems"]
     assert summary["health_rollback_seconds"] < 2 * (1 + 0.3) + 1  # retries × (timeout + interval) + 1 s

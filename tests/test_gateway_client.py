@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from gitsync.push.admin_api import Endpoint, Gateway, GatewayProtocolError, GatewayUnavailable
-from gitsync.push.apply import RetryPolicy, SyncStatus, sync_gateway
+from gitsync.push.apply import RetryPolicy, sync_gateway
+from gitsync.push.results import SyncStatus
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble
 

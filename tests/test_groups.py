@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import DOWN_AFTER, fleet_table, group_gate, is_live
+from gitsync.writeback.statusfile import FleetEntry, Verdict, status_from
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 C = "c" * 40  # the commit gated
 OLD = "0" * 40
 HEARTBEAT = 60.0
 SOAK = 300.0
+COMMITTED = NOW - timedelta(hours=1)  # when the commit gated was committed
 
 
 def ago(seconds: float, precise: bool = False) -> str:
@@ -23,22 +27,38 @@ def ago(seconds: float, precise: bool = False) -> str:
 
 
 def agent(name: str, group: str = "canary", commit: str = C, result: str = "applied", *, applied: float = 600,
-          seen: float = 10, checks: object = None, heartbeat: float | None = None, rolled_back: bool = False,
-          **extra) -> dict:
-    """A status as FleetReader returns it: applied `applied` s ago, its ref last written `seen` s ago;
-    two gateways, the first with `checks` (the second passed its 3 when `checks` is given)."""
+          seen: float = 10, checks: object = None, rolled_back: bool = False, written: float | None = None,
+          signature: Verdict | None = None, **extra) -> FleetEntry:
+    """A status as FleetReader returns it: first seen applied by this agent `applied` s ago, its ref last
+    written `seen` s ago, its status commit `written` s ago (default: 30 s, or `seen` if older); two
+    gateways, the first with `checks` (the second passed its 3 when `checks` is given)."""
     gateways: list[dict] = [{"url": f"http://10.0.0.{i}:9180", "status": "applied"} for i in (1, 2)]
     if checks is not None:
         gateways[0]["checks"], gateways[1]["checks"] = checks, {"passed": 3, "failed": []}
     if rolled_back:
         gateways[0]["rolled_back"] = True
-    doc = {"agent": name, "group": group, "commit": commit, "result": result, "time": ago(min(applied, 30)),
-           "seen": ago(seen), "gateways": gateways, **extra}
-    if result in ("applied", "healed"):
-        doc["applied_at"] = ago(applied, precise=True)
-    if heartbeat is not None:
-        doc["heartbeat"] = heartbeat
-    return doc
+    doc = {"agent": name, "group": group, "commit": commit, "result": result, "time": ago(30),
+           "gateways": gateways, **extra}
+    written = max(30, seen) if written is None else written
+    entry = FleetEntry(name, name, status_from(doc), None, signature, NOW - timedelta(seconds=written),
+                       NOW - timedelta(seconds=seen), "t" * 40)
+    APPLIED[id(entry)] = NOW - timedelta(seconds=applied)
+    return entry
+
+
+def unreadable(name: str, why: str = "gateways: expected a list, got int") -> FleetEntry:
+    return FleetEntry(name, name, None, why, None, NOW - timedelta(seconds=30), NOW - timedelta(seconds=10))
+
+
+APPLIED: dict[int, datetime] = {}  # an entry → when this agent first saw it applied (set by `agent`)
+
+
+def since(fleet) -> dict[str, datetime]:
+    return {e.agent: APPLIED[id(e)] for e in fleet if id(e) in APPLIED}
+
+
+UNSIGNED = Verdict(False, "not signed")
+SIGNED = Verdict(True)
 
 
 PASSED = {"passed": 3, "failed": []}
@@ -61,7 +81,9 @@ CASES = [
      ["failed on canary agent(s) c2", "held back"]),
     ("a failure of another commit does not count", [agent("c1"), agent("c2", commit=OLD, result="failed")],
      1, True, -300, []),
-    ("unreadable checks fail", [agent("c1", checks="garbage")], 1, False, None, ["failed on"]),
+    ("an unreadable status neither counts nor holds back", [unreadable("c1"), agent("c2")], 1, True, -300,
+     []),
+    ("only unreadable statuses", [unreadable("c1")], 1, False, None, ["no agent of it"]),
     ("a gateway rolled back fails", [agent("c1", rolled_back=True)], 1, False, None, ["failed on"]),
     ("on its way: neither counted nor failed", [agent("c1", result="soaking"), agent("c2")], 1, True, -300,
      []),
@@ -70,26 +92,34 @@ CASES = [
      ["down, not counted: c1 seen 3m ago", "only 0 live"]),
     ("one missed heartbeat is tolerated", [agent("c1", seen=DOWN_AFTER * HEARTBEAT - 1)], 1, True, -300, []),
     ("down after two", [agent("c1", seen=DOWN_AFTER * HEARTBEAT + 1)], 1, False, None, ["down"]),
-    ("its own longer heartbeat keeps it live", [agent("c1", seen=3 * HEARTBEAT, heartbeat=300)], 1, True,
-     -300, []),
-    ("never seen is down", [{**agent("c1"), "seen": None}], 1, False, None, ["c1 seen never"]),
+    ("the heartbeat a status claims is not trusted", [agent("c1", seen=3 * HEARTBEAT, heartbeat=86400)], 1,
+     False, None, ["down"]),
+    ("never seen is down", [replace(agent("c1"), seen=None)], 1, False, None, ["c1 seen never"]),
     ("down canary's failure still holds back", [agent("c1"), agent("c2", result="failed", seen=3600)], 1,
      False, None, ["failed on canary agent(s) c2"]),
     ("a down one and a live one", [agent("c1", seen=3600), agent("c2")], 1, True, -300, []),
     ("other groups ignored", [agent("m1", "main"), agent("c1", "canary-eu")], 1, False, None,
      ["no agent of it"]),
-    # An older writer without applied_at: its status's time (30 s ago here, later than the apply) is used,
-    # from the next second (it is written cut down to the second).
-    ("older writer: soak from its time", [{**agent("c1"), "applied_at": None}], 1, False, 271, ["soaking"]),
-    ("an applied_at to the second counts from the next", [{**agent("c1"), "applied_at": ago(SOAK)}], 1, False,
-     1, ["0 of 1"]),
+    ("the times in the file are not trusted", [agent("c1", applied=0, applied_at="2020-01-01T00:00:00Z")], 1,
+     False, SOAK, ["1 more soaking"]),
+    ("written in the future", [agent("c1", written=-3600)], 1, False, None, ["c1 (written in the future)"]),
+    ("seen in the future", [agent("c1", seen=-3600, written=30)], 1, False, None, ["written in the future"]),
+    ("a little clock skew is tolerated", [agent("c1", written=-60, seen=-60)], 1, True, -300, []),
+    ("written before the commit it reports", [agent("c1", written=2 * 3600)], 1, False, None,
+     ["c1 (written before the commit it reports)"]),
+    ("unsigned, when signatures are checked", [agent("c1", signature=UNSIGNED)], 1, False, None,
+     ["c1 (unverified: not signed)"]),
+    ("signed, when signatures are checked", [agent("c1", signature=SIGNED)], 1, True, -300, []),
+    ("an unsigned failure does not hold back", [agent("c1", signature=SIGNED),
+                                                agent("c2", result="failed", signature=UNSIGNED)], 1, True,
+     -300, []),
 ]
 
 
 @pytest.mark.parametrize(("case", "fleet", "count", "allowed", "earliest", "words"), CASES,
                          ids=[c[0] for c in CASES])
 def test_group_gate(case, fleet, count, allowed, earliest, words):
-    verdict = group_gate(fleet, C, "canary", count, SOAK, NOW, HEARTBEAT)
+    verdict = group_gate(fleet, C, "canary", count, SOAK, NOW, HEARTBEAT, since(fleet), COMMITTED)
     assert verdict.allowed is allowed, verdict.why
     assert verdict.earliest == (None if earliest is None else NOW + timedelta(seconds=earliest)), verdict.why
     for word in words:
@@ -101,37 +131,60 @@ def test_no_after_group_is_allowed_at_once():
     assert verdict.allowed and verdict.earliest == NOW
 
 
-def test_the_verdict_changes_with_time_alone():
-    """What a main agent sees poll after poll while the canaries soak, and when one goes down."""
-    fleet = [agent("c1", applied=0, seen=0), agent("c2", applied=0, seen=0)]
-    early = group_gate(fleet, C, "canary", 2, SOAK, NOW, HEARTBEAT)
-    assert not early.allowed and early.earliest == NOW + timedelta(seconds=SOAK)
+def test_the_soak_runs_on_this_agents_clock_from_when_it_first_saw_the_status(tmp_path):
+    """What a main agent sees poll after poll while the canaries soak, and when one goes down: the
+    gate's memory starts each soak when it first sees the status, whatever the file says."""
+    class Reader:
+        def __init__(self):
+            self.fleet: list[FleetEntry] = []
+
+        def read(self):
+            return self.fleet
+
+    reader = Reader()
+    gate = FleetGate(reader, "canary", 2, SOAK, HEARTBEAT)  # type: ignore[arg-type]
+    reader.fleet = [replace(agent(n, applied_at="2000-01-01T00:00:00Z"), written=NOW - timedelta(seconds=5),
+                            seen=NOW) for n in ("c1", "c2")]
+    early = gate.verdict(C, COMMITTED, NOW)
+    assert not early.allowed and early.earliest == NOW + timedelta(seconds=SOAK), early.why
     later = NOW + timedelta(seconds=SOAK)
-    beating = [{**d, "seen": later.strftime("%Y-%m-%dT%H:%M:%SZ")} for d in fleet]
-    assert group_gate(beating, C, "canary", 2, SOAK, later, HEARTBEAT).allowed
+    reader.fleet = [replace(e, seen=later) for e in reader.fleet]
+    assert gate.verdict(C, COMMITTED, later).allowed
     # c2 stopped writing at NOW: by the end of the soak it is down, and one canary is not two.
-    one_down = [beating[0], fleet[1]]
-    verdict = group_gate(one_down, C, "canary", 2, SOAK, later, HEARTBEAT)
-    assert not verdict.allowed and "c2 seen 5m ago" in verdict.why
+    reader.fleet = [reader.fleet[0], replace(reader.fleet[1], seen=NOW)]
+    verdict = gate.verdict(C, COMMITTED, later)
+    assert not verdict.allowed and "c2 seen 5m ago" in verdict.why, verdict.why
+    # Back, it soaks again from now: it had stopped counting.
+    reader.fleet = [replace(e, seen=later) for e in reader.fleet]
+    again = gate.verdict(C, COMMITTED, later)
+    assert not again.allowed and again.earliest == later + timedelta(seconds=SOAK)
 
 
-@pytest.mark.parametrize(("seen", "declared", "live"), [
-    (0, None, True), (120, None, True), (121, None, False), (500, 300, True), (601, 300, False),
-    (None, None, False), (-30, None, True),  # a writer's clock ahead of ours: not down
+@pytest.mark.parametrize(("seen", "live"), [
+    (0, True), (120, True), (121, False), (None, False), (-30, True),  # a writer's clock ahead: not down
 ])
-def test_is_live(seen, declared, live):
-    doc = {"seen": None if seen is None else ago(seen)}
-    if declared:
-        doc["heartbeat"] = declared
-    assert is_live(doc, NOW, HEARTBEAT) is live
+def test_is_live(seen, live):
+    entry = replace(agent("c1"), seen=None if seen is None else NOW - timedelta(seconds=seen))
+    assert is_live(entry, NOW, HEARTBEAT) is live
 
 
-def test_fleet_table_marks_down_agents_and_shows_groups_and_checks():
-    fleet = [agent("c1", checks=PASSED), agent("c2", checks=FAILED, seen=3600), agent("m1", "main", OLD)]
+def test_fleet_table_marks_down_agents_and_shows_groups_checks_and_trouble():
+    fleet = [agent("c1", checks=PASSED), agent("c2", checks=FAILED, seen=3600), agent("m1", "main", OLD),
+             unreadable("x1"), agent("u1", signature=UNSIGNED), agent("s1", signature=SIGNED)]
     lines = fleet_table(fleet, NOW, HEARTBEAT).splitlines()
     assert [line.split() for line in lines] == [
-        ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"],
-        ["c1", C[:7], "applied", "30s", "canary", "6", "passed", "10s"],  # over its two gateways
-        ["c2", C[:7], "applied", "30s", "canary", "1", "failed", "1h", "(down)"],
-        ["m1", OLD[:7], "applied", "30s", "main", "-", "10s"]]
+        ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN", "TRUST"],
+        ["c1", C[:7], "applied", "30s", "canary", "6", "passed", "10s", "-"],  # over its two gateways
+        ["c2", C[:7], "applied", "1h", "canary", "1", "failed", "1h", "(down)", "-"],
+        ["m1", OLD[:7], "applied", "30s", "main", "-", "10s", "-"],
+        ["x1", "-", "unreadable", "30s", "-", "-", "10s",
+         *["unreadable", "status:", "gateways:", "expected", "a", "list,", "got", "int"]],
+        ["u1", C[:7], "applied", "30s", "canary", "-", "10s", "unverified:", "not", "signed"],
+        ["s1", C[:7], "applied", "30s", "canary", "-", "10s", "verified"]]
     assert lines[0].index("SEEN") == lines[1].index("10s")  # aligned
+
+
+def test_fleet_table_shows_control_characters_escaped():
+    entry = unreadable("evil\x1b[2J\nname", "bad\r\nline")
+    text = fleet_table([entry], NOW, HEARTBEAT)
+    assert len(text.splitlines()) == 2 and "\x1b" not in text and "\\x1b" in text

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.cli.parser import main
 from gitsync.render.load import parse
+from testkit.processes import run_gitsync
+from testkit.profiles import examples
 from tests.pem import pem_pair
-from tests.support import run_gitsync
 
 VALID_ADC = """\
 services:
@@ -344,7 +345,8 @@ shapes = st.recursive(scalars, lambda inner: st.one_of(
     st.dictionaries(st.sampled_from(FIELD_NAMES) | st.text(max_size=4), inner, max_size=4)), max_leaves=18)
 #: What a mutation puts in: as often a scalar as a nested value (`shapes` alone is mostly containers).
 replacements = st.one_of(scalars, shapes)
-PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Each example runs the import and a validation in this process: half a typical property test's count.
+PROPERTY = examples(0.5)
 
 
 def yaml_of(value: Any) -> str:

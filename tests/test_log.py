@@ -42,9 +42,9 @@ def test_canary_is_scrubbed_from_json_lines():
     lines = out.getvalue().splitlines()
     assert len(lines) == 3
     records = [json.loads(line) for line in lines]
-    assert records[0]["record"]["message"] == "connecting with token ***"
-    assert records[1]["record"]["extra"]["token"] == "***"
-    assert "bad credentials ***" in records[2]["text"]
+    assert records[0]["message"] == "connecting with token ***"
+    assert records[1]["token"] == "***"
+    assert "bad credentials ***" in records[2]["exception"]
     assert CANARY not in out.getvalue()
 
 
@@ -56,7 +56,7 @@ def test_secret_with_json_escapes_is_scrubbed_in_json_mode():
     logger.info("value {}", tricky)
     text = out.getvalue()
     assert tricky not in text and json.dumps(tricky)[1:-1] not in text
-    assert json.loads(out.getvalue())["record"]["message"] == "value ***"
+    assert json.loads(out.getvalue())["message"] == "value ***"
 
 
 def test_short_values_are_not_registered():
@@ -122,7 +122,7 @@ def test_every_spelling_of_a_secret_is_masked():
     of a multi-line value, and a JSON log line of any of them."""
     from urllib.parse import quote, quote_plus
 
-    from gitsync.schema.jsonschema import lua_quote
+    from gitsync.problems import lua_quote
 
     value = 'first "line"\nsecond\\line/é+&'
     gslog.register_secret(value)

@@ -11,19 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from gitsync.kinds import KINDS
 from gitsync.push.admin_api import Endpoint
-from gitsync.push.apply import RetryPolicy, SyncStatus, sync_gateway
+from gitsync.push.apply import RetryPolicy, sync_gateway
 from gitsync.push.moves import first_step, is_move_refusal
 from gitsync.push.plan import Policy, item_content, items_equal
+from gitsync.push.results import SyncStatus
 from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble, Reply
+from testkit.profiles import examples
 from tests.agents import repo_url
 from tests.gitservers import git
 from tests.support import run_gitsync
@@ -296,8 +298,7 @@ def states(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])
+@examples(0.75)
 @given(live=states(), wanted=states())
 def test_any_move_converges_in_one_sync(shared_apisix: ApisixDouble, live: tuple, wanted: tuple) -> None:
     double = shared_apisix

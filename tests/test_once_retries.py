@@ -17,9 +17,9 @@ import pytest
 from gitsync.backoff import Backoff, retried
 from gitsync.cli.commands import ONCE_GIT_ATTEMPTS
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import GitGate, HungServer
+from testkit.processes import run_gitsync
 from tests.agents import ADMIN_KEY
-from tests.gitservers import GitGate, HungServer
-from tests.support import run_gitsync
 
 ROUTE = "upstreams:\n  - id: u\n    nodes: {'127.0.0.1:1980': 1}\nroutes:\n  - id: r1\n    uri: /r1\n" \
         "    upstream_id: u\n"

@@ -1,4 +1,4 @@
-"""A cold render's parse and per-file checks on forked workers (`gitsync.render.parallel`): the same
+"""A cold render's parse and per-file checks on forked workers (`gitsync.render.memo.workers`): the same
 result as one CPU's, whatever a worker does (dies, hangs), in a threaded process too; workers
 write the parse store themselves, plain files only.
 """
@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from gitsync.problems import ProblemsError
-from gitsync.render import ParseCache, RenderOptions, parallel, render
+from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
-from gitsync.render.stored import SUFFIX, ParseStore
+from gitsync.render.memo import ParseCache
+from gitsync.render.memo import workers as parallel
+from gitsync.render.memo.store import SUFFIX, ParseStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,7 +102,7 @@ def alone(files: dict[str, bytes], options: RenderOptions = OPTIONS):
     """The render on one CPU (no worker), as the reference."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(parallel, "cpus", lambda: 1)
-        return render(files, options, cache=ParseCache())
+        return render(files, options, memo=ParseCache())
 
 
 def assert_same(one, other) -> None:
@@ -120,7 +122,7 @@ def assert_gone(pids: list[int]) -> None:
 def test_a_render_on_workers_equals_one_on_one_cpu(workers, prepared, parent_idle) -> None:
     files = encoded(REPO)
     cache = ParseCache()
-    rendered = render(files, OPTIONS, cache=cache)
+    rendered = render(files, OPTIONS, memo=cache)
     assert len(workers) == 2
     assert prepared[0] == 0  # the workers prepared every file (the templated one, never handed back,
     # was parsed by the render itself)
@@ -132,7 +134,7 @@ def test_a_render_on_workers_equals_one_on_one_cpu(workers, prepared, parent_idl
 def test_this_process_and_the_workers_share_the_chunks(workers, prepared) -> None:
     files = encoded(REPO)
     cache = ParseCache()
-    assert_same(alone(files), render(files, OPTIONS, cache=cache))
+    assert_same(alone(files), render(files, OPTIONS, memo=cache))
     assert cache.parses == len(files) and prepared[0] <= len(files)
     assert_gone(workers)
 
@@ -142,7 +144,7 @@ def test_problems_are_the_same_whoever_found_them(workers, parent_idle) -> None:
                             "routes/r008.yaml": "routes:\n  - id: [\n",
                             "routes/r009.yaml": route_file(9).replace("count: 100", "count: -1")})
     with pytest.raises(ProblemsError) as on_workers:
-        render(files, OPTIONS, cache=ParseCache())
+        render(files, OPTIONS, memo=ParseCache())
     with pytest.raises(ProblemsError) as on_one:
         alone(files)
     assert [str(p) for p in on_workers.value.problems] == [str(p) for p in on_one.value.problems]
@@ -161,7 +163,7 @@ def test_a_worker_that_dies_costs_nothing_but_its_share(workers, prepared, monke
     monkeypatch.setattr(parallel, "_work", in_child(die))
     files = encoded(REPO)
     cache = ParseCache()
-    rendered = render(files, OPTIONS, cache=cache)
+    rendered = render(files, OPTIONS, memo=cache)
     assert prepared[0] < len(files)  # what the dead workers took was not prepared here…
     assert cache.parses == len(files)  # …but parsed by the render, one by one
     assert_same(alone(files), rendered)
@@ -178,7 +180,7 @@ def test_a_worker_that_hangs_is_killed_and_its_files_parsed_by_the_render(worker
     monkeypatch.setattr(parallel, "_patience", lambda *args: 0.2)
     files = encoded(REPO)
     started = time.monotonic()
-    rendered = render(files, OPTIONS, cache=ParseCache())
+    rendered = render(files, OPTIONS, memo=ParseCache())
     assert time.monotonic() - started < 60  # not the worker's 120 s
     assert_same(alone(files), rendered)
     assert_gone(workers)
@@ -195,7 +197,7 @@ def test_a_damaged_hand_back_is_ignored(workers, parent_idle, monkeypatch) -> No
     monkeypatch.setattr(parallel, "_work", in_child(scribble))
     files = encoded(REPO)
     cache = ParseCache()
-    assert_same(alone(files), render(files, OPTIONS, cache=cache))
+    assert_same(alone(files), render(files, OPTIONS, memo=cache))
     assert cache.parses == len(files)
 
 
@@ -205,14 +207,14 @@ def test_workers_write_the_parse_store_plain_files_only(tmp_path, workers, paren
     monkeypatch.setattr(ParseStore, "save", lambda self, key, parsed: (saved.append(key),
                                                                        real_save(self, key, parsed)))
     files = encoded(REPO)
-    rendered = render(files, OPTIONS, cache=ParseCache(store=ParseStore(tmp_path)))
+    rendered = render(files, OPTIONS, memo=ParseCache(store=ParseStore(tmp_path)))
     entries = {p.name[:-len(SUFFIX)]: p for p in tmp_path.rglob(f"*{SUFFIX}")}
     plain = {blob_sha(data) for name, data in files.items() if name != "templated.yaml"}
     assert set(entries) == plain  # no entry for the file with an expression
     assert {stat.S_IMODE(p.stat().st_mode) for p in entries.values()} == {0o600}
     assert not set(saved) & plain  # the workers wrote every plain file: the render wrote none again
     again = ParseCache(store=ParseStore(tmp_path))
-    assert_same(rendered, render(files, OPTIONS, cache=again))
+    assert_same(rendered, render(files, OPTIONS, memo=again))
     assert again.parses == 1  # the templated file, never stored
 
 
@@ -222,7 +224,7 @@ def test_a_render_in_a_threaded_process_uses_workers_too(workers, prepared, pare
     busy.start()
     try:
         files = encoded(REPO)
-        rendered = render(files, OPTIONS, cache=ParseCache())
+        rendered = render(files, OPTIONS, memo=ParseCache())
     finally:
         stop.set()
         busy.join()
@@ -237,7 +239,7 @@ def test_a_small_render_forks_nothing(monkeypatch) -> None:
     monkeypatch.setattr(os, "fork", fork)
     monkeypatch.setattr(parallel, "cpus", lambda: 4)
     files = encoded({"upstreams.yaml": UPSTREAM, "routes/r001.yaml": route_file(1)})
-    assert render(files, OPTIONS, cache=ParseCache()).payload["routes"]
+    assert render(files, OPTIONS, memo=ParseCache()).payload["routes"]
 
 
 @pytest.mark.parametrize("failure", ["fork", "hand-back file", "pipe"])
@@ -251,7 +253,7 @@ def test_no_worker_to_be_had_leaves_the_render_to_this_process(failure, workers,
     monkeypatch.setattr(*target, refuse)
     files = encoded(REPO)
     cache = ParseCache()
-    assert_same(alone(files), render(files, OPTIONS, cache=cache))
+    assert_same(alone(files), render(files, OPTIONS, memo=cache))
     assert cache.parses == len(files) and workers == []
 
 
@@ -260,7 +262,7 @@ def test_workers_reaped_by_the_system_are_not_waited_for(workers, parent_idle) -
     try:
         files = encoded(REPO)
         cache = ParseCache()
-        rendered = render(files, OPTIONS, cache=cache)
+        rendered = render(files, OPTIONS, memo=cache)
     finally:
         signal.signal(signal.SIGCHLD, previous)
     assert_same(alone(files), rendered)  # what they did is unknown: parsed here again
@@ -312,7 +314,7 @@ def test_what_a_worker_runs_imports_nothing_more() -> None:
     script = (
         "import sys, contextlib\n"
         "from pathlib import Path\n"
-        "from gitsync.render import parallel\n"
+        "from gitsync.render.memo import workers as parallel\n"
         "import cryptography.x509, cryptography.hazmat.primitives.serialization\n"
         "with contextlib.suppress(ImportError):\n"
         "    import lupa.luajit21\n"

@@ -1,4 +1,4 @@
-"""The parse cache on disk (`gitsync.render.stored`): `gitsync sync --once` with a kept state dir
+"""The parse cache on disk (`gitsync.render.memo.store`): `gitsync sync --once` with a kept state dir
 parses only what changed and, when the gateway's digest is still its own push's, reads nothing from
 the gateway before its PUT. What the cache holds is plain files only; an entry that is corrupt or
 not its own is ignored, never trusted.
@@ -13,9 +13,10 @@ import stat
 
 import pytest
 
-from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
-from gitsync.render.stored import SUFFIX, ParseStore, decode
+from gitsync.render.memo import ParseCache
+from gitsync.render.memo.store import SUFFIX, ParseStore, decode
 from tests.agents import ADMIN_KEY, repo_url
 from tests.support import run_gitsync
 
@@ -69,10 +70,10 @@ def test_sync_once_parses_one_changed_file_and_sends_no_get_before_its_put(tmp_p
 def test_a_later_run_reads_back_what_was_stored_and_parses_nothing(tmp_path) -> None:
     files = {name: text.encode() for name, text in THOUSAND.items()}
     first = ParseCache(store=ParseStore(tmp_path))
-    rendered = render(files, RenderOptions(), cache=first)
+    rendered = render(files, RenderOptions(), memo=first)
     assert first.parses == 101
     again = ParseCache(store=ParseStore(tmp_path))
-    stored = render(files, RenderOptions(), cache=again)
+    stored = render(files, RenderOptions(), memo=again)
     assert again.parses == 0
     assert stored.payload == rendered.payload and stored.contents == rendered.contents
     assert stored.splits == rendered.splits and stored.ids == rendered.ids
@@ -84,7 +85,7 @@ def test_a_later_run_reads_back_what_was_stored_and_parses_nothing(tmp_path) -> 
 @pytest.mark.slow
 def test_a_corrupt_or_foreign_entry_is_ignored_and_the_file_parsed_again(tmp_path) -> None:
     files = {name: text.encode() for name, text in THOUSAND.items()}
-    render(files, RenderOptions(), cache=ParseCache(store=ParseStore(tmp_path)))
+    render(files, RenderOptions(), memo=ParseCache(store=ParseStore(tmp_path)))
     store = ParseStore(tmp_path)
     one, other = blob_sha(files["routes/r001.yaml"]), blob_sha(files["routes/r002.yaml"])
     entry = store.dir / f"{one}{SUFFIX}"
@@ -111,10 +112,10 @@ def test_a_corrupt_or_foreign_entry_is_ignored_and_the_file_parsed_again(tmp_pat
     unread.write_bytes(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
 
     cache = ParseCache(store=ParseStore(tmp_path))
-    rendered = render(files, RenderOptions(), cache=cache)
+    rendered = render(files, RenderOptions(), memo=cache)
     assert cache.parses == 6
     assert "/evil" not in {r["uri"] for r in rendered.payload["routes"]}
-    assert render(files, RenderOptions(), cache=ParseCache()).payload == rendered.payload
+    assert render(files, RenderOptions(), memo=ParseCache()).payload == rendered.payload
 
 
 def test_files_with_expressions_or_encryption_are_never_stored(tmp_path) -> None:
@@ -159,7 +160,7 @@ def test_a_long_lived_cache_keeps_the_recent_renders_files_and_lists_the_store_o
     renders = []
     for n in range(6):
         files = files | {f"routes/r{n:03d}.yaml": route_file(n, uri=f"/v{n}").encode()}
-        render(files, RenderOptions(), cache=cache)
+        render(files, RenderOptions(), memo=cache)
         renders.append(files)
     kept = {f"{blob_sha(data)}{SUFFIX}" for rendered in renders[-2:] for data in rendered.values()}
     assert set(listdir(store.dir)) == kept
@@ -167,7 +168,7 @@ def test_a_long_lived_cache_keeps_the_recent_renders_files_and_lists_the_store_o
     stray = store.dir / f"{'0' * 40}{SUFFIX}"  # as a worker killed while writing would leave it
     stray.write_bytes(b"torn")
     store.relist()
-    render(files, RenderOptions(), cache=cache)
+    render(files, RenderOptions(), memo=cache)
     last = {f"{blob_sha(data)}{SUFFIX}" for data in files.values()}  # the last two renders: the same files
     assert not stray.exists() and set(listdir(store.dir)) == last
     assert listed == [tmp_path, store.dir]
@@ -188,7 +189,7 @@ def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp
     data = (UPSTREAM + "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n").encode()
     key = blob_sha(data)
     cache = ParseCache(store=ParseStore(tmp_path))
-    render({"a.yaml": data}, RenderOptions(), cache=cache)
+    render({"a.yaml": data}, RenderOptions(), memo=cache)
     cache.end_render()
     store = ParseStore(tmp_path)
     entry = (store.dir / f"{key}{SUFFIX}").read_bytes()

@@ -14,18 +14,20 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
 from gitsync.push.admin_api import Endpoint, Gateway, LiveConfig
-from gitsync.push.apply import GatewayResult, RetryPolicy, SyncStatus, push, sync_gateway
+from gitsync.push.apply import RetryPolicy, push, sync_gateway
 from gitsync.push.plan import MANAGE_ALL, Policy, items_equal
-from gitsync.push.workers import Gateways, wait_for
+from gitsync.push.results import GatewayResult, SyncStatus
+from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import RenderOptions, render
 from gitsync.settings import Secret
 from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble, Reply
+from testkit.profiles import examples
 from tests.support import free_port, run_gitsync
 
 KEY = "test-admin-key"
@@ -44,7 +46,7 @@ def sync(double: ApisixDouble, desired: dict[str, Any], policy: Policy = MANAGE_
 
 def sync_all(endpoints: list[Endpoint], desired: dict[str, Any]) -> list[GatewayResult]:
     """Push to several gateways at once, each on its own worker, as the agent does."""
-    with Gateways(endpoints) as gateways:
+    with GatewayPool(endpoints) as gateways:
         results, _ = wait_for(gateways.push({url: lambda client: push(client, desired, retry=FAST)
                                              for url in gateways.urls}))
     return [results[url] for url in gateways.urls]
@@ -469,8 +471,7 @@ def live_items(draw: st.DrawFn, kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])
+@examples(1)
 @given(data=st.data(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))
 def test_deadlock_matrix(shared_apisix: ApisixDouble, data: st.DataObject, unmanaged: frozenset[str]) -> None:
     double = shared_apisix

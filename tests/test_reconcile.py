@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS, VERSIONED_KEYS, item_id, version_key
@@ -37,6 +37,7 @@ from gitsync.push.plan import (
 )
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.cjson import round_numbers
+from testkit.profiles import examples
 
 
 class Stale(Exception):
@@ -234,7 +235,7 @@ STORED_VERSIONS = st.one_of(
 
 
 @pytest.mark.slow
-@settings(max_examples=600, deadline=None)
+@examples(3)
 @given(stored=STORED_VERSIONS)
 @example(stored=1.7000000000001e15)
 @example(stored=1.7976931348623e308)
@@ -349,7 +350,7 @@ def repos(draw: st.DrawFn) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.slow
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(2.5)
 @given(stored=gateway_states(), desired=repos(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=3))
 def test_any_live_state_converges_without_rejection(stored, desired, unmanaged) -> None:
     policy = Policy(unmanaged)
@@ -403,7 +404,7 @@ def recommits(draw: st.DrawFn) -> tuple[dict[str, list[dict[str, Any]]], dict[st
     return first, second
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(0.75)
 @given(stored=gateway_states(), commits=recommits())
 def test_a_plan_on_our_own_push_with_the_same_ids_in_place_equals_the_general_plan(
         stored, commits) -> None:
@@ -469,7 +470,7 @@ ITEMS_WITH_ANY_FIELDS = st.lists(st.tuples(IDS, FIELDS, FIELDS, INDEXES), max_si
                    | ({} if index is None else {"modifiedIndex": index}) for name, a, b, index in drawn])
 
 
-@settings(max_examples=200, deadline=None)
+@examples(1)
 @given(ITEMS_WITH_ANY_FIELDS, st.integers(1, VERSION_LIMIT - 1))
 def test_an_items_json_is_its_content_with_the_index_put_in_when_the_content_is_its_own(items, index) -> None:
     from gitsync.content import content_bytes, content_split, with_index
@@ -484,7 +485,7 @@ def test_an_items_json_is_its_content_with_the_index_put_in_when_the_content_is_
         assert with_index(content, split, index) == canonical_json({**own, "modifiedIndex": index})
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples(1)
 @given(stored=gateway_states(), desired=repos())
 def test_a_body_written_from_contents_and_splits_is_byte_for_byte_the_encoded_one(stored, desired) -> None:
     """Render gives each item's content and split; the body is then mostly joined from them. It must be

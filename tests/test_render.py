@@ -15,12 +15,12 @@ from gitsync import log as gslog
 from gitsync.kinds import KINDS
 from gitsync.problems import ProblemsError
 from gitsync.render import (
-    ParseCache,
     RenderOptions,
     mask_secrets,
     options_from_settings,
     render,
 )
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
 
@@ -341,16 +341,16 @@ def test_one_changed_file_parses_one_file():
              for i in range(20)}
     given["u.yaml"] = UPSTREAM.encode()
     cache = ParseCache()
-    first = render(given, cache=cache)
+    first = render(given, memo=cache)
     assert cache.parses == 21
     given["routes/r7.yaml"] = b"routes:\n  - {id: r7, uri: /seven, upstream_id: u1}\n"
-    second = render(given, cache=cache)
+    second = render(given, memo=cache)
     assert cache.parses == 22
     seven = second.source_map.index_of("routes", "r7")
     assert second.payload["routes"][seven]["uri"] == "/seven"
     assert first.payload["routes"][seven]["uri"] == "/7"  # the changed file's earlier item is its own
     # An unchanged file's items are the same objects render after render (read-only for every stage).
-    third = render(given, cache=cache)
+    third = render(given, memo=cache)
     assert third.payload["routes"][0] is second.payload["routes"][0] is first.payload["routes"][0]
     assert cache.parses == 22
 

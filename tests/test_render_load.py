@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gitsync.render.load import ParseCache, blob_sha, parse, plain_value, positions
+from gitsync.render.load import blob_sha, parse, plain_value, positions
+from gitsync.render.memo import ParseCache
+from testkit.profiles import examples
 
 
 def issues(data: bytes) -> list[tuple[int, int, str]]:
@@ -99,7 +101,7 @@ def test_cache_is_keyed_by_git_blob_sha_and_bounded():
     assert len(cache) == 1  # the file no render used since is gone
 
 
-@settings(max_examples=3000, deadline=None)
+@examples(15)
 @given(st.one_of(st.text(max_size=12), st.from_regex(r"[-+.0-9eE_xXoObBa-fA-F:~<=nNtTfFuUlrs ]{0,12}",
                                                      fullmatch=True)))
 @example("")

@@ -6,18 +6,20 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS
 from gitsync.problems import ProblemsError
-from gitsync.render import ParseCache, RenderOptions, mask_secrets, payload_json, render
+from gitsync.render import RenderOptions, mask_secrets, payload_json, render
+from gitsync.render.memo import ParseCache
+from testkit.profiles import examples
 
 OPTIONS = RenderOptions(vars={"HOST": "10.0.0.1", "PORT": "8080"},
                         secret_lookup={"TOKEN": "secret-token-value"}.get,
                         paths=(".", "envs/prod"), max_payload_size=200_000)
 CACHE = ParseCache()
-PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = examples(0.6)
 
 FIELDS = ["id", "username", "uri", "uris", "upstream_id", "service_id", "plugin_config_id", "group_id",
           "plugins", "upstream", "nodes", "host", "port", "weight", "cert", "key", "snis", "sni", "certs",
@@ -187,7 +189,7 @@ def test_the_next_render_from_the_last_one_says_what_a_full_render_says(changes)
 
 
 def test_a_one_file_change_of_items_is_rendered_from_the_last_render() -> None:
-    import gitsync.render.incremental as incremental
+    import gitsync.render.memo.incremental as incremental
 
     files = {n: json.dumps(d).encode() for n, d in BASE.items()}
     cache = ParseCache()
@@ -207,7 +209,7 @@ def test_a_one_file_change_of_items_is_rendered_from_the_last_render() -> None:
 
 
 def test_files_outside_the_configured_paths_do_not_keep_a_render_from_following_the_last() -> None:
-    import gitsync.render.incremental as incremental
+    import gitsync.render.memo.incremental as incremental
 
     files = {f"base/{n}": json.dumps(d).encode() for n, d in BASE.items() if "/" not in n}
     files["elsewhere/t.yaml"] = b"routes:\n  - {id: t, uri: '${{ vars.NOPE }}'}\n"  # not rendered here
@@ -224,7 +226,7 @@ def test_files_outside_the_configured_paths_do_not_keep_a_render_from_following_
 
 
 def test_a_file_of_several_kinds_in_any_order_follows_the_last_render() -> None:
-    import gitsync.render.incremental as incremental
+    import gitsync.render.memo.incremental as incremental
 
     def both(uri: str) -> bytes:
         return (b"upstreams:\n  - {id: u1, type: roundrobin, nodes: {'127.0.0.1:80': 1}}\n"
@@ -238,10 +240,10 @@ def test_a_file_of_several_kinds_in_any_order_follows_the_last_render() -> None:
     followed: list[Any] = []
     with pytest.MonkeyPatch.context() as patch:
         real = incremental.render_next
-        patch.setattr("gitsync.render.pipeline.render_next", lambda *args: followed.append(real(*args)) or
+        patch.setattr("gitsync.render.memo.cache.render_next", lambda *args: followed.append(real(*args)) or
                       followed[-1])
         rendered = render(files, RenderOptions(), cache)
-    assert followed == [rendered]  # rendered from the last render, not in full
+    assert [made for made, _ in followed] == [rendered]  # rendered from the last render, not in full
     fresh = render(files, RenderOptions(), ParseCache())
     assert rendered.payload == fresh.payload and rendered.contents == fresh.contents
     assert [str(rendered.source_map.location("routes", i)) for i in range(3)] == \

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import git
+from testkit.processes import free_port, run_gitsync
 from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream, wait_for
-from tests.gitservers import git
-from tests.support import free_port, run_gitsync
 
 
 @pytest.fixture

@@ -28,19 +28,20 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
 from gitsync import log as gslog
-from gitsync.problems import Problem, ProblemsError
-from gitsync.render import ParseCache, RenderOptions, render
+from gitsync.problems import Problem, ProblemsError, lua_quote
+from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
-from gitsync.render.stored import SUFFIX
-from gitsync.schema.jsonschema import lua_quote
+from gitsync.render.memo import ParseCache
+from gitsync.render.memo.store import SUFFIX
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text
+from testkit.profiles import examples
 from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
@@ -525,7 +526,7 @@ def test_a_secret_rejected_anywhere_is_in_no_message(json_lines: bool):
     cache = ParseCache()
 
     @given(value=SECRET_TEXT)
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @examples(0.75)
     def refused_quietly(value: str) -> None:
         gslog.forget_secrets()
         log.seek(0)

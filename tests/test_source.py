@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -135,6 +136,38 @@ def test_first_fetch_then_incremental_fetch_brings_only_new_objects(kind, remote
     files = source.read(second)
     assert files.sha == second and files.subject == "commit 9"
     assert files.files == files_at(remote_repo, second)
+
+
+@contextlib.contextmanager
+def descriptors_above(floor: int) -> Iterator[None]:
+    """Every descriptor this process opens meanwhile is above `floor`: those below are taken (the soft
+    open-files limit raised for them when needed)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < floor + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(floor + 256, hard), hard))
+    taken: list[int] = []
+    try:
+        while not taken or taken[-1] < floor:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["git", "ssh"])
+def test_an_incremental_fetch_works_with_descriptors_above_1023(kind, remote_repo, servers_by_kind, tmp_path):
+    """The agent's listener may hold a thousand connections, so a fetch's own connection may get a
+    descriptor above 1,023, which select() cannot watch; a fetch offering 'have's asks whether the
+    server answered yet (dulwich's `can_read`), and the ssh pipe waits for each read."""
+    remote_repo.commit({"conf/a.yaml": "routes: []\n"}, "first")
+    source = source_for(kind, remote_repo, tmp_path / "state", servers_by_kind)
+    source.fetch()
+    second = remote_repo.commit({"conf/a.yaml": "routes: []\n# two\n"}, "second")
+    with descriptors_above(1100):
+        assert source.check() == second
+        assert source.fetch() == second
+    assert source.read(second).files["conf/a.yaml"] == b"routes: []\n# two\n"
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from gitsync.agent.state import AgentState, GatewayState, StateDir, StateError
+from gitsync.agent.state import AgentState, GatewayState, StateError
+from gitsync.agent.statedir import StateDir
 
 
 def test_round_trip(tmp_path):
@@ -41,7 +42,8 @@ def test_bad_commits_are_bounded():
 def test_single_instance_lock_names_the_holder(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from gitsync.agent.state import StateDir; s = StateDir(sys.argv[1]); s.acquire();"
+         "import sys, time; from gitsync.agent.statedir import StateDir; "
+         "s = StateDir(sys.argv[1]); s.acquire();"
          "print('locked', flush=True); time.sleep(30)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True,
     )

@@ -17,8 +17,9 @@ import pytest
 
 from gitsync import log as gslog
 from gitsync.agent.gate import fleet_table
-from gitsync.agent.state import StateDir
+from gitsync.agent.statedir import StateDir
 from gitsync.cli.commands import status as status_command
+from gitsync.names import decode_slug
 from gitsync.settings import Settings, load
 from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import read_fleet
@@ -125,12 +126,13 @@ def test_each_agent_keeps_its_own_file(config_repo, git_daemon, tmp_path):
     assert agent_files(repo) == ["edge-a.yaml", "edge-b.yaml"]
 
     fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
-    assert [(d["agent"], d["commit"], d["result"]) for d in fleet] == [
+    assert [(e.agent, e.status.commit, e.status.result) for e in fleet] == [
         ("edge-a", sha, "applied"), ("edge-b", sha, "failed")]
-    assert "applied_at" in fleet[0] and "applied_at" not in fleet[1]  # edge-b never applied it
+    assert fleet[0].status.applied_at and fleet[1].status.applied_at is None  # edge-b never applied it
     table = fleet_table(fleet, NOW + timedelta(hours=2), 60).splitlines()
-    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"]
-    assert table[2].split() == ["edge-b", sha[:7], "failed", "2h", "-", "-", "1h", "(down)"]  # seen just now
+    assert table[0].split() == ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN", "TRUST"]
+    # its status commit, and the ref, written just now (NOW is an hour ago)
+    assert table[2].split() == ["edge-b", sha[:7], "failed", "1h", "-", "-", "1h", "(down)", "-"]
 
 
 def test_failed_commit_gets_a_note_the_git_cli_reads(config_repo, git_daemon, tmp_path):
@@ -224,7 +226,8 @@ def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_du
     times = [int(repo.git("log", "-1", "--format=%ct", c)) for c in (first[0], beat[0])]
     assert times[1] > times[0]
     fleet = read_fleet(Remote.of(url), "refs/gitsync/status", tmp_path / "fleet")
-    assert fleet[0]["seen"] == datetime.fromtimestamp(times[1], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert fleet[0].seen == datetime.fromtimestamp(times[1], UTC)
+    assert fleet[0].written == datetime.fromtimestamp(times[0], UTC)
 
     # A change after heartbeats is a new status commit, without parents.
     sha2 = repo.commit({"routes.yaml": "routes: [2]\n"}, "two")
@@ -293,12 +296,30 @@ def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, 
 
 
 @pytest.mark.parametrize(("name", "slug"), [
-    ("edge-1", "edge-1"), ("gw eu/1", "gw-eu-1"), ("..hidden", "hidden"), ("a..b", "a.b"),
-    ("x.lock", "x-lock"), ("trailing.", "trailing"), ("", "agent"), ("ünï", "-n-"),
+    ("edge-1", "edge-1"), ("gw eu/1", "gw%20eu%2F1"), ("..hidden", "%2E%2Ehidden"), ("a..b", "a.%2Eb"),
+    ("x.lock", "x%2Elock"), ("trailing.", "trailing%2E"), ("ünï", "%C3%BCn%C3%AF"), ("100%", "100%25"),
+    ("a@{b}", "a%40%7Bb%7D"), ("@", "%40"), ("a.b.c", "a.b.c"),
 ])
 def test_agent_names_become_valid_ref_and_file_names(name, slug):
     assert agent_slug(name) == slug
+    assert decode_slug(slug) == name
     assert git("check-ref-format", f"refs/gitsync/status/{slug}", check=False) == ""
+
+
+def test_names_that_collided_before_get_refs_of_their_own():
+    names = ["eu/1", "eu-1", "eu 1", "eu:1", "gw-é", "gw-ü", "eu%2F1", "eu.1", "eu..1", "eu.1.lock"]
+    slugs = [agent_slug(n) for n in names]
+    assert len(set(slugs)) == len(names), slugs
+    assert [decode_slug(s) for s in slugs] == names
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("", "cannot be empty"), ("a\nb", "control characters"), ("é" * 40, "at most 200 bytes"),
+    ("x\udc80", "UTF-8"),
+])
+def test_names_that_cannot_be_encoded_are_refused(name, why):
+    with pytest.raises(ValueError, match=why):
+        agent_slug(name)
 
 
 @pytest.mark.slow
@@ -557,11 +578,14 @@ def test_status_fleet_command(config_repo, git_daemon, tmp_path, capsys):
             report(agent, sha, when=NOW - timedelta(hours=3), gateways=checked), group=group))
     assert status_command(settings, argparse.Namespace(fleet=True)) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:7] for line in lines] == [
-        ["AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN"],
-        ["edge-a", sha[:7], "applied", "3h", "canary", "2", "passed"],
-        ["edge-b", sha[:7], "applied", "3h", "main", "2", "passed"]]
-    assert all(re.fullmatch(r"\d+s", line.split()[-1]) for line in lines[1:])  # just written: live
+    # The age is its status commit's (just now), not the time its file says (3 h ago).
+    assert [line.split()[:3] + line.split()[4:7] for line in lines] == [
+        ["AGENT", "COMMIT", "RESULT", "GROUP", "CHECKS", "SEEN"],
+        ["edge-a", sha[:7], "applied", "canary", "2", "passed"],
+        ["edge-b", sha[:7], "applied", "main", "2", "passed"]]
+    assert all(re.fullmatch(r"\d+s", line.split()[3]) for line in lines[1:])
+    assert all(re.fullmatch(r"\d+s", line.split()[-2]) for line in lines[1:])  # just written: live
+    assert all(line.split()[-1] == "-" for line in lines[1:])  # status_signers not set: nothing checked
 
     gone = settings_for(tmp_path, repo=git_daemon.url("no-such-repo.git"))
     assert status_command(gone, argparse.Namespace(fleet=True)) == 1

@@ -167,13 +167,14 @@ def _length(value: Any) -> int:
 
 def item_count(data: Any) -> int:
     """How many items an ADC file's content (of the right types) makes at most: a service and its
-    upstream, each route, stream route, SSL, consumer, credential, global rule and metadata item."""
+    upstream, each named upstream, route, stream route, SSL, consumer, credential, global rule and
+    metadata item."""
     if not isinstance(data, Mapping):
         return 0
     count = sum(_length(data.get(key)) for key in ("ssls", "consumer_groups", "global_rules",
                                                    "plugin_metadata", "routes", "stream_routes"))
     for service in data.get("services") or ():
-        count += 2 + _length(service.get("routes")) + _length(service.get("stream_routes"))
+        count += 2 + sum(_length(service.get(key)) for key in ("routes", "stream_routes", "upstreams"))
     for consumer in data.get("consumers") or ():
         count += 1 + _length(consumer.get("credentials"))
     return count

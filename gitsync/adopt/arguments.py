@@ -39,15 +39,24 @@ def export(parser: argparse.ArgumentParser) -> None:
 
 
 def import_(parser: argparse.ArgumentParser) -> None:
+    """With --gateway (and --admin-key-file, from the settings' flags) import adc follows the live
+    gateway; a gateway of the settings file or the environment alone is not read."""
     parser.add_argument("format", choices=FORMATS,
                         help="adc: ADC declarative files; apisix-yaml: a file-driven apisix.yaml")
     parser.add_argument("files", metavar="FILE", nargs="+", type=Path, help="the files to import")
     _out(parser)
     parser.add_argument("--label-selector", metavar="KEY=VALUE", action="append", type=_label, default=[],
                         help="adc: the --label-selector given to adc sync (ADC stamps these labels)")
-    parser.add_argument("--no-managed-by-label", action="store_true",
-                        help="adc: leave out the managed-by: adc label ADC 0.28 stamps on services, routes, "
-                             "stream routes, consumers and SSLs")
+    parser.add_argument("--adc-version", metavar="VERSION", default=None,
+                        help="adc: the ADC release whose adc sync wrote the gateway (0.20.0 … 0.28.0 as X.Y "
+                             "or X.Y.Z, or main for a build after 0.28.0); default: the latest release, "
+                             "0.28.0, or with --gateway what the gateway shows")
+    parser.add_argument("--managed-by-label", action=argparse.BooleanOptionalAction, default=None,
+                        help="adc: stamp (or leave out) the managed-by: adc label ADC after 0.28.0 puts on "
+                             "services, routes, stream routes, consumers and SSLs (default: as the ADC "
+                             "release, or the gateway, says)")
+    parser.add_argument("--no-lint", action="store_true",
+                        help="adc: the files were synced with adc sync --no-lint (no defaults filled in)")
 
 
 def init(parser: argparse.ArgumentParser) -> None:

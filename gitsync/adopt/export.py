@@ -34,6 +34,7 @@ from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.push.plan import content_bytes, item_content
 from gitsync.render import RenderOptions, render
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings
 
 _SINGULAR = {"routes": "route", "services": "service", "upstreams": "upstream", "ssls": "ssl",
@@ -106,7 +107,7 @@ def prove(exported: Exported) -> tuple[list[str], list[str]]:
     live = exported.live
     values = exported.secrets
     try:
-        rendered = render(exported.files, RenderOptions(secret_lookup=values.get)).payload
+        rendered = render(exported.files, RenderOptions(secret_lookup=values.get), memo=ParseCache()).payload
     except ProblemsError as exc:
         return [str(p) for p in exc.problems], []
     problems, notes = [], []

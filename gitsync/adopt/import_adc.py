@@ -1,14 +1,16 @@
 """ADC's declarative files → a gitsync payload that equals what ``adc sync`` writes to a standalone gateway.
 
 ADC (api7/adc) nests routes under services and keys resources by name; its
-standalone backend (ADC 0.28, ``libs/backend-apisix-standalone``) turns them into
-APISIX items with ids derived from names. gitsync keeps exactly those ids and
+standalone backend (``libs/backend-apisix-standalone``, since ADC 0.20.0) turns them
+into APISIX items with ids derived from names. gitsync keeps exactly those ids and
 fields, so the first sync after ``adc sync`` of the same files finds every item
-equal and changes nothing. The rules, as ADC applies them:
+equal and changes nothing. The rules, as every ADC release applies them:
 
-- a service's id is its ``id`` or sha1(name); it always gets ``upstream_id`` = its
-  own id, and its ``upstream`` becomes an upstreams item with the service's id and
-  name;
+- a service's id is its ``id`` or sha1(name); from ADC 0.21.0 it gets ``upstream_id``
+  = its own id and its ``upstream`` becomes an upstreams item with the service's id
+  and name (ADC 0.20 keeps the upstream inside the service);
+- a service's named ``upstreams`` become upstreams items, id = ``id`` or
+  sha1("<service>.<upstream>"), labelled ``__ADC_UPSTREAM_SERVICE_ID: <service id>``;
 - a route's id is its ``id`` or sha1("<service>.<route>"), with ``service_id`` and
   ``status: 1``; stream routes likewise (no status);
 - an SSL's id is its ``id`` or sha1(the SNIs joined by ","); it gets ``status: 1``;
@@ -16,12 +18,8 @@ equal and changes nothing. The rules, as ADC applies them:
 - a consumer keeps its username; a credential's id is ``<username>/credentials/``
   plus its ``id`` or sha1("<username>.<credential>"), its ``type``/``config`` one plugin;
 - a global rule and a plugin metadata item are keyed by the plugin's name;
-- labels whose value is a list become that list's JSON text; services, routes,
-  stream routes, consumers and SSLs get ``managed-by: adc`` (and ``--label-selector``
-  labels), as ``adc sync`` stamps them;
-- the defaults ADC's schema fills in are filled in: an upstream's ``type``,
-  ``scheme``, ``pass_host``, each node's ``priority``, ``keepalive_pool`` and health
-  check fields once present, an SSL's ``type``, a client certificate's ``depth``;
+- labels whose value is a list become that list's JSON text; ``--label-selector``
+  labels are stamped on services, routes, stream routes, consumers and SSLs;
 - ``${NAME}`` (ADC's environment substitution) becomes ``${{ secrets.NAME }}``
   (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``. A ``$``
   right before ``${NAME}`` (ADC: that ``$``, then the value) has no spelling in gitsync's
@@ -30,10 +28,14 @@ equal and changes nothing. The rules, as ADC applies them:
 Each file is checked against the types of ADC's schema (`adc_shapes`) before it is
 converted: a wrong type is a problem at its line, never an exception.
 
-What ADC's standalone backend does not write (consumer groups, a service's named
-``upstreams``, routes outside a service) or what gitsync cannot keep (a service
-without an upstream: ADC points it at an upstream that does not exist, which gitsync
-refuses) is reported with the file and line, never dropped silently.
+What differs between releases (the defaults its lint fills in, health checks and
+service discovery, ``nodes: []``, the ``managed-by: adc`` label of ADC after 0.28.0)
+is a `Behaviour` (`gitsync.adopt.adc_releases`).
+
+What ADC's standalone backend does not write (consumer groups, routes outside a
+service) or cannot write (a service without an upstream: ``adc sync`` stops with a
+TypeError and writes nothing) is reported with the file and line, never dropped
+silently.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsync.adopt.adc_releases import (
+    DEFAULT,
+    MANAGED_BY,
+    UPSTREAM_SERVICE_LABEL,
+    VERIFY_CERT,
+    VERIFY_CERT_OLD,
+    Behaviour,
+)
 from gitsync.adopt.adc_shapes import item_count, too_many_items, wrong_types
 from gitsync.adopt.repo_writer import dollar_before, rewrite_matches
 from gitsync.problems import Location, Problem
@@ -53,7 +63,6 @@ from gitsync.render.sourcemap import FilePositions, string_leaves
 
 ADC_KEYS = ("services", "ssls", "consumers", "consumer_groups", "global_rules", "plugin_metadata",
             "routes", "stream_routes")
-MANAGED_BY = ("managed-by", "adc")
 _ENV = re.compile(r"\\\$\{(\w+)\}|\$\{(\w+)\}")
 
 SERVICE_FIELDS = {"id", "name", "description", "labels", "upstream", "upstreams", "plugins", "path_prefix",
@@ -72,11 +81,11 @@ CREDENTIAL_FIELDS = {"id", "name", "description", "labels", "type", "config"}
 _HEALTHY = {"http_statuses": [200, 302], "successes": 2}
 _UNHEALTHY = {"http_statuses": [429, 404, 500, 501, 502, 503, 504, 505], "http_failures": 5,
               "tcp_failures": 2, "timeouts": 3}
-_ACTIVE = {"type": "http", "timeout": 1, "concurrency": 10, "http_path": "/",
-           "https_verify_certificate": True}
-#: ADC's health-check field names that APISIX spells differently.
-_CHECK_RENAMES = {"https_verify_cert": "https_verify_certificate", "http_request_headers": "req_headers",
-                  "http_req_headers": "req_headers"}
+_ACTIVE = {"type": "http", "timeout": 1, "concurrency": 10, "http_path": "/"}
+_KEEPALIVE = {"size": 320, "idle_timeout": 60, "requests": 1000}
+#: What APISIX calls ADC's health-check fields (ADC writes its own names, which APISIX does not read).
+_APISIX_CHECK_NAMES = {VERIFY_CERT_OLD: VERIFY_CERT, "http_request_headers": "req_headers"}
+_DISCOVERY = ("service_name", "discovery_type", "discovery_args")
 
 
 def sha1(text: str) -> str:
@@ -144,22 +153,19 @@ def _with_defaults(value: Any, defaults: Mapping[str, Any]) -> Any:
     return {**defaults, **value}
 
 
-def _checks(checks: Any) -> Any:
+def _checks(checks: Any, verify_cert: str) -> Any:
+    """Health checks with the defaults ADC's lint (zod 4) fills in, under ADC's own field names."""
     if not isinstance(checks, Mapping):
         return checks
-
-    def renamed(part: Any) -> Any:
-        return {_CHECK_RENAMES.get(k, k): v for k, v in part.items()} if isinstance(part, Mapping) else part
-
     out = dict(checks)
-    active = renamed(out.get("active"))
+    active = out.get("active")
     if isinstance(active, Mapping):
-        active = _with_defaults(active, _ACTIVE)
+        active = _with_defaults(active, {**_ACTIVE, verify_cert: True})
         for name, base in (("healthy", _HEALTHY), ("unhealthy", _UNHEALTHY)):
             if isinstance(active.get(name), Mapping):
                 active[name] = _with_defaults(active[name], {**base, "interval": 1})
         out["active"] = active
-    passive = renamed(out.get("passive"))
+    passive = out.get("passive")
     if isinstance(passive, Mapping):
         passive = _with_defaults(passive, {"type": "http"})
         for name, base in (("healthy", _HEALTHY), ("unhealthy", _UNHEALTHY)):
@@ -169,13 +175,40 @@ def _checks(checks: Any) -> Any:
     return out
 
 
+def _js_key_order(names: list[str]) -> list[int]:
+    """The positions of `names` in the order a JavaScript object keyed by them lists its keys: names
+    that are array indices ("0", "10") first, ascending, then the others as inserted. ADC keys a
+    file's services, SSLs and consumers by name that way before it writes them."""
+    def index_key(name: str) -> int | None:
+        return int(name) if name.isdigit() and str(int(name)) == name and int(name) < 2**32 - 1 else None
+
+    indices = sorted((k, i) for i, n in enumerate(names) if (k := index_key(n)) is not None)
+    return [i for _, i in indices] + [i for i, n in enumerate(names) if index_key(n) is None]
+
+
+def _child_id(explicit: Any, parent: str, name: str) -> str:
+    """The id ADC gives a route, stream route, named upstream or credential: its own ``id``, or
+    sha1("<parent>.<name>"). ADC's differ derives the latter also for an explicit id that equals
+    sha1(<name>), taking it for one it derived without the parent."""
+    if not explicit or str(explicit) == sha1(name):
+        return sha1(f"{parent}.{name}")
+    return str(explicit)
+
+
 class _Converter:
-    def __init__(self, stamp: Mapping[str, str]) -> None:
+    def __init__(self, stamp: Mapping[str, str], behaviour: Behaviour) -> None:
         self.stamp = dict(stamp)
+        self.behaviour = behaviour
+        #: Every schema default filled in: ADC's lint ran (no --no-lint), with zod 4 (ADC 0.21.0 on).
+        self.full_defaults = behaviour.lint and behaviour.release.full_defaults
         self.out = Converted({})
         self.seen: dict[tuple[str, str], Location] = {}
-        #: ADC creates every consumer before any credential: credentials follow all consumers.
+        #: ADC creates every consumer before any credential: credentials follow all consumers; and
+        #: every service (with its own upstream) before any named upstream.
         self.credentials: list[tuple[dict[str, Any], Location]] = []
+        self.named_upstreams: list[tuple[dict[str, Any], Location]] = []
+        #: Services, SSLs and consumers of every file, converted in the order ADC keys them.
+        self.pending: dict[str, list[tuple[_Source, int, Mapping[str, Any]]]] = {}
 
     def problem(self, message: str, where: Location, kind: str | None = None, ident: str | None = None,
                 ) -> None:
@@ -201,24 +234,75 @@ class _Converter:
 
     # -- resources ----------------------------------------------------------------------------------------
 
-    def upstream(self, up: Mapping[str, Any], ident: str, name: str) -> dict[str, Any]:
+    def upstream(self, src: _Source, path: tuple[str | int, ...], up: Mapping[str, Any], what: str,
+                 ) -> dict[str, Any]:
+        """An ADC upstream as its standalone backend writes it, without id and name (the caller's)."""
+        release = self.behaviour.release
         nodes = up.get("nodes")
-        if isinstance(nodes, list):
+        if self.full_defaults and isinstance(nodes, list):
             nodes = [_with_defaults(n, {"priority": 0}) for n in nodes]
         keepalive = up.get("keepalive_pool")
-        if isinstance(keepalive, Mapping):
-            keepalive = _with_defaults(keepalive, {"size": 320, "idle_timeout": 60, "requests": 1000})
-        out = _set({"id": ident}, name=name, desc=up.get("description"),
-                   labels=_labels(up.get("labels"), None), type=up.get("type", "roundrobin"),
-                   hash_on=up.get("hash_on"), key=up.get("key"), checks=_checks(up.get("checks")),
-                   nodes=nodes, scheme=up.get("scheme", "http"), retries=up.get("retries"),
-                   retry_timeout=up.get("retry_timeout"), timeout=up.get("timeout"),
-                   tls=up.get("tls"), keepalive_pool=keepalive, pass_host=up.get("pass_host", "pass"),
-                   upstream_host=up.get("upstream_host"), service_name=up.get("service_name"),
-                   discovery_type=up.get("discovery_type"), discovery_args=up.get("discovery_args"))
-        if "nodes" not in out and "service_name" not in out:
-            out["nodes"] = []
+        if self.behaviour.lint:  # zod 3 and zod 4 alike
+            keepalive = _with_defaults(keepalive, _KEEPALIVE)
+        out = _set({}, desc=up.get("description"), labels=_labels(up.get("labels"), None),
+                   type=up.get("type"), hash_on=up.get("hash_on"), key=up.get("key"), nodes=nodes,
+                   scheme=up.get("scheme"), retries=up.get("retries"), retry_timeout=up.get("retry_timeout"),
+                   timeout=up.get("timeout"), tls=up.get("tls"), keepalive_pool=keepalive,
+                   pass_host=up.get("pass_host"), upstream_host=up.get("upstream_host"))
+        if self.full_defaults:
+            for key, default in (("type", "roundrobin"), ("scheme", "http"), ("pass_host", "pass")):
+                out.setdefault(key, default)
+        dropped = [key for key in ("checks", *_DISCOVERY) if key in up]
+        if release.checks:
+            checks = up.get("checks")
+            if self.full_defaults:
+                checks = _checks(checks, release.verify_cert)
+            _set(out, checks=checks, **{key: up.get(key) for key in _DISCOVERY})
+            self.check_names(src, path, up.get("checks"), what)
+        elif dropped:
+            self.note(f"{what}: {self.behaviour.name} does not write {', '.join(dropped)} (ADC writes them "
+                      "from 0.21.1): not imported", src.at(*path, dropped[0]))
+        if "nodes" not in out:
+            self.missing_nodes(src, path, out, what, discovery="service_name" in up)
         return out
+
+    def missing_nodes(self, src: _Source, path: tuple[str | int, ...], out: dict[str, Any], what: str,
+                      discovery: bool) -> None:
+        """An upstream without nodes: ADC up to 0.21.1 writes ``nodes: []``, later ones nothing; only
+        what ADC's lint lets through and APISIX accepts can be on a gateway."""
+        release = self.behaviour.release
+        if not discovery and self.behaviour.lint:
+            self.problem(f"{what} has neither nodes nor service discovery: ADC's lint refuses it (\"Upstream "
+                         "must either explicitly specify nodes or use service discovery\"), so no gateway "
+                         "holds it", src.at(*path))
+        elif not discovery and not release.empty_nodes:
+            self.problem(f"{what} has neither nodes nor service_name: APISIX refuses such an upstream",
+                         src.at(*path))
+        elif release.empty_nodes:
+            if "service_name" in out:
+                self.problem(f"{what}: {self.behaviour.name} writes 'nodes: []' next to 'service_name', "
+                             "which APISIX refuses, so no gateway holds this upstream as that ADC writes it "
+                             "(ADC 0.21.2 fixed it: give the --adc-version that synced the gateway)",
+                             src.at(*path, "service_name"))
+            out["nodes"] = []
+
+    def check_names(self, src: _Source, path: tuple[str | int, ...], checks: Any, what: str) -> None:
+        """Tell about health-check fields ADC writes as they are but APISIX reads under another name,
+        and about the one the release's lint would have refused."""
+        active = checks.get("active") if isinstance(checks, Mapping) else None
+        if not isinstance(active, Mapping):
+            return
+        at = (*path, "checks", "active")
+        for adc_name, apisix_name in _APISIX_CHECK_NAMES.items():
+            if adc_name in active:
+                self.note(f"{what}: checks.active.{adc_name} is written as it is, as ADC writes it; APISIX "
+                          f"reads {apisix_name} and ignores it (rename it in the repo to have APISIX use it: "
+                          "the first sync then changes this upstream)", src.at(*at, adc_name))
+        refused = VERIFY_CERT if self.behaviour.release.verify_cert == VERIFY_CERT_OLD else VERIFY_CERT_OLD
+        if refused in active:
+            self.note(f"{what}: {self.behaviour.name}'s lint refuses checks.active.{refused} (it knows "
+                      f"{self.behaviour.release.verify_cert}): if another ADC synced these files, give its "
+                      "--adc-version", src.at(*at, refused))
 
     def service(self, src: _Source, index: int, svc: Mapping[str, Any]) -> None:
         where = src.at("services", index)
@@ -228,30 +312,54 @@ class _Converter:
             return
         self.unknown_fields(src, svc, SERVICE_FIELDS, f"service {name!r}", "services", index)
         ident = str(svc.get("id") or sha1(name))
-        if svc.get("upstreams"):
-            self.problem(f"service {name!r}: named 'upstreams' are not mapped (ADC's standalone backend "
-                         "keeps no stable id for them); use the service's 'upstream'",
-                         src.at("services", index, "upstreams"), "services", ident)
         for key in ("path_prefix", "strip_path_prefix"):
             if key in svc:
                 self.note(f"service {name!r}: {key} is not written by ADC's standalone backend (APISIX has "
                           "no such field); not imported", src.at("services", index, key))
-        upstream = svc.get("upstream")
-        if not isinstance(upstream, Mapping):
-            self.problem(f"service {name!r} has no upstream: ADC points its upstream_id at an upstream that "
-                         "does not exist, which gitsync refuses; give the service an upstream",
-                         where, "services", ident)
-        else:
-            self.unknown_fields(src, upstream, UPSTREAM_FIELDS, f"service {name!r} upstream",
-                                "services", index, "upstream")
-            self.add("upstreams", self.upstream(upstream, ident, name), src.at("services", index, "upstream"))
+        nested = self.own_upstream(src, index, svc, name, ident)
         self.add("services", _set({"id": ident}, name=name, desc=svc.get("description"),
                                   labels=_labels(svc.get("labels"), self.stamp), hosts=svc.get("hosts"),
-                                  upstream_id=ident, plugins=svc.get("plugins")), where)
+                                  upstream=nested, upstream_id=None if nested is not None else ident,
+                                  plugins=svc.get("plugins")), where)
         for r_index, route in enumerate(svc.get("routes") or ()):
             self.route(src, (index, r_index), route, name, ident)
         for r_index, route in enumerate(svc.get("stream_routes") or ()):
             self.stream_route(src, (index, r_index), route, name, ident)
+        for u_index, upstream in enumerate(svc.get("upstreams") or ()):
+            self.named_upstream(src, (index, u_index), upstream, name, ident)
+
+    def own_upstream(self, src: _Source, index: int, svc: Mapping[str, Any], name: str, ident: str,
+                     ) -> dict[str, Any] | None:
+        """The service's ``upstream``: an upstreams item with the service's id and name (ADC 0.21.0 on),
+        or returned to go inside the service item (ADC 0.20)."""
+        upstream = svc.get("upstream")
+        if not isinstance(upstream, Mapping):
+            self.problem(f"service {name!r} has no upstream: adc sync stops on it (TypeError: Cannot read "
+                         "properties of undefined) and writes nothing, so no gateway holds it; give the "
+                         "service an upstream", src.at("services", index), "services", ident)
+            return None
+        path = ("services", index, "upstream")
+        what = f"service {name!r} upstream"
+        self.unknown_fields(src, upstream, UPSTREAM_FIELDS, what, *path)
+        mapped = self.upstream(src, path, upstream, what)
+        if self.behaviour.release.nested_upstream:
+            return _set(mapped, name=upstream.get("name"))
+        self.add("upstreams", {"id": ident, "name": name, **mapped}, src.at(*path))
+        return None
+
+    def named_upstream(self, src: _Source, at: tuple[int, int], up: Any, service: str, service_id: str,
+                       ) -> None:
+        path = ("services", at[0], "upstreams", at[1])
+        if not isinstance(up, Mapping) or not isinstance(up.get("name"), str) or not up["name"]:
+            self.problem("a named upstream needs a name (ADC derives its id from it)", src.at(*path),
+                         "upstreams")
+            return
+        what = f"upstream {up['name']!r} of service {service!r}"
+        self.unknown_fields(src, up, UPSTREAM_FIELDS | {"id"}, what, *path)
+        mapped = self.upstream(src, path, up, what)
+        mapped["labels"] = {**(mapped.get("labels") or {}), UPSTREAM_SERVICE_LABEL: service_id}
+        item = {"id": _child_id(up.get("id"), service, up["name"]), "name": up["name"], **mapped}
+        self.named_upstreams.append((item, src.at(*path)))
 
     def route(self, src: _Source, at: tuple[int, int], route: Any, service: str, service_id: str) -> None:
         path = ("services", at[0], "routes", at[1])
@@ -259,7 +367,7 @@ class _Converter:
             self.problem("a route needs a name (ADC derives its id from it)", src.at(*path), "routes")
             return
         self.unknown_fields(src, route, ROUTE_FIELDS, f"route {route['name']!r}", *path)
-        ident = str(route.get("id") or sha1(f"{service}.{route['name']}"))
+        ident = _child_id(route.get("id"), service, route["name"])
         self.add("routes", _set({"id": ident}, name=route["name"], desc=route.get("description"),
                                 labels=_labels(route.get("labels"), self.stamp), uris=route.get("uris"),
                                 hosts=route.get("hosts"), methods=route.get("methods"),
@@ -277,7 +385,7 @@ class _Converter:
                          "stream_routes")
             return
         self.unknown_fields(src, route, STREAM_ROUTE_FIELDS, f"stream route {route['name']!r}", *path)
-        ident = str(route.get("id") or sha1(f"{service}.{route['name']}"))
+        ident = _child_id(route.get("id"), service, route["name"])
         self.add("stream_routes", _set({"id": ident}, name=route["name"], desc=route.get("description"),
                                        labels=_labels(route.get("labels"), self.stamp),
                                        remote_addr=route.get("remote_addr"),
@@ -294,11 +402,11 @@ class _Converter:
         ident = str(ssl.get("id") or sha1(",".join(map(str, ssl["snis"]))))
         certs = [c for c in ssl["certificates"] if isinstance(c, Mapping)]
         client = ssl.get("client")
-        if isinstance(client, Mapping):
+        if self.full_defaults:
             client = _with_defaults(client, {"depth": 1})
         item = _set({"id": ident}, labels=_labels(ssl.get("labels"), self.stamp),
-                    type=ssl.get("type", "server"), snis=ssl["snis"], cert=certs[0].get("certificate"),
-                    key=certs[0].get("key"))
+                    type=ssl.get("type", "server" if self.full_defaults else None), snis=ssl["snis"],
+                    cert=certs[0].get("certificate"), key=certs[0].get("key"))
         if len(certs) > 1:
             item["certs"] = [c.get("certificate") for c in certs[1:]]
             item["keys"] = [c.get("key") for c in certs[1:]]
@@ -320,8 +428,7 @@ class _Converter:
                 self.problem("a credential needs a name and a type", src.at(*path), "consumers")
                 continue
             self.unknown_fields(src, cred, CREDENTIAL_FIELDS, f"credential {cred['name']!r}", *path)
-            suffix = cred.get("id") or sha1(username + "." + cred["name"])
-            ident = f"{username}/credentials/{suffix}"
+            ident = f"{username}/credentials/{_child_id(cred.get('id'), username, cred['name'])}"
             self.credentials.append((_set({"id": ident}, name=cred["name"], desc=cred.get("description"),
                                           labels=_labels(cred.get("labels"), None),
                                           plugins={str(cred["type"]): cred.get("config") or {}}),
@@ -366,48 +473,94 @@ class _Converter:
                     self.problem(f"top-level {key} are not mapped: ADC writes a route only under a service",
                                  src.at(key))
                 continue
-            handler = {"services": self.service, "ssls": self.ssl, "consumers": self.consumer}[key]
             for index, item in enumerate(value):
                 if not isinstance(item, Mapping):
                     self.problem(f"an item of {key} must be a mapping", src.at(key, index))
                     continue
-                handler(src, index, item)
+                self.pending.setdefault(key, []).append((src, index, item))
+
+    def convert_pending(self) -> None:
+        """Services, SSLs and consumers of all files, in the order ADC keys them by name."""
+        names = {"services": lambda item: item.get("name"), "consumers": lambda item: item.get("username"),
+                 "ssls": lambda item: ",".join(map(str, item["snis"])) if isinstance(item.get("snis"), list)
+                 else None}
+        handlers = {"services": self.service, "ssls": self.ssl, "consumers": self.consumer}
+        for key, entries in self.pending.items():
+            order = _js_key_order([str(names[key](item)) for _, _, item in entries])
+            for src, index, item in (entries[i] for i in order):
+                handlers[key](src, index, item)
+        for credential, where in self.credentials:
+            self.add("consumers", credential, where)
+        for upstream, where in self.named_upstreams:
+            self.add("upstreams", upstream, where)
 
 
-def convert(files: Mapping[str, bytes], label_selector: Mapping[str, str] | None = None,
-            managed_by: bool = True, max_items: int | None = None) -> Converted:
-    """ADC files (name → bytes, merged in the order given) → the payload ADC writes, and the problems.
-    Files that would make more than `max_items` items are refused before they are converted."""
-    stamp = dict([MANAGED_BY]) if managed_by else {}
-    stamp.update(label_selector or {})
-    converter = _Converter(stamp)
+@dataclass
+class AdcFiles:
+    """ADC's files read once (parsed, type-checked, ``${NAME}`` substituted), for one conversion or
+    several."""
+
+    sources: list[_Source]
+    problems: list[Problem]
+    secrets: set[str]
+
+
+def _document(name: str, data: bytes) -> tuple[Any, list[Problem]]:
+    """A file's one YAML document (None when empty), or the problems that keep it from being read."""
+    parsed = parse(data)
+    if parsed.issues:
+        return None, [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
+    if len(parsed.documents) > 1:
+        return None, [Problem("an ADC file holds one YAML document", Location(name, 1, 1))]
+    return (parsed.documents[0].data if parsed.documents else None), []
+
+
+def read_files(files: Mapping[str, bytes], max_items: int | None = None) -> AdcFiles:
+    """Parse ADC files (name → bytes, in the order given) and check their types; the problems with their
+    file and line. Files that would make more than `max_items` items are refused before they are
+    converted."""
+    out = AdcFiles([], [], set())
     positions = FilePositions(files)
     counted = 0
     for name, data in files.items():
-        parsed = parse(data)
-        if parsed.issues:
-            converter.out.problems += [Problem(i.message, Location(name, i.line, i.col))
-                                       for i in parsed.issues]
+        document, problems = _document(name, data)
+        problems = problems or input_problems(_Source(name, document, positions))
+        if problems:
+            out.problems += problems
             continue
-        documents = [d.data for d in parsed.documents]
-        if len(documents) > 1:
-            converter.problem("an ADC file holds one YAML document", Location(name, 1, 1))
-            continue
-        refused = input_problems(_Source(name, documents[0] if documents else None, positions))
-        if refused:
-            converter.out.problems += refused
-            continue
-        counted += item_count(documents[0] if documents else None)
+        counted += item_count(document)
         if max_items is not None and counted > max_items:
-            converter.out.problems.append(Problem(too_many_items(counted, max_items)))
-            return converter.out
-        found: set[str] = set()
-        converter.file(_Source(name, _substitute(documents[0], found) if documents else None, positions))
-        converter.out.secrets |= found
-    for credential, where in converter.credentials:
-        converter.add("consumers", credential, where)
-    order = {"services": 0, "routes": 1, "stream_routes": 2, "upstreams": 3, "ssls": 4, "consumers": 5,
-             "global_rules": 6, "plugin_metadata": 7}
-    converter.out.payload = dict(sorted(converter.out.payload.items(), key=lambda kv: order[kv[0]]))
+            out.problems.append(Problem(too_many_items(counted, max_items)))
+            return out
+        out.sources.append(_Source(name, _substitute(document, out.secrets), positions))
+    return out
+
+
+_KIND_ORDER = ("services", "routes", "stream_routes", "upstreams", "ssls", "consumers", "global_rules",
+               "plugin_metadata")
+
+
+def convert_files(adc: AdcFiles, label_selector: Mapping[str, str] | None = None,
+                  behaviour: Behaviour = DEFAULT) -> Converted:
+    """The payload `behaviour`'s ``adc sync`` writes for `adc` (files merged in order), and the problems."""
+    stamp = dict([MANAGED_BY]) if behaviour.managed_by else {}
+    stamp.update(label_selector or {})
+    converter = _Converter(stamp, behaviour)
+    converter.out.problems += adc.problems
+    converter.out.secrets |= adc.secrets
+    for src in adc.sources:
+        converter.file(src)
+    converter.convert_pending()
+    converter.out.payload = dict(sorted(converter.out.payload.items(),
+                                        key=lambda kv: _KIND_ORDER.index(kv[0])))
     converter.out.origins = dict(converter.seen)
     return converter.out
+
+
+def convert(files: Mapping[str, bytes], label_selector: Mapping[str, str] | None = None,
+            managed_by: bool | None = None, behaviour: Behaviour = DEFAULT) -> Converted:
+    """ADC files (name → bytes, merged in the order given) → the payload `behaviour`'s ADC writes (by
+    default the latest release's; `managed_by` overrides its label), and the problems."""
+    if managed_by is not None:
+        behaviour = behaviour.with_(managed_by=managed_by)
+    return convert_files(read_files(files), label_selector, behaviour)

@@ -1,20 +1,29 @@
-"""Agent groups: may this agent apply a commit yet, given what the fleet's statuses show? (pure)
+"""Agent groups: may this agent apply a commit yet, given what the fleet's statuses show?
 
-The fleet is the list of status documents `gitsync.writeback.fleet.FleetReader` reads from the status
-refs: each agent's last status (its ``group``, ``commit``, ``result``, ``applied_at``, the
-``heartbeat`` period it promises, and per gateway the health checks' verdict: ``checks``,
-``rolled_back``), plus ``seen``, when its status ref was last written (the heartbeat's commit time).
+The fleet is what `gitsync.writeback.fleet.FleetReader` reads from the status refs: per ref a
+`FleetEntry`, its status checked against the status schema (or why it is unreadable), whether its
+signature is allowed for its agent and group (with `status_signers`), and the commit times git
+holds: ``written`` (the status commit) and ``seen`` (the tip: the last status or heartbeat).
 
-An agent is **live** while ``seen`` is younger than `DOWN_AFTER` heartbeats of that agent's own
-period: one missed heartbeat is tolerated (a write-back that failed is retried on the next poll),
-two are not. A down agent's good news does not count; its bad news still does.
+A status file is written by whoever can push under the status refs, so the gate believes only what
+it can check:
+
+* **who**: with `status_signers`, a status counts only when its commits are signed by a key allowed
+  for its agent and group; an unreadable or unverified status never counts, for or against;
+* **liveness**: an agent is **live** while its ref was written within `DOWN_AFTER` heartbeat
+  periods of *this* agent's settings (the period a status file claims is not trusted); one missed
+  heartbeat is tolerated, two are not. A down agent's good news does not count; its bad news does;
+* **time**: a status is judged by its commit's time, not the times its file holds; one written in
+  the future (beyond `CLOCK_SKEW`) or before the commit it reports was committed is refused;
+* **soak**: runs on this agent's clock, from when it first saw that agent show the commit applied
+  (`FleetGate` remembers; a restart starts every soak again, which only delays).
 
 An agent whose ``after_group`` is set applies a commit only when at least ``after_count`` live agents
 of that group show that commit applied (``applied`` or ``healed``: on all their gateways), their
-checks passed or none declared, for at least ``soak``. Any agent of that group that shows the commit
-failed (a refused commit, a gateway it could not be brought to, a failed check, a rollback) holds
-the commit back, whatever the others show: the canaries exist to catch exactly that. One still on
-its way (``canary``, ``soaking``: its own gateways one by one) neither counts nor holds back.
+checks passed or none declared, seen so for at least ``soak``. Any agent of that group that shows
+the commit failed (a refused commit, a gateway it could not be brought to, a failed check, a
+rollback) holds the commit back, whatever the others show: the canaries exist to catch exactly
+that. One still on its way (``canary``, ``soaking``) neither counts nor holds back.
 """
 
 from __future__ import annotations
@@ -22,11 +31,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gitsync.writeback.wire import format_age, parse_time, short_sha
+from gitsync.writeback.statusfile import FleetEntry
+from gitsync.writeback.wire import format_age, short_sha
+
+if TYPE_CHECKING:
+    from gitsync.settings import Settings
 
 DOWN_AFTER = 2.0  # heartbeat periods without a write before an agent counts as down
+CLOCK_SKEW = 120.0  # seconds another agent's clock (or a committer's) may be ahead of this one's
 APPLIED_RESULTS = frozenset({"applied", "healed"})  # the commit is live on the agent's gateways
 FAILED_RESULT = "failed"  # refused, rolled back, a gateway not brought to it ("canary", "soaking": not yet)
 
@@ -41,88 +55,106 @@ class GateVerdict:
     earliest: datetime | None = None
 
 
-def heartbeat_of(doc: Mapping[str, Any], default: float) -> float:
-    """The heartbeat period (seconds) the agent promises in its status, else `default`."""
-    value = doc.get("heartbeat")
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return default
+def is_live(entry: FleetEntry, now: datetime, heartbeat: float) -> bool:
+    """Whether the agent wrote its status ref within `DOWN_AFTER` of this agent's heartbeat period."""
+    return entry.seen is not None and (now - entry.seen).total_seconds() <= DOWN_AFTER * heartbeat
 
 
-def is_live(doc: Mapping[str, Any], now: datetime, heartbeat: float) -> bool:
-    """Whether the agent wrote its status ref within `DOWN_AFTER` of its heartbeat period."""
-    seen = parse_time(doc.get("seen")) if doc.get("seen") else None
-    return seen is not None and (now - seen).total_seconds() <= DOWN_AFTER * heartbeat_of(doc, heartbeat)
-
-
-def checks_of(doc: Mapping[str, Any]) -> tuple[int, int] | None:
-    """The health checks in a status, over its gateways: (passed, failed); None when none ran. A
-    gateway rolled back, or a verdict that cannot be read, counts as a failure."""
-    passed = failed = 0
-    ran = False
-    for gateway in doc.get("gateways") or []:
-        if not isinstance(gateway, Mapping):
-            continue
-        checks = gateway.get("checks")
-        if gateway.get("rolled_back"):
-            failed, ran = failed + 1, True
-        if checks is None:
-            continue
-        ran = True
-        if not isinstance(checks, Mapping):
-            failed += 1
-            continue
-        count = checks.get("passed")
-        passed += count if isinstance(count, int) and not isinstance(count, bool) else 0
-        failed += len(checks.get("failed") or [])
-    return (passed, failed) if ran else None
-
-
-def checks_passed(doc: Mapping[str, Any]) -> bool:
-    """The health checks' verdict in a status: passed on every gateway, or none declared."""
-    checks = checks_of(doc)
-    return checks is None or checks[1] == 0
-
-
-def applied_since(doc: Mapping[str, Any]) -> datetime | None:
-    """When the agent applied its commit: ``applied_at``, else (an older writer) its status's ``time``,
-    which is later, so a soak measured from it is never shorter than the real one. A time written to
-    the second (cut down: ``time``, an older writer's ``applied_at``) counts from the next second, for
-    the same reason."""
-    for key in ("applied_at", "time"):
-        if doc.get(key):
-            moment = parse_time(doc[key])
-            if moment is not None:
-                return moment if "." in str(doc[key]) else moment + timedelta(seconds=1)
+def time_problem(entry: FleetEntry, now: datetime, committed: datetime | None) -> str | None:
+    """Why the commit times of a status cannot be believed, or None: written in the future, or before
+    the commit it reports (`committed`: that commit's time, when known)."""
+    skew = timedelta(seconds=CLOCK_SKEW)
+    if entry.written is None or entry.seen is None:
+        return "no commit time"
+    if entry.written > now + skew or entry.seen > now + skew:
+        return "written in the future"
+    if committed is not None and entry.written < committed - skew:
+        return "written before the commit it reports"
     return None
 
 
-def _names(docs: Sequence[Mapping[str, Any]]) -> str:
-    return ", ".join(str(d.get("agent", "?")) for d in docs)
+def checks_of(entry: FleetEntry) -> tuple[int, int] | None:
+    """The health checks in a status, over its gateways: (passed, failed); None when none ran."""
+    return entry.status.checks() if entry.status is not None else None
 
 
-def group_gate(fleet: Sequence[Mapping[str, Any]], commit: str, after_group: str | None, after_count: int,
-               soak: float, now: datetime, heartbeat: float) -> GateVerdict:
-    """May `commit` be applied now by an agent that goes after `after_group`? (see the module's docstring)
+def checks_passed(entry: FleetEntry) -> bool:
+    checks = checks_of(entry)
+    return checks is None or checks[1] == 0
 
-    `heartbeat` is the period assumed for an agent whose status does not say its own; `soak` in
-    seconds; `now` timezone-aware.
+
+def _names(entries: Sequence[FleetEntry]) -> str:
+    return ", ".join(e.agent for e in entries)
+
+
+def _ran(entry: FleetEntry, commit: str) -> bool:
+    status = entry.status
+    return status is not None and status.commit == commit and status.result in APPLIED_RESULTS \
+        and checks_passed(entry)
+
+
+def _failed(entry: FleetEntry, commit: str) -> bool:
+    status = entry.status
+    return status is not None and status.commit == commit and (status.result == FAILED_RESULT
+                                                                 or not checks_passed(entry))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A group's members sorted by what the gate makes of them."""
+
+    members: tuple[FleetEntry, ...]
+    failed: tuple[FleetEntry, ...]  # verified, and showing the commit failed: holds it back
+    counted: tuple[FleetEntry, ...]  # verified, live, times believable, showing it applied
+    down: tuple[FleetEntry, ...]
+    refused: tuple[tuple[FleetEntry, str], ...]  # would count but for why
+
+
+def judge(fleet: Sequence[FleetEntry], commit: str, group: str, now: datetime, heartbeat: float,
+          committed: datetime | None) -> Judged:
+    """Which of `group`'s statuses count for `commit`, hold it back, or are set aside, and why."""
+    members = tuple(e for e in fleet if e.group == group)
+    failed, counted, down, refused = [], [], [], []
+    for entry in members:
+        if not entry.verified:
+            refused.append((entry, entry.trouble or "unverified"))
+            continue
+        if _failed(entry, commit):
+            failed.append(entry)
+            continue
+        live = is_live(entry, now, heartbeat)
+        if not live:
+            down.append(entry)
+        if not _ran(entry, commit) or not live:
+            continue
+        problem = time_problem(entry, now, committed)
+        if problem:
+            refused.append((entry, problem))
+        else:
+            counted.append(entry)
+    return Judged(members, tuple(failed), tuple(counted), tuple(down), tuple(refused))
+
+
+def group_gate(fleet: Sequence[FleetEntry], commit: str, after_group: str | None, after_count: int,
+               soak: float, now: datetime, heartbeat: float, since: Mapping[str, datetime] | None = None,
+               committed: datetime | None = None) -> GateVerdict:
+    """May `commit` be applied now by an agent that goes after `after_group`? (see the module)
+
+    `heartbeat`: this agent's period; `soak` in seconds; `now` timezone-aware; `since`: per agent,
+    when this agent first saw it show `commit` applied (absent: now); `committed`: the commit's time.
     """
     if not after_group:
         return GateVerdict(True, "no after_group: a commit applies at once", now)
     commit_text = short_sha(commit)
-    members = [d for d in fleet if d.get("group") == after_group]
-    if not members:
-        return GateVerdict(False, f"waiting for group {after_group}: no agent of it has written a status")
-    failed = [d for d in members if d.get("commit") == commit
-              and (d.get("result") == FAILED_RESULT or not checks_passed(d))]
-    if failed:
-        return GateVerdict(False, f"{commit_text} failed on {after_group} agent(s) {_names(failed)}: held "
-                                  "back until a new commit")
-    live = [d for d in members if is_live(d, now, heartbeat)]
-    down = [d for d in members if d not in live]
-    ran = sorted(moment for d in live if d.get("commit") == commit and d.get("result") in APPLIED_RESULTS
-                 if (moment := applied_since(d)) is not None)
+    seen = judge(fleet, commit, after_group, now, heartbeat, committed)
+    if not seen.members:
+        why = f"waiting for group {after_group}: no agent of it has written a readable status"
+        return GateVerdict(False, _with_refused(why, seen))
+    if seen.failed:
+        return GateVerdict(False, f"{commit_text} failed on {after_group} agent(s) {_names(seen.failed)}: "
+                                  "held back until a new commit")
+    since = since or {}
+    ran = sorted(since.get(e.agent, now) for e in seen.counted)
     soak_time = timedelta(seconds=soak)
     soaked = [moment for moment in ran if now - moment >= soak_time]
     need = max(1, after_count)
@@ -134,48 +166,68 @@ def group_gate(fleet: Sequence[Mapping[str, Any]], commit: str, after_group: str
     why = f"waiting: {counts}"
     if len(ran) > len(soaked):
         why += f" ({len(ran) - len(soaked)} more soaking)"
-    if down:
-        seen = [f"{d.get('agent', '?')} seen {_ago(d, now)}" for d in down]
-        why += f"; down, not counted: {', '.join(seen)}"
-    if len(live) < need:
-        why += f"; only {len(live)} live agent(s) in {after_group}"
-    return GateVerdict(False, why, earliest)
+    if seen.down:
+        why += "; down, not counted: " + ", ".join(f"{e.agent} seen {_ago(e, now)}" for e in seen.down)
+    live = len(seen.members) - len(seen.down)
+    if live < need:
+        why += f"; only {live} live agent(s) in {after_group}"
+    return GateVerdict(False, _with_refused(why, seen), earliest)
 
 
-def _ago(doc: Mapping[str, Any], now: datetime) -> str:
-    seen = parse_time(doc.get("seen")) if doc.get("seen") else None
-    return f"{format_age((now - seen).total_seconds())} ago" if seen else "never"
+def _with_refused(why: str, seen: Judged) -> str:
+    if not seen.refused:
+        return why
+    return why + "; not counted: " + ", ".join(f"{e.agent} ({reason})" for e, reason in seen.refused)
+
+
+def _ago(entry: FleetEntry, now: datetime) -> str:
+    return f"{format_age((now - entry.seen).total_seconds())} ago" if entry.seen else "never"
+
+
+def own_heartbeat(settings: Settings) -> float:
+    """The heartbeat period this agent expects of others: what it writes its own status at."""
+    return max(settings.status_heartbeat, settings.interval + settings.jitter)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # `gitsync status --fleet`
 
 
-def _checks_text(doc: Mapping[str, Any]) -> str:
-    checks = checks_of(doc)
+def _checks_text(entry: FleetEntry) -> str:
+    checks = checks_of(entry)
     if checks is None:
         return "-"
     passed, failed = checks
     return f"{failed} failed" if failed else f"{passed} passed"
 
 
-def fleet_table(fleet: Sequence[Mapping[str, Any]], now: datetime, heartbeat: float) -> str:
-    """One aligned line per agent: commit, result, age of that result, group, checks, and when its
-    status ref was last written (``(down)`` once that is older than `DOWN_AFTER` heartbeats)."""
-    rows = [("AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN")]
-    for doc in fleet:
-        moment = parse_time(doc.get("time")) if doc.get("time") else None
-        age = format_age((now - moment).total_seconds()) if moment else "?"
-        seen = _ago(doc, now).removesuffix(" ago")
-        if not is_live(doc, now, heartbeat):
+def fleet_table(fleet: Sequence[FleetEntry], now: datetime, heartbeat: float) -> str:
+    """One aligned line per agent: commit, result, age of that status (its commit's time), group,
+    checks, when its status ref was last written (``(down)`` once that is older than `DOWN_AFTER`
+    heartbeats), and, last, why it does not count (``unreadable status: …``, ``unverified: …``) or
+    ``verified`` when signatures are checked."""
+    rows = [("AGENT", "COMMIT", "RESULT", "AGE", "GROUP", "CHECKS", "SEEN", "TRUST")]
+    for entry in fleet:
+        status = entry.status
+        age = format_age((now - entry.written).total_seconds()) if entry.written else "?"
+        seen = _ago(entry, now).removesuffix(" ago")
+        if not is_live(entry, now, heartbeat):
             seen += " (down)"
-        rows.append((str(doc.get("agent", "?")), short_sha(str(doc.get("commit") or "-")),
-                     str(doc.get("result", "?")), age, str(doc.get("group") or "-"), _checks_text(doc), seen))
+        trust = entry.trouble or ("verified" if entry.signature is not None else "-")
+        rows.append((_printable(entry.agent), short_sha(status.commit or "-") if status else "-",
+                     status.result if status else "unreadable", age,
+                     _printable(status.group or "-") if status else "-", _checks_text(entry), seen,
+                     _printable(trust)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "".join(
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1] + "\n"
         for row in rows)
 
 
-__all__ = ["APPLIED_RESULTS", "DOWN_AFTER", "GateVerdict", "applied_since", "checks_of", "checks_passed",
-           "fleet_table", "group_gate", "heartbeat_of", "is_live"]
+def _printable(text: str) -> str:
+    """Text for one line of a terminal: control characters (an escape sequence, a newline) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+__all__ = ["APPLIED_RESULTS", "CLOCK_SKEW", "DOWN_AFTER", "GateVerdict", "checks_of",
+           "checks_passed", "fleet_table", "group_gate", "is_live", "judge", "own_heartbeat", "time_problem"]

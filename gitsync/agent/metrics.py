@@ -6,7 +6,7 @@ the HTTP listener, nor prometheus_client (`Metrics(recorded=False)`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,9 @@ class Metrics:
                               "(partial = true): a broken item and what refers to it.", registry=r)
         self.fetch_failures = Counter("gitsync_fetch_failures", "Failed checks or fetches of the git "
                                       "remote.", registry=r)
+        self.fleet_status = Gauge("gitsync_fleet_status", "Per status ref the gate read (after_group), 1 in "
+                                  "its state: counted (readable, and verified when status_signers is set), "
+                                  "unreadable, or unverified.", ["agent", "state"], registry=r)
         self.refused_connections = Counter("gitsync_listener_refused_connections", "Connections answered "
                                            "503 because the listener served its maximum at once.", registry=r)
 
@@ -104,6 +107,13 @@ class Metrics:
         for name, version in versions.items():
             self.gateway_version.labels(url, name.removesuffix("_conf_version")).set(version)
         self.gateway_up.labels(url).set(1 if in_sync else 0)
+
+    def set_fleet(self, fleet: Iterable[Any]) -> None:
+        """Each status ref's state (`gitsync.writeback.statusfile.FleetEntry`), labelled by the ref's name."""
+        self.fleet_status.clear()
+        for entry in fleet:
+            state = "counted" if entry.verified else "unreadable" if entry.status is None else "unverified"
+            self.fleet_status.labels(entry.ref, state).set(1)
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gitsync.push.apply import GatewayResult
+from gitsync.push.results import GatewayResult
 from gitsync.timing import Phases
+
+
+class Trigger(StrEnum):
+    """What sets a sync off. The daemon coalesces the triggers that arrive during a sync into the next."""
+
+    START = "start"
+    POLL = "poll"  # the periodic poll
+    WEBHOOK = "webhook"  # a git host said the repo changed
+    DRIFT = "drift"  # the drift watch found a gateway that may not hold the last good commit
+    RELOAD = "reload"  # SIGHUP: new settings
+    SOAK = "soak"  # a canary's soak, or a group's, ends
+    GATEWAY_DONE = "gateway-done"  # a push an earlier sync left running ended
+    CLI = "cli"  # a command: sync --once, the bench
+    STOP = "stop"  # shutdown: what pushes left running made of their commits
+
+
+def describe(triggers: Iterable[Trigger]) -> str:
+    """``poll,webhook``: the triggers of a sync, in their declared order, as logs and records show them."""
+    chosen = set(triggers)
+    return ",".join(str(t) for t in Trigger if t in chosen) or "cli"
 
 
 class SyncResult(StrEnum):
@@ -54,7 +75,7 @@ class Stage(StrEnum):
 class SyncOutcome:
     """What one sync did: the data behind logs, state, metrics, status commits and notes."""
 
-    reason: str
+    triggers: frozenset[Trigger]
     result: SyncResult
     commit: str | None = None
     subject: str = ""
@@ -70,5 +91,10 @@ class SyncOutcome:
     def ok(self) -> bool:
         return self.result.ok
 
+    @property
+    def reason(self) -> str:
+        """The triggers as text (`describe`)."""
+        return describe(self.triggers)
 
-__all__ = ["Stage", "SyncOutcome", "SyncResult"]
+
+__all__ = ["Stage", "SyncOutcome", "SyncResult", "Trigger", "describe"]

@@ -1,38 +1,11 @@
-"""The state directory: what was applied where, written so that a kill at any moment leaves it readable.
-
-Layout::
-
-    <state_dir>/lock         flock'ed by the one agent that owns this directory
-    <state_dir>/state.json   last good commit, per-gateway last applied commit and digest, bad commits
-    <state_dir>/pushed.json  per gateway and kind, the ids gitsync pushed (written when they change)
-    <state_dir>/indexes.json per gateway and kind, the modifiedIndex of each item that is not derived
-                             from its content (kept from another writer; usually empty)
-    <state_dir>/mirror/      the bare git mirror (owned by gitsync.source.mirror)
-    <state_dir>/parse-cache/ parsed plain config files by blob SHA (owned by gitsync.render.stored)
-
-Every write of the state files goes to a temporary file that is fsync'ed and renamed over the old
-one, then the directory is fsync'ed: a reader sees the old state or the new one, never half of either.
-"""
+"""What the agent remembers between syncs, as data: the last good commit, what each gateway holds,
+the commits refused and why (saved by `gitsync.agent.statedir`)."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import os
-import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from gitsync.log import logger
-
-STATE_FILE = "state.json"
-PUSHED_FILE = "pushed.json"  # per gateway and kind, the ids gitsync pushed (no content: no secret)
-INDEXES_FILE = "indexes.json"  # per gateway and kind, the ids whose modifiedIndex gitsync did not derive
-LOCK_FILE = "lock"
 MAX_BAD_COMMITS = 50  # remembered failures; older ones are forgotten (they are in git notes anyway)
 
 
@@ -69,6 +42,22 @@ class AgentState:
     #: Partial apply: commit SHA → for each left-out item that kept its last good version ("kind/id"),
     #: the commit whose own version it is, so the commit renders the same after a restart.
     kept_from: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Gateway url → a commit pushed to it whose health checks have not run yet: recorded before the
+    #: push, so that a sync that dies after it leaves it "unchecked", and the next one checks it.
+    unchecked: dict[str, str] = field(default_factory=dict)
+
+    def expect_checks(self, pushes: dict[str, str]) -> set[str]:
+        """Before pushing commits with checks (url → commit): record them unchecked; the urls whose same
+        commit an earlier sync left unchecked, whose checks must run even if the gateway holds it."""
+        recheck = {url for url, commit in pushes.items() if self.unchecked.get(url) == commit}
+        self.unchecked.update(pushes)
+        return recheck
+
+    def after_push(self, url: str, commit: str, *, ok: bool, checked: bool, changed: bool) -> None:
+        """A push of `commit` ended: its checks ran, or it changed nothing (the gateway held it, checked
+        before), or the gateway now holds another commit. A push that failed leaves it as it was."""
+        if checked or (ok and (not changed or self.unchecked.get(url) != commit)):
+            self.unchecked.pop(url, None)
 
     def mark_bad(self, sha: str, reason: str) -> None:
         self.bad.pop(sha, None)
@@ -96,143 +85,5 @@ class AgentState:
             bad=dict(data.get("bad") or {}),
             last_result=dict(data.get("last_result") or {}),
             kept_from=dict(data.get("kept_from") or {}),
+            unchecked={str(k): str(v) for k, v in (data.get("unchecked") or {}).items()},
         )
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers never see a partial file, even after a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-class StateDir:
-    """The agent's state directory."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._lock_fd: int | None = None
-
-    @property
-    def mirror(self) -> Path:
-        return self.path / "mirror"
-
-    @property
-    def parse_cache(self) -> Path:
-        """Parsed plain config files by blob SHA (`gitsync.render.stored`)."""
-        return self.path / "parse-cache"
-
-    @property
-    def state_file(self) -> Path:
-        return self.path / STATE_FILE
-
-    def ensure(self) -> None:
-        try:
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise StateError(f"state directory {self.path}: {exc.strerror or exc}") from None
-        if not os.access(self.path, os.W_OK):
-            raise StateError(f"state directory {self.path} is not writable")
-
-    def acquire(self) -> None:
-        """Take the single-instance lock, or raise `StateError` naming the holder's pid."""
-        self.ensure()
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise StateError(f"state directory {self.path} is in use by pid {holder}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
-
-    def release(self) -> None:
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[StateDir]:
-        self.acquire()
-        try:
-            yield self
-        finally:
-            self.release()
-
-    def load(self, *, repair: bool = True) -> AgentState:
-        """The saved state; a missing file is a fresh start, an unreadable one is logged and (when
-        `repair`, as the agent that owns the directory does) set aside as ``state.corrupt``."""
-        try:
-            raw = self.state_file.read_bytes()
-        except FileNotFoundError:
-            return AgentState()
-        try:
-            return AgentState.from_json(json.loads(raw))
-        except (ValueError, TypeError, AttributeError) as exc:
-            if not repair:
-                logger.error("state file {} is unreadable: {}", self.state_file, exc)
-                return AgentState()
-            aside = self.state_file.with_suffix(".corrupt")
-            os.replace(self.state_file, aside)
-            logger.error("state file {} is unreadable ({}); kept as {} and starting fresh",
-                         self.state_file, exc, aside)
-            return AgentState()
-
-    def touch(self) -> None:
-        """Mark the state file as current without writing it (its mtime: when the agent last looked)."""
-        with contextlib.suppress(OSError):
-            os.utime(self.state_file)
-
-    def checked_at(self) -> datetime | None:
-        """When the agent last looked (`touch`), from the state file's mtime; None without one."""
-        try:
-            return datetime.fromtimestamp(self.state_file.stat().st_mtime, UTC)
-        except OSError:
-            return None
-
-    def load_pushed(self) -> dict[str, dict[str, list[str]]]:
-        """Per gateway URL and kind, the ids gitsync last pushed there; {} when unknown or unreadable."""
-        data = self._read_json(PUSHED_FILE)
-        return {str(url): {str(k): [str(i) for i in ids] for k, ids in kinds.items() if isinstance(ids, list)}
-                for url, kinds in data.items() if isinstance(kinds, dict)}
-
-    def save_pushed(self, pushed: dict[str, dict[str, list[str]]]) -> None:
-        atomic_write(self.path / PUSHED_FILE, json.dumps(pushed, sort_keys=True).encode() + b"\n")
-
-    def load_indexes(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Per gateway URL and kind, the ``modifiedIndex`` of each item gitsync pushed there with one
-        that is not derived from its content (`gitsync.push.plan`); {} when unknown or unreadable."""
-        data = self._read_json(INDEXES_FILE)
-        return {str(url): {str(k): {str(i): n for i, n in ids.items() if type(n) in (int, float)}
-                           for k, ids in kinds.items() if isinstance(ids, dict)}
-                for url, kinds in data.items() if isinstance(kinds, dict)}
-
-    def save_indexes(self, indexes: dict[str, dict[str, dict[str, Any]]]) -> None:
-        atomic_write(self.path / INDEXES_FILE, json.dumps(indexes, sort_keys=True).encode() + b"\n")
-
-    def _read_json(self, name: str) -> dict[str, Any]:
-        try:
-            data = json.loads((self.path / name).read_bytes())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def save(self, state: AgentState) -> None:
-        atomic_write(self.state_file, json.dumps(state.to_json(), indent=1, sort_keys=True).encode() + b"\n")

@@ -24,43 +24,49 @@ import gc
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from gitsync import __version__
 from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
-from gitsync.agent.gate import GateVerdict, group_gate
+from gitsync.agent.fleet_gate import FleetGate
+from gitsync.agent.gate import GateVerdict
+from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
-from gitsync.agent.state import AgentState, GatewayState, StateDir
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger
+from gitsync.agent.state import AgentState, GatewayState
+from gitsync.agent.statedir import StateDir
+from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
 from gitsync.backoff import Backoff, retried
 from gitsync.httpclient import HttpClient
-from gitsync.log import logger, redact
+from gitsync.log import context as log_context
+from gitsync.log import logger, redact, set_agent
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
-from gitsync.push.apply import GatewayResult, Known, RetryPolicy, SyncStatus, policy_from_settings
+from gitsync.push.apply import RetryPolicy, policy_from_settings
 from gitsync.push.guard import GuardPolicy, allowed_kinds
 from gitsync.push.plan import Desired, LiveView, plan
 from gitsync.push.release import Release, release
-from gitsync.push.workers import Gateways, wait_for
-from gitsync.render import LastGood, ParseCache, Rendered, options_from_settings, render, unmanaged_warnings
-from gitsync.render.stored import ParseStore
+from gitsync.push.results import GatewayResult, Known, SyncStatus
+from gitsync.push.workers import GatewayPool, wait_for
+from gitsync.render import LastGood, Rendered, options_from_settings, render, unmanaged_warnings
+from gitsync.render.memo import ParseCache
+from gitsync.render.memo.store import ParseStore
+from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.settings import Settings
 from gitsync.source.mirror import Source
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.urls import display_url
-from gitsync.writeback.fleet import FleetReader
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
 #: The first wait between tries of a git contact within one sync (`remote_attempts`), doubled each time.
 RETRY_BASE = 1.0
-HISTORY = 50  # syncs the agent remembers for the web view
 
 
 @contextlib.contextmanager
@@ -78,11 +84,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _poll_only(reason: str) -> bool:
-    """Whether a sync was set off by the periodic poll alone (reasons are joined by commas)."""
-    return all(r == "poll" for r in reason.split(","))
 
 
 def short(sha: str | None) -> str:
@@ -103,60 +104,61 @@ class Agent:
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
-                 wake: Callable[[str], None] = lambda reason: None, remote_attempts: int = 1) -> None:
+                 wake: Callable[[Trigger], None] = lambda trigger: None, remote_attempts: int = 1) -> None:
         self.settings = settings
+        set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
         #: Tries of each git contact (ref check, fetch) within one sync: `sync --once` has no next poll.
         self.remote_attempts = remote_attempts
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
-        self.state: AgentState = self.state_dir.load()
         self.source = Source.from_settings(settings)
         self.render_options = options_from_settings(settings, self.env)
-        self.cache = ParseCache(store=ParseStore(self.state_dir.parse_cache))
+        self.cache: RenderMemo = ParseCache(store=ParseStore(self.state_dir.parse_cache)) \
+            if settings.parse_cache else NoMemo()
         self.policy = policy_from_settings(settings)
         self.retry = RetryPolicy.from_settings(settings)
         endpoints = endpoints_from_settings(settings)
-        self.gateways = Gateways(endpoints, settings.max_backoff)
+        self.gateways = GatewayPool(endpoints, settings.max_backoff)
         self.proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         self.proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         self.writeback = WriteBack.from_settings(settings)
-        self._fleet = FleetReader.from_settings(settings) if settings.after_group else None
+        self._fleet = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
         self.wake = wake
-        self._lock = threading.Lock()  # state.gateways, between the sync worker and the drift watch
-        self._rendered: dict[str, RenderedCommit] = {}  # the last good commit and the latest others
-        # url → the push an earlier sync left running: (commit, drifted?, advances last good?, future)
-        self._running: dict[str, tuple[str, bool, bool, Future[GatewayResult]]] = {}
-        # url → the gateway as our last push to it left it; used while its HEAD shows that push's digest
-        self._known: dict[str, Known] = {}
-        self._owned = self.state_dir.load_pushed()  # url → kind → the ids gitsync pushed there
-        self._odd = self.state_dir.load_indexes()  # url → kind → id → a modifiedIndex not derived
-        self._owned_changed = False
-        self._saved: tuple[Any, ...] | None = None  # what the last saved sync ended as (`_repeats`)
-        self._digests: dict[str, str | None] = {}  # url → the digest its HEAD showed this sync
+        self.memory = AgentMemory(self.state_dir.load(), self.state_dir.load_pushed(),
+                                  self.state_dir.load_indexes())
+        self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
-        self.tip: str | None = None  # the remote's commit at the last check
-        self.last_outcome: SyncOutcome | None = None
-        # What the web view reads (gitsync.web), from other threads: see `view`.
-        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
-        self._gateway_syncs: dict[str, dict[str, Any]] = {}  # url → its last push, as plain data
-        self._view_lock = threading.Lock()
-        self._view: dict[str, Any] = self._snapshot()
+        self._view = self._snapshot()  # what readers on other threads see (`view`)
+
+    @property
+    def state(self) -> AgentState:
+        """What the agent saves in its state dir (the last good commit, each gateway's, bad commits)."""
+        return self.memory.state
+
+    @property
+    def tip(self) -> str | None:
+        return self.memory.tip
+
+    @property
+    def last_outcome(self) -> SyncOutcome | None:
+        return self.memory.last_outcome
 
     # ------------------------------------------------------------------------------------------------
     # one sync
 
-    def sync_once(self, reason: str = "cli") -> SyncOutcome:
+    def sync_once(self, triggers: Iterable[Trigger] = (Trigger.CLI,)) -> SyncOutcome:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
         self._phases = phases = Phases()
         with gc_paused():
+            reason = frozenset(triggers)
             late = self._collect_late(reason)
             held = self._held()
-            trusted = self._recently_held(held) if _poll_only(reason) else {}
+            trusted = self._recently_held(held) if reason == {Trigger.POLL} else {}
             heads = self.gateways.heads(url for url in held if url not in trusted)  # overlaps the check
             with phases.timed("check"):
                 remote = self._check_remote(reason)
@@ -182,13 +184,13 @@ class Agent:
 
     # -- observe -------------------------------------------------------------------------------------
 
-    def _check_remote(self, reason: str) -> RemoteView:
+    def _check_remote(self, reason: frozenset[Trigger]) -> RemoteView:
         """The remote's tip, from the ref advertisement; a failure starts the remote's backoff."""
         # A webhook means the remote has just been written to: worth trying even during a backoff.
-        if not self.fetch_backoff.ready() and not any(r.startswith("webhook") for r in reason.split(",")):
+        if not self.fetch_backoff.ready() and Trigger.WEBHOOK not in reason:
             return RemoteView(error="git remote in backoff after earlier failures")
         try:
-            self.tip = self._contact(self.source.check)
+            self.memory.tip = self._contact(self.source.check)
         except SourceError as exc:
             delay = self.fetch_backoff.failed()
             self.metrics.fetch_failures.inc()
@@ -200,7 +202,7 @@ class Agent:
                                "on {}", self.source.url, exc, delay, short(self.state.last_good))
             return RemoteView(error=redact(str(exc)))
         self.fetch_backoff.succeeded()
-        return RemoteView(sha=self.tip)
+        return RemoteView(sha=self.memory.tip)
 
     def _contact(self, action: Callable[[], str]) -> str:
         """A git contact (`Source.check`, `Source.fetch`), tried up to `remote_attempts` times while
@@ -235,7 +237,7 @@ class Agent:
                ) -> list[GatewayView]:
         """Each gateway as this sync sees it: its HEAD's answer, or the recent one it is `trusted` on."""
         views = []
-        self._digests = dict(trusted)
+        self.memory.digests = dict(trusted)
         for url, worker in self.gateways.workers.items():
             probe, digest = Probe.NOT_ASKED, None
             if url in trusted:
@@ -250,7 +252,7 @@ class Agent:
                     probe = Probe.NO_HEAD if answer is None else Probe.ANSWERED
                     digest = answer.digest if answer is not None else None
                     if answer is not None:
-                        self._digests[url] = digest
+                        self.memory.digests[url] = digest
             views.append(GatewayView(url, self.state.gateways.get(url), probe, digest, busy=worker.busy,
                                      backing_off=not worker.backoff.ready()))
         return views
@@ -269,20 +271,23 @@ class Agent:
         sha = remote.sha
         if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
             return None
+        assert self._fleet is not None
         try:
-            assert self._fleet is not None
-            fleet = self._fleet.read()
+            committed = self.source.commit_time(sha)
         except SourceError as exc:
-            return GateVerdict(False, f"cannot read the fleet's status: {exc.reason}")
-        verdict = group_gate(fleet, sha, s.after_group, s.after_count, s.soak, datetime.now(UTC),
-                             s.status_heartbeat)
+            return GateVerdict(False, f"cannot fetch {short(sha)}: {exc.reason}")
+        verdict = self._fleet.verdict(sha, committed, datetime.now(UTC))
         if not verdict.allowed:
             logger.info("commit {} waits: {}", short(sha), verdict.why)
         return verdict
 
     # -- act -----------------------------------------------------------------------------------------
 
-    def _act(self, decision: Decision, reason: str) -> SyncOutcome:
+    def _act(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
+        with log_context(commit=decision.target):  # the `commit` of its JSON log lines
+            return self._act_on(decision, reason)
+
+    def _act_on(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
         target = decision.target
         if decision.result is not None or target is None:
             subject = self.state.last_good_subject if target == self.state.last_good else ""
@@ -290,8 +295,8 @@ class Agent:
                                list(decision.problems), drifted=list(decision.drifted),
                                wake_at=decision.wake_at)
         known = {url: ours for url in (*decision.push, *decision.keep)
-                 if (ours := self._known.get(url) or self._restored(url)) is not None
-                 and ours.digest is not None and self._digests.get(url) == ours.digest}
+                 if (ours := self.memory.known.get(url) or self._restored(url)) is not None
+                 and ours.digest is not None and self.memory.digests.get(url) == ours.digest}
         # Each other gateway's GET starts now, to overlap the fetch and render below.
         lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
         try:
@@ -332,7 +337,7 @@ class Agent:
         a gateway whose HEAD still shows our digest needs no GET. Only when the rebuild provably is
         what was pushed: same policy, and the commit's desired content has the digest pushed."""
         gw = self.state.gateways.get(url)
-        if gw is None or not gw.digest or self._digests.get(url) != gw.digest \
+        if gw is None or not gw.digest or self.memory.digests.get(url) != gw.digest \
                 or gw.unmanaged != sorted(self.policy.unmanaged):
             return None
         try:
@@ -343,10 +348,11 @@ class Agent:
             return None
         if gw.digest.split("-", 1)[0] != desired.digest:
             return None
-        self._known[url] = Known(LiveView.restored(desired, gw.versions, self._odd.get(url, {})), gw.digest)
+        view = LiveView.restored(desired, gw.versions, self.memory.odd.get(url, {}))
+        self.memory.known[url] = Known(view, gw.digest)
         logger.debug("gateway {}: holds our push of {} (digest {}): planning without a GET", url,
                      short(gw.commit), gw.digest[:12])
-        return self._known[url]
+        return self.memory.known[url]
 
     def _left_out(self, sha: str, rendered: Rendered, outcome: SyncOutcome) -> None:
         """Partial apply: say which items `sha` goes live without, and why (log, note, outcome)."""
@@ -370,7 +376,7 @@ class Agent:
                          exc)
             return None
 
-    def _settle(self, reason: str, target: str, subject: str, results: list[GatewayResult],
+    def _settle(self, reason: frozenset[Trigger], target: str, subject: str, results: list[GatewayResult],
                 running: list[str] | tuple[str, ...] = (), *, advance: bool = True) -> SyncOutcome:
         """What the gateways' answers make of a commit: refused by one, or failing its health checks on
         one, it is bad; accepted by one and refused by none, it is the last good commit, the one to
@@ -416,9 +422,9 @@ class Agent:
         """The rendered payload of `sha`, from memory, or read from the mirror (fetching if asked).
 
         Kept in memory: the last good commit and the two commits rendered most recently."""
-        if sha in self._rendered:
-            self._rendered[sha] = self._rendered.pop(sha)  # most recent last
-            return self._rendered[sha]
+        if sha in self.memory.rendered:
+            self.memory.rendered[sha] = self.memory.rendered.pop(sha)  # most recent last
+            return self.memory.rendered[sha]
         if fetch or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
                 self._contact(self.source.fetch)
@@ -428,7 +434,7 @@ class Agent:
             commit = self.source.read(sha, have=self.cache.has)
         parses = self.cache.parses
         with self._phases.timed("render"):
-            rendered = render(commit.files, self.render_options, cache=self.cache, fallback=fallback)
+            rendered = render(commit.files, self.render_options, memo=self.cache, fallback=fallback)
         logger.debug("commit {}: {} config file(s), {} parsed, the others from the parse cache", short(sha),
                      len(commit.blob_ids), self.cache.parses - parses)
         for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
@@ -436,14 +442,14 @@ class Agent:
         kept = {f"{out.kind}/{out.id}": origins[out.kind, out.id] for out in rendered.left_out if out.kept}
         if kept:
             self.state.keep_from(sha, kept)
-        self._rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
+        self.memory.rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
                                              commit.files, Desired.of(rendered.payload, self.policy,
                                                                       rendered.contents, rendered.ids,
                                                                       rendered.splits))
-        others = [k for k in self._rendered if k != self.state.last_good]
+        others = [k for k in self.memory.rendered if k != self.state.last_good]
         for old in others[:-2]:
-            del self._rendered[old]
-        return self._rendered[sha]
+            del self.memory.rendered[old]
+        return self.memory.rendered[sha]
 
     def _keepable(self, sha: str) -> tuple[LastGood | None, dict[tuple[str, str], str]]:
         """Partial apply: the last good items `sha`'s left-out items may keep, and the commit whose own
@@ -465,7 +471,7 @@ class Agent:
         origins: dict[tuple[str, str], str] = {}
         for origin in sorted(set(recorded.values())):
             try:
-                own = render(self.source.read(origin).files, self.render_options, cache=self.cache)
+                own = render(self.source.read(origin).files, self.render_options, memo=self.cache)
             except (ProblemsError, SourceError) as exc:
                 logger.error("commit {}: the last good versions it kept from {} cannot be read again: {}",
                              short(sha), short(origin), exc)
@@ -481,41 +487,64 @@ class Agent:
               advance: bool = True) -> tuple[list[GatewayResult], list[str]]:
         """Release each gateway's commit on its worker; wait until they end or a new trigger comes."""
         phases = self._phases  # this sync's, also when a push outlives it
+        recheck = self._expect_checks(jobs)
 
-        def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
-            return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
-                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url),
-                                          known=known.get(url), phases=phases, owned=self._owned.get(url))
+        def job(url: str, commit: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+            what = replace(what, recheck=url in recheck)
 
-        futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
+            def run(client: Gateway) -> GatewayResult:
+                with log_context(commit=commit, gateway=url):  # on the gateway's worker thread
+                    return release(client, what, self.policy, self.retry, proxy=self.proxy,
+                                   proxy_url=self.proxy_urls.get(url), live=lives.get(url),
+                                   known=known.get(url), phases=phases, owned=self.memory.owned.get(url))
+            return run
+
+        futures = self.gateways.push({url: job(url, commit, what) for url, (commit, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
         for url in running:
             commit = jobs[url][0]
             logger.warning("gateway {}: its push of {} is still running; the agent moves on", url,
                            short(commit))
-            self._running[url] = (commit, url in drifted, advance, futures[url])
-            futures[url].add_done_callback(lambda _f: self.wake("gateway-done"))
+            self.memory.running[url] = RunningPush(commit, url in drifted, advance, futures[url])
+            futures[url].add_done_callback(lambda _f: self.wake(Trigger.GATEWAY_DONE))
         results = [done[url] for url in jobs if url in done]
         for result in results:
             self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
         return results, running
 
+    def _expect_checks(self, jobs: Mapping[str, tuple[str, Release]]) -> set[str]:
+        """Record durably, before the push, which commits go to gateways unchecked (`AgentState.unchecked`);
+        the gateways whose checks an earlier sync left undone."""
+        checked = {url: commit for url, (commit, what) in jobs.items()
+                   if what.checks and self.proxy_urls.get(url)}
+        recheck = self.state.expect_checks(checked)
+        if checked:
+            try:
+                with self._lock:
+                    self.state_dir.save(self.state)
+            except OSError as exc:
+                logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
+        return recheck
+
     def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
         """Remember what a gateway holds after a push (after its rollback, when it had one)."""
+        self.state.after_push(result.url, commit, ok=result.ok, checked=result.checks is not None,
+                              changed=bool(result.puts))
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
                 self._applied(self.state.last_good, result.rollback)
             else:
-                self._known.pop(result.url, None)
+                self.memory.known.pop(result.url, None)
             return
         if not result.ok or result.after is None:
-            self._known.pop(result.url, None)
+            self.memory.known.pop(result.url, None)
         else:
-            self._known[result.url] = Known(result.after, result.digest)
+            self.memory.known[result.url] = Known(result.after, result.digest)
             managed = self.policy.managed
             owned, odd = result.after.ids(managed), result.after.odd_indexes(managed)
-            if owned != self._owned.get(result.url) or odd != self._odd.get(result.url, {}):
-                self._owned[result.url], self._odd[result.url], self._owned_changed = owned, odd, True
+            memory = self.memory
+            if owned != memory.owned.get(result.url) or odd != memory.odd.get(result.url, {}):
+                memory.owned[result.url], memory.odd[result.url], memory.owned_changed = owned, odd, True
         if not result.ok:
             return
         with self._lock:
@@ -527,12 +556,12 @@ class Agent:
             self.metrics.drift_heals.labels(result.url).inc()
             logger.info("drift healed on {}: {} re-applied", result.url, short(commit))
 
-    def _collect_late(self, reason: str) -> list[SyncOutcome]:
+    def _collect_late(self, reason: frozenset[Trigger]) -> list[SyncOutcome]:
         """What pushes left running by earlier syncs made of their commits, for those that ended."""
         ended: dict[tuple[str, bool], list[GatewayResult]] = {}
-        for url, (commit, drifted, advance, future) in list(self._running.items()):
+        for url, (commit, drifted, advance, future) in list(self.memory.running.items()):
             if future.done():
-                del self._running[url]
+                del self.memory.running[url]
                 result = future.result()
                 logger.info("gateway {}: the push of {} left running ended: {}", url, short(commit),
                             result.summary().split(": ", 1)[1])
@@ -542,7 +571,7 @@ class Agent:
                 for (commit, advance), results in ended.items()]
 
     def _subject(self, sha: str) -> str:
-        known = self._rendered.get(sha)
+        known = self.memory.rendered.get(sha)
         return known.subject if known is not None else ""
 
     def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
@@ -552,7 +581,7 @@ class Agent:
                                stage=str(stage), errors=problems)
             self._writeback_queue.submit(self.writeback.publish_failure, note)
 
-    def _refuse(self, sha: str, reason: str, stage: Stage, problems: list[str],
+    def _refuse(self, sha: str, reason: frozenset[Trigger], stage: Stage, problems: list[str],
                 gateways: list[GatewayResult] | None = None) -> SyncOutcome:
         """A commit that can never apply: remember it as bad, say why; the caller heals with the last good."""
         problems = [redact(p) for p in problems]
@@ -569,14 +598,14 @@ class Agent:
     # record: state, metrics, log, write-back
 
     def _record(self, outcome: SyncOutcome) -> None:
-        self.last_outcome = outcome
+        self.memory.last_outcome = outcome
         report = None if self._repeats(outcome) else self._report(outcome)
         if report is None:
             self.state_dir.touch()  # the state is as saved: its file's time says when the agent last looked
         else:
             self._save_state(outcome, report)
         record_metrics(self.metrics, outcome, self.state, self.gateways.urls, tip_refused=self.tip_refused)
-        live = self._rendered.get(self.state.last_good or "")
+        live = self.memory.rendered.get(self.state.last_good or "")
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self._publish_view(outcome)
@@ -592,9 +621,9 @@ class Agent:
         key = (outcome.result, outcome.commit, outcome.stage, tuple(outcome.problems), tuple(outcome.drifted),
                self.state.last_good)
         quiet = (SyncResult.NOOP, SyncResult.SKIPPED, SyncResult.SOAKING, SyncResult.WAITING)
-        repeat = (outcome.result in quiet and not outcome.gateways and not self._owned_changed
-                  and key == self._saved)
-        self._saved = key
+        repeat = (outcome.result in quiet and not outcome.gateways and not self.memory.owned_changed
+                  and key == self.memory.saved)
+        self.memory.saved = key
         return repeat
 
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
@@ -604,10 +633,10 @@ class Agent:
         try:
             with self._lock:
                 self.state_dir.save(self.state)
-            if self._owned_changed:
-                self.state_dir.save_pushed(self._owned)
-                self.state_dir.save_indexes(self._odd)
-                self._owned_changed = False
+            if self.memory.owned_changed:
+                self.state_dir.save_pushed(self.memory.owned)
+                self.state_dir.save_indexes(self.memory.odd)
+                self.memory.owned_changed = False
         except OSError as exc:
             logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
 
@@ -642,7 +671,7 @@ class Agent:
     @property
     def tip_refused(self) -> bool:
         """The remote's tip, at the last check, is a commit this agent refused."""
-        return self.tip is not None and self.tip in self.state.bad
+        return self.memory.tip is not None and self.memory.tip in self.state.bad
 
     def drift_suspects(self) -> list[str]:
         """Gateways that, by a HEAD, may not hold the last good commit any more (the sync decides).
@@ -651,7 +680,7 @@ class Agent:
         (restarted, or back after an outage): then its backoff ends and it is refilled now.
         """
         good = self.state.last_good
-        known = self._rendered.get(good) if good else None
+        known = self.memory.rendered.get(good) if good else None
         with self._lock:
             pushed = dict(self.state.gateways)
         suspects = []
@@ -690,7 +719,7 @@ class Agent:
 
     def readiness(self) -> Readiness:
         """Ready when every gateway holds the last good commit (docs/operations.md, "Readiness")."""
-        if self.last_outcome is None:
+        if self.memory.last_outcome is None:
             return Readiness(False, "no sync yet")
         good = self.state.last_good
         if not good:
@@ -702,72 +731,54 @@ class Agent:
             return Readiness(False, f"not holding {short(good)}: {', '.join(behind)}")
         text = f"{short(good)} live on {len(self.gateways.urls)} gateway(s)"
         if self.tip_refused:
-            text += f"; the tip {short(self.tip)} is refused ({self.state.bad.get(self.tip or '', '')})"
+            tip = self.memory.tip or ""
+            text += f"; the tip {short(tip)} is refused ({self.state.bad.get(tip, '')})"
         return Readiness(True, text)
 
     # ------------------------------------------------------------------------------------------------
     # what the web view reads (gitsync.web): a snapshot published at the end of each sync
 
-    def view(self) -> dict[str, Any]:
-        """What the agent knows, as plain data, from any thread: a snapshot the sync worker publishes
-        after each sync (never changed after), so a reader needs no lock on the agent's state.
-
-        Keys: agent, repo, ref, paths, tip, tip_refused, last_good, last_good_subject, unmanaged,
-        gateways (url, commit, digest, versions, since, unmanaged, last_sync), history (the last
-        `HISTORY` syncs, newest first), time; and live_commit, the last good commit's
-        `RenderedCommit` when the agent holds it in memory (None after a restart until it needs it)."""
-        with self._view_lock:
-            return self._view
+    def view(self) -> AgentView:
+        """What the agent knows, from any thread: a snapshot the sync worker publishes after each sync
+        and never changes after (assigning it is atomic), so a reader needs no lock."""
+        return self._view
 
     def _publish_view(self, outcome: SyncOutcome) -> None:
         now = time.time()
-        remember(self._history, history_record(outcome, now))
+        remember(self.memory.history, SyncRecord.of(outcome, now))
         for result in outcome.gateways:
-            self._gateway_syncs[result.url] = gateway_record(result, now)
-        snapshot = self._snapshot()
-        with self._view_lock:
-            self._view = snapshot
+            self.memory.pushes[result.url] = GatewayPush.of(result, now)
+        self._view = self._snapshot()
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self) -> AgentView:
         settings, state = self.settings, self.state
         with self._lock:
             pushed = dict(state.gateways)
-        gateways = [{"url": url, "commit": gw.commit if gw else None, "digest": gw.digest if gw else None,
-                     "versions": dict(gw.versions) if gw else {}, "since": gw.since if gw else None,
-                     "unmanaged": list(gw.unmanaged) if gw else [], "last_sync": self._gateway_syncs.get(url)}
-                    for url in self.gateways.urls for gw in [pushed.get(url)]]
-        live = self._rendered.get(state.last_good) if state.last_good else None
-        return {"agent": settings.agent_name, "repo": display_url(settings.repo or str(settings.dir or "")),
-                "ref": settings.ref, "paths": list(settings.paths), "tip": self.tip,
-                "tip_refused": state.bad.get(self.tip) if self.tip else None, "last_good": state.last_good,
-                "last_good_subject": state.last_good_subject, "unmanaged": sorted(self.policy.unmanaged),
-                "gateways": gateways, "history": [dict(r) for r in reversed(self._history)],
-                "time": time.time(), "live_commit": live}
+        gateways = tuple(GatewayRow(url, gw.commit, gw.digest, dict(gw.versions), gw.since,
+                                    tuple(gw.unmanaged), self.memory.pushes.get(url))
+                         if (gw := pushed.get(url)) is not None
+                         else GatewayRow(url, last_sync=self.memory.pushes.get(url))
+                         for url in self.gateways.urls)
+        tip = self.memory.tip
+        repo = display_url(settings.repo or str(settings.dir or ""))
+        return AgentView(settings.agent_name, repo, settings.ref, tuple(settings.paths), tip,
+                         state.bad.get(tip) if tip else None, state.last_good, state.last_good_subject,
+                         tuple(sorted(self.policy.unmanaged)), gateways, tuple(reversed(self.memory.history)),
+                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None)
 
     def finish(self, timeout: float) -> None:
         """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:
         a SIGTERM lets the pushes in flight finish. Call from the thread that runs syncs, or after it."""
-        if not self._running:
+        if not self.memory.running:
             return
-        wait([future for *_, future in self._running.values()], timeout=timeout)
-        for ended in self._collect_late("stop"):
+        wait([future for *_, future in self.memory.running.values()], timeout=timeout)
+        for ended in self._collect_late(frozenset({Trigger.STOP})):
             self._record(ended)
 
     def close(self) -> None:
         self._writeback_queue.close()
         self.gateways.close()
         self.proxy.close()
-
-
-class RenderedCommit(NamedTuple):
-    """A commit as the agent keeps it in memory: its payload, subject, what its author allows, and its
-    files (the web view shows an item as written; the source map holds the same bytes)."""
-
-    rendered: Rendered
-    subject: str
-    allowed_delete: frozenset[str]  # kinds named by Gitsync-Allow-Delete trailers
-    files: Mapping[str, bytes]
-    desired: Desired  # the payload prepared for plans, shared by every gateway's push
 
 
 class WriteBackQueue:
@@ -831,37 +842,6 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
     for url in urls:
         gw = state.gateways.get(url)
         metrics.set_gateway(url, gw.versions if gw else {}, gw is not None and gw.commit == state.last_good)
-
-
-def history_record(outcome: SyncOutcome, now: float) -> dict[str, Any]:
-    """One sync as the web view lists it (problems redacted, at most 20 of them)."""
-    return {"time": now, "first_time": now, "count": 1, "reason": outcome.reason,
-            "result": str(outcome.result), "commit": outcome.commit,
-            "subject": outcome.subject, "stage": str(outcome.stage) if outcome.stage else None,
-            "problems": [redact(p) for p in outcome.problems[:20]], "problem_count": len(outcome.problems),
-            "duration": outcome.duration, "drifted": list(outcome.drifted),
-            "gateways": [{"url": r.url, "status": str(r.status),
-                          "error": redact(r.error) if r.error else None} for r in outcome.gateways]}
-
-
-def remember(history: deque[dict[str, Any]], record: dict[str, Any]) -> None:
-    """Append `record`; a sync that pushed nothing and ended as the one before (a no-op poll, the same
-    refused tip skipped again) is counted on that one instead, so polls do not push out what happened."""
-    last = history[-1] if history else None
-    same = ("result", "commit", "stage", "problems")
-    if last is not None and not record["gateways"] and not last["gateways"] \
-            and all(last[k] == record[k] for k in same):
-        last.update(count=last["count"] + 1, time=record["time"], duration=record["duration"])
-        return
-    history.append(record)
-
-
-def gateway_record(result: GatewayResult, now: float) -> dict[str, Any]:
-    """A gateway's last push as the web view shows it."""
-    return {"time": now, "duration": result.duration, "status": str(result.status),
-            "counts": dict(result.counts), "error": redact(result.error) if result.error else None,
-            "checks": result.checks.to_dict() if result.checks is not None else None,
-            "rolled_back": result.rollback is not None and result.rollback.ok, "two_step": result.two_step}
 
 
 def log_outcome(outcome: SyncOutcome) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -20,7 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gitsync.agent.gate import fleet_table
+from gitsync.adopt.adc_releases import diff_hint
+from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
@@ -29,9 +30,10 @@ from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
 from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
-from gitsync.push.plan import Desired, KindStatus
+from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
-from gitsync.push.workers import Gateways, wait_for
+from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
+from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import (
     Rendered,
     mask_secrets,
@@ -42,12 +44,13 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.memo import ParseCache
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
-from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.fleet import read_fleet, signers_from_settings
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
@@ -95,7 +98,7 @@ def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | i
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        rendered = render_files(files, options)
+        rendered = render_files(files, options, memo=ParseCache())
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
@@ -139,33 +142,15 @@ def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
 # diff and sync: the rendered payload against each gateway's live config
 
 
-_ABSENT = object()
-
-
-def _value_text(value: Any, limit: int = 80) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _at(value: Any, path: tuple[str, ...]) -> Any:
-    """The value at a path of `changed_fields`, or a marker when absent."""
-    for step in path:
-        if not isinstance(value, dict) or step not in value:
-            return _ABSENT
-        value = value[step]
-    return value
-
-
 def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
     return {(kind, item_id(kind, item)): item for kind, items in payload.items() if isinstance(items, list)
             for item in items}
 
 
 def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
-                show_secrets: bool) -> None:
-    """Per kind and item what a sync would do; values masked unless asked."""
+                show_secrets: bool, every_item: bool) -> None:
+    """Per kind and item what a sync would do; values masked unless asked. Many items of a kind
+    changed alike are one line, unless `every_item`."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
     wanted = _by_id(desired_shown)
@@ -174,6 +159,7 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
     print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
         print(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+    folded = False
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
             print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
@@ -181,27 +167,46 @@ def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values:
             continue
         print(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
         changes = [c for c in diff.changes if c.kind == kp.key]
-        for change in changes:
-            subject = f"{change.kind}[{change.id}]"
-            if change.action != "change":
-                mark, note = {"add": ("+", ""), "remove": ("-", ""),
-                              "prune": ("!", "  (written out of band; pruned)")}[change.action]
-                print(f"    {mark} {subject}{note}")
-                continue
-            print(f"    ~ {subject}")
-            key = (kp.key, change.id)
-            for path in change.fields:
-                before, after = _at(live.get(key), path), _at(wanted.get(key), path)
-                print(f"        {field_text(path) or '(whole item)'}: {_value_text(before)} → "
-                      f"{_value_text(after)}")
+        for entry in summarise(changes, live, wanted, minimum=len(changes) + 1 if every_item else GROUP_MIN):
+            if isinstance(entry, ChangeGroup):
+                folded = True
+                _print_group(entry)
+            else:
+                _print_change(entry, live, wanted)
         if not changes:
             print("    (order of items changed)")
+    if folded:
+        print("  (gitsync diff -v lists every item)")
 
 
-def _gateways(settings: Settings, command: str) -> Gateways | int:
+def _print_group(group: ChangeGroup) -> None:
+    mark = {"add": "+", "remove": "-", "prune": "!", "change": "~"}[group.action]
+    print(f"    {mark} {group.describe()}")
+    hint = diff_hint(group.kind, group.fields, group.values, ABSENT)
+    if hint:
+        print(f"      {hint}")
+    print(f"      e.g. {group.examples()}")
+
+
+def _print_change(change: ItemChange, live: dict[tuple[str, str | None], Any],
+                  wanted: dict[tuple[str, str | None], Any]) -> None:
+    subject = f"{change.kind}[{change.id}]"
+    if change.action != "change":
+        mark, note = {"add": ("+", ""), "remove": ("-", ""),
+                      "prune": ("!", "  (written out of band; pruned)")}[change.action]
+        print(f"    {mark} {subject}{note}")
+        return
+    print(f"    ~ {subject}")
+    key = (change.kind, change.id)
+    for path in change.fields:
+        before, after = value_at(live.get(key), path), value_at(wanted.get(key), path)
+        print(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
+
+
+def _gateways(settings: Settings, command: str) -> GatewayPool | int:
     """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
     try:
-        return Gateways(endpoints_from_settings(settings), settings.max_backoff)
+        return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
         print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
@@ -210,7 +215,7 @@ def _gateways(settings: Settings, command: str) -> Gateways | int:
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
     commit the deletion guard would refuse."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     read = _render_commit(settings, "diff")
     if isinstance(read, int):
@@ -240,7 +245,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show)
+            _print_diff(one, desired_shown, rendered.secret_values, show, every_item=settings.verbose > 0)
             status = max(status, 1)
         else:
             print(f"{one.url}: no changes")
@@ -294,7 +299,8 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
 
 def _sync_repo(settings: Settings) -> int:
     from gitsync.agent.metrics import Metrics
-    from gitsync.agent.state import StateDir, StateError
+    from gitsync.agent.state import StateError
+    from gitsync.agent.statedir import StateDir
     from gitsync.agent.sync import Agent
 
     with contextlib.ExitStack() as stack:
@@ -315,7 +321,7 @@ def _sync_repo(settings: Settings) -> int:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
         stack.callback(agent.close)  # waits for the write-backs of this sync
-        outcome = agent.sync_once("cli")
+        outcome = agent.sync_once({Trigger.CLI})
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
@@ -365,7 +371,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def status(settings: Settings, args: argparse.Namespace) -> int:
     """`gitsync status [--fleet]`: this agent's last result, or every agent's from the status refs."""
-    from gitsync.agent.state import StateDir
+    from gitsync.agent.statedir import StateDir
 
     now = datetime.now(UTC)
     if not getattr(args, "fleet", False):
@@ -375,9 +381,14 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not settings.repo:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
+    try:
+        signers = signers_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp))
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)
         except SourceError as exc:
             print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
                   file=sys.stderr)
@@ -385,5 +396,5 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     if not fleet:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
-    print(fleet_table(fleet, now, settings.status_heartbeat), end="")
+    print(fleet_table(fleet, now, own_heartbeat(settings)), end="")
     return 0

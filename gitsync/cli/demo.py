@@ -54,6 +54,7 @@ from dulwich.objects import Blob, Commit
 from dulwich.repo import Repo
 from dulwich.server import DictBackend, TCPGitServer
 
+import gitsync
 from gitsync import __version__
 from gitsync import log as gslog
 from gitsync.agent.gate import fleet_table
@@ -131,7 +132,7 @@ class DemoError(Exception):
 
 def sample_repo_dir() -> Path:
     """The embedded sample config repo: ``gitsync/_sample_repo`` in a wheel, ``sample-repo/`` in a tree."""
-    package = Path(__file__).resolve().parent
+    package = Path(gitsync.__file__).resolve().parent
     candidates = (package / "_sample_repo", package.parent / "sample-repo")
     for candidate in candidates:
         if (candidate / "base").is_dir():
@@ -260,7 +261,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = STEP_TIM
 
 
 @dataclass(frozen=True)
-class Answer:
+class DemoAnswer:
     """One request through the gateway's data plane."""
 
     status: int
@@ -277,12 +278,12 @@ class DataPlane:
         self.url = url
         self._client = httpx.Client(base_url=url, timeout=2.0, trust_env=False)
 
-    def get(self, path: str, host: str = API_HOST) -> Answer:
+    def get(self, path: str, host: str = API_HOST) -> DemoAnswer:
         try:
             response = self._client.get(path, headers={"Host": host})
         except httpx.TransportError:
-            return Answer(0, None)
-        return Answer(response.status_code, response.headers.get("X-Route-Id"))
+            return DemoAnswer(0, None)
+        return DemoAnswer(response.status_code, response.headers.get("X-Route-Id"))
 
     def close(self) -> None:
         self._client.close()
@@ -472,7 +473,7 @@ class Demo:
                    {"remote": remote.url, "agent": AGENT_NAME, "commits": shas})
 
     def _serves(self, path: str) -> bool:
-        return self.plane.get(path) == Answer(200, ROUTE_ID)
+        return self.plane.get(path) == DemoAnswer(200, ROUTE_ID)
 
     def _commit(self, key: str, edit: tuple[str, str, str, str]) -> str:
         path, before, after, message = edit
@@ -498,7 +499,7 @@ class Demo:
         self.say.say("versions     " + ", ".join(f"{kind}={v}" for kind, v in versions_of(live).items()))
         answer = self.plane.get(FIRST_PATH)
         self.say.say(f"GET {FIRST_PATH} (Host: {API_HOST}) through the data plane → {answer}")
-        if answer != Answer(200, ROUTE_ID):
+        if answer != DemoAnswer(200, ROUTE_ID):
             raise DemoError(f"the data plane answered {answer} for {FIRST_PATH}")
         self.summary["first_sync_seconds"] = round(took, 3)
         self.summary["first_answer"] = [answer.status, answer.route_id]
@@ -555,7 +556,7 @@ class Demo:
             self.say.say(f"commit {sha[:7]} \"{CUSTOMERS[3]}\" lands on main ({ROUTE_FILE}: "
                          f"{CUSTOMERS[2].strip()}); webhook → {self._webhook(sha)}")
             outcome, took = wait_for("the commit over the other writer", lambda: self.plane.get(
-                CUSTOMERS_PATH) == Answer(200, USERS_ROUTE_ID) and outcome_of(self.agent, sha, "applied"))
+                CUSTOMERS_PATH) == DemoAnswer(200, USERS_ROUTE_ID) and outcome_of(self.agent, sha, "applied"))
         finally:
             if drift is not None:
                 drift.resume()
@@ -597,7 +598,7 @@ class Demo:
         answer = self.plane.get(FIRST_PATH)
         self.say.say(f"GET {FIRST_PATH} (Host: {API_HOST}) → {answer}; {sha[:7]} is not tried again "
                      "until a new commit lands")
-        if outcome.stage != "health" or answer != Answer(200, ROUTE_ID):
+        if outcome.stage != "health" or answer != DemoAnswer(200, ROUTE_ID):
             raise DemoError(f"no rollback on the failed check: stage {outcome.stage}, {answer}")
         notes_ref = self.settings.notes_ref
         note, _ = wait_for("the git note", lambda: self.remote.note(sha, notes_ref))
@@ -627,7 +628,7 @@ class Demo:
             self.say.say(f"  {problem}")
         still = self.plane.get(CHANGED_PATH)
         self.say.say(f"the gateway stays on {self.shas['fixed'][:7]}: GET {CHANGED_PATH} → {still}")
-        if still != Answer(200, ROUTE_ID):
+        if still != DemoAnswer(200, ROUTE_ID):
             raise DemoError(f"the gateway lost the last good commit: {still}")
         notes_ref = self.settings.notes_ref
         note, _ = wait_for("the git note", lambda: self.remote.note(sha, notes_ref))

@@ -57,7 +57,7 @@ COMMANDS: tuple[Command, ...] = (
             "proven", "gitsync.adopt.export:export_command", ("gateway",), ("gateways",),
             "gitsync.adopt.arguments:export"),
     Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
-            "gitsync.adopt.importing:import_command", (), (), "gitsync.adopt.arguments:import_"),
+            "gitsync.adopt.importing:import_command", ("connect",), (), "gitsync.adopt.arguments:import_"),
     Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",
             "gitsync.adopt.init:init_command", (), (), "gitsync.adopt.arguments:init"),
     Command("schema", "write JSON Schema files of the repo format for editors (yaml-language-server)",

@@ -5,52 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from gitsync.httpclient import Answer, HttpClient, HttpError
 from gitsync.log import redact
+from gitsync.push.results import CheckResult, ChecksVerdict
 from gitsync.render.healthchecks import Check, status_text
 
 BODY_SHOWN = 200  # bytes of an answer's body a failure quotes
-MAX_BODY_READ = 1 << 20
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check's verdict on one gateway: what it got on its last attempt."""
-
-    name: str
-    location: str  # file:line of the check
-    passed: bool
-    attempts: int
-    status: int | None = None
-    body: str = ""  # the first BODY_SHOWN bytes of the last answer, redacted
-    why: str = ""
-
-    def describe(self) -> str:
-        """``checks.yaml:3:5: check api-health failed after 4 attempts: status 502, …; body: …``."""
-        got = f"; body: {self.body!r}" if self.body else ""
-        return f"{self.location}: check {self.name} failed after {self.attempts} attempt(s): {self.why}{got}"
-
-
-@dataclass(frozen=True)
-class ChecksVerdict:
-    """Every check's result on one gateway."""
-
-    results: tuple[CheckResult, ...] = ()
-
-    @property
-    def failed(self) -> tuple[CheckResult, ...]:
-        return tuple(r for r in self.results if not r.passed)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    def to_dict(self) -> dict[str, Any]:
-        """The status file's ``checks`` entry."""
-        return {"passed": len(self.results) - len(self.failed), "failed": [r.describe() for r in self.failed]}
+TIME_SLACK = 1.0  # seconds beyond the checks' declared worst case before the rest fail unrun
 
 
 def judge(check: Check, answer: Answer) -> str | None:
@@ -67,25 +29,46 @@ def judge(check: Check, answer: Answer) -> str | None:
 
 
 def run_checks(checks: Sequence[Check], base_url: str, client: HttpClient,
-               sleep: Callable[[float], None] = time.sleep) -> ChecksVerdict:
-    """Every check against one gateway's data plane (`base_url`), each with its retries."""
-    return ChecksVerdict(tuple(run_check(check, base_url, client, sleep) for check in checks))
+               sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> ChecksVerdict:
+    """Every check against one gateway's data plane (`base_url`), each with its retries, within their
+    declared worst case altogether (validate refused more than `max_check_time`): a check that would
+    start past it fails unrun."""
+    deadline = clock() + sum(check.worst_case for check in checks) + TIME_SLACK
+    results = []
+    for check in checks:
+        if clock() > deadline:
+            results.append(CheckResult(check.name, str(check.location), False, 0,
+                                       why="not run: the checks' time on this gateway ran out"))
+            continue
+        results.append(run_check(check, base_url, client, sleep))
+    return ChecksVerdict(tuple(results))
 
 
 def run_check(check: Check, base_url: str, client: HttpClient,
               sleep: Callable[[float], None] = time.sleep) -> CheckResult:
-    headers = [(k.encode(), v.encode()) for k, v in check.headers]
-    if check.host:
-        headers.insert(0, (b"Host", check.host.encode()))
-    url = base_url.rstrip("/") + check.path
-    body = check.body.encode() if check.body is not None else None
+    """One check with its retries. Whatever goes wrong is the check's failure, never an exception: a
+    check that cannot be sent fails at once (it would not be sent on a retry either)."""
+    try:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in check.headers]
+        if check.host:
+            headers.insert(0, (b"Host", check.host.encode("ascii")))
+        url = base_url.rstrip("/") + check.path
+        body = check.body.encode() if check.body is not None else None
+    except (UnicodeEncodeError, ValueError) as exc:
+        return CheckResult(check.name, str(check.location), False, 1, why=f"cannot be sent: {exc}")
     why, status, shown = "no attempt", None, ""
     for attempt in range(1, check.retries + 2):
         try:
-            answer = client.request(check.method, url, headers=headers, body=body, limit=MAX_BODY_READ,
+            answer = client.request(check.method, url, headers=headers, body=body, limit=check.max_body,
                                     timeout=check.timeout)
         except HttpError as exc:
             why, status, shown = f"no answer: {exc}", None, ""
+            if str(exc).startswith("cannot be sent"):
+                return CheckResult(check.name, str(check.location), False, attempt, why=str(exc))
+        except Exception as exc:  # the HTTP stack refusing what it was given: the check cannot be sent
+            return CheckResult(check.name, str(check.location), False, attempt,
+                               why=f"cannot be sent: {type(exc).__name__}: {exc}")
         else:
             failure = judge(check, answer)
             if failure is None:

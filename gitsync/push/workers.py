@@ -17,11 +17,11 @@ from typing import TypeVar
 from gitsync.backoff import Backoff
 from gitsync.log import logger
 from gitsync.push.admin_api import ConfigHead, Endpoint, Gateway, GatewayError, LiveConfig
-from gitsync.push.apply import GatewayResult
+from gitsync.push.results import GatewayResult
 
 T = TypeVar("T")
 
-#: Gateways that failed wait this long before the next try, doubling up to `max_backoff`.
+#: GatewayPool that failed wait this long before the next try, doubling up to `max_backoff`.
 BACKOFF_BASE = 1.0
 
 
@@ -64,7 +64,7 @@ class GatewayWorker:
         self.client.close()
 
 
-class Gateways:
+class GatewayPool:
     """Every gateway of one agent, by URL (without credentials), in the configured order."""
 
     def __init__(self, endpoints: Iterable[Endpoint], max_backoff: float = 300.0) -> None:
@@ -72,7 +72,7 @@ class Gateways:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(8, len(self.workers))),
                                         thread_name_prefix="gateway-probe")
 
-    def __enter__(self) -> Gateways:
+    def __enter__(self) -> GatewayPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -137,4 +137,4 @@ def wait_for(futures: Mapping[str, Future[T]], stop_waiting: Callable[[], bool] 
     return done, list(pending)
 
 
-__all__ = ["GatewayWorker", "Gateways", "wait_for"]
+__all__ = ["GatewayPool", "GatewayWorker", "wait_for"]

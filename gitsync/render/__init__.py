@@ -4,17 +4,16 @@ load (YAML, cached by blob SHA) → decrypt (SOPS seam) → substitute (vars/sec
 → build (layering) → validate; pure over ``{path: bytes}``.
 """
 
-from gitsync.render.load import ParseCache
 from gitsync.render.mask import mask_secrets
 from gitsync.render.options import RenderOptions, options_from_settings
-from gitsync.render.pipeline import LastGood, LeftOut, Rendered, render
+from gitsync.render.pipeline import render
+from gitsync.render.result import LastGood, LeftOut, Rendered
 from gitsync.render.sourcemap import SourceMap
 from gitsync.render.validate import payload_json, unmanaged_warnings
 
 __all__ = [
     "LastGood",
     "LeftOut",
-    "ParseCache",
     "RenderOptions",
     "Rendered",
     "SourceMap",

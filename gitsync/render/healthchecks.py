@@ -1,4 +1,4 @@
-"""Health checks as the config repo declares them: parsed and checked at render, never pushed.
+r"""Health checks as the config repo declares them: parsed and checked at render, never pushed.
 
 A config file may hold a top-level ``checks:`` list beside its kinds; checks are never pushed to
 APISIX. Each one is a request and what its answer must look like::
@@ -14,23 +14,51 @@ APISIX. Each one is a request and what its answer must look like::
 `status` is a code, a list of codes, or a range written ``"200-299"``; `headers` and `body` are
 regular expressions searched in the answer. Parsing is pure (`parse_checks`, with file:line for every
 problem); running them is the push stage's (`gitsync.push.health`).
+
+Checks run while a new commit waits on a gateway, so each is bounded, and refused here when it
+could not run as written or within its bounds:
+
+* the request is sent exactly as written: the path (with its ``;parameters`` and query) and the
+  host must be ASCII, a character outside it percent-encoded (``/caf%C3%A9``, not ``/café``);
+  header names are tokens and no value holds a control character;
+* the regular expressions are RE2's (google-re2): they match in time linear in the answer, so a
+  pattern like ``^(\w+\s?)*$`` cannot hold a gateway for minutes; what RE2 cannot run in linear
+  time (backreferences, lookaround) is refused. RE2's ``\w``, ``\d`` and ``\s`` are ASCII;
+* a repo declares at most `max_checks` checks, whose worst case on one gateway (every attempt
+  timing out, every interval waited) is at most `max_check_time`; an answer's body is read up to
+  `max_check_body`.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import re2
+
 from gitsync.problems import Location, Problem
-from gitsync.settings import parse_duration
+from gitsync.settings import SPEC_BY_NAME, parse_duration
 
 CHECKS = "checks"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_RETRIES = 20
 MAX_TIMEOUT = 60.0
+MAX_PATTERN_MEMORY = 8 << 20  # bytes RE2 may use for one compiled pattern
+_TOKEN = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
+_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+@dataclass(frozen=True)
+class CheckLimits:
+    """The settings that bound a repo's checks (see the module)."""
+
+    max_checks: int = SPEC_BY_NAME["max_checks"].default
+    max_time: float = SPEC_BY_NAME["max_check_time"].default  # worst case of all checks on one gateway
+    max_body: int = SPEC_BY_NAME["max_check_body"].default
 
 
 @dataclass(frozen=True)
@@ -45,11 +73,17 @@ class Check:
     headers: tuple[tuple[str, str], ...] = ()
     body: str | None = None
     status: tuple[tuple[int, int], ...] = ((200, 299),)  # inclusive ranges
-    expect_headers: tuple[tuple[str, re.Pattern[str]], ...] = ()
-    expect_body: re.Pattern[str] | None = None
+    expect_headers: tuple[tuple[str, Any], ...] = ()  # (name, a compiled RE2 pattern)
+    expect_body: Any = None  # a compiled RE2 pattern
     timeout: float = 2.0
     retries: int = 2
     interval: float = 1.0
+    max_body: int = CheckLimits.max_body  # bytes of an answer's body read
+
+    @property
+    def worst_case(self) -> float:
+        """The longest it can take: every attempt timing out, every interval between them waited."""
+        return (self.retries + 1) * self.timeout + self.retries * self.interval
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -79,13 +113,20 @@ def _statuses(value: Any) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
-def _pattern(value: Any) -> re.Pattern[str]:
+def _pattern(value: Any) -> Any:
+    """A regular expression as RE2 compiles it: matched in linear time, or refused."""
     if not isinstance(value, str):
         raise ValueError(f"expected a regular expression (a string), got {type(value).__name__}")
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = MAX_PATTERN_MEMORY
     try:
-        return re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
+        return re2.compile(value, options)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
+            else str(exc)
+        raise ValueError(f"not a regular expression RE2 runs in linear time ({detail}); backreferences "
+                         "and lookaround are not supported") from None
 
 
 def _text_map(value: Any) -> tuple[tuple[str, str], ...]:
@@ -93,6 +134,22 @@ def _text_map(value: Any) -> tuple[tuple[str, str], ...]:
                                               for k, v in value.items()):
         raise ValueError("expected a mapping of header names to strings")
     return tuple(value.items())
+
+
+def _headers(value: Any) -> tuple[tuple[str, str], ...]:
+    """Request headers as they can be sent: names are tokens, values hold no control characters."""
+    headers = _text_map(value)
+    for name, text in headers:
+        if not name or not set(name) <= _TOKEN:
+            raise ValueError(f"{name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~)")
+        if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in text):
+            raise ValueError(f"header {name}: the value holds a control character")
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError(f"header {name}: the value holds characters that cannot be sent "
+                             "(outside Latin-1)") from None
+    return headers
 
 
 def _duration(value: Any, limit: float) -> float:
@@ -105,8 +162,8 @@ def _duration(value: Any, limit: float) -> float:
 _FIELDS: dict[tuple[str, ...], Callable[[Any], tuple[str, Any]]] = {
     ("request", "method"): lambda v: ("method", _choice(str(v).upper(), METHODS)),
     ("request", "path"): lambda v: ("path", _path(v)),
-    ("request", "host"): lambda v: ("host", _string(v)),
-    ("request", "headers"): lambda v: ("headers", _text_map(v)),
+    ("request", "host"): lambda v: ("host", _host(v)),
+    ("request", "headers"): lambda v: ("headers", _headers(v)),
     ("request", "body"): lambda v: ("body", _string(v)),
     ("expect", "status"): lambda v: ("status", _statuses(v)),
     ("expect", "headers"): lambda v: ("expect_headers", tuple((k, _pattern(p)) for k, p in _text_map(v))),
@@ -124,9 +181,25 @@ def _choice(value: str, choices: Sequence[str]) -> str:
 
 
 def _path(value: Any) -> str:
+    """A path (with its ``;parameters`` and ``?query``) that is sent exactly as written."""
     if not isinstance(value, str) or not value.startswith("/"):
         raise ValueError(f"expected a path starting with /, got {value!r}")
+    if not value.isascii():
+        encoded = "".join(c if c.isascii() else "".join(f"%{b:02X}" for b in c.encode()) for c in value)
+        raise ValueError(f"{value!r} cannot be sent as written: percent-encode what is not ASCII ({encoded})")
+    if any(not c.isprintable() or c in " #" for c in value):
+        raise ValueError(f"{value!r} cannot be sent as written: no spaces, control characters or '#' in a "
+                         "path (percent-encode them)")
+    if _PERCENT.search(value):
+        raise ValueError(f"{value!r}: a '%' must start an escape like %20")
     return value
+
+
+def _host(value: Any) -> str:
+    host = _string(value)
+    if not host or not host.isascii() or any(not c.isprintable() or c in " /?#@" for c in host):
+        raise ValueError(f"{host!r} is not a host name that can be sent (ASCII; an IDN in its xn-- form)")
+    return host
 
 
 def _string(value: Any) -> str:
@@ -142,12 +215,17 @@ def _count(value: Any) -> int:
 
 
 def parse_checks(items: Sequence[Any], where: Callable[[int, tuple[str | int, ...]], Location],
-                 ) -> tuple[list[Check], list[Problem]]:
-    """The checks of the repo, and a problem at file:line for every field that is wrong.
+                 limits: CheckLimits | None = None) -> tuple[list[Check], list[Problem]]:
+    """The checks of the repo, and a problem at file:line for every field that is wrong, and for the
+    checks beyond `limits` (their number, their worst-case time on one gateway).
 
     `where(index, path)`: the location of item `index`'s field `path` (the render's source map)."""
+    limits = limits or CheckLimits()
     checks: list[Check] = []
     problems: list[Problem] = []
+    if len(items) > limits.max_checks:
+        problems.append(Problem(f"{len(items)} checks, more than max_checks ({limits.max_checks}) allows",
+                                where(limits.max_checks, ()), CHECKS))
     for index, item in enumerate(items):
         before = len(problems)
 
@@ -185,8 +263,22 @@ def parse_checks(items: Sequence[Any], where: Callable[[int, tuple[str | int, ..
             if section in item and not isinstance(item[section], dict):
                 problem((section,), f"{section} is a mapping")
         if len(problems) == before:
-            checks.append(Check(name=name, location=where(index, ()), **values))
+            checks.append(Check(name=name, location=where(index, ()), max_body=limits.max_body, **values))
+    problems += _over_time(checks, limits.max_time)
     return checks, problems
 
 
-__all__ = ["CHECKS", "Check", "parse_checks"]
+def _over_time(checks: Sequence[Check], limit: float) -> list[Problem]:
+    """A problem at the first check whose worst case takes the total past `limit`."""
+    total = 0.0
+    for check in checks:
+        total += check.worst_case
+        if total > limit:
+            return [Problem(f"the checks could take {sum(c.worst_case for c in checks):g}s on one gateway "
+                            f"(every attempt timing out: (retries + 1) × timeout + retries × interval each), "
+                            f"more than max_check_time ({limit:g}s); this one passes it", check.location,
+                            CHECKS, check.name)]
+    return []
+
+
+__all__ = ["CHECKS", "Check", "CheckLimits", "parse_checks"]

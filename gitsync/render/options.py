@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsync.log import register_secret
+from gitsync.render.healthchecks import CheckLimits
 from gitsync.render.sops import SopsError, decryptor, identities_from_settings
 from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
 
@@ -37,6 +38,8 @@ class RenderOptions:
     unmanaged: frozenset[str] = frozenset()
     #: Partial apply: items with problems (and what refers to them) are left out, not the commit.
     partial: bool = False
+    #: The bounds of the repo's health checks (their number, their time, the body they read).
+    check_limits: CheckLimits = field(default_factory=CheckLimits)
 
 
 class SecretsLookup:
@@ -136,4 +139,5 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
         max_payload_size=settings.max_payload_size,
         unmanaged=frozenset(settings.unmanaged),
         partial=settings.partial,
+        check_limits=CheckLimits(settings.max_checks, settings.max_check_time, settings.max_check_body),
     )

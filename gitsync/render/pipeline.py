@@ -12,7 +12,7 @@ import copy
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from gitsync.configfiles import ConfigFiles
@@ -20,60 +20,16 @@ from gitsync.kinds import KINDS, item_id
 from gitsync.log import MASK, Redactor, redact, register_secret
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
-from gitsync.render.healthchecks import CHECKS, Check, parse_checks
-from gitsync.render.incremental import remember, render_next
+from gitsync.render.facts import FileFacts
+from gitsync.render.healthchecks import CHECKS, parse_checks
 from gitsync.render.layers import layers
-from gitsync.render.load import Document, ParseCache, ParsedFile, blob_sha
+from gitsync.render.load import Document, ParsedFile, blob_sha
+from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.render.options import RenderOptions
-from gitsync.render.parallel import parse_all
+from gitsync.render.result import LastGood, LeftOut, Rendered
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
-from gitsync.render.validate import FileFacts, dependants, item_contents, refers_to, validate
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """The payload (kinds with items, in KINDS order), where each item came from, the secrets in it."""
-
-    payload: dict[str, list[dict]]
-    source_map: SourceMap
-    secret_values: frozenset[str]
-    checks: tuple[Check, ...] = ()  # health checks of the commit (gitsync.push.health); not pushed
-    #: Each item's canonical content, by kind, in payload order (`gitsync.content.content_bytes`).
-    contents: dict[str, list[bytes]] = field(default_factory=dict, repr=False, compare=False)
-    #: Partial apply: the items this commit could not apply, and why (see `_leave_out`).
-    left_out: tuple[LeftOut, ...] = ()
-    #: Each item's id by kind, in payload order (`gitsync.kinds.item_id`), as build found them.
-    ids: dict[str, list[str | None]] = field(default_factory=dict, repr=False, compare=False)
-    #: Where each item's modifiedIndex goes in its content (`gitsync.content.content_split`), by kind.
-    splits: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class LeftOut:
-    """An item partial apply left out of a commit: why, and whether its last good version stays."""
-
-    kind: str
-    id: str
-    why: Problem
-    kept: bool  # the last good version stays live; else the item is not applied at all
-
-    def describe(self) -> str:
-        fate = "its last good version stays live" if self.kept else "not applied"
-        return f"{self.why} (left out: {fate})"
-
-
-@dataclass(frozen=True)
-class LastGood:
-    """What partial apply may keep: last good items by (kind, id), and the secret values among them."""
-
-    items: Mapping[tuple[str, str], Any]
-    secret_values: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, rendered: Rendered) -> LastGood:
-        return cls({(kind, ident): item for kind, items in rendered.payload.items() for item in items
-                    if (ident := item_id(kind, item)) is not None}, rendered.secret_values)
+from gitsync.render.validate import dependants, item_contents, refers_to, validate
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -210,22 +166,22 @@ def _decrypt(file: str, doc: Document, encrypted: Any, options: RenderOptions, s
 
 
 def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
-           cache: ParseCache | None = None, fallback: LastGood | None = None) -> Rendered:
+           memo: RenderMemo | None = None, fallback: LastGood | None = None) -> Rendered:
     """Render the config files to one payload; raise ProblemsError with every problem found.
 
     With ``options.partial``, problems that each belong to one item do not refuse the whole: see
     `_leave_out`; `fallback` gives a left-out item its last good version."""
     options = options or RenderOptions()
-    cache = cache if cache is not None else ParseCache()
+    memo = memo if memo is not None else NoMemo()
     try:
-        return _render(files, options, cache, fallback)
+        return _render(files, options, memo, fallback)
     finally:
-        cache.end_render()
+        memo.end_render()
 
 
-def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache,
+def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo,
             fallback: LastGood | None = None) -> Rendered:
-    following = render_next(files, options, cache) if fallback is None else None
+    following = memo.render_next(files, options) if fallback is None else None
     if following is not None:
         return following
     render_problems: list[Problem] = []
@@ -244,18 +200,18 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
     #: searched) or None (never read, or encrypted: they may declare anything).
     unknown: dict[str, bytes | None] = {}
-    hashed = _parse_missing(files, known, [name for names in buckets for name in names], options, cache)
+    hashed = _parse_missing(files, known, [name for names in buckets for name in names], options, memo)
     for layer, names in enumerate(buckets):
         for name in names:
             blob = known.blob_ids.get(name) or hashed.get(name)
-            parsed: ParsedFile | None = cache.cached(blob) if blob else None
+            parsed: ParsedFile | None = memo.cached(blob) if blob else None
             size = parsed.size if parsed is not None else oversized.get(name) or len(files.get(name) or b"")
             if name in oversized or size > options.max_file_size:
                 render_problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
                                                f"{options.max_file_size}", Location(name)))
                 unknown[name] = None
                 continue
-            parsed = parsed or cache.get(files[name], blob)
+            parsed = parsed or memo.get(files[name], blob)
             if parsed.issues:
                 render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
                 unknown[name] = files[name]
@@ -292,7 +248,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
     def check_field(index: int, path: tuple[str | int, ...]) -> Location | None:
         return source_map.problem(CHECKS, index, "", path).location
 
-    checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field)
+    checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field, options.check_limits)
     built.ids.pop(CHECKS, None)
     built.segments.pop(CHECKS, None)
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
@@ -319,28 +275,28 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCach
                         tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
                                       for out in left_out.values()), key=_where)),
                         built.ids, splits)
-    remember(cache, options, files, built, facts, rendered, [name for names in buckets for name in names])
+    memo.remember(options, files, built, facts, rendered, [name for names in buckets for name in names])
     return rendered
 
 
 def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[str], options: RenderOptions,
-                   cache: ParseCache) -> dict[str, str]:
-    """Parse the files the cache lacks on every CPU at once (`parallel.parse_all`), when they are many.
+                   memo: RenderMemo) -> dict[str, str]:
+    """Have the memo parse the files it lacks ahead of the render (on every CPU, when they are many).
     The blob SHA of each file that came without one (a directory's), worked out once for the render."""
     missing, hashed = {}, {}
     for name in names:
         blob = known.blob_ids.get(name)
-        if name in known.oversized or (blob is not None and cache.has(blob)):
+        if name in known.oversized or (blob is not None and memo.has(blob)):
             continue  # reported by the render; or parsed already, its bytes not even read
         data = files.get(name)
         if data is None or len(data) > options.max_file_size:
             continue
         if blob is None:
             blob = hashed[name] = blob_sha(data)
-            if cache.has(blob):
+            if memo.has(blob):
                 continue
         missing[blob] = data
-    parse_all(cache, list(missing.items()))
+    memo.prepare(list(missing.items()))
     return hashed
 
 

@@ -7,7 +7,6 @@ APISIX test double, so both speak APISIX's wording.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence, Set
@@ -18,7 +17,7 @@ from gitsync.content import content_bytes, content_split
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
 from gitsync.render.build import Segment
-from gitsync.render.load import ParsedFile
+from gitsync.render.facts import UNKNOWN, FileFacts, Reference, SegmentFacts
 from gitsync.render.options import RenderOptions
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import check_item
@@ -61,80 +60,6 @@ RESTRICTED = {"consumer_name": "consumers", "service_id": "services", "route_id"
               "consumer_group_id": "consumer_groups"}
 #: The gateway's own words when an upstream names its client certificate by id (replaced by ours).
 SSL_LOOKUP = "failed to fetch ssl info by ssl id"
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An id an item names: the kind it must be in, where in the item, and how a problem calls it."""
-
-    target: str
-    at: FieldPath
-    ident: str
-    label: str  # "upstream_id", "whitelist entry", ...
-
-
-@dataclass
-class FileFacts:
-    """What validation may reuse about one file whose items are exactly as parsed (no templates, no SOPS)."""
-
-    #: (doc, kind, index) → the item's own problems (id and schema: (message, field)), kept as long
-    #: as the file's parse is cached.
-    issues: dict[Any, tuple[tuple[str, FieldPath], ...]]
-    secret_references: bool  # the bytes contain "$secret://"
-    #: (doc, kind, index) → the ids the item refers to (`Reference`s), and its JSON size.
-    references: dict[Any, tuple[Reference, ...]] = field(default_factory=dict)
-    sizes: dict[Any, int] = field(default_factory=dict)
-    contents: dict[Any, bytes] = field(default_factory=dict)  # reconcile's canonical content
-    splits: dict[Any, int] = field(default_factory=dict)  # where its modifiedIndex goes (`content_split`)
-    #: (doc, kind) → what is known of the document's whole list of that kind.
-    segments: dict[Any, SegmentFacts] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, parsed: ParsedFile) -> FileFacts:
-        """The facts kept with a plain file's parse (made empty the first time)."""
-        facts: FileFacts = parsed.memo.setdefault("facts", cls({}, parsed.has_secret_references))
-        return facts
-
-    def segment(self, doc: int, kind: str, items: Sequence[Any]) -> SegmentFacts:
-        """What is known of document `doc`'s list of `kind` (its `items`), worked out the first time."""
-        known = self.segments.get((doc, kind))
-        if known is None:
-            known = self.segments[doc, kind] = segment_facts(kind, items, self, doc)
-        return known
-
-
-@dataclass(frozen=True)
-class SegmentFacts:
-    """One plain document's list of one kind, as a whole: what lets a render check an unchanged
-    file's items without looking at each (a one-file change then costs about that file)."""
-
-    issues: dict[int, tuple[tuple[str, FieldPath], ...]]  # index in the list → its own problems
-    named: dict[str, frozenset[str]]  # kind → the ids the items refer to (`Reference`s)
-    look_closer: bool  # a reference that is a problem wherever it points (client_cert_id)
-    sizes: list[int]  # each item's JSON size
-    contents: list[bytes]  # each item's canonical content
-    splits: list[int]  # where each one's modifiedIndex goes in it (`gitsync.content.content_split`)
-
-    @functools.cached_property
-    def size(self) -> int:
-        return sum(self.sizes)
-
-    def item(self, store: str, index: int) -> Any:
-        """Item `index`'s value in a `FileFacts` table, when this list knows it (else `_UNKNOWN`)."""
-        if not 0 <= index < len(self.contents):
-            return _UNKNOWN
-        if store == "issues":
-            return self.issues.get(index, ())
-        if store == "sizes":
-            return self.sizes[index]
-        if store == "contents":
-            return self.contents[index]
-        if store == "splits":
-            return self.splits[index]
-        return _UNKNOWN  # references: computed again (cheap), the schema is what is worth keeping
-
-
-_UNKNOWN = object()
 
 
 @dataclass(frozen=True)
@@ -185,7 +110,7 @@ class Checker:
                 if segment.start > at:
                     runs.append(Run(at, segment.start))
                 hi = segment.start + segment.count
-                known = facts.segment(segment.doc, kind, self.payload[kind][segment.start:hi])
+                known = segment_of(facts, segment.doc, kind, self.payload[kind][segment.start:hi])
                 runs.append(Run(segment.start, hi, facts, known))
                 at = hi
             if at < len(self.payload.get(kind, ())):
@@ -219,8 +144,8 @@ class Checker:
         facts, key = self.facts_of(kind, index)
         if facts is not None:
             known = facts.segments.get(key[:2])
-            value = known.item(store, key[2]) if known is not None else _UNKNOWN
-            if value is not _UNKNOWN:
+            value = known.item(store, key[2]) if known is not None else UNKNOWN
+            if value is not UNKNOWN:
                 return value
         return _kept(getattr(facts, store) if facts is not None else None, key, compute,
                      self.payload[kind][index])
@@ -247,6 +172,14 @@ def _kept(table: dict[Any, Any] | None, key: Any, compute: Any, item: Any, keep:
     if table is not None and keep:
         table[key] = value
     return value
+
+
+def segment_of(facts: FileFacts, doc: int, kind: str, items: Sequence[Any]) -> SegmentFacts:
+    """What is known of document `doc`'s list of `kind` (its `items`), worked out the first time."""
+    known = facts.segments.get((doc, kind))
+    if known is None:
+        known = facts.segments[doc, kind] = segment_facts(kind, items, facts, doc)
+    return known
 
 
 def segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -> SegmentFacts:

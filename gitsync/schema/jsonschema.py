@@ -34,6 +34,8 @@ from copy import deepcopy
 from functools import lru_cache
 from typing import Any
 
+from gitsync.problems import lua_quote
+
 Path = tuple[str | int, ...]
 Error = tuple[Path, str]
 Schema = Mapping[str, Any] | bool
@@ -79,22 +81,6 @@ def lua_tostring(value: object) -> str:
     return str(value)
 
 
-def lua_quote(text: str) -> str:
-    """Lua's ``string.format("%q", text)``."""
-    out = ['"']
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\\n")
-        elif char == "\r":
-            out.append("\\r")
-        elif char == "\0":
-            out.append("\\0")
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
 
 
 def cjson_encode(value: object) -> str:

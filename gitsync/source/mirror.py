@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -515,6 +516,14 @@ class Source:
                 if name in repo.refs:
                     return _peel(repo, repo.refs[name]).id.decode()
         return None
+
+    def commit_time(self, sha: str) -> datetime:
+        """When commit `sha` was committed (its committer's clock), fetching it first if the mirror
+        lacks it."""
+        if not self._local_commit(sha):
+            self.fetch()
+        with self._mirror_commit("fetch", sha) as (_repo, commit):
+            return datetime.fromtimestamp(commit.commit_time, UTC)
 
     # -- read and verify -------------------------------------------------------------------------------
 

@@ -21,6 +21,8 @@ from gitsync.log import logger
 from gitsync.source.transport import SourceError
 
 if TYPE_CHECKING:
+    from sshsig.ssh_public_key import PublicKey
+
     from gitsync.settings import Settings
 
 VERIFY_POLICIES = ("none", "ssh", "gpg")
@@ -71,24 +73,25 @@ def _signature_kind(signature: bytes) -> str | None:
     return None
 
 
-def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file: Path | None) -> None:
-    """An SSH signature (namespace ``git``) by a key of the allowed-signers file that is valid now."""
+def allowed_signers(path: Path, namespace: str = "git") -> list[tuple[str, PublicKey]]:
+    """The keys of an OpenSSH allowed-signers file usable now for `namespace`, each with its principals
+    pattern list (``*``, ``?``, ``!``, comma-separated): an entry limited to other namespaces, a
+    certificate authority, or one outside its valid-after/valid-before window is left out. Raises
+    SourceError (stage ``verify``) when the file cannot be read."""
     import sshsig.allowed_signers
     import sshsig.ssh_public_key
-    import sshsig.sshsig
 
-    assert allowed_signers_file is not None
     try:
-        with open(allowed_signers_file) as f:
+        with open(path) as f:
             signers = list(sshsig.allowed_signers.load_allowed_signers_file(f))
-    except (OSError, ValueError, NotImplementedError) as exc:
-        raise SourceError("verify", f"cannot read allowed signers {allowed_signers_file}: {exc}") from None
+    except (OSError, ValueError, NotImplementedError, UnicodeDecodeError) as exc:
+        raise SourceError("verify", f"cannot read allowed signers {path}: {exc}") from None
     keys = []
     now = time.strftime("%Y%m%d%H%M%S", time.gmtime())
     for signer in signers:
         options = signer.options or {}
         namespaces = options.get("namespaces")
-        if namespaces is not None and "git" not in [n.strip() for n in namespaces.split(",")]:
+        if namespaces is not None and namespace not in [n.strip() for n in namespaces.split(",")]:
             continue
         if "cert-authority" in options:
             continue
@@ -96,12 +99,21 @@ def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file
             continue
         with contextlib.suppress(ValueError, NotImplementedError):
             openssh = f"{signer.key_type} {signer.base64_key}"
-            keys.append(sshsig.ssh_public_key.PublicKey.from_openssh_str(openssh))
+            keys.append((signer.principals, sshsig.ssh_public_key.PublicKey.from_openssh_str(openssh)))
+    return keys
+
+
+def _verify_ssh(sha: str, payload: bytes, signature: bytes, allowed_signers_file: Path | None) -> None:
+    """An SSH signature (namespace ``git``) by a key of the allowed-signers file that is valid now."""
+    import sshsig.sshsig
+
+    assert allowed_signers_file is not None
+    keys = [key for _, key in allowed_signers(allowed_signers_file)]
     if not keys:
         raise SourceError("verify", f"no usable key in allowed signers {allowed_signers_file}")
     try:
         sshsig.sshsig.verify(payload, signature.decode("ascii", "replace"), keys, namespace="git")
-    except (sshsig.sshsig.InvalidSignature, NotImplementedError, ValueError) as exc:
+    except Exception as exc:  # a forged blob can make the library fail in its own ways (an assert)
         detail = str(exc) or "it does not match the commit"
         raise SourceError("verify", f"commit {sha}: bad or untrusted SSH signature ({detail})") from None
 

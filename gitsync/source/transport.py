@@ -9,7 +9,6 @@ transport raises into a `SourceError` worded for people and free of secrets.
 from __future__ import annotations
 
 import os
-import select
 import shlex
 import socket
 from collections.abc import Callable, Mapping
@@ -36,7 +35,7 @@ from dulwich.refs import filter_ref_prefix
 
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret
-from gitsync.source.compat import TimeoutTCPGitClient, daemon_request, daemon_socket
+from gitsync.source.compat import TimeoutTCPGitClient, daemon_request, daemon_socket, readable
 
 if TYPE_CHECKING:
     import urllib3
@@ -102,8 +101,7 @@ class _TimedPipe(SubprocessWrapper):
         chunks: list[bytes] = []
         wanted = size if size >= 0 else 1 << 62
         while wanted > 0:
-            ready, _, _ = select.select([fd], [], [], self.timeout)
-            if not ready:
+            if not readable(fd, self.timeout):
                 self.proc.kill()
                 raise TimeoutError(f"no answer within {self.timeout:g}s")
             chunk = os.read(fd, min(wanted, 1 << 16))
@@ -112,6 +110,10 @@ class _TimedPipe(SubprocessWrapper):
             chunks.append(chunk)
             wanted -= len(chunk)
         return b"".join(chunks)
+
+    def can_read(self) -> bool:
+        assert self.proc.stdout is not None
+        return readable(self.proc.stdout.fileno(), 0)
 
 
 class _TimedSSHVendor(SubprocessSSHVendor):

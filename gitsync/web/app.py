@@ -6,6 +6,7 @@ goes through the log redactor as well, so a secret the masking missed still neve
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
+from gitsync.agent.view import AgentView
 from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.settings import Settings
@@ -21,7 +23,7 @@ from gitsync.web import auth, pages
 from gitsync.web.catalog import paginate
 from gitsync.web.html import Markup, page
 from gitsync.web.links import Links
-from gitsync.web.live import FleetReader, Gateways, LiveCatalog
+from gitsync.web.live import LiveCatalog, ViewFleet, ViewGateways
 
 Reply = tuple[int, bytes, str, list[tuple[str, str]]]
 
@@ -36,6 +38,7 @@ SECURITY_HEADERS = [("Content-Security-Policy", CSP), ("X-Content-Type-Options",
 STATIC = {"style.css": "text/css; charset=utf-8", "filter.js": "text/javascript; charset=utf-8",
           "favicon.svg": "image/svg+xml"}
 PAGES = ("/", "/items", "/fleet", "/login", "/logout")
+_PAGE = re.compile(r"[0-9]{1,9}")
 
 
 def serves(path: str) -> bool:
@@ -51,9 +54,9 @@ class WebView:
         self._agent = agent
         self.access = auth.Access(current.listen, current.ui_token)  # SettingsError: not allowed as set
         self._lock = threading.Lock()
-        self._gateways = Gateways(current)
+        self._gateways = ViewGateways(current)
         self._gateways_of = current.gateways
-        self.fleet = FleetReader(settings, work_dir)
+        self.fleet = ViewFleet(settings, work_dir)
         self.catalog = LiveCatalog()
         self.failures = auth.Failures()
 
@@ -62,12 +65,12 @@ class WebView:
         self.fleet.close()
         self.catalog.close()
 
-    def gateways(self, settings: Settings) -> Gateways:
+    def gateways(self, settings: Settings) -> ViewGateways:
         """The view's gateway clients, made again when a reload changed the gateways."""
         with self._lock:
             if settings.gateways != self._gateways_of:
                 self._gateways.close()
-                self._gateways, self._gateways_of = Gateways(settings), settings.gateways
+                self._gateways, self._gateways_of = ViewGateways(settings), settings.gateways
             return self._gateways
 
     # -- requests ------------------------------------------------------------------------------------------
@@ -94,7 +97,10 @@ class WebView:
             if path == "/logout":
                 if method != "POST":
                     return _text(405, "Log out with POST.", [("Allow", "POST")])
-                return _redirect("/login", [("Set-Cookie", auth.clear_cookie())])
+                session = auth.cookie_value(headers.get("Cookie") or "")
+                if session is not None:
+                    self.access.sessions.end(session)  # the same cookie is refused from now on
+                return _redirect("/login", [("Set-Cookie", auth.clear_cookie(settings.ui_secure_cookie))])
             if method not in ("GET", "HEAD"):
                 return _text(405, "This view is read-only.", [("Allow", "GET, HEAD")])
             if not self.access.authorized(headers, settings.ui_token):
@@ -116,11 +122,16 @@ class WebView:
             return self._page(200, "Log in", pages.login(next_path, failed=False), settings, nav="")
         if method != "POST":
             return _text(405, "Log in with GET or POST.", [("Allow", "GET, HEAD, POST")])
-        length = (headers.get("Content-Length") or "").strip()
-        if not length.isdigit() or int(length) > auth.MAX_FORM_BYTES:
-            return _text(400, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
+        length = auth.form_length(headers.get("Content-Length"))
+        if length is None or length > auth.MAX_FORM_BYTES:
+            self.failures.add(client)  # a login attempt all the same: it counts towards the limit
+            logger.warning("web view: a login form from {} was refused: its length is {}", client,
+                           "not a number" if length is None else "too large")
+            if length is None:
+                return _text(400, "The login form must say its length (Content-Length).")
+            return _text(413, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
         try:
-            form = body.read(int(length))
+            form = body.read(length)
         except (TimeoutError, ConnectionError):  # the listener's deadline for a request passed
             return _text(408, "The login form did not arrive in time.")
         given, next_path = auth.login_form(form)
@@ -131,29 +142,31 @@ class WebView:
             logger.warning("web view: a wrong token was typed into the login form")
             # 200, not 401: a browser reports a 401 page as an error in its console
             return self._page(200, "Log in", pages.login(next_path, failed=True), settings, nav="")
-        return _redirect(next_path, [("Set-Cookie", auth.set_cookie(auth.session_value(settings.ui_token)))])
+        session = self.access.sessions.start(settings.ui_token, settings.ui_session_ttl)
+        cookie = auth.set_cookie(session, settings.ui_session_ttl, settings.ui_secure_cookie)
+        return _redirect(next_path, [("Set-Cookie", cookie)])
 
     def _route(self, path: str, params: dict[str, list[str]], settings: Settings) -> Reply:
         agent = self._agent()
-        view: dict[str, Any] = agent.view() if agent is not None else {}
+        view = agent.view() if agent is not None else AgentView()
         links = Links(settings.commit_url)
         now = time.time()
         if path == "/":
-            known = self.catalog.peek(view.get("last_good"))
+            known = self.catalog.peek(view.last_good)
             body = pages.overview(view, self.gateways(settings).heads(), links, now,
                                   known.counts if known is not None else None)
             if agent is not None:  # after this page is built: the items pages that follow find it ready
                 self.catalog.warm(view, agent)
             return self._page(200, "Overview", body, settings, nav="overview")
         if path == "/fleet":
-            body = pages.fleet(self.fleet.get(), view.get("tip"), settings.status_refs, links, now)
+            body = pages.fleet(self.fleet.get(), view.tip, settings.status_refs, links, now)
             return self._page(200, "Fleet", body, settings, nav="fleet")
         catalog, error = self.catalog.get(view, agent) if agent is not None else (None, "starting")
         if path == "/items":
             kind = _one(params, "kind")
             kind = kind if kind in KINDS else None
             query = _one(params, "q")[:200]
-            number = int(_one(params, "page")) if _one(params, "page").isdigit() else 1
+            number = _page_number(_one(params, "page"))
             if catalog is None:
                 body = pages.items(None, {}, None, query, kind, links, error)
             else:
@@ -167,7 +180,7 @@ class WebView:
             what = error or f"The live commit has no item {kind}/{ident}."
             return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
         lives = self.gateways(settings).lives()
-        body = pages.item(detail, catalog.sha, lives, view.get("unmanaged") or [], links, now)
+        body = pages.item(detail, catalog.sha, lives, list(view.unmanaged), links, now)
         return self._page(200, f"{kind} {ident}", body, settings, nav="items")
 
     def _page(self, status: int, title: str, main: Markup, settings: Settings,
@@ -180,6 +193,11 @@ class WebView:
 
 def _one(params: Mapping[str, list[str]], name: str) -> str:
     return (params.get(name) or [""])[0]
+
+
+def _page_number(text: str) -> int:
+    """``page=N``: ASCII digits only (``²`` is a digit to str.isdigit(), not to int()); else page 1."""
+    return int(text) if _PAGE.fullmatch(text) else 1
 
 
 def _text(status: int, message: str, extra: list[tuple[str, str]] | None = None) -> Reply:

@@ -20,11 +20,14 @@ from typing import Any, overload
 
 from gitsync.kinds import KINDS, item_id
 from gitsync.render import Rendered, mask_secrets
-from gitsync.render.load import parse, positions
+from gitsync.render.load import ParsedFile, parse, positions
 from gitsync.render.sourcemap import FieldPath, ItemSource
+from gitsync.web.excerpt import LineStarts, Recent, cut, item_starts, next_start, shares_a_line
 from gitsync.writeback.wire import dump_yaml
 
 PER_PAGE = 100
+FILES_KEPT = 8  # files whose line starts an item page keeps (about 8 bytes a line)
+TABLES_KEPT = 2  # files whose every node's position is kept, for items an excerpt cannot show
 _KEY_END = re.compile(r":(?=\s|$)")
 #: Trailing lines of an item's span that belong to no item: blank lines, comments, document markers.
 _NOT_ITEM = re.compile(r"^\s*(#.*)?$|^(---|\.\.\.)(\s.*)?$")
@@ -109,7 +112,9 @@ class Catalog:
         self._rows: dict[int, Row] = {}
         self._haystacks: list[str] | None = None
         self._lock = threading.Lock()
-        self._positions: dict[str, dict[FieldPath, tuple[int, int]]] = {}
+        self._starts: dict[str, list[int]] | None = None  # each file's item start lines
+        self._lines = Recent[str, LineStarts](FILES_KEPT)
+        self._tables = Recent[str, dict[FieldPath, tuple[int, int]]](TABLES_KEPT)
         for kind in KINDS:
             for index, item in enumerate(rendered.payload.get(kind) or ()):
                 ident = item_id(kind, item)
@@ -183,12 +188,37 @@ class Catalog:
         data = self.files.get(source.file) if source is not None else None
         lines = None
         if source is not None and data is not None:
-            if source.file not in self._positions:
-                self._positions = {source.file: positions(data)}  # the last file asked for
-            lines = written_lines(data, kind, source, secrets, self._positions[source.file])
+            lines = self._written(kind, source, data, secrets)
         if lines is None:
             return ItemDetail(row, (), dump_yaml(masked), pushed, item)
         return ItemDetail(row, tuple(lines), None, pushed, item)
+
+    def _written(self, kind: str, source: ItemSource, data: bytes,
+                 secrets: Iterable[str]) -> list[tuple[int, str]] | None:
+        """`written_lines` of the item, parsed from an excerpt of its file (`gitsync.web.excerpt`);
+        from the whole file only when the excerpt cannot stand for it (its positions then kept for
+        the next page of that file)."""
+        if self._starts is None:
+            self._starts = item_starts(self.rendered.source_map.lists())
+        lines = self._lines.get(source.file, lambda: LineStarts(data))
+        if lines.plain:
+            following = next_start(self._starts.get(source.file, ()), source.pos[0])
+            if shares_a_line(lines, source, following):
+                return None
+            excerpt = cut(lines, kind, source, following)
+            parsed = parse(excerpt.data)
+            if not parsed.issues and _first_item_is(parsed, kind, source.id):
+                found = written_lines(excerpt.data, kind, excerpt.source, secrets)
+                return None if found is None else excerpt.in_file(found)
+        table = self._tables.get(source.file, lambda: positions(data))
+        return written_lines(data, kind, source, secrets, table)
+
+
+def _first_item_is(parsed: ParsedFile, kind: str, ident: str | None) -> bool:
+    """The excerpt's first document lists, first under `kind`, the item of id `ident`."""
+    content = parsed.documents[0].shared if parsed.documents else None
+    listed = content.get(kind) if isinstance(content, dict) else None
+    return isinstance(listed, list) and bool(listed) and item_id(kind, listed[0]) == ident
 
 
 class Rows(Sequence[Row]):

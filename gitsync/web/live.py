@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gitsync.agent.sync import gc_paused
+from gitsync.agent.view import AgentView
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.render import render
+from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback.fleet import read_fleet
+from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 
 T = TypeVar("T")
 
@@ -76,7 +79,7 @@ class LiveItems:
     at: float = 0.0  # time.time() of the GET
 
 
-class Gateways:
+class ViewGateways:
     """The view's own clients of the agent's gateways (short deadlines), and their cached answers."""
 
     def __init__(self, settings: Settings) -> None:
@@ -145,17 +148,18 @@ def _live(client: Gateway) -> LiveItems:
 
 @dataclass(frozen=True)
 class Fleet:
-    agents: tuple[dict[str, Any], ...]
+    agents: tuple[FleetEntry, ...]
     error: str | None = None
     at: float = 0.0
 
 
-def read_agents(settings: Settings, work_dir: Path) -> list[dict[str, Any]]:
+def read_agents(settings: Settings, work_dir: Path) -> list[FleetEntry]:
     """Every agent's status, as `gitsync status --fleet` reads it (the one call of the view's)."""
-    return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir)
+    return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir,
+                      signers_from_settings(settings))
 
 
-class FleetReader:
+class ViewFleet:
     """The fleet, read from the status branch at most every `FLEET_TTL` seconds."""
 
     def __init__(self, settings: Callable[[], Settings], work_dir: Path) -> None:
@@ -200,12 +204,12 @@ class LiveCatalog:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-catalog")
         self._warming: Future[None] | None = None
 
-    def warm(self, view: Mapping[str, Any], agent: Any) -> None:
-        known = self.peek(view.get("last_good"))
+    def warm(self, view: AgentView, agent: Any) -> None:
+        known = self.peek(view.last_good)
         if (known is None or not known.prepared) and (self._warming is None or self._warming.done()):
             self._warming = self._pool.submit(self._prepare, view, agent)
 
-    def _prepare(self, view: Mapping[str, Any], agent: Any) -> None:
+    def _prepare(self, view: AgentView, agent: Any) -> None:
         catalog, _ = self.get(view, agent)
         if catalog is not None:
             with gc_paused():
@@ -219,12 +223,12 @@ class LiveCatalog:
         known = self._catalog
         return known if known is not None and known.sha == sha else None
 
-    def get(self, view: Mapping[str, Any], agent: Any) -> tuple[Catalog | None, str | None]:
+    def get(self, view: AgentView, agent: Any) -> tuple[Catalog | None, str | None]:
         """(the catalog, None), or (None, why not)."""
-        sha = view.get("last_good")
+        sha = view.last_good
         if not sha:
             return None, "no commit is live yet"
-        held = view.get("live_commit")
+        held = view.live_commit
         with self._lock:
             known = self._catalog
             if known is not None and known.sha == sha and (held is None or known.rendered is held.rendered):
@@ -237,7 +241,7 @@ class LiveCatalog:
             try:
                 commit = agent.source.read(sha)
                 with gc_paused():  # as a sync renders: no full collections over the growing payload
-                    rendered = render(commit.files, agent.render_options)
+                    rendered = render(commit.files, agent.render_options, memo=ParseCache())
             except (SourceError, ProblemsError) as exc:
                 why = redact(f"cannot render {sha[:7]} again: {exc}")
                 self._error = (sha, why)
@@ -246,4 +250,4 @@ class LiveCatalog:
             return self._catalog, None
 
 
-__all__ = ["Fleet", "FleetReader", "Gateways", "Head", "LiveCatalog", "LiveItems", "read_agents"]
+__all__ = ["Fleet", "Head", "LiveCatalog", "LiveItems", "ViewFleet", "ViewGateways", "read_agents"]

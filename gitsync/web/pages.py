@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 
 from gitsync.agent.decide import GatewayView, Holding, Probe, holding
 from gitsync.agent.state import GatewayState
+from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, SyncRecord
 from gitsync.kinds import KINDS
 from gitsync.push.plan import changed_fields, content_bytes
 from gitsync.render.sourcemap import field_text
@@ -18,13 +19,14 @@ from gitsync.web.catalog import ItemDetail, Page, Row
 from gitsync.web.html import Markup, esc, join, link, table, tag
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, Head, LiveItems
-from gitsync.writeback.wire import format_age, parse_time
+from gitsync.writeback.statusfile import FleetEntry
+from gitsync.writeback.wire import format_age
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
-_LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::(?P<col>\d+))?(?=: )")
+_LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>[0-9]{1,9})(?::(?P<col>[0-9]{1,9}))?(?=: )")
 GOOD = ("applied", "healed", "noop", "canary", "soaking", "in sync", "equal", "unchanged")
 BAD = ("failed", "refused", "drifted", "no answer", "fetch_failed", "drift_reported", "differs", "missing",
-       "behind")
+       "behind", "unreadable")
 
 
 def short(sha: str | None) -> str:
@@ -86,35 +88,35 @@ def section(title: str, ident: str, *body: Any) -> Markup:
 # Overview
 
 
-def tip_verdict(view: Mapping[str, Any], links: Links) -> Markup:
-    tip, good = view.get("tip"), view.get("last_good")
-    history = view.get("history") or []
+def tip_verdict(view: AgentView, links: Links) -> Markup:
+    tip, good = view.tip, view.last_good
+    history = view.history
     if tip is None:
-        failed = next((r for r in history if r["result"] == "fetch_failed"), None)
-        why = failed["problems"][0] if failed and failed["problems"] else "the remote has not been read yet"
+        failed = next((r for r in history if r.result == "fetch_failed"), None)
+        why = failed.problems[0] if failed and failed.problems else "the remote has not been read yet"
         return tag("p", badge("unknown"), " ", why, class_="verdict")
     head = Markup(badge("applied") if tip == good else "")
     if tip == good:
         return tag("p", head, " ", commit(tip, links), " is live: the tip is the last good commit.",
                    class_="verdict")
-    records = [r for r in history if r.get("commit") == tip]
-    if view.get("tip_refused"):
-        refusal = next((r for r in records if r["result"] == "failed" and r.get("stage")), None)
-        stage = refusal["stage"] if refusal else view["tip_refused"].split(":", 1)[0]
-        listed = refusal["problems"] if refusal else [view["tip_refused"].split(": ", 1)[-1]]
-        more = refusal["problem_count"] if refusal else 0
+    records = [r for r in history if r.commit == tip]
+    if view.tip_refused:
+        refusal = next((r for r in records if r.result == "failed" and r.stage), None)
+        stage = refusal.stage if refusal else view.tip_refused.split(":", 1)[0]
+        listed = list(refusal.problems) if refusal else [view.tip_refused.split(": ", 1)[-1]]
+        more = refusal.problem_count if refusal else 0
         return Markup(tag("p", badge("refused"), " ", commit(tip, links), f" was refused at stage {stage}; "
                           "the gateways stay on ", commit(good, links), ".", class_="verdict")
                       + problems(listed, tip, links, more))
     last = records[0] if records else None
     if last is None:
         return tag("p", badge("pending"), " ", commit(tip, links), " is not applied yet.", class_="verdict")
-    return Markup(tag("p", badge(last["result"]), " ", commit(tip, links), f": {last['result']} "
-                      f"({last['reason']}).", class_="verdict")
-                  + problems(last["problems"], tip, links, last["problem_count"]))
+    return Markup(tag("p", badge(last.result), " ", commit(tip, links), f": {last.result} "
+                      f"({last.reason}).", class_="verdict")
+                  + problems(list(last.problems), tip, links, last.problem_count))
 
 
-def drift_state(gateway: Mapping[str, Any], head: Head | None, good: str | None,
+def drift_state(gateway: GatewayRow, head: Head | None, good: str | None,
                 unmanaged: Sequence[str]) -> str:
     """in sync, drifted, behind, unknown or no answer: `gitsync.agent.decide.holding` on this HEAD."""
     if head is not None and not head.answered:
@@ -122,19 +124,18 @@ def drift_state(gateway: Mapping[str, Any], head: Head | None, good: str | None,
     if not good:
         return "unknown"
     pushed = None
-    if gateway.get("commit"):
-        pushed = GatewayState(gateway["commit"], gateway.get("digest") or "",
-                              dict(gateway.get("versions") or {}), list(gateway.get("unmanaged") or []),
-                              gateway.get("since"))
+    if gateway.commit:
+        pushed = GatewayState(gateway.commit, gateway.digest or "", dict(gateway.versions),
+                              list(gateway.unmanaged), gateway.since)
     probe = Probe.NOT_ASKED if head is None else Probe.NO_HEAD if head.no_head else Probe.ANSWERED
-    view = GatewayView(gateway["url"], pushed, probe, head.digest if head else None)
+    view = GatewayView(gateway.url, pushed, probe, head.digest if head else None)
     state = holding(view, good, unmanaged)
     return {Holding.HOLDS: "in sync", Holding.DRIFTED: "drifted", Holding.BEHIND: "behind",
             Holding.UNKNOWN: "unknown"}[state]
 
 
-def digest_cell(gateway: Mapping[str, Any], head: Head | None) -> Markup:
-    ours = gateway.get("digest")
+def digest_cell(gateway: GatewayRow, head: Head | None) -> Markup:
+    ours = gateway.digest
     if head is None or not head.answered:
         return esc("—")
     if head.no_head:
@@ -145,41 +146,41 @@ def digest_cell(gateway: Mapping[str, Any], head: Head | None) -> Markup:
     return Markup(esc(word) + " " + tag("code", (head.digest or "none")[:12], title=head.digest or "none"))
 
 
-def checks_cell(last: Mapping[str, Any] | None) -> Markup:
-    checks = (last or {}).get("checks")
+def checks_cell(last: GatewayPush | None) -> Markup:
+    checks = last.checks if last is not None else None
     if not checks:
         return esc("—")
     failed = checks.get("failed") or []
     text = f"{checks.get('passed', 0)} passed" + (f", {len(failed)} failed" if failed else "")
-    if (last or {}).get("rolled_back"):
+    if last is not None and last.rolled_back:
         text += "; rolled back"
     listed = tag("ul", join(tag("li", f) for f in failed), class_="problems") if failed else Markup("")
     return esc(text) + listed
 
 
-def overview(view: Mapping[str, Any], heads: Mapping[str, Head], links: Links, now: float,
+def overview(view: AgentView, heads: Mapping[str, Head], links: Links, now: float,
              live_counts: Mapping[str, int] | None = None) -> Markup:
     """`live_counts`: items per kind of the last good commit, when its catalog is at hand."""
-    good = view.get("last_good")
-    gateways = view.get("gateways") or []
-    unmanaged = view.get("unmanaged") or []
-    source = facts([("Agent", view.get("agent")), ("Repo", tag("code", view.get("repo"))),
-                    ("Ref", tag("code", view.get("ref"))),
-                    ("Paths", join((tag("code", p) for p in view.get("paths") or []), ", ")),
+    good = view.last_good
+    gateways = view.gateways
+    unmanaged = list(view.unmanaged)
+    source = facts([("Agent", view.agent), ("Repo", tag("code", view.repo)),
+                    ("Ref", tag("code", view.ref)),
+                    ("Paths", join((tag("code", p) for p in view.paths), ", ")),
                     ("Unmanaged kinds", ", ".join(unmanaged) or "none")])
-    holding_good = sum(1 for g in gateways if g.get("commit") == good and good)
-    last_good = Markup(tag("p", commit(good, links), " ", tag("span", view.get("last_good_subject") or "",
+    holding_good = sum(1 for g in gateways if g.commit == good and good)
+    last_good = Markup(tag("p", commit(good, links), " ", tag("span", view.last_good_subject,
                                                                 class_="subject"))
                        + tag("p", f"Live on {holding_good} of {len(gateways)} gateway(s)."))
     rows = []
     for g in gateways:
-        head, last = heads.get(g["url"]), g.get("last_sync")
+        head, last = heads.get(g.url), g.last_sync
         state = drift_state(g, head, good, unmanaged)
-        error = head.error if head is not None and head.error else (last or {}).get("error")
-        rows.append([tag("code", g["url"]), commit(g.get("commit"), links), digest_cell(g, head),
+        error = head.error if head is not None and head.error else last.error if last is not None else None
+        rows.append([tag("code", g.url), commit(g.commit, links), digest_cell(g, head),
                      badge(state) + (tag("div", error, class_="error") if error else ""),
                      checks_cell(last),
-                     badge(last["status"]) + " " + seconds(last["duration"]) + ", " + when(last["time"], now)
+                     badge(last.status) + " " + seconds(last.duration) + ", " + when(last.time, now)
                      if last else "not pushed since the agent started"])
     gateway_table = table(["Gateway", "Commit live", "Digest", "State", "Health checks", "Last push"], rows,
                           class_="wide")
@@ -190,19 +191,19 @@ def overview(view: Mapping[str, Any], heads: Mapping[str, Head], links: Links, n
                   + section("Gateways", "gateways", gateway_table)
                   + section("Versions and items per kind", "kinds", kinds_table)
                   + section("Recent syncs (since the agent started)", "history",
-                            history(view.get("history") or [], links, now)))
+                            history(view.history, links, now)))
 
 
-def kinds(gateways: Sequence[Mapping[str, Any]], good: str | None, live_counts: Mapping[str, int]) -> Markup:
+def kinds(gateways: Sequence[GatewayRow], good: str | None, live_counts: Mapping[str, int]) -> Markup:
     """Kind × gateway: the conf_version last sent, and the items after the last push (or, for a gateway
     that holds the last good commit, that commit's); kinds never sent are left out."""
     rows = []
     for kind in KINDS:
         cells, used = [], False
         for g in gateways:
-            version = (g.get("versions") or {}).get(f"{kind}_conf_version")
-            count = ((g.get("last_sync") or {}).get("counts") or {}).get(kind)
-            if count is None and good and g.get("commit") == good:
+            version = g.versions.get(f"{kind}_conf_version")
+            count = g.last_sync.counts.get(kind) if g.last_sync is not None else None
+            if count is None and good and g.commit == good:
                 count = live_counts.get(kind)
             used = used or bool(version) or bool(count)
             text = "—" if version is None else f"v{version:.14g}"
@@ -211,19 +212,19 @@ def kinds(gateways: Sequence[Mapping[str, Any]], good: str | None, live_counts: 
             rows.append([kind, *cells])
     if not rows:
         return tag("p", "Nothing pushed yet.")
-    return table(["Kind", *(g["url"] for g in gateways)], rows)
+    return table(["Kind", *(g.url for g in gateways)], rows)
 
 
-def history(records: Sequence[Mapping[str, Any]], links: Links, now: float) -> Markup:
+def history(records: Sequence[SyncRecord], links: Links, now: float) -> Markup:
     if not records:
         return tag("p", "No sync yet.")
     rows = []
     for r in records:
-        result = badge(r["result"]) + (f" ×{r['count']}" if r.get("count", 1) > 1 else "")
-        result += f" at {r['stage']}" if r.get("stage") else ""
-        listed = problems(r.get("problems") or [], r.get("commit"), links, r.get("problem_count", 0))
-        rows.append([when(r["time"], now), r["reason"], result, commit(r.get("commit"), links),
-                     seconds(r.get("duration")), listed])
+        result = badge(r.result) + (f" ×{r.count}" if r.count > 1 else "")
+        result += f" at {r.stage}" if r.stage else ""
+        listed = problems(list(r.problems), r.commit, links, r.problem_count)
+        rows.append([when(r.time, now), r.reason, result, commit(r.commit, links), seconds(r.duration),
+                     listed])
     return table(["When", "Reason", "Result", "Commit", "Duration", "Problems"], rows, class_="wide")
 
 
@@ -331,29 +332,33 @@ def item(detail: ItemDetail, sha: str, lives: Mapping[str, LiveItems], unmanaged
 
 def fleet(result: Fleet, tip: str | None, branch: str, links: Links, now: float) -> Markup:
     head = tag("h1", "Fleet")
-    intro = tag("p", "Every agent's last status, from the status branch ", tag("code", branch),
+    intro = tag("p", "Every agent's last status, from the status refs under ", tag("code", branch),
                 f", read {format_age(now - result.at)} ago (as ", tag("code", "gitsync status --fleet"),
                 " reads it). Agents on another commit than this agent's tip ", commit(tip, links),
-                " are marked behind.")
+                " are marked behind; a status that cannot be read, or whose signature is not allowed, "
+                "says why and counts toward no gate.")
     if result.error:
         return Markup(head + intro + tag("p", result.error, class_="error"))
     if not result.agents:
         return Markup(head + intro + tag("p", "No agent has written its status yet."))
-    rows = []
-    for doc in result.agents:
-        sha = str(doc.get("commit") or "") or None
-        behind = tip is not None and sha != tip
-        moment = parse_time(doc.get("time"))
-        gateways = doc.get("gateways") or []
-        states = ", ".join(f"{g.get('status', '?')}" for g in gateways if isinstance(g, dict))
-        rows.append([Markup(esc(doc.get("agent", "?")) + (" " + badge("behind") if behind else "")),
-                     commit(sha, links), badge(str(doc.get("result", "?"))),
-                     when(moment.timestamp(), now) if moment else esc("?"),
-                     f"{len(gateways)}: {states}" if gateways else "—", str(doc.get("gitsync") or "—")])
-    listing = table(["Agent", "Commit", "Result", "Age", "Gateways", "gitsync"], rows, class_="wide")
-    behind = sum(1 for d in result.agents if tip is not None and (d.get("commit") or None) != tip)
+    rows = [_fleet_row(entry, tip, links, now) for entry in result.agents]
+    listing = table(["Agent", "Commit", "Result", "Age", "Gateways", "gitsync", "Trust"], rows, class_="wide")
+    behind = sum(1 for e in result.agents if tip is not None and (e.status is None or e.status.commit != tip))
     summary = tag("p", f"{len(result.agents)} agent(s); {behind} behind the tip.", class_="count")
     return Markup(head + intro + summary + listing)
+
+
+def _fleet_row(entry: FleetEntry, tip: str | None, links: Links, now: float) -> list[Any]:
+    status = entry.status
+    age = when(entry.written.timestamp(), now) if entry.written else esc("?")
+    trust = entry.trouble or ("verified" if entry.signature is not None else "—")
+    if status is None:
+        return [esc(entry.agent), esc("—"), badge("unreadable"), age, "—", "—", trust]
+    behind = tip is not None and status.commit != tip
+    states = ", ".join(g.status for g in status.gateways)
+    return [Markup(esc(entry.agent) + (" " + badge("behind") if behind else "")),
+            commit(status.commit or None, links), badge(status.result), age,
+            f"{len(status.gateways)}: {states}" if status.gateways else "—", status.version or "—", trust]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from gitsync.writeback.remote import (
     tidy,
     transient,
 )
+from gitsync.writeback.trust import StatusSigner
 from gitsync.writeback.wire import (
     AGENTS_DIR,
     STATUS_FILE,
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
 MAX_PENDING_NOTES = 100  # failure notes kept for the next publish when the remote is unreachable
 # The work repo's refs: what it last saw of each remote ref. Under refs/heads/, because a fetch
 # offers the local heads as what it has: the server then sends only objects the repo lacks.
-LOCAL_OWN_REF = b"refs/heads/own"  # this agent's status ref
+LOCAL_OWN_PREFIX = b"refs/heads/own/"  # this agent's status ref, by its name: a renamed agent starts anew
 LOCAL_VIEW_REF = b"refs/heads/view"
 LOCAL_NOTES_REF = b"refs/heads/notes"
 
@@ -113,13 +114,15 @@ class WriteBackOptions:
     heartbeat: float = 60.0  # the status ref is written at least this often (when asked: `refresh`)
     attempts: int = 8  # tries of one publish: compare-and-swap conflicts and dropped connections
     stop_when_denied: bool = False  # writeback = "auto": a remote that refuses pushes turns it off
+    signing_key: Path | None = None  # the agent's own SSH key: every commit written is signed with it
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WriteBackOptions:
         return cls(agent=settings.agent_name, status_refs=settings.status_refs,
                    status_branch=settings.status_branch, notes_ref=settings.notes_ref, author=settings.author,
                    note_max_bytes=settings.note_max_bytes, notes_retention=settings.notes_retention,
-                   heartbeat=settings.status_heartbeat, stop_when_denied=settings.writeback == "auto")
+                   heartbeat=settings.status_heartbeat, stop_when_denied=settings.writeback == "auto",
+                   signing_key=settings.signing_key_file)
 
 
 class WriteBack:
@@ -136,6 +139,8 @@ class WriteBack:
         self.work_dir = Path(work_dir)
         self.options = options = options or WriteBackOptions()
         self.own_ref = status_ref(options.status_refs, options.agent)
+        self.local_own_ref = LOCAL_OWN_PREFIX + self.own_ref[len(status_prefix(options.status_refs)):]
+        self.signer = StatusSigner(options.signing_key) if options.signing_key is not None else None
         self.status_prefix = status_prefix(options.status_refs)
         self.view_ref = full_ref(options.status_branch, "refs/heads/") if options.status_branch else None
         self.notes_ref = full_ref(options.notes_ref, "refs/notes/")
@@ -145,6 +150,7 @@ class WriteBack:
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._pending_status: StatusReport | None = None
+        self._last_report: StatusReport | None = None  # the last status written, to put back if overwritten
         self._own_failed = False  # the last write of the status ref failed (a heartbeat, maybe)
         self._pending_notes: dict[tuple[str, str], FailureNote] = {}
         self._view_stale = False  # the status branch may not show this agent's latest status
@@ -224,11 +230,13 @@ class WriteBack:
             return new
 
         context = f"commit {short_sha(report.commit)}" if report else "heartbeat"
-        pushed = self._publish("status", self.own_ref, LOCAL_OWN_REF, build, context=context,
+        pushed = self._publish("status", self.own_ref, self.local_own_ref, build, context=context,
                                trust_local=True)
         if pushed is None:
             self._own_failed = True
             return None
+        if report is not None:
+            self._last_report = report
         self._pending_status, self._own_failed = None, False
         if pushed and changed and changed[0]:
             self._view_stale = True
@@ -345,6 +353,8 @@ class WriteBack:
         commit.author_timezone = commit.commit_timezone = 0
         commit.encoding = b"UTF-8"
         commit.message = message.encode() if isinstance(message, str) else message
+        if self.signer is not None:
+            self.signer.sign_commit(commit)
         repo.object_store.add_object(commit)
         return commit.id
 
@@ -354,7 +364,10 @@ class WriteBack:
         a new status; `tip`'s status again with a fresh commit time when the heartbeat is due; None
         when nothing is."""
         store = repo.object_store
-        held = status_of(store, tip) if tip else None
+        ours = tip is not None and self._signed_by_us(store, tip)
+        if not ours:  # another writer's status on our ref: never carry it on, put ours back
+            report = report or self._last_report
+        held = status_of(store, tip) if tip and ours else None
         previous = held[1] if held else None
         if report is not None:
             doc = with_applied_at(previous, status_document(report))
@@ -364,11 +377,20 @@ class WriteBack:
                 tree.add(STATUS_FILE, stat.S_IFREG | 0o644, blob.id)
                 store.add_objects([(blob, None), (tree, None)])
                 return self._commit(repo, tree, [], status_message(report)), True
-        if tip is None or time.time() - store[tip].commit_time < self.options.heartbeat:
+        if tip is None or not ours or time.time() - store[tip].commit_time < self.options.heartbeat:
             return None, False
         old = store[tip]  # the heartbeat: a child of the status commit, with the same tree and message
         status = old.parents[0] if old.parents else tip
         return self._commit(repo, store[old.tree], [status], old.message), False
+
+    def _signed_by_us(self, store: Any, tip: bytes) -> bool:
+        """Whether the tip of our ref, and the status commit under it, are signed by this agent's key
+        (always true without one: then nothing on the ref can be told apart)."""
+        if self.signer is None:
+            return True
+        commit = store[tip]
+        commits = [commit, *(store[p] for p in commit.parents[:1])]
+        return all(self.signer.signed(c) for c in commits)
 
     def _view_commit(self, repo: Repo, tip: bytes | None, refs: Mapping[bytes, bytes]) -> bytes | None:
         """The status branch with every agent's ``status.yaml`` from its ref (files of agents without a

@@ -4,18 +4,18 @@
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from gitsync import __version__
 from gitsync.log import redact
+from gitsync.names import agent_slug
 from gitsync.urls import display_url
+from gitsync.writeback.statusfile import StatusError, load_document, status_from
 
 if TYPE_CHECKING:
     pass
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 AGENTS_DIR = b"agents"  # on the status branch (the view): agents/<agent>.yaml
 STATUS_FILE = b"status.yaml"  # in an agent's status ref
 MAX_PRUNED_LISTED = 100  # pruned ids listed per kind in a status file; the count says the rest
+MAX_CHECKS_LISTED = 50  # failed checks listed per gateway in a status file
+MAX_TEXT = 4000  # characters of one message in a status file (readers refuse values past 16 KiB)
 VOLATILE_STATUS_KEYS = ("time", "duration")  # a change of these alone is not worth a commit
 
 
@@ -57,9 +59,11 @@ class GatewayStatus:
             "pruned": {str(k): _bounded_list(v, MAX_PRUNED_LISTED) for k, v in self.pruned.items() if v},
         }
         if self.error:
-            doc["error"] = self.error
+            doc["error"] = bounded_text(self.error)
         if self.checks is not None:
-            doc["checks"] = dict(self.checks)
+            doc["checks"] = {"passed": int(self.checks.get("passed") or 0),
+                             "failed": [bounded_text(str(f)) for f in self.checks.get("failed") or []]
+                             [:MAX_CHECKS_LISTED]}
         if self.rolled_back:
             doc["rolled_back"] = True
         if self.two_step:
@@ -94,7 +98,7 @@ class StatusReport:
         doc: dict[str, Any] = {
             "agent": self.agent,
             "commit": self.commit,
-            "subject": self.subject,
+            "subject": bounded_text(self.subject),
             "result": self.result,
             "gateways": [g.to_dict() for g in self.gateways],
             "time": iso_time(self.time),
@@ -171,23 +175,16 @@ def scrub(value: Any) -> Any:
     return value
 
 
+def bounded_text(text: str, limit: int = MAX_TEXT) -> str:
+    """`text`, cut to `limit` characters (with an ellipsis) so that the status stays readable."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _bounded_list(items: Iterable[str], limit: int) -> list[str]:
     items = [str(i) for i in items]
     if len(items) <= limit:
         return items
     return [*items[:limit], f"… and {len(items) - limit} more"]
-
-
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def agent_slug(agent: str) -> str:
-    """An agent's name as one path component, valid in a file name and a ref name alike: anything but
-    ``[A-Za-z0-9._-]`` becomes ``-``, runs of dots one dot, no dot at either end, no ``.lock`` suffix."""
-    name = re.sub(r"\.{2,}", ".", _UNSAFE_NAME.sub("-", agent)).strip(".")
-    if name.endswith(".lock"):
-        name = name.removesuffix(".lock") + "-lock"
-    return name or "agent"
 
 
 def agent_file_name(agent: str) -> str:
@@ -259,11 +256,14 @@ def render_status(doc: Mapping[str, Any]) -> bytes:
 
 
 def load_status(data: bytes) -> dict[str, Any] | None:
+    """A status file as a plain document, when it passes the status schema (`statusfile`); else None.
+    Bounded whatever the bytes are: a status ref may hold anything its writers pushed."""
     try:
-        doc = yaml_io().load(data)
-    except YAMLError:
+        doc = load_document(data)
+        status_from(doc)
+    except StatusError:
         return None
-    return doc if isinstance(doc, dict) else None
+    return doc
 
 
 

@@ -13,20 +13,18 @@ a full render (`gitsync.render.pipeline`), which says the same in every case.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import REPO_ONLY_KINDS
 from gitsync.render.build import Built, Loaded, Unit, units_of
-from gitsync.render.load import ParseCache, blob_sha
+from gitsync.render.facts import FileFacts, SegmentFacts
+from gitsync.render.load import ParsedFile, blob_sha
 from gitsync.render.options import RenderOptions
+from gitsync.render.result import Rendered
 from gitsync.render.sourcemap import FilePositions, SourceMap
-from gitsync.render.validate import FileFacts, SegmentFacts, frame_size
-
-if TYPE_CHECKING:
-    from gitsync.render.pipeline import Rendered
+from gitsync.render.validate import frame_size, segment_of
 
 MAX_CHANGED = 8  # files; more is a full render
 LOOKED_ACROSS = frozenset({"ssls", *REPO_ONLY_KINDS})  # checked across items, or not in the payload
@@ -54,32 +52,31 @@ class LastRender:
     rendered: Rendered
 
 
-def remember(cache: ParseCache, options: RenderOptions, files: Mapping[str, bytes], built: Built,
-             facts: Mapping[str, FileFacts], rendered: Rendered, rendered_files: Collection[str]) -> None:
-    """Keep a clean render for the next one, when every item of it is a plain file's whole list and
-    every file it rendered (`rendered_files`: those under the configured paths) is plain."""
-    cache.last_render = None
+def remember(options: RenderOptions, files: Mapping[str, bytes], built: Built, facts: Mapping[str, FileFacts],
+             rendered: Rendered, rendered_files: Collection[str]) -> LastRender | None:
+    """What the next render may start from, when every item of this clean render is a plain file's
+    whole list and every file it rendered (`rendered_files`: those under the configured paths) is
+    plain; else None."""
     if options.partial or rendered.left_out or rendered.secret_values:
-        return
+        return None
     places: dict[str, list[Place]] = {}
     sizes: dict[str, int] = {}
     size = frame_size(built.payload)
     for kind, items in built.payload.items():
         segments = built.segments.get(kind, ())
         if sum(segment.count for segment in segments) != len(items):
-            return  # an item outside a whole list (an overlay replaced it)
+            return None  # an item outside a whole list (an overlay replaced it)
         for segment in segments:
             known = facts[segment.file].segments.get((segment.doc, kind)) if segment.file in facts else None
             if known is None:
-                return  # not a plain file
+                return None  # not a plain file
             places.setdefault(segment.file, []).append(Place(segment.doc, kind, segment.start, segment.count))
             sizes[segment.file] = sizes.get(segment.file, 0) + known.size
             size += known.size
     blobs = _blobs(files)
     if blobs is None or not set(rendered_files) <= set(facts):
-        return  # a file that is not plain: its values may change with the same bytes
-    cache.last_render = LastRender(options, blobs, {name: tuple(p) for name, p in places.items()}, sizes,
-                                   size, rendered)
+        return None  # a file that is not plain: its values may change with the same bytes
+    return LastRender(options, blobs, {name: tuple(p) for name, p in places.items()}, sizes, size, rendered)
 
 
 def _blobs(files: Mapping[str, bytes]) -> dict[str, str] | None:
@@ -92,11 +89,10 @@ def _blobs(files: Mapping[str, bytes]) -> dict[str, str] | None:
             for name in names}
 
 
-def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: ParseCache) -> Rendered | None:
-    """The render of `files` from the last one (see the module), or None: render it in full."""
-    from gitsync.render.pipeline import Rendered
-
-    last = cache.last_render
+def render_next(files: Mapping[str, bytes], options: RenderOptions, last: LastRender | None,
+                parsed_of: Callable[[str, str], ParsedFile]) -> tuple[Rendered, LastRender] | None:
+    """The render of `files` from the `last` one (see the module) and what the next may start from,
+    or None: render it in full. `parsed_of(name, blob)`: the parsed file."""
     if last is None or options != last.options:
         return None
     blobs = _blobs(files)
@@ -113,7 +109,7 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: Parse
     size = last.size
     for name in changed:
         places = last.places.get(name)
-        lists = _lists(name, files, blobs[name], cache)
+        lists = _lists(name, blobs[name], parsed_of)
         if places is None or lists is None or len(lists) != len(places):
             return None
         sizes[name] = 0
@@ -133,17 +129,15 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, cache: Parse
         size += sizes[name] - last.sizes.get(name, 0)
     if size > options.max_payload_size:
         return None
-    cache.touch(blobs.values())
     rendered = Rendered(payload, SourceMap(files, sources, FilePositions(files)), before.secret_values,
                         before.checks, contents, (), before.ids, splits)
-    cache.last_render = LastRender(options, blobs, last.places, sizes, size, rendered)
-    return rendered
+    return rendered, LastRender(options, blobs, last.places, sizes, size, rendered)
 
 
-def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
+def _lists(name: str, blob: str, parsed_of: Callable[[str, str], ParsedFile]
            ) -> list[tuple[int, Unit, SegmentFacts]] | None:
     """A changed file's document lists with what is known of each, when it is plain and clean."""
-    parsed = cache.cached(blob) or cache.get(files[name], blob)
+    parsed = parsed_of(name, blob)
     if parsed.issues or parsed.has_templates or parsed.has_sops or parsed.has_secret_references:
         return None
     facts = FileFacts.of(parsed)
@@ -155,7 +149,7 @@ def _lists(name: str, files: Mapping[str, bytes], blob: str, cache: ParseCache
         for unit in units:
             if unit.kind in LOOKED_ACROSS:
                 return None
-            lists.append((doc.index, unit, facts.segment(doc.index, unit.kind, unit.items)))
+            lists.append((doc.index, unit, segment_of(facts, doc.index, unit.kind, unit.items)))
     return lists
 
 

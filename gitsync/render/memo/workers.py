@@ -8,7 +8,7 @@ parse and more than one CPU, it forks ``cpus - 1`` workers and works beside them
 next chunk of files from a shared pipe (a read of ≤ ``PIPE_BUF`` bytes is atomic), parses it with
 the schema check of each plain document's lists (`FileFacts`, what validation asks of a file),
 writes the plain files to the parse store on disk when the render has one, and hands back their
-parse-store entries (`gitsync.render.stored`: the format a restarted process reads anyway). What a
+parse-store entries (`gitsync.render.memo.store`: the format a restarted process reads anyway). What a
 worker did not hand back, whatever the reason, is parsed by the render as if nothing had been
 done: workers can only save time, never change a result.
 
@@ -40,14 +40,15 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from gitsync import __version__
 from gitsync.kinds import KINDS
-from gitsync.render.load import ParseCache, ParsedFile, parse
-from gitsync.render.stored import MARSHAL_VERSION, ParseStore, decode, encode, storable
-from gitsync.render.validate import FileFacts
+from gitsync.render.facts import FileFacts
+from gitsync.render.load import ParsedFile, parse
+from gitsync.render.memo.store import MARSHAL_VERSION, ParseStore, decode, encode, storable
+from gitsync.render.validate import segment_of
 
 #: Below this many bytes to parse, one CPU is as fast as forking (a fork and a hand-back cost a few ms).
 MIN_BYTES = 256 * 1024
@@ -77,12 +78,14 @@ def prepare(data: bytes) -> ParsedFile:
                 for kind in KINDS:
                     items = content.get(kind)
                     if isinstance(items, list) and items:
-                        facts.segment(doc.index, kind, items)
+                        segment_of(facts, doc.index, kind, items)
     return parsed
 
 
-def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
-    """Put each (blob SHA, bytes) in `cache` parsed, beside forked workers when it is worth it (else
+def parse_all(files: Sequence[tuple[str, bytes]], put: Callable[[str, ParsedFile, bool], None],
+              store: ParseStore | None) -> None:
+    """Parse each (blob SHA, bytes) and `put` it (key, parsed, whether a worker stored it already in
+    `store`), beside forked workers when it is worth it (else
     nothing: the render parses them one by one). Never raises for a worker's failure, nor for one
     to start one (no pipe, no fork: the render goes on alone, or with the workers it has)."""
     workers = min(cpus(), MAX_PROCESSES) - 1
@@ -90,7 +93,7 @@ def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
     if workers < 1 or total < MIN_BYTES or sys.platform != "linux":
         return
     chunks = _chunks(files, (workers + 1) * CHUNKS_PER_WORKER)
-    store = cache.store if cache.store is not None and cache.store.usable else None
+    store = store if store is not None and store.usable else None
     version = store.version if store is not None else __version__
     try:
         claims_r, claims_w = os.pipe()
@@ -111,7 +114,7 @@ def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
         started_at, done = time.monotonic(), 0
         for index in _claimed(claims_r):
             for key, data in chunks[index]:
-                cache.put(key, prepare(data))
+                put(key, prepare(data), False)
                 done += len(data)
         deadline = time.monotonic() + _patience(time.monotonic() - started_at, done,
                                                 max(map(_size, chunks)), total)
@@ -122,7 +125,7 @@ def parse_all(cache: ParseCache, files: Sequence[tuple[str, bytes]]) -> None:
             if status == 0:
                 for key, entry, stored in _entries(out):
                     if (parsed := decode(entry, key, version)) is not None:
-                        cache.put(key, parsed, stored)
+                        put(key, parsed, stored)
     finally:
         os.close(claims_r)
         for pid, out in children:

@@ -35,8 +35,8 @@ from typing import Any
 
 from gitsync import __version__
 from gitsync.log import logger
+from gitsync.render.facts import FileFacts, Reference, SegmentFacts
 from gitsync.render.load import Document, ParsedFile
-from gitsync.render.validate import FileFacts, Reference, SegmentFacts
 
 FORMAT = 5  # 2: facts per document list (segments), items outside one; 3, 4: with content splits; 5: marshal
 SUFFIX = ".parsed"
@@ -110,7 +110,7 @@ class ParseStore:
 
     def write(self, key: str, entry: bytes) -> None:
         """Write `entry` (what `encode` made of blob `key`'s plain file); OSError on failure, unlogged:
-        a parse worker (`gitsync.render.parallel`) reports it to the render instead."""
+        a parse worker (`gitsync.render.memo.workers`) reports it to the render instead."""
         if not _SHA.match(key):
             raise OSError(f"not a blob SHA: {key!r}")
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)

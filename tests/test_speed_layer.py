@@ -1,0 +1,121 @@
+"""The speed layer (`gitsync.render.memo`) decides nothing: an agent with it and an agent without it
+(`parse_cache = false`, the plain path) push the same bytes, refuse the same commits with the same
+problems, and report the same statuses, over any sequence of commits."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gitsync.agent.sync import Agent
+from gitsync.settings import load
+from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import BareRepo
+from testkit.profiles import examples
+
+FILES = ("a.yaml", "b.yaml", "c/d.yaml")
+UPSTREAM = {"id": "u1", "type": "roundrobin", "nodes": {"127.0.0.1:1980": 1}}
+
+
+def route(name: str, uri: str, upstream: str = "u1") -> dict[str, Any]:
+    return {"id": name, "uri": uri, "upstream_id": upstream, "plugins": {"proxy-rewrite": {"uri": "/x"}}}
+
+
+def base() -> dict[str, list[dict[str, Any]]]:
+    return {"a.yaml": [route("r1", "/a"), route("r2", "/b")], "b.yaml": [route("r3", "/c")],
+            "c/d.yaml": [route("r4", "/d")]}
+
+
+# An edit of the repo: (what, which file, a number that picks the item or value).
+KINDS_OF_EDIT = ["uri", "add", "remove", "dangling", "syntax", "template", "move", "revert"]
+EDITS = st.tuples(st.sampled_from(KINDS_OF_EDIT), st.sampled_from(FILES),
+                  st.integers(min_value=0, max_value=5))
+
+
+def apply_edit(files: dict[str, Any], edit: tuple[str, str, int], serial: int) -> dict[str, Any]:
+    """The repo after one edit (files: path → list of routes, or raw text for a broken file)."""
+    what, name, n = edit
+    files = {k: (list(v) if isinstance(v, list) else v) for k, v in files.items()}
+    routes = files.get(name)
+    if not isinstance(routes, list):
+        routes = files[name] = [route(f"n{serial}", f"/n{serial}")]
+    if what == "uri" and routes:
+        routes[n % len(routes)] = {**routes[n % len(routes)], "uri": f"/u{serial}"}
+    elif what == "add":
+        routes.insert(n % (len(routes) + 1), route(f"x{serial}", f"/x{serial}"))
+    elif what == "remove" and routes:
+        routes.pop(n % len(routes))
+    elif what == "dangling" and routes:
+        routes[n % len(routes)] = {**routes[n % len(routes)], "upstream_id": "nope"}
+    elif what == "syntax":
+        files[name] = "routes:\n  - {id: broken, uri: [/unclosed\n"
+    elif what == "template" and routes:
+        routes[n % len(routes)] = {**routes[n % len(routes)], "desc": "${{ vars.TEAM }}"}
+    elif what == "move" and routes:  # an item moves to another file: ids in other places
+        other = FILES[(FILES.index(name) + 1) % len(FILES)]
+        moved = routes.pop(n % len(routes))
+        target = files.get(other)
+        files[other] = [*target, moved] if isinstance(target, list) else [moved]
+    return files
+
+
+def file_bytes(files: dict[str, Any]) -> dict[str, str]:
+    out = {"upstreams.yaml": json.dumps({"upstreams": [UPSTREAM]})}
+    for name, value in files.items():
+        out[name] = value if isinstance(value, str) else json.dumps({"routes": value}, indent=1)
+    return out
+
+
+def status_of(agent: Agent, outcome: Any) -> dict[str, Any]:
+    report = agent._report(outcome).to_dict()
+    report.pop("time"), report.pop("duration")
+    for gateway in report["gateways"]:
+        gateway.pop("url")  # each agent has a gateway of its own
+    return report
+
+
+_repos = itertools.count()
+
+
+@pytest.mark.slow
+@examples(0.1)
+@given(st.lists(EDITS, min_size=1, max_size=8))
+def test_the_fast_path_and_the_plain_path_push_the_same_bytes(edits: list[tuple[str, str, int]]) -> None:
+    with tempfile.TemporaryDirectory(prefix="gitsync-speed-") as tmp, \
+            ApisixDouble("speed-key") as fast_gw, ApisixDouble("speed-key") as plain_gw:
+        root = Path(tmp)
+        repo = BareRepo.create(root / f"repo{next(_repos)}.git")
+        (root / "key").write_text("speed-key")
+        history = [base()]
+        repo.commit(file_bytes(history[-1]), "base")
+
+        def agent(gateway: ApisixDouble, name: str, parse_cache: bool) -> Agent:
+            return Agent(load({"repo": str(repo.path), "gateways": [gateway.url],
+                               "admin_key_file": str(root / "key"), "state_dir": str(root / name),
+                               "writeback": "off", "parse_cache": parse_cache, "vars": {"TEAM": "t"}},
+                              config="/dev/null", env={}))
+
+        fast, plain = agent(fast_gw, "fast", True), agent(plain_gw, "plain", False)
+        try:
+            for serial, edit in enumerate([None, *edits]):
+                if edit is not None:
+                    files = history[-2] if edit[0] == "revert" and len(history) > 1 else \
+                        apply_edit(history[-1], edit, serial)
+                    history.append(files)
+                    gone = {name: None for name in FILES if name not in files}
+                    repo.commit({**file_bytes(files), **gone}, f"edit {serial}: {edit}")
+                one, other = fast.sync_once(), plain.sync_once()
+                assert (one.result, one.stage, one.problems) == (other.result, other.stage, other.problems)
+                assert status_of(fast, one) == status_of(plain, other)
+                assert fast_gw.put_bodies == plain_gw.put_bodies  # byte for byte, in the same order
+            assert plain.cache.parses >= fast.cache.parses
+        finally:
+            fast.close()
+            plain.close()
