@@ -14,7 +14,6 @@ from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions, trai
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import git, git_env
 from testkit.processes import run_gitsync
-from testkit.profiles import examples
 from tests.agents import ADMIN_KEY, repo_url
 
 
@@ -107,7 +106,6 @@ LINES = ["Fix the routes", "", " ", "Gitsync-Allow-Delete: routes", "gitsync-all
          "Gitsync-Allow-Delete: routes\r"]
 
 
-@examples(0.5)  # each example runs git interpret-trailers
 @given(st.lists(st.sampled_from(LINES), min_size=1, max_size=9), st.booleans())
 def test_trailers_are_read_as_git_interpret_trailers_reads_them(lines: list[str], newline: bool) -> None:
     message = "\n".join(lines) + ("\n" if newline else "")

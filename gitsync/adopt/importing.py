@@ -98,12 +98,17 @@ def import_command(settings: Settings, args: argparse.Namespace) -> int:
     except (repo_writer.WriteError, OSError) as exc:
         print(f"gitsync import: {exc}", file=sys.stderr)
         return 2
+    _tell(imported, len(written), args.out)
+    return 0
+
+
+def _tell(imported: _Imported, files: int, out: Path) -> None:
+    """How the import was made, its notes and what it wrote."""
     for line in imported.told:
         print(line)
     for note in imported.notes:
         print(f"note: {note}")
-    print(f"imported {_count(imported.payload)} item(s) into {len(written)} file(s) under {args.out}")
-    return 0
+    print(f"imported {_count(imported.payload)} item(s) into {files} file(s) under {out}")
 
 
 def _count(payload: Mapping[str, Sequence[Any]]) -> int:
