@@ -109,7 +109,7 @@ def _hostname() -> str:
 
 
 # Command-line groups: each subcommand carries the flags of its groups (gitsync/cli.py).
-SOURCE, GATEWAY, DAEMON, WRITEBACK = "source", "gateway", "daemon", "writeback"
+SOURCE, GATEWAY, DAEMON, WRITEBACK, FEEDBACK = "source", "gateway", "daemon", "writeback", "feedback"
 STATE, GLOBAL = "state", "global"
 #: The flags that reach one gateway's Admin API and nothing more (a one-shot read: `import adc --gateway`).
 CONNECT = "connect"
@@ -328,6 +328,53 @@ class Settings:
                                   "summarised.", groups=(WRITEBACK,), minimum=256)
     notes_retention: float = setting("writeback", "duration", 30 * 86400.0, "Notes older than this are "
                                      "pruned.", groups=(WRITEBACK,), minimum=60)
+    # [feedback]
+    forge: str = setting("feedback", "enum", "auto", "The forge that shows commit statuses and review "
+                         "comments; `auto` tells it from the repo URL (github.com, gitlab.com, "
+                         "bitbucket.org, a host named gitea, forgejo or codeberg).",
+                         choices=("auto", "github", "gitlab", "gitea", "bitbucket"), groups=(FEEDBACK,))
+    forge_url: str | None = setting("feedback", "str", None, "The forge's web address (GitHub Enterprise, "
+                                    "self-hosted GitLab, Gitea, Forgejo); default: `https://` and the repo "
+                                    "URL's host.", groups=(FEEDBACK,), metavar="URL")
+    forge_api_url: str | None = setting("feedback", "str", None, "The forge's API base URL; default: from "
+                                        "`forge_url` (`https://api.github.com`, `<forge_url>/api/v3` for "
+                                        "GitHub Enterprise, `/api/v4` GitLab, `/api/v1` Gitea, "
+                                        "`https://api.bitbucket.org/2.0`).", groups=(FEEDBACK,),
+                                        metavar="URL")
+    forge_project: str | None = setting("feedback", "str", None, "The repository on the forge "
+                                        "(`owner/repo`, a GitLab `group/sub/project`, a Bitbucket "
+                                        "`workspace/slug`); default: the repo URL's path.",
+                                        groups=(FEEDBACK,), metavar="PATH")
+    forge_token: Secret | None = setting("feedback", "str", None, "Token for the forge's API; commit "
+                                         "statuses are posted only when it is set (Bitbucket: an access "
+                                         "token, or `user:app-password`).", secret=True, groups=(FEEDBACK,))
+    forge_token_file: Path | None = _secret_file()
+    forge_status: str = setting("feedback", "enum", "group", "Who posts commit statuses: `group`, one "
+                                "status per agent group, its count (`3/5 applied`) read from the status "
+                                "refs and posted by one agent of the group; `agent`, one status per agent; "
+                                "`off`, none (`gitsync status --fleet --publish` may post them instead).",
+                                choices=("group", "agent", "off"), groups=(FEEDBACK,))
+    forge_context: str = setting("feedback", "str", "gitsync", "Name of the commit statuses: "
+                                 "`<forge_context>/<group>` (`<forge_context>` for agents without a group), "
+                                 "`<forge_context>/<agent>` with forge_status = \"agent\".",
+                                 groups=(FEEDBACK,))
+    ui_url: str | None = setting("feedback", "str", None, "The web view's address as people reach it "
+                                 "(`https://gitsync.example/`): commit statuses link to it; without it they "
+                                 "link to the agent's file on the status branch.", groups=(FEEDBACK,),
+                                 metavar="URL")
+    notify_urls: tuple[str, ...] = setting("feedback", "list", (), "URLs that get a signed JSON POST for "
+                                           "each event (applied, refused, rolled back, held by the guard, "
+                                           "drift healed, a gateway unreachable); its `text` field makes a "
+                                           "chat incoming-webhook URL work as it is.", groups=(FEEDBACK,),
+                                           flag="--notify-url", metavar="URL")
+    notify_secret: Secret | None = setting("feedback", "str", None, "Key of the notifications' signature "
+                                           "(`X-Gitsync-Signature-256: sha256=<HMAC-SHA256 of the body>`).",
+                                           secret=True, groups=(FEEDBACK,))
+    notify_secret_file: Path | None = _secret_file()
+    notify_unreachable_after: float = setting("feedback", "duration", 300.0, "A gateway that does not answer "
+                                              "for this long is an event.", groups=(FEEDBACK,), minimum=1)
+    feedback_timeout: float = setting("feedback", "duration", 10.0, "Deadline of each request to the forge "
+                                      "or a notification URL.", groups=(FEEDBACK,), minimum=0.1)
     # [log]
     log_json: bool = setting("log", "bool", False, "One JSON object per log line (journald, containers).",
                              groups=(GLOBAL,))
@@ -704,8 +751,10 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
-    for name in ("gateways", "status_urls", "proxy_urls"):
-        for url in values.get(name, ()):
+    for name in ("gateways", "status_urls", "proxy_urls", "notify_urls", "forge_url", "forge_api_url",
+                 "ui_url"):
+        urls = values.get(name) or ()
+        for url in (urls,) if isinstance(urls, str) else urls:
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")

@@ -12,8 +12,9 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Self, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALHOST = "127.0.0.1"
@@ -25,6 +26,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOCALHOST, 0))
         return s.getsockname()[1]
+
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
+    """Poll `predicate` until it returns something true; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = START_TIMEOUT) -> bool:

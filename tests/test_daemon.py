@@ -27,13 +27,8 @@ from gitsync.backoff import Backoff
 from gitsync.daemon.service import Triggers
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import git
-from tests.agents import (
-    ADMIN_KEY,
-    config_files,
-    live_uri,
-    repo_url,
-    wait_for,
-)
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, config_files, live_uri, repo_url
 
 # ---------------------------------------------------------------------------------------------------------
 # polls and webhooks

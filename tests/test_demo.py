@@ -25,6 +25,7 @@ import httpx
 import pytest
 from ruamel.yaml import YAML
 
+from testkit.processes import wait_for
 from tests.gitservers import git
 from tests.support import ROOT, gitsync_env, run_gitsync
 
@@ -173,14 +174,6 @@ class _Lines:
         return "".join(self.seen)
 
 
-def _wait(what: str, probe, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -257,8 +250,9 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         git("-C", str(clone), "revert", "--no-edit", "HEAD")
         git("-C", str(clone), "push", "-q", "origin", "main")
         reverted = git("-C", str(clone), "rev-parse", "HEAD")
-        _wait("the revert in the status branch", lambda: f"commit: {reverted}" in git(
-            "-C", str(remote), "show", "gitsync/status:agents/demo.yaml"))
+        status_file = "gitsync/status:agents/demo.yaml"
+        wait_for(lambda: f"commit: {reverted}" in git("-C", str(remote), "show", status_file), 15,
+                 "the revert in the status branch")
         live = http.get(urls["admin"] + "/apisix/admin/configs", headers={"X-API-KEY": admin_key}).json()
         assert next(r for r in live["routes"] if r["id"] == "api-orders")["upstream_id"] == "orders"
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents import ADMIN_KEY, config_files, live_uri, wait_for
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, config_files, live_uri
 from tests.gitservers import BareRepo, GitDaemon, GitGate, Hold, HttpGitServer, git
 from tests.support import gitsync_env, run_gitsync
 

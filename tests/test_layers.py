@@ -46,6 +46,7 @@ def test_the_memo_wall_names_every_module_of_renders_core():
     ("gitsync/agent/decide.py", "import dulwich.repo", "nothing that does I/O"),
     ("gitsync/render/validate.py", "from gitsync.render.memo import cache", "RenderMemo"),
     ("gitsync/source/mirror.py", "from gitsync.render import pipeline", "each stage imports only"),
+    ("gitsync/agent/sync.py", "from gitsync.feedback import outbox", "each stage imports only"),
     ("gitsync/kinds.py", "from gitsync.schema import plugins", "the shared vocabulary imports no stage"),
     ("gitsync/writeback/wire.py", "from gitsync.writeback import notes", "no import cycle"),
 ])

@@ -15,8 +15,8 @@ import pytest
 
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import git
-from testkit.processes import free_port, run_gitsync
-from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream, wait_for
+from testkit.processes import free_port, run_gitsync, wait_for
+from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from gitsync.web.auth import MAX_FAILURES
-from tests.agents import AgentProcess, repo_url, wait_for
+from testkit.processes import wait_for
+from tests.agents import AgentProcess, repo_url
 
 pytestmark = pytest.mark.slow  # real agents
 

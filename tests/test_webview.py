@@ -23,7 +23,8 @@ from selenium.webdriver.common.keys import Keys
 
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.web.auth import MAX_FAILURES
-from tests.agents import ADMIN_KEY, AgentProcess, wait_for
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, AgentProcess
 from tests.browser import Browser
 from tests.gitservers import BareRepo, GitDaemon
 from tests.support import run_gitsync

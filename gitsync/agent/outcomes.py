@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gitsync.push.results import GatewayResult
@@ -97,4 +97,23 @@ class SyncOutcome:
         return describe(self.triggers)
 
 
-__all__ = ["Stage", "SyncOutcome", "SyncResult", "Trigger", "describe"]
+def healed_after(refused: SyncOutcome, healed: SyncOutcome) -> SyncOutcome:
+    """A refused commit's outcome with what the second decision of the sync (for the last good commit)
+    did to the gateways."""
+    return replace(refused, gateways=[*refused.gateways, *healed.gateways],
+                   drifted=[*refused.drifted, *healed.drifted])
+
+
+def with_late(outcome: SyncOutcome, late: Iterable[SyncOutcome]) -> SyncOutcome:
+    """`outcome` with what pushes left running by earlier syncs did, for those that ended: their
+    gateways first, and their result when this sync itself had nothing else to report."""
+    for ended in late:
+        outcome = replace(outcome, gateways=[*ended.gateways, *outcome.gateways])
+        idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
+        if idle and ended.result is not SyncResult.NOOP:
+            outcome = replace(outcome, result=ended.result, commit=ended.commit, stage=ended.stage,
+                              subject=ended.subject, problems=ended.problems)
+    return outcome
+
+
+__all__ = ["Stage", "SyncOutcome", "SyncResult", "Trigger", "describe", "healed_after", "with_late"]

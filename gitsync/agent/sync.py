@@ -31,12 +31,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitsync import __version__
-from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
+from gitsync.agent.canary import Canary
+from gitsync.agent.decide import decide
+from gitsync.agent.decision import Decision, GatewayView, Holding, Probe, RemoteView, holding
 from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import GateVerdict
 from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger
+from gitsync.agent.observer import NoObserver, SyncObserver
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
@@ -99,12 +102,15 @@ class Agent:
     """Source, render, push and write-back for one set of settings, plus what it remembers.
 
     `interrupted`: tells a sync to stop waiting for slow pushes (the daemon: a new trigger).
-    `wake`: called with a reason when a push left running by an earlier sync ends."""
+    `wake`: called with a reason when a push left running by an earlier sync ends.
+    `observer`: told when the agent starts on a new commit and how each sync ends
+    (`gitsync.agent.observer`); the agent closes it when it closes."""
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
-                 wake: Callable[[Trigger], None] = lambda trigger: None, remote_attempts: int = 1) -> None:
+                 wake: Callable[[Trigger], None] = lambda trigger: None,
+                 observer: SyncObserver | None = None, remote_attempts: int = 1) -> None:
         self.settings = settings
         set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
         #: Tries of each git contact (ref check, fetch) within one sync: `sync --once` has no next poll.
@@ -125,6 +131,7 @@ class Agent:
         self.writeback = WriteBack.from_settings(settings)
         self._fleet = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
+        self.observer: SyncObserver = observer or NoObserver()
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
         self.wake = wake
@@ -168,17 +175,11 @@ class Agent:
             views = self._views(heads, trusted)
             outcome = self._act(self._decide(remote, views), reason)
             if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
-                healed = self._act(self._decide(RemoteView(sha=outcome.commit), views), reason)
-                outcome.gateways += healed.gateways
-                outcome.drifted += healed.drifted
-            for ended in late:  # a push that ended late is what this sync has to report, if nothing else
-                outcome.gateways[:0] = ended.gateways
-                idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
-                if idle and ended.result is not SyncResult.NOOP:
-                    outcome.result, outcome.commit, outcome.stage = ended.result, ended.commit, ended.stage
-                    outcome.subject, outcome.problems = ended.subject, ended.problems
-        outcome.duration = time.monotonic() - started
-        outcome.phases = phases
+                # the refused commit is bad now: decide again, for the last good commit
+                outcome = healed_after(outcome, self._act(self._decide(RemoteView(sha=outcome.commit), views),
+                                                          reason))
+            outcome = with_late(outcome, late)
+        outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
         self._record(outcome)
         return outcome
 
@@ -299,6 +300,8 @@ class Agent:
                  and ours.digest is not None and self.memory.digests.get(url) == ours.digest}
         # Each other gateway's GET starts now, to overlap the fetch and render below.
         lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
+        if decision.new:
+            self.observer.started(target)
         try:
             commit = self._render(target, fetch=decision.new)
         except ProblemsError as exc:
@@ -609,6 +612,7 @@ class Agent:
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self._publish_view(outcome)
+        self.observer.ended(outcome, self.state)
         if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
                                                              SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
             self._writeback_queue.submit(self.writeback.publish_status, report or self._report(outcome))
@@ -694,7 +698,7 @@ class Agent:
                 held = self._holds(url, state, known.rendered if known else None)
                 if held is Holding.HOLDS or held is Holding.UNKNOWN:
                     continue
-                answered = held is Holding.DRIFTED
+                answered = held in (Holding.DRIFTED, Holding.BEHIND)  # it answered, without our push
             if answered:
                 worker.answered().result()  # its backoff ends, on its own thread
             if worker.backoff.ready():
@@ -702,15 +706,15 @@ class Agent:
         return suspects
 
     def _holds(self, url: str, state: GatewayState, desired: Rendered | None) -> Holding | None:
-        """Does the gateway still hold our push? HEAD's digest (3.14+), else a GET and a plan (3.13);
-        None when it does not answer."""
+        """Does the gateway still hold our push? Decided as a sync decides (`holding`) from its HEAD's
+        digest (3.14+); without a HEAD (3.13), by a GET and a plan. None when it does not answer."""
         client = self.gateways.client(url)
         try:
             head = client.head_config()
-            if head is not None and state.digest:
-                return Holding.HOLDS if head.digest == state.digest else Holding.DRIFTED
-            if head is not None or desired is None:
-                return Holding.UNKNOWN
+            probe, digest = (Probe.NO_HEAD, None) if head is None else (Probe.ANSWERED, head.digest)
+            held = holding(GatewayView(url, state, probe, digest), state.commit, self.policy.unmanaged)
+            if held is not Holding.UNKNOWN or head is not None or desired is None:
+                return held
             changes = plan(desired.payload, client.get_config().body, self.policy).changes
         except GatewayError as exc:
             logger.debug("drift watch: {}: {}", url, exc)
@@ -777,6 +781,7 @@ class Agent:
 
     def close(self) -> None:
         self._writeback_queue.close()
+        self.observer.close()
         self.gateways.close()
         self.proxy.close()
 

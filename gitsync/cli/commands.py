@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from gitsync.adopt.adc_releases import diff_hint
 from gitsync.agent.gate import fleet_table, own_heartbeat
 from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
+from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
 from gitsync.log import logger, redact
@@ -51,6 +53,7 @@ from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
@@ -59,53 +62,57 @@ EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was 
 ONCE_GIT_ATTEMPTS = 4
 
 
-def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
+def _read_files(settings: Settings, command: str, out: Findings | None = None,
+                ) -> tuple[dict[str, bytes], str] | int:
     """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
-    directory); or print why not and return 2."""
+    directory); or say why not and return 2."""
+    out = out or Findings()
     if settings.dir is not None:
         try:
             return read_directory(settings.dir, settings.max_file_size), ""
         except OSError as exc:
-            print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+            out.error(f"gitsync {command}: error: {redact(str(exc))}")
             return 2
     if not settings.repo:
-        print(f"gitsync {command}: no source: give --dir PATH or --repo URL", file=sys.stderr)
+        out.error(f"gitsync {command}: no source: give --dir PATH or --repo URL")
         return 2
     try:
         commit = read_input(settings)
     except SourceError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
     return commit.files, commit.message
 
 
-def _render_source(settings: Settings, command: str) -> Rendered | int:
-    """Render the configured source, or print why not and return the exit status."""
-    rendered = _render_commit(settings, command)
+def _render_source(settings: Settings, command: str, out: Findings | None = None) -> Rendered | int:
+    """Render the configured source, or say why not and return the exit status."""
+    rendered = _render_commit(settings, command, out)
     return rendered if isinstance(rendered, int) else rendered[0]
 
 
-def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | int:
-    """Render the configured source (and its commit message), or print why not and return the exit status."""
-    read = _read_files(settings, command)
+def _render_commit(settings: Settings, command: str, out: Findings | None = None,
+                   ) -> tuple[Rendered, str] | int:
+    """Render the configured source (and its commit message), or say why not and return the exit status."""
+    out = out or Findings()
+    read = _read_files(settings, command, out)
     if isinstance(read, int):
         return read
     files, message = read
     try:
         options = options_from_settings(settings, os.environ)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     try:
         rendered = render_files(files, options, memo=ParseCache())
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
-            print(redact(str(problem)), file=sys.stderr)
+            out.problem(redact(str(problem)))
         return 1
-    for out in rendered.left_out:  # partial apply, from a directory: there is no last good version
-        print(f"warning: {redact(out.describe())}", file=sys.stderr)
+    for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
+        out.warning(redact(left_out.describe()))
     return rendered, message
 
 
@@ -123,19 +130,20 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def validate(settings: Settings, args: argparse.Namespace) -> int:
-    """Exit 0 when the config is valid; 1 with every problem on stderr."""
-    rendered = _render_source(settings, "validate")
+    """Exit 0 when the config is valid; 1 with every problem on stderr (or in the report asked for)."""
+    out = findings(args, "validate", settings)
+    rendered = _render_source(settings, "validate", out)
     if isinstance(rendered, int):
-        return rendered
-    _warn_unmanaged(rendered, settings)
+        return out.finish(rendered)
+    _warn_unmanaged(rendered, settings, out)
     counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
-    print(f"valid: {counts or 'no items'}")
-    return 0
+    out.summary(f"valid: {counts or 'no items'}")
+    return out.finish(0)
 
 
-def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
+def _warn_unmanaged(rendered: Rendered, settings: Settings, out: Findings | None = None) -> None:
     for warning in unmanaged_warnings(rendered.payload, settings.unmanaged):
-        print(f"warning: {warning}", file=sys.stderr)
+        (out or Findings()).warning(warning)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -148,84 +156,85 @@ def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
 
 
 def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
-                show_secrets: bool, every_item: bool) -> None:
-    """Per kind and item what a sync would do; values masked unless asked. Many items of a kind
-    changed alike are one line, unless `every_item`."""
+                show_secrets: bool, out: Findings, every_item: bool) -> None:
+    """Per kind and item what a sync would do, as lines of `out`; values masked unless asked. Many
+    items of a kind changed alike are one line, unless `every_item`."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
     wanted = _by_id(desired_shown)
     live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
-    print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
+    out.line(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
-        print(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+        out.line(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
     folded = False
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
-            print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
+            out.line(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
         if kp.status is not KindStatus.CHANGED:
             continue
-        print(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
+        out.line(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
         changes = [c for c in diff.changes if c.kind == kp.key]
         for entry in summarise(changes, live, wanted, minimum=len(changes) + 1 if every_item else GROUP_MIN):
             if isinstance(entry, ChangeGroup):
                 folded = True
-                _print_group(entry)
+                _print_group(entry, out)
             else:
-                _print_change(entry, live, wanted)
+                _print_change(entry, live, wanted, out)
         if not changes:
-            print("    (order of items changed)")
+            out.line("    (order of items changed)")
     if folded:
-        print("  (gitsync diff -v lists every item)")
+        out.line("  (gitsync diff -v lists every item)")
 
 
-def _print_group(group: ChangeGroup) -> None:
+def _print_group(group: ChangeGroup, out: Findings) -> None:
     mark = {"add": "+", "remove": "-", "prune": "!", "change": "~"}[group.action]
-    print(f"    {mark} {group.describe()}")
+    out.line(f"    {mark} {group.describe()}")
     hint = diff_hint(group.kind, group.fields, group.values, ABSENT)
     if hint:
-        print(f"      {hint}")
-    print(f"      e.g. {group.examples()}")
+        out.line(f"      {hint}")
+    out.line(f"      e.g. {group.examples()}")
 
 
 def _print_change(change: ItemChange, live: dict[tuple[str, str | None], Any],
-                  wanted: dict[tuple[str, str | None], Any]) -> None:
+                  wanted: dict[tuple[str, str | None], Any], out: Findings) -> None:
     subject = f"{change.kind}[{change.id}]"
     if change.action != "change":
         mark, note = {"add": ("+", ""), "remove": ("-", ""),
                       "prune": ("!", "  (written out of band; pruned)")}[change.action]
-        print(f"    {mark} {subject}{note}")
+        out.line(f"    {mark} {subject}{note}")
         return
-    print(f"    ~ {subject}")
+    out.line(f"    ~ {subject}")
     key = (change.kind, change.id)
     for path in change.fields:
         before, after = value_at(live.get(key), path), value_at(wanted.get(key), path)
-        print(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
+        out.line(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
 
 
-def _gateways(settings: Settings, command: str) -> GatewayPool | int:
-    """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
+def _gateways(settings: Settings, command: str, out: Findings | None = None) -> GatewayPool | int:
+    """A client for each gateway, or say why not (a TLS file that cannot be used) and return 2."""
     try:
         return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        (out or Findings()).error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
-    commit the deletion guard would refuse."""
+    commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
     from gitsync.agent.statedir import StateDir
 
-    read = _render_commit(settings, "diff")
+    out = findings(args, "diff", settings)
+    read = _render_commit(settings, "diff", out)
     if isinstance(read, int):
-        return 2
+        return out.finish(2)
     rendered, message = read
     guard = GuardPolicy.from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
-    gateways = _gateways(settings, "diff")
+    gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
-        return gateways
-    _warn_unmanaged(rendered, settings)
+        return out.finish(gateways)
+    _warn_unmanaged(rendered, settings, out)
     policy = policy_from_settings(settings)
     pushed = StateDir(settings.state_dir).load_pushed()  # the agent's memory, when this host runs one
     with gateways:
@@ -237,26 +246,27 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     for url in gateways.urls:
         one = diffs[url]
         if one.error is not None or one.plan is None:
-            print(f"gitsync diff: {one.url}: {one.error}", file=sys.stderr)
+            out.error(f"gitsync diff: {one.url}: {one.error}")
             status = 2
             continue
         if one.plan.problems:
             for problem in one.plan.problems:
-                print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
+                out.error(f"gitsync diff: {one.url}: {redact(str(problem))}")
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show, every_item=settings.verbose > 0)
+            _print_diff(one, desired_shown, rendered.secret_values, show, out,
+                        every_item=settings.verbose > 0)
             status = max(status, 1)
         else:
-            print(f"{one.url}: no changes")
+            out.line(f"{one.url}: no changes")
         verdict = check_deletions(rendered.payload, one.live, policy.managed, guard)
         for change in verdict.kinds:
             if change.deleted:
-                print(f"  guard: {change.describe()}")
+                out.line(f"  guard: {change.describe()}")
         if verdict.refused:
-            print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
+            out.refused(f"gitsync diff: {one.url}: the deletion guard would refuse this commit")
             status = 2
-    return status
+    return out.finish(status)
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -302,6 +312,7 @@ def _sync_repo(settings: Settings) -> int:
     from gitsync.agent.state import StateError
     from gitsync.agent.statedir import StateDir
     from gitsync.agent.sync import Agent
+    from gitsync.feedback.outbox import Feedback
 
     with contextlib.ExitStack() as stack:
         if not writable_dir(settings.state_dir):
@@ -312,7 +323,10 @@ def _sync_repo(settings: Settings) -> int:
         state_dir = StateDir(settings.state_dir)
         try:
             stack.enter_context(state_dir.locked())
-            agent = Agent(settings, state_dir=state_dir, metrics=Metrics(recorded=False),  # none exported
+            metrics = Metrics(recorded=False)  # none exported
+            feedback = stack.enter_context(contextlib.closing(
+                Feedback.from_settings(settings, metrics, state_dir.path)))
+            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback,
                           remote_attempts=ONCE_GIT_ATTEMPTS)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
@@ -397,4 +411,41 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
     print(fleet_table(fleet, now, own_heartbeat(settings)), end="")
+    return _publish(settings, fleet) if getattr(args, "publish", False) else 0
+
+
+def _publish(settings: Settings, fleet: list[FleetEntry]) -> int:
+    """`status --fleet --publish`: each group's status on the tip, from the statuses that count (readable,
+    and verified with `status_signers`), posted on the forge."""
+    from gitsync.feedback.forge import ForgeError, forge_from_settings
+    from gitsync.feedback.outbox import publish_fleet
+    from gitsync.writeback.wire import full_ref
+
+    try:
+        forge = forge_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    if forge is None:
+        print("gitsync status: --publish needs forge_token (GITSYNC_FORGE_TOKEN, forge_token_file)",
+              file=sys.stderr)
+        return 2
+    ref = full_ref(settings.ref, "refs/heads/")
+    pinned = settings.ref.encode() if re.fullmatch(r"[0-9a-f]{40}", settings.ref) else None
+    try:
+        tip = pinned or Remote.from_settings(settings).ls_refs([ref]).get(ref)
+        if tip is None:
+            print(f"gitsync status: the remote has no {ref.decode()}", file=sys.stderr)
+            return 1
+        state_dir = settings.state_dir if writable_dir(settings.state_dir) else None
+        for status in publish_fleet(settings, fleet, tip.decode(), forge, state_dir):
+            print(f"{status.context}: {status.state} on {status.sha[:7]}: {forge.description(status)}")
+    except SourceError as exc:
+        print(redact(f"gitsync status: error: {exc.reason}"), file=sys.stderr)
+        return 1
+    except ForgeError as exc:
+        print(f"gitsync status: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        forge.close()
     return 0

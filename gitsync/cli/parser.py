@@ -37,20 +37,24 @@ COMMANDS: tuple[Command, ...] = (
     Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
             "gitsync.cli.commands:render", ("source", "state"), closes_all=True),
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
-            "gitsync.cli.commands:validate", ("source", "state", "unmanaged"), closes_all=True),
+            "gitsync.cli.commands:validate", ("source", "state", "unmanaged"),
+            arguments="gitsync.feedback.review:format_arguments", closes_all=True),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
             "gitsync.cli.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
-            closes_all=True),
+            arguments="gitsync.feedback.review:format_arguments", closes_all=True),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "
             "3 synced but the write-back failed)",
-            "gitsync.cli.commands:sync", ("source", "gateway", "writeback", "state"),
+            "gitsync.cli.commands:sync", ("source", "gateway", "writeback", "state", "feedback"),
             ("gateways", "admin_key"),
             closes_all=True),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
-            "gitsync.cli.commands:run", ("source", "gateway", "daemon", "writeback"),
+            "gitsync.cli.commands:run", ("source", "gateway", "daemon", "writeback", "feedback"),
             ("gateways", "admin_key")),
     Command("status", "this agent's last result; --fleet: every agent's, from the status refs",
-            "gitsync.cli.commands:status", ("state", "source", "writeback")),
+            "gitsync.cli.commands:status", ("state", "source", "writeback", "feedback")),
+    Command("pr-comment", "put a validate/diff report on the pull request as its one gitsync comment "
+            "(created once, then updated)", "gitsync.feedback.review:pr_comment_command", ("feedback",), (),
+            "gitsync.feedback.review:pr_comment_arguments", closes_all=True),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.cli.demo:run_demo", ()),
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
@@ -122,6 +126,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--once", action="store_true", help="one sync, then exit (the only mode of sync)")
         if command.name == "status":
             p.add_argument("--fleet", action="store_true", help="every agent's status from the status refs")
+            p.add_argument("--publish", action="store_true",
+                           help="with --fleet: post each group's commit status on the forge (forge_token)")
         if command.name == "demo":
             p.add_argument("--keep-running", action="store_true", help="stay up after the last step")
             p.add_argument("--json", action="store_true",

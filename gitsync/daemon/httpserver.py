@@ -351,6 +351,8 @@ class _Connection:
                 return  # nobody to answer
             if not await self._send(response, request.method):
                 return
+            logger.trace("http {} {} {} → {}", self.client, request.method,  # -vv: an access log, no query
+                         one_line(request.target.split("?", 1)[0]), response.status)
             if self.h11.their_state is not h11.DONE:  # a body left unread: drained, then closed
                 await self._linger()
                 return

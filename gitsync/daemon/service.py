@@ -23,6 +23,7 @@ from gitsync.agent.statedir import StateDir
 from gitsync.agent.sync import Agent, short
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.daemon.sdnotify import Notifier
+from gitsync.feedback.outbox import Feedback
 from gitsync.log import logger, redact
 from gitsync.settings import Settings, SettingsError
 from gitsync.web import WebView
@@ -116,8 +117,14 @@ class Daemon:
         self.notifier.ready(f"started; last good {short(self.agent.state.last_good)}")
 
     def _agent(self, settings: Settings) -> Agent:
-        return Agent(settings, metrics=self.metrics, state_dir=self.state_dir,
-                     interrupted=self.triggers.pending, wake=self.triggers.request)
+        """The agent for `settings`, its outcomes told to the forge and `notify_urls` (`gitsync.feedback`)."""
+        feedback = Feedback.from_settings(settings, self.metrics, self.state_dir.path)
+        try:
+            return Agent(settings, metrics=self.metrics, state_dir=self.state_dir,
+                         interrupted=self.triggers.pending, wake=self.triggers.request, observer=feedback)
+        except BaseException:
+            feedback.close()
+            raise
 
     def _schedule(self) -> None:
         s = self.settings

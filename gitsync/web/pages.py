@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from gitsync.agent.decide import GatewayView, Holding, Probe, holding
+from gitsync.agent.decision import GatewayView, Holding, Probe, holding
 from gitsync.agent.state import GatewayState
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, SyncRecord
 from gitsync.kinds import KINDS
@@ -118,7 +118,7 @@ def tip_verdict(view: AgentView, links: Links) -> Markup:
 
 def drift_state(gateway: GatewayRow, head: Head | None, good: str | None,
                 unmanaged: Sequence[str]) -> str:
-    """in sync, drifted, behind, unknown or no answer: `gitsync.agent.decide.holding` on this HEAD."""
+    """in sync, drifted, behind, unknown or no answer: `gitsync.agent.decision.holding` on this HEAD."""
     if head is not None and not head.answered:
         return "no answer"
     if not good:
