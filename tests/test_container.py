@@ -1,4 +1,4 @@
-"""The container path (issue 36): the compose example as docker compose and podman-compose read it,
+"""The container path: the compose example as docker compose and podman-compose read it,
 and the image built with scripts/build-image.sh, run under podman: `gitsync --version`, `gitsync
 demo`, and the daemon with the compose walkthrough's secrets against the APISIX double."""
 

@@ -1,4 +1,4 @@
-"""JSON log lines (issue 36): one compact object per line with the documented fields, redacted."""
+"""JSON log lines: one compact object per line with the documented fields, redacted."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_the_double_accepts_the_rendered_sample_payload():
             [item.get("id", item.get("username")) for item in items]
 
 
-# --- hardening (issue 15) ----------------------------------------------------------------------------------
+# --- hostile and careless input --------------------------------------------------------------------------
 
 ROUTE = "routes:\n  - id: r1\n    uri: /a\n    upstream: {nodes: {'127.0.0.1:1980': 1}}\n"
 THEN = "nothing in it is applied (its items are pruned from the gateways)"

@@ -1012,7 +1012,7 @@ def test_sigkill_during_a_big_fetch_then_a_clean_fetch(remotes_root, git_daemon,
 
 
 # ---------------------------------------------------------------------------------------------------------
-# reading: config files only, each blob's size from its header first (issue 15, items 7, 9, 19)
+# reading: config files only, each blob's size from its header first
 
 BIG = 32 * 1024 * 1024  # zeros: a few KB packed, 32 MB once inflated
 

@@ -67,7 +67,6 @@ from gitsync.urls import display_url
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
-STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
 #: The first wait between tries of a git contact within one sync (`remote_attempts`), doubled each time.
 RETRY_BASE = 1.0
 

@@ -154,8 +154,8 @@ def ending_process() -> None:
 
 def leave_to_exit(*objects: Any) -> None:
     """Keep `objects` alive until gitsync's own process ends, rather than free them one by one as the
-    command returns: after a sync of 10,000 routes its agent holds hundreds of thousands of objects,
-    50-60 ms of a ``sync --once`` spent only on freeing them. In any other program, nothing is kept."""
+    command returns: after a sync of a large config its agent holds hundreds of thousands of objects,
+    and freeing them is a measurable part of a ``sync --once``. In any other program, nothing is kept."""
     if _left_to_exit is not None:
         _left_to_exit.extend(objects)
 

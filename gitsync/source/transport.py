@@ -216,7 +216,7 @@ _ERROR_MAP: tuple[tuple[type[BaseException], Callable[[Any, Remote], tuple[str, 
 def _pool_manager(cls: type[urllib3.PoolManager], headers: Mapping[str, str]) -> Callable[..., Any]:
     """A urllib3 pool manager class as dulwich builds it, plus our headers and one try per request
     (urllib3 would retry a timed-out read, multiplying the timeout)."""
-    import urllib3  # only for http(s) remotes: 45 ms of every start otherwise
+    import urllib3  # only for http(s) remotes: its import is a visible part of every start otherwise
 
     once = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5)
 
@@ -404,8 +404,8 @@ class _PktReader:
 
 #: ``git://`` servers (host, port) last seen speaking protocol v2: git's own ``upload-pack``, which sends
 #: a whole pack to a client that does not ask for a thin one. A fetch from one asks for a whole pack,
-#: which the mirror takes as it comes (a thin pack must first be completed with its bases: 3-7 ms of
-#: a one-commit fetch at 10,000 files). A server speaking only v0 (dulwich's own, the demo's remote)
+#: which the mirror takes as it comes (a thin pack must first be completed with its bases, most of a
+#: one-commit fetch into a large mirror). A server speaking only v0 (dulwich's own, the demo's remote)
 #: requires a client that takes thin packs: `git_refs` forgets a server once it answers in v0.
 _WHOLE_PACKS: set[tuple[str, int]] = set()
 
