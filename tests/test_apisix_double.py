@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from gitsync.kinds import VERSIONED_KEYS
-from gitsync.testing.apisix import ApisixDouble, nginx_page
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import nginx_page
 from tests.support import free_port, gitsync_env
 
 KEY = "test-admin-key"

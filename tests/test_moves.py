@@ -24,7 +24,8 @@ from gitsync.push.results import SyncStatus
 from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret
-from gitsync.testing.apisix import ApisixDouble, Reply
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply
 from testkit.profiles import examples
 from tests.agents import repo_url
 from tests.gitservers import git

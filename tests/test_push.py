@@ -26,7 +26,8 @@ from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import RenderOptions, render
 from gitsync.settings import Secret
 from gitsync.source.directory import read_directory
-from gitsync.testing.apisix import ApisixDouble, Reply
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply
 from testkit.profiles import examples
 from tests.support import free_port, run_gitsync
 

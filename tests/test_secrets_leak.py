@@ -37,7 +37,8 @@ from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import SUFFIX
-from gitsync.testing.apisix import ApisixDouble, Reply, json_body
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text
 from testkit.processes import wait_for

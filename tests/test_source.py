@@ -32,7 +32,7 @@ from gitsync.source.mirror import MAX_HAVES, MAX_PACKS, Source, _packs_to_merge
 from gitsync.source.read import tree_files
 from gitsync.source.signatures import SignaturePolicy
 from gitsync.source.sizes import object_size
-from gitsync.source.transport import GitAuth, Remote, SourceError, git_refs
+from gitsync.source.transport import GitAuth, Remote, SourceError
 from tests.gitservers import (
     BareRepo,
     CannedServer,
@@ -278,9 +278,9 @@ def dulwich_git_server(repo_path: Path) -> Iterator[int]:
 @pytest.mark.parametrize("protocol", ["v2", "v0"])
 def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(protocol, remote_repo, git_daemon,
                                                                     caplog):
-    """The check asks git:// itself (`git_refs`): git daemon in protocol v2, dulwich's own server in
-    v0. For every kind of ref it must see what dulwich's `get_refs` sees, annotated tags peeled alike,
-    and leave the server a clean end of the conversation."""
+    """The check asks git:// in protocol v2 (`Remote.ls_refs`): git daemon answers in v2, dulwich's own
+    server in v0. For every kind of ref it must see what dulwich's plain `get_refs` sees, annotated tags
+    peeled alike, and leave the server a clean end of the conversation."""
     a = remote_repo.commit({"v.yaml": "1"})
     b = remote_repo.commit({"v.yaml": "2"})
     remote_repo.tag("light", a)
@@ -296,10 +296,9 @@ def test_the_ref_query_over_git_protocol_answers_as_dulwichs_client(protocol, re
         for prefixes in ([b"refs/heads/main"], [b"refs/heads/main", b"refs/tags/main"],
                          [b"refs/tags/release"], [b"refs/tags/"], [b"refs/"], [b"HEAD"],
                          [b"refs/heads/nope"]):
-            ours = git_refs("127.0.0.1", port, path, prefixes, 5.0)
+            ours = remote.ls_refs(prefixes)
             assert ours == client.get_refs(path, ref_prefix=prefixes).refs, prefixes
-            assert ours == remote.ls_refs(prefixes)
-        assert git_refs("127.0.0.1", port, path, [b"refs/tags/release"], 5.0) == {
+        assert remote.ls_refs([b"refs/tags/release"]) == {
             b"refs/tags/release": tag, b"refs/tags/release^{}": b.encode()}
         assert make_source(remote.url, "release").check() == b
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
@@ -343,7 +342,7 @@ def test_a_v0_advertisement_of_many_refs_is_read_across_its_pieces():
     advertisement = b"".join(b"%04x" % (len(line) + 4) + line for line in lines) + b"0000"
     assert len(advertisement) > 4 * 65536
     with CannedServer(advertisement) as server:
-        got = git_refs("127.0.0.1", server.port, b"/r.git", [b"refs/heads/b01", b"refs/tags/t1"], 5.0)
+        got = Remote.of(f"git://127.0.0.1:{server.port}/r.git").ls_refs([b"refs/heads/b01", b"refs/tags/t1"])
     assert got == {name: sha for name, sha in refs.items()
                    if name.startswith((b"refs/heads/b01", b"refs/tags/t1"))}
     assert len(got) == 1000 + 2

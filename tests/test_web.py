@@ -51,11 +51,11 @@ def catalog() -> Catalog:
 
 
 def test_markup_concatenation_escapes_what_is_not_markup():
-    assert esc('<a href="x">') == "&lt;a href=&quot;x&quot;&gt;"
+    assert esc('<a href="x">') == "&lt;a href=&#34;x&#34;&gt;" and esc(None) == ""
     joined = tag("b", "x") + '<img src=x onerror="y">'
-    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&quot;y&quot;&gt;'
+    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&#34;y&#34;&gt;'
     assert "<p>" + tag("i", "<") == "&lt;p&gt;<i>&lt;</i>"
-    assert tag("input", value='"><script>') == '<input value="&quot;&gt;&lt;script&gt;">'
+    assert tag("input", value='"><script>') == '<input value="&#34;&gt;&lt;script&gt;">'
 
 
 def test_an_items_lines_are_shown_with_every_secret_cut(catalog):

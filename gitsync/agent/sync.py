@@ -138,6 +138,7 @@ class Agent:
                                   self.state_dir.load_indexes())
         self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
+        self._closed = False
         self._view = self._snapshot()  # what readers on other threads see (`view`)
 
     @property
@@ -779,6 +780,10 @@ class Agent:
             self._record(ended)
 
     def close(self) -> None:
+        """Stop the agent's threads and close its clients (once; a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         self._writeback_queue.close()
         self.observer.close()
         self.gateways.close()
