@@ -130,6 +130,7 @@ plugin_metadata:
 """
 
 
+@pytest.mark.slow
 def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent_for, apisix,
                                                                            remote_repo, tmp_path):
     """plugin_metadata carries no modifiedIndex: what gitsync pushed is remembered (pushed.json)."""

@@ -669,6 +669,7 @@ def test_3_21_does_not_echo_an_invalid_plugin_configuration():
 # ---------------------------------------------------------------- command line
 
 
+@pytest.mark.slow
 def test_command_line_entry_point():
     admin_port, proxy_port = free_port(), free_port()
     process = subprocess.Popen(

@@ -80,6 +80,7 @@ def _secret_names(entries: list) -> list[str]:
     return [entry if isinstance(entry, str) else entry["source"] for entry in entries]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["docker compose", "podman-compose"])
 @pytest.mark.parametrize("extra", [(), OPTIONAL], ids=["alone", "with-every-optional-file"])
 def test_compose_config_accepts_the_example(tool, extra):

@@ -228,6 +228,7 @@ def test_the_cli_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDo
     assert "moved-key-31" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_status_file_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDouble, git_daemon,
                                                         remote_repo) -> None:
     remote_repo.commit({"consumers.yaml": "consumers:\n  - username: rose\n    plugins:\n      key-auth:\n"

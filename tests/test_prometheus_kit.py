@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 
+import pytest
 from ruamel.yaml import YAML
 
 from gitsync.daemon.listener import Metrics
@@ -24,6 +25,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([tool, *args], cwd=KIT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     checked = promtool("check", "rules", "gitsync-rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -196,6 +196,7 @@ def test_a_moved_notes_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_p
     assert len(repo.git("rev-list", "refs/notes/gitsync").split()) == 2  # linear: rebuilt on the other's
 
 
+@pytest.mark.slow
 def test_a_status_ref_moved_by_someone_else_is_read_and_built_on(config_repo, git_daemon, tmp_path):
     """The agent's own ref moved behind its back (its state dir was lost, or a namesake agent): the
     push finds it moved, reads it, and builds the new status on it; nothing is lost."""
