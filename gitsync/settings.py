@@ -773,6 +773,8 @@ def load(
     problem = _template_problem(values.get("commit_url"))
     if problem:
         raise SettingsError(f"{merged['commit_url'].origin}: {problem}")
+    if "allow_delete" in values:  # kind names in any case, as the commit trailer takes them
+        values["allow_delete"] = tuple(kind.lower() for kind in values["allow_delete"])
     for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
         unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
         if unknown:

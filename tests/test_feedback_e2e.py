@@ -92,7 +92,10 @@ def test_four_outcomes_show_on_the_commit_and_are_notified(spawn, git_daemon, re
         assert shown[emptied]["description"].startswith(f"held by the deletion guard: {gateway.url}: routes:")
         for sha, status in shown.items():
             assert len(status["description"]) <= 140
-            assert github.statuses[sha][0]["state"] == "pending" or sha == broken  # the agent started on it
+            # "pending" while the agent works on it, unless the verdict came before pending was sent
+            # (a queued status is replaced by a newer one of its commit); never pending after it
+            states = [s["state"] for s in github.statuses[sha]]
+            assert states[-1] == status["state"] and "pending" not in states[1:], states
             assert status["target_url"] == f"{github.url}/{PROJECT}/tree/gitsync/status/agents"
         assert github.violations == []
         assert all(r.headers["authorization"] == "***" for r in github.requests)

@@ -208,6 +208,7 @@ def export_command(settings: Settings, args: argparse.Namespace) -> int:
                 print("gitsync export: nothing written; name the other field in secret_fields "
                       "(--secret-field KIND.PATH or PLUGIN.PATH) to take it out too", file=sys.stderr)
             return 2
+        repo_writer.check_tree(out, exported.files)  # a tree that cannot be written stops the secrets too
         if exported.secrets:
             write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
         repo_writer.write_tree(out, exported.files)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsync import __version__
+from gitsync.adopt.repo_writer import WriteError, replace_files
 from gitsync.kinds import KINDS, is_credential
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
@@ -216,10 +217,8 @@ def schema_files() -> dict[str, bytes]:
 def schema_command(_settings: object, args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in schema_files().items():
-            (out / name).write_bytes(data)
-    except OSError as exc:
+        replace_files(out, schema_files())
+    except (WriteError, OSError) as exc:
         print(f"gitsync schema: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {CONFIG_FILE} and {len(KINDS)} per-kind schemas to {out}; in a config file:\n"

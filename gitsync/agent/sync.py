@@ -43,7 +43,7 @@ from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, heal
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
-from gitsync.backoff import Backoff
+from gitsync.backoff import Backoff, retried
 from gitsync.httpclient import HttpClient
 from gitsync.log import context as log_context
 from gitsync.log import logger, redact, set_agent
@@ -67,6 +67,9 @@ from gitsync.urls import display_url
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
+#: The first wait between tries of a git contact within one sync (`remote_attempts`), doubled each time.
+RETRY_BASE = 1.0
+
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
@@ -89,6 +92,11 @@ def short(sha: str | None) -> str:
     return sha[:7] if sha else "(none)"
 
 
+def _given_up(exc: SourceError, attempts: int) -> str:
+    """What a sync with retries says when a git contact failed for good."""
+    return f"gave up after {attempts} attempts" if exc.transient else "not retried (the remote answered)"
+
+
 class Agent:
     """Source, render, push and write-back for one set of settings, plus what it remembers.
 
@@ -101,9 +109,11 @@ class Agent:
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
                  wake: Callable[[Trigger], None] = lambda trigger: None,
-                 observer: SyncObserver | None = None) -> None:
+                 observer: SyncObserver | None = None, remote_attempts: int = 1) -> None:
         self.settings = settings
         set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
+        #: Tries of each git contact (ref check, fetch) within one sync: `sync --once` has no next poll.
+        self.remote_attempts = remote_attempts
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
@@ -181,15 +191,29 @@ class Agent:
         if not self.fetch_backoff.ready() and Trigger.WEBHOOK not in reason:
             return RemoteView(error="git remote in backoff after earlier failures")
         try:
-            self.memory.tip = self.source.check()
+            self.memory.tip = self._contact(self.source.check)
         except SourceError as exc:
             delay = self.fetch_backoff.failed()
             self.metrics.fetch_failures.inc()
-            logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}", self.source.url,
-                           exc, delay, short(self.state.last_good))
+            if self.remote_attempts > 1:
+                logger.warning("git remote {}: {}; {}; gateways stay on {}", self.source.url, exc,
+                               _given_up(exc, self.remote_attempts), short(self.state.last_good))
+            else:
+                logger.warning("git remote {}: {}; retrying at the first poll after {:.1f}s; gateways stay "
+                               "on {}", self.source.url, exc, delay, short(self.state.last_good))
             return RemoteView(error=redact(str(exc)))
         self.fetch_backoff.succeeded()
         return RemoteView(sha=self.memory.tip)
+
+    def _contact(self, action: Callable[[], str]) -> str:
+        """A git contact (`Source.check`, `Source.fetch`), tried up to `remote_attempts` times while
+        the transport fails, with the one backoff's jitter between tries; the last failure raised."""
+        def retrying(exc: Exception, attempt: int, delay: float) -> None:
+            logger.warning("git remote {}: {} (attempt {} of {}); retrying in {:.1f}s", self.source.url, exc,
+                           attempt, self.remote_attempts, delay)
+
+        return retried(action, self.remote_attempts, Backoff(RETRY_BASE, self.settings.max_backoff),
+                       retry_if=lambda exc: isinstance(exc, SourceError) and exc.transient, on_retry=retrying)
 
     def _held(self) -> dict[str, str]:
         """url → the digest of our last push, for each gateway holding one that a HEAD may check now
@@ -285,7 +309,8 @@ class Agent:
         except SourceError as exc:
             if exc.stage == "verify":
                 return self._refuse(target, reason, Stage.VERIFY, [exc.reason])
-            logger.error("commit {}: {} failed: {}", short(target), exc.stage, exc.reason)
+            tries = f" ({_given_up(exc, self.remote_attempts)})" if self.remote_attempts > 1 else ""
+            logger.error("commit {}: {} failed: {}{}", short(target), exc.stage, exc.reason, tries)
             return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
         rendered, subject = commit.rendered, commit.subject
         good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
@@ -405,7 +430,7 @@ class Agent:
             return self.memory.rendered[sha]
         if fetch or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
-                self.source.fetch()
+                self._contact(self.source.fetch)
         fallback, origins = self._keepable(sha)
         with self._phases.timed("read"):
             self.source.verify(sha)

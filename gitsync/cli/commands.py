@@ -58,6 +58,9 @@ from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
+#: Tries of each git contact by ``sync --once`` (it has no next poll): 1 + 3 retries, at most 1, 2 and
+#: 4 s apart (half of each wait is random: agents started together do not retry together).
+ONCE_GIT_ATTEMPTS = 4
 
 
 def _read_files(settings: Settings, command: str, out: Findings | None = None,
@@ -231,7 +234,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     if isinstance(read, int):
         return out.finish(2)
     rendered, message = read
-    guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
+    guard = GuardPolicy.from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
     gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
         return out.finish(gateways)
@@ -290,7 +293,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings), managed=policy.managed,
+                   guard=GuardPolicy.from_settings(settings, by_flag=True), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents,
                                                   rendered.ids, rendered.splits))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
@@ -302,7 +305,10 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
         print(results[url].summary())
         for problem in results[url].problems:
             print(redact(str(problem)), file=sys.stderr)
-    return 0 if all(r.ok for r in results.values()) else 1
+    # A failed health check fails the sync as with --repo (a directory has no last good to go back to:
+    # the config stays live); "report" only reports it, as with --repo.
+    failed_checks = settings.on_check_failure == "rollback" and any(r.unhealthy for r in results.values())
+    return 0 if all(r.ok for r in results.values()) and not failed_checks else 1
 
 
 def _sync_repo(settings: Settings) -> int:
@@ -324,7 +330,8 @@ def _sync_repo(settings: Settings) -> int:
             metrics = Metrics(recorded=False)  # none exported
             feedback = stack.enter_context(contextlib.closing(
                 Feedback.from_settings(settings, metrics, state_dir.path)))
-            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback)
+            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback,
+                          remote_attempts=ONCE_GIT_ATTEMPTS)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2

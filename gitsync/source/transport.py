@@ -43,10 +43,14 @@ class SourceError(Exception):
     """A failure of the config source. The message starts with the stage
     (config/check/fetch/verify/read/writeback) and holds no secret."""
 
-    def __init__(self, stage: str, message: str, *, unreachable: bool = False) -> None:
+    def __init__(self, stage: str, message: str, *, unreachable: bool = False,
+                 transient: bool = False) -> None:
         self.stage = stage
         self.reason = redact(message)
         self.unreachable = unreachable  # the remote did not answer, refused us, or was not there
+        #: The transport failed (no connection, a hang-up, a timeout, an HTTP error) rather than the remote
+        #: giving an answer (a missing ref, a refused login): another try may go through.
+        self.transient = transient
         super().__init__(f"{stage}: {self.reason}")
 
 
@@ -354,7 +358,8 @@ class Remote:
             else:  # a remote that breaks the protocol in a way dulwich does not name
                 logger.opt(exception=True).debug("unexpected error from {}", self.url)
                 reason, unreachable = f"{type(exc).__name__}: {_first_lines(str(exc))}", False
-            raise SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable) from None
+            raise SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable,
+                              transient=not isinstance(exc, HTTPUnauthorized | NotGitRepository)) from None
 
 
 #: ``git://`` servers (host, port) last seen speaking protocol v2: git's own ``upload-pack``, which sends
