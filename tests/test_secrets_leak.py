@@ -341,7 +341,7 @@ class Daemon:
         except (OSError, ValueError):
             return {}
 
-    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 20) -> None:
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60) -> None:
         """`check` of the daemon's state file, while the daemon runs (its log in the failure)."""
         def holds() -> bool:
             assert self.process.poll() is None, self.stderr.read_text()[-3000:]
