@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALHOST = "127.0.0.1"
@@ -141,3 +142,11 @@ def installed_tool(name: str) -> str | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return shutil.which(name)
+
+def run_bench(module: str, report: str, out: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """`python -m <module> ARGS --out OUT` run to its end: the JSON report it wrote (`report`, a file
+    name in `out`) and what it printed."""
+    command = [sys.executable, "-m", module, *args, "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=gitsync_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / report).read_text()), done.stdout

@@ -22,9 +22,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitsync.testing.apisix import ApisixDouble
-from testkit.processes import wait_for
-from tests.gitservers import BareRepo, GitDaemon
-from tests.support import free_port, gitsync_env
+from testkit.gitservers import BareRepo, GitDaemon
+from testkit.processes import free_port, gitsync_env, wait_for
 
 ADMIN_KEY = "test-admin-key"
 HOOK_SECRET = "hook-secret-d41e"

@@ -12,8 +12,8 @@ import pytest
 import testkit.profiles  # noqa: F401 - the Hypothesis profile (dev, or ci from scripts/test)
 from gitsync import log as gslog
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import BareRepo, GitDaemon, HttpGitServer, SshGitServer
 from tests.agents import own_daemon, spawn  # noqa: F401 - fixtures for every test module
-from tests.gitservers import BareRepo, GitDaemon, HttpGitServer, SshGitServer
 from tests.vaultserver import VaultServer, start_vault
 
 _repo_names = itertools.count()

@@ -12,7 +12,7 @@ from gitsync.agent.outcomes import Trigger
 from gitsync.agent.sync import Agent
 from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 
 ROUTES = """\
 routes:

@@ -19,7 +19,7 @@ import pytest
 from gitsync.kinds import VERSIONED_KEYS
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.http import nginx_page
-from tests.support import free_port, gitsync_env
+from testkit.processes import free_port, gitsync_env
 
 KEY = "test-admin-key"
 CONFIGS = "/apisix/admin/configs"

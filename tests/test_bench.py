@@ -16,7 +16,7 @@ import pytest
 
 from bench.double import DoubleProcess
 from bench.run import EXTERNAL_GROUPS, SCENARIOS
-from tests.support import ROOT, gitsync_env
+from testkit.processes import ROOT, gitsync_env
 
 
 @pytest.mark.slow

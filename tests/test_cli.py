@@ -9,9 +9,8 @@ import pytest
 
 from gitsync import __version__
 from gitsync.cli.parser import COMMANDS
-from testkit.processes import gitsync_env
+from testkit.processes import gitsync_env, run_gitsync
 from tests.agents import ADMIN_KEY, repo_url
-from tests.support import run_gitsync
 
 
 def test_help_lists_every_subcommand_of_the_design():

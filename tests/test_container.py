@@ -22,8 +22,8 @@ from ruamel.yaml import YAML
 
 from gitsync import __version__
 from gitsync.testing.apisix import ApisixDouble
+from testkit.processes import ROOT, free_port, installed_tool
 from tests.agents import config_files, repo_url
-from tests.support import ROOT, free_port, installed_tool
 
 COMPOSE = ROOT / "examples" / "compose"
 OPTIONAL = ("compose.git-token.yaml", "compose.sops.yaml", "compose.webhook.yaml")

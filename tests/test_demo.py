@@ -25,9 +25,8 @@ import httpx
 import pytest
 from ruamel.yaml import YAML
 
-from testkit.processes import wait_for
-from tests.gitservers import git
-from tests.support import ROOT, gitsync_env, run_gitsync
+from testkit.gitservers import git
+from testkit.processes import ROOT, gitsync_env, run_gitsync, wait_for
 
 STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] another writer registers the secrets manager",
          "[4] commit", "[5] commit", "[6] the gateway restarts",

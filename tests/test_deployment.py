@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gitsync.settings import load
-from tests.support import ROOT, installed_tool
+from testkit.processes import ROOT, installed_tool
 
 UNIT = ROOT / "systemd" / "gitsync.service"
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit.processes import wait_for
+from testkit.gitservers import BareRepo, GitDaemon, GitGate, Hold, HttpGitServer, git
+from testkit.processes import gitsync_env, run_gitsync, wait_for
 from tests.agents import ADMIN_KEY, config_files, live_uri
-from tests.gitservers import BareRepo, GitDaemon, GitGate, Hold, HttpGitServer, git
-from tests.support import gitsync_env, run_gitsync
 
 #: A reader judges liveness by its own heartbeat (max(status_heartbeat, interval + jitter)), never
 #: by what a status file claims: these make it 1 s, as the agents of these tests write.

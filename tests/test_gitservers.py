@@ -7,7 +7,7 @@ import shlex
 import pytest
 from dulwich import porcelain
 
-from tests.gitservers import BareRepo, HttpAuth, HttpGitServer, git
+from testkit.gitservers import BareRepo, HttpAuth, HttpGitServer, git
 
 
 @pytest.mark.slow

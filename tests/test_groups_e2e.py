@@ -15,9 +15,8 @@ from contextlib import ExitStack
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from testkit.processes import wait_for
+from testkit.processes import free_port, wait_for
 from tests.agents import ADMIN_KEY, config, repo_url, upstream
-from tests.support import free_port
 
 SOAK = 2.0
 

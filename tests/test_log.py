@@ -8,7 +8,7 @@ import sys
 from loguru import logger
 
 from gitsync import log as gslog
-from tests.support import gitsync_env
+from testkit.processes import gitsync_env
 
 CANARY = "canary-7f3a9e1b2c4d"
 

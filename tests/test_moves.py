@@ -26,10 +26,10 @@ from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.http import Reply
+from testkit.gitservers import git
+from testkit.processes import run_gitsync
 from testkit.profiles import examples
 from tests.agents import repo_url
-from tests.gitservers import git
-from tests.support import run_gitsync
 
 KEY = "test-admin-key"
 FAST = RetryPolicy(attempts=3, race_base=0.01, unavailable_base=0.01, cap=0.05)

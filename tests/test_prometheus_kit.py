@@ -12,7 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gitsync.daemon.listener import Metrics
-from tests.support import ROOT
+from testkit.processes import ROOT
 
 KIT = ROOT / "examples" / "prometheus"
 _METRIC = re.compile(r"\bgitsync_[a-z_]+")

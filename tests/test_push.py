@@ -28,8 +28,8 @@ from gitsync.settings import Secret
 from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.http import Reply
+from testkit.processes import free_port, run_gitsync
 from testkit.profiles import examples
-from tests.support import free_port, run_gitsync
 
 KEY = "test-admin-key"
 FAST = RetryPolicy(attempts=3, race_base=0.01, unavailable_base=0.01, cap=0.05)

@@ -13,8 +13,8 @@ import pytest
 from gitsync.render import RenderOptions, payload_json, render
 from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import BareRepo, GitDaemon, git
-from tests.support import ROOT, run_gitsync
+from testkit.gitservers import BareRepo, GitDaemon, git
+from testkit.processes import ROOT, run_gitsync
 
 SAMPLE = ROOT / "sample-repo"
 TOKEN = "vault-token-for-tests"

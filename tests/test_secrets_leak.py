@@ -41,12 +41,11 @@ from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.http import Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text
-from testkit.processes import wait_for
+from testkit.gitservers import BareRepo, GitDaemon, git
+from testkit.processes import free_port, gitsync_env, run_gitsync, wait_for
 from testkit.profiles import examples
-from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
-from tests.support import free_port, gitsync_env, run_gitsync
 
 CANARY = Canary(f"cnry/{secrets.token_hex(6)}+{secrets.token_hex(6)}")
 ADMIN_KEY = Canary(f"admin-{secrets.token_hex(10)}")  # the gateway's key: the X-API-KEY header only

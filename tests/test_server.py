@@ -24,9 +24,8 @@ from gitsync import log as gslog
 from gitsync.agent.outcomes import Trigger
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.settings import Secret
-from testkit.processes import wait_for
+from testkit.processes import run_bench, wait_for
 from tests.agents import config_files, live_uri, repo_url
-from tests.support import run_bench
 
 SECRET = "hook-secret-5b1d"
 #: Stalled connections held against a real agent: past 1,000, and enough that the agent's own sockets

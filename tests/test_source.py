@@ -33,7 +33,7 @@ from gitsync.source.read import tree_files
 from gitsync.source.signatures import SignaturePolicy
 from gitsync.source.sizes import object_size
 from gitsync.source.transport import GitAuth, Remote, SourceError
-from tests.gitservers import (
+from testkit.gitservers import (
     BareRepo,
     CannedServer,
     GitDaemon,
@@ -45,7 +45,7 @@ from tests.gitservers import (
     gpg_signer,
     ssh_signer,
 )
-from tests.support import gitsync_env
+from testkit.processes import gitsync_env
 
 TRANSPORTS = ("local", "file", "git", "http", "ssh")
 

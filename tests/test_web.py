@@ -18,7 +18,7 @@ from gitsync.web.catalog import Catalog, paginate, written_lines
 from gitsync.web.html import Markup, esc, tag
 from gitsync.web.links import Links
 from gitsync.web.pages import problem
-from tests.support import run_bench
+from testkit.processes import run_bench
 
 SECRET_FILE = """consumers:
   - username: carol

@@ -26,7 +26,7 @@ from gitsync.writeback.fleet import read_fleet
 from gitsync.writeback.notes import merge_note, parse_note, render_section
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport, agent_slug, summary_text
-from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
+from testkit.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
 
 NOW = datetime.now(UTC)
 
