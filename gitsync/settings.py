@@ -126,7 +126,8 @@ class Settings:
                        groups=(SOURCE,))
     paths: tuple[str, ...] = setting(
         "source", "list", (".",), "Directories of the repo to read, layered in order: a later path's item "
-        "replaces an earlier one with the same kind and id.", groups=(SOURCE,), flag="--path", metavar="P")
+        "replaces an earlier one with the same kind and id (or patches it: `$patch: merge`).",
+        groups=(SOURCE,), flag="--path", metavar="P")
     dir: Path | None = setting("source", "path", None, "A plain directory instead of a git repo (pre-commit "
                                "hooks, CI).", groups=(SOURCE,), metavar="PATH")
     depth: int = setting("source", "int", 0, "Depth of the first fetch into the mirror; 0 fetches the full "

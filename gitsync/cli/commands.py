@@ -118,10 +118,34 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
     rendered = _render_source(settings, "render")
     if isinstance(rendered, int):
         return rendered
+    if getattr(args, "explain", None):
+        return _explain(rendered, *args.explain)
     payload = rendered.payload
     if not getattr(args, "show_secrets", False):
         payload = mask_secrets(payload, rendered.secret_values)
     sys.stdout.buffer.write(payload_json(payload) + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _explain(rendered: Rendered, kind: str, ident: str) -> int:
+    """Each field of one item and where it came from: ``field  file:line:col``, one per line, after a
+    line naming the item's place (and, for a patched item, its patches and base)."""
+    index = rendered.source_map.index_of(kind, ident)
+    if index is None:
+        print(f"gitsync render: no item {kind}[{ident}] in the rendered payload", file=sys.stderr)
+        return 1
+    item = rendered.payload[kind][index]
+    source = rendered.source_map.source(kind, index)
+    assert source is not None
+    patched = rendered.source_map.patched.get(source)
+    head = f"{kind}[{ident}]: {patched.describe()}" if patched is not None else \
+        f"{kind}[{ident}]: at {rendered.source_map.location(kind, index)}"
+    fields = [(field_text(path) or "(the item)", str(where))
+              for path, where in rendered.source_map.explain(kind, index, item)]
+    width = max((len(name) for name, _ in fields), default=0)
+    lines = [redact(head), *(redact(f"{name:<{width}}  {where}") for name, where in fields)]
+    sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     return 0
 

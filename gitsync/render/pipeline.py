@@ -244,7 +244,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
                             unsubstituted.add((name, doc.index, str(path[0]), path[1]))
                 loaded.append(Loaded(name, layer, doc, content, parsed.memo if plain else None))
     built = build(loaded)
-    source_map = SourceMap(files, built.sources, positions)
+    source_map = SourceMap(files, built.sources, positions, built.patched)
     def check_field(index: int, path: tuple[str | int, ...]) -> Location | None:
         return source_map.problem(CHECKS, index, "", path).location
 
@@ -258,7 +258,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
     while everything and options.partial and _each_of_one_item(everything):
         for out in _leave_out(built, source_map, everything, fallback, set(left_out)):
             left_out[out.kind, out.id] = out
-        source_map = SourceMap(files, built.sources, positions)
+        source_map = SourceMap(files, built.sources, positions, built.patched)
         facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
         everything = validate(built.payload, source_map, options, unknown, facts, unsubstituted,
                               ids=built.ids)
