@@ -127,7 +127,12 @@ class SourceMap:
         self._items = {kind: list(sources) for kind, sources in items.items()}
         self._positions = positions_cache or FilePositions(files)
         self._ids: dict[str, dict[str, int]] = {}
-        self.patched: Mapping[ItemSource, Patched] = patched or {}
+        self._patched: Mapping[ItemSource, Patched] = patched or {}
+
+    @property
+    def patched(self) -> Mapping[ItemSource, Patched]:
+        """Each patched item's provenance, by the item's source."""
+        return self._patched
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._items)
