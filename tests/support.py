@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gitsync.kinds import item_id
+from gitsync.render.result import Rendered
+from gitsync.render.sourcemap import ItemSource, SourceMap
+from gitsync.render.validate import item_contents
 from testkit.processes import ROOT, free_port, gitsync_env, installed_tool, run_gitsync
 
 
@@ -23,4 +27,15 @@ def run_bench(module: str, report: str, out: Path, *args: str) -> tuple[dict[str
     return json.loads((out / report).read_text()), done.stdout
 
 
-__all__ = ["ROOT", "free_port", "gitsync_env", "installed_tool", "run_bench", "run_gitsync"]
+def rendered_alone(payload: dict[str, list[dict[str, Any]]]) -> Rendered:
+    """A source's render, as `render` gives it (every item at a line of a file of its kind)."""
+    sources = {kind: [ItemSource(f"{kind}.yaml", 0, n, (n + 1, 3), item_id(kind, item))
+                      for n, item in enumerate(items)] for kind, items in payload.items() if items}
+    source_map = SourceMap({}, sources)
+    kept = {kind: items for kind, items in payload.items() if items}
+    contents, splits = item_contents(kept, source_map, {})
+    ids = {kind: [item_id(kind, item) for item in items] for kind, items in kept.items()}
+    return Rendered(kept, source_map, frozenset(), (), contents, (), ids, splits)
+
+
+__all__ = ["ROOT", "free_port", "gitsync_env", "installed_tool", "rendered_alone", "run_bench", "run_gitsync"]
