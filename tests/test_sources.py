@@ -203,7 +203,7 @@ def test_a_composed_payload_keeps_the_sources_order_and_places_and_checks_refere
     assert composed.source_map.index_of("routes", "a-two") == 1
     problem = composed.source_map.problem("routes", 1, "no", ("uri",))
     assert str(problem) == "a:r.yaml:6:5: routes[a-two].uri: no"
-    found = dangling(parts, [facts_of(p, OTHERS) for p in parts], composed)
+    found = dangling(parts, [facts_of(p, OTHERS) for p in parts])
     assert [(d.source, d.target, str(d.problem)) for d in found] == [
         ("a", ("upstreams", "platform-gone"),
          "a:r.yaml:7:5: routes[a-two].upstream_id: upstream_id 'platform-gone' names no item of upstreams")]

@@ -208,8 +208,8 @@ class SourceSet:
             commit_of[name] = commit
         if blame:
             raise SourcesRefused(next(iter(blame.values()))[0], problems, blame)
+        self._check_references(composition, parts, [commit_of[p.name] for p in parts])
         composed = compose(parts)
-        self._check_references(composition, parts, [commit_of[p.name] for p in parts], composed)
         new = self._new(composition)
         subject = "; ".join(f"{name} {commits[name][:7]} {commit_of[name].subject}".rstrip()
                             for name in commits if name in new and name in commit_of) or "sources unchanged"
@@ -220,10 +220,10 @@ class SourceSet:
                                          composed.splits))
 
     def _check_references(self, composition: str, parts: Sequence[Part], commits: Sequence[SourceCommit],
-                          composed: Any) -> None:
+                          ) -> None:
         """The references across sources: each that names nothing blames its own source's new commit,
         else the new commits that could have declared what it names (they dropped it)."""
-        found = dangling(parts, [c.facts for c in commits], composed, self.unmanaged)
+        found = dangling(parts, [c.facts for c in commits], self.unmanaged)
         if not found:
             return
         new = self._new(composition)

@@ -13,7 +13,7 @@ on the composed payload, instead. Then:
 * `compose(parts)`: one payload: per kind, the sources' items in the order the settings list the
   sources; a source map whose every place is ``name:file``; the sources' health checks, each named
   ``name:check``.
-* `dangling(parts, facts, composed)`: the references of the composed payload that name no item.
+* `dangling(parts, facts)`: the references of the composed payload that name no item.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ class PartFacts:
     """What composing needs of one source's render (`facts_of`)."""
 
     problems: tuple[Problem, ...]  # items it may not declare, at their file:line (its own files)
-    references: tuple[Outgoing, ...]
+    references: tuple[Outgoing, ...]  # those into shared kinds that none of its own items answers
+    declared: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # its ids, by kind
     #: id(item) → (item, its problem, its references): what the next commit need not work out again.
     memo: Mapping[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
@@ -117,9 +118,11 @@ def facts_of(part: Part, others: Sequence[tuple[str, Ownership]], before: PartFa
     memo: dict[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = {}
     problems: list[Problem] = []
     references: list[Outgoing] = []
+    every = {kind: rendered.ids.get(kind) or [item_id(kind, item) for item in items]
+             for kind, items in rendered.payload.items()}
+    declared = {kind: frozenset(i for i in ids if i is not None) for kind, ids in every.items()}
     for kind, items in rendered.payload.items():
-        ids = rendered.ids.get(kind) or [item_id(kind, item) for item in items]
-        for index, (item, ident) in enumerate(zip(items, ids, strict=True)):
+        for index, (item, ident) in enumerate(zip(items, every[kind], strict=True)):
             seen = known.get(id(item))
             if seen is None or seen[0] is not item:
                 why = _not_owned(part.name, owns, contenders, others, kind, ident, item)
@@ -129,8 +132,9 @@ def facts_of(part: Part, others: Sequence[tuple[str, Ownership]], before: PartFa
             memo[id(item)] = seen
             if seen[1] is not None:
                 problems.append(rendered.source_map.problem(kind, index, seen[1]))
-            references += [Outgoing(kind, index, ref, message) for ref, message in seen[2]]
-    return PartFacts(tuple(problems), tuple(references), memo)
+            references += [Outgoing(kind, index, ref, message) for ref, message in seen[2]
+                           if ref.ident not in declared.get(ref.target, ())]
+    return PartFacts(tuple(problems), tuple(references), declared, memo)
 
 
 def _not_owned(name: str, owns: Ownership, contenders: Sequence[tuple[str, Claim]],
@@ -158,16 +162,16 @@ class Dangling:
     problem: Problem
 
 
-def dangling(parts: Sequence[Part], facts: Sequence[PartFacts], composed: Rendered,
-             unmanaged: frozenset[str] = frozenset()) -> list[Dangling]:
+def dangling(parts: Sequence[Part], facts: Sequence[PartFacts], unmanaged: frozenset[str] = frozenset()
+             ) -> list[Dangling]:
     """The references into shared kinds that name no item of the composed payload (a kind in
-    `unmanaged` cannot be checked: its items are the gateway's own)."""
-    declared = {kind: {i for i in ids if i is not None} for kind, ids in composed.ids.items()}
+    `unmanaged` cannot be checked: its items are the gateway's own). Those a source's own items
+    answer were left out by `facts_of`: only the others are looked up, in the other sources' ids."""
     found = []
     for part, known in zip(parts, facts, strict=True):
         for out in known.references:
             ref = out.reference
-            if ref.target in unmanaged or ref.ident in declared.get(ref.target, ()):
+            if ref.target in unmanaged or any(ref.ident in f.declared.get(ref.target, ()) for f in facts):
                 continue
             problem = part.rendered.source_map.problem(out.kind, out.index, out.message, ref.at)
             found.append(Dangling(part.name, (ref.target, ref.ident), relabel(part.name, problem)))
