@@ -21,12 +21,12 @@ from gitsync.ownership import Claim, Ownership, static_overlap
 from gitsync.problems import Location
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
-from gitsync.settings import SettingsError, load
+from gitsync.settings import SettingsError, load, source_settings
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import BareRepo
 from tests.agents import ADMIN_KEY, CHECKS, upstream
 from tests.gitservers import git
-from tests.support import free_port, run_gitsync
+from tests.support import ROOT, free_port, run_gitsync
 
 # ---------------------------------------------------------------------------------------------------------
 # settings
@@ -62,11 +62,23 @@ owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
     assert orders.values["git_token"].reveal() == "orders-token-value"
     assert orders.owns.claims == (Claim(("routes", "upstreams"), "orders-"),
                                   Claim(("consumers",), None, (("team", "orders"),)))
-    from gitsync.settings import source_settings
     own = source_settings(settings, platform)
     assert (own.repo, own.ref, own.paths, own.git_timeout) == ("https://git.example/platform.git", "main",
                                                                ("base",), 7.0)
     assert own.state_dir == settings.state_dir / "sources" / "platform" and own.sources == ()
+
+
+def test_the_example_for_a_platform_and_twenty_teams_loads(tmp_path: Path) -> None:
+    text = (ROOT / "examples" / "sources" / "gitsync.toml").read_text()
+    for name in ("known_hosts", "deploy-key", "allowed_signers", "admin_key"):
+        (tmp_path / name).write_text("placeholder-" + name)
+    config = tmp_path / "gitsync.toml"
+    config.write_text(text.replace("/etc/gitsync/", f"{tmp_path}/").replace("/run/credentials/gitsync/",
+                                                                             f"{tmp_path}/"))
+    settings = load(config=config, env={})
+    assert [s.name for s in settings.sources][:3] == ["platform", "orders", "payments"]
+    assert len(settings.sources) == 21
+    assert {source_settings(settings, s).verify for s in settings.sources} == {"ssh"}
 
 
 @pytest.mark.parametrize(("owns_a", "owns_b", "error"), [
@@ -384,6 +396,42 @@ def test_an_item_with_another_sources_prefix_is_refused_at_its_file_line(fleet: 
                                 "'b-')"]
     assert agent.state.sources["a"].bad[steal].startswith("ownership: r.yaml:5:5: routes[b-two]")
     assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+
+
+def test_a_source_deleting_its_own_items_is_held_by_the_guard_against_its_own_last_good_commit(
+        fleet: Fleet) -> None:
+    agent = fleet.start()
+    fleet.a.commit({"r.yaml": "routes:\n" + "".join(route(f"a-{n}", f"/a/{n}") for n in range(8))}, "a: 8")
+    agent.sync_once()
+    # 8 of the 9 live routes: few enough for the guard on the whole gateway (max_delete_count = 10),
+    # but every one of a's own
+    only_upstream = "upstreams:\n  - id: a-up\n    nodes: {\"127.0.0.1:1\": 1}\n"
+    emptied = fleet.a.commit({"r.yaml": only_upstream}, "a: none")
+    b_new = fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
+    outcome = agent.sync_once()
+    assert outcome.stage is Stage.GUARD
+    good = (agent.state.sources["a"].last_good or "")[:7]
+    assert outcome.problems == [f"source 'a': deletion guard: against its last good commit {good}: routes: "
+                                "8 → 0 (−100 %), refused: add \"Gitsync-Allow-Delete: routes\" (it would "
+                                "leave routes empty)"]
+    assert emptied in agent.state.sources["a"].bad and agent.state.sources["b"].last_good == b_new
+    assert len(fleet.uris()) == 9
+    fleet.a.commit({"r.yaml": "routes:\n" + route("a-0", "/a/0")}, "a: one\n\nGitsync-Allow-Delete: routes")
+    assert agent.sync_once().result is SyncResult.APPLIED  # its author allows it
+    assert fleet.uris() == {"a-0": "/a/0", "b-one": "/b/2"}
+
+
+def test_an_item_written_out_of_band_in_a_sources_slice_is_that_sources_drift(fleet: Fleet) -> None:
+    agent = fleet.start()
+    agent.sync_once()
+    live = fleet.apisix.config()["routes"]
+    fleet.apisix.out_of_band("routes", [*live, {"id": "a-by-hand", "uri": "/by-hand"},
+                                        {"id": "nobodys", "uri": "/nobody"}])
+    outcome = agent.sync_once()
+    assert outcome.result is SyncResult.HEALED and fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+    agent.close()
+    assert status_of(fleet.a)["gateways"][0]["pruned"] == {"routes": ["a-by-hand"]}
+    assert status_of(fleet.b)["gateways"][0].get("pruned") in (None, {})
 
 
 def test_the_last_good_commits_survive_a_restart_and_nothing_is_pushed_again(fleet: Fleet) -> None:

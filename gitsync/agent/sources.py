@@ -33,7 +33,7 @@ from gitsync.agent.view import RenderedCommit, SourceCommit
 from gitsync.backoff import Backoff
 from gitsync.log import logger, redact
 from gitsync.problems import Problem, ProblemsError
-from gitsync.push.guard import allowed_kinds
+from gitsync.push.guard import GuardPolicy, allowed_kinds, deletion_verdict
 from gitsync.push.plan import Desired, Policy
 from gitsync.push.results import GatewayResult
 from gitsync.render import RenderOptions, options_from_settings, render
@@ -91,6 +91,7 @@ class SourceSet:
         self.submit = submit
         self.submit_once = submit_once
         self.unmanaged = frozenset(settings.unmanaged)
+        self.guard = GuardPolicy.from_settings(settings)
         self.others = tuple((spec.name, spec.owns) for spec in settings.sources)
         self.entries: dict[str, _Entry] = {}
         for spec in settings.sources:
@@ -204,6 +205,9 @@ class SourceSet:
             if commit.facts.problems:
                 blame[name] = (Stage.OWNERSHIP, [str(p) for p in commit.facts.problems])
                 problems += [relabel(name, p) for p in commit.facts.problems]
+            elif held := self._guard(entry, sha, commit, policy, phases):
+                blame[name] = (Stage.GUARD, held)
+                problems += [Problem(f"source {name!r}: deletion guard: {line}") for line in held]
             parts.append(Part(name, sha, commit.rendered, entry.spec.owns))
             commit_of[name] = commit
         if blame:
@@ -218,6 +222,24 @@ class SourceSet:
                               ComposedFiles([(p.name, commit_of[p.name].files) for p in parts]),
                               Desired.of(composed.payload, policy, composed.contents, composed.ids,
                                          composed.splits))
+
+    def _guard(self, entry: _Entry, sha: str, commit: SourceCommit, policy: Policy, phases: Phases,
+               ) -> list[str]:
+        """The deletion guard on a source's new commit, against its own last good commit: what it may
+        delete of its own items of a kind (its own message's allowances counting)."""
+        name, good = entry.spec.name, self._own(entry.spec.name).last_good
+        if not self.guard.enabled or good is None or good == sha:
+            return []
+        try:
+            before = self._commit(entry, good, fetch=False, phases=phases)
+        except (ProblemsError, SourceError) as exc:
+            logger.warning("source {}: its last good commit {} cannot be read again for the deletion "
+                           "guard: {}", name, good[:7], exc)
+            return []
+        guard = replace(self.guard, allowed=self.guard.allowed | commit.allowed_delete)
+        kinds = [kind for kind in entry.spec.owns.kinds() if policy.manages(kind)]
+        verdict = deletion_verdict(commit.rendered.ids, before.rendered.ids, kinds, guard)
+        return [f"against its last good commit {good[:7]}: {line}" for line in verdict.problems]
 
     def _check_references(self, composition: str, parts: Sequence[Part], commits: Sequence[SourceCommit],
                           ) -> None:
@@ -355,8 +377,16 @@ class SourceSet:
             sha = refused or commits.get(name) or self._own(name).last_good or ""
             known = self.memory.sources[name].rendered.get(sha)
             own = replace(report, commit=sha, subject=known.subject if known is not None else "",
-                          result=self._result(name, report.result))
+                          result=self._result(name, report.result),
+                          gateways=[replace(g, pruned=self._drift(name, g.pruned)) for g in report.gateways])
             self.submit(entry.writeback.publish_status, own)
+
+    def _drift(self, name: str, pruned: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """The items written out of band that a push took off the gateways, those in this source's slice
+        (each source's status shows the drift in what it owns)."""
+        owns = self.entries[name].spec.owns
+        return {kind: own for kind, ids in pruned.items()
+                if (own := [ident for ident in ids if owns.may_own(kind, ident)])}
 
     def _result(self, name: str, result: str) -> str:
         """A source's own result of this sync: refused, applied (its commit moved), or the agent's, but
