@@ -83,12 +83,19 @@ name = "b"
 repo = "{git_daemon.url(b.path.name)}"
 owns = [{{ kinds = ["routes", "services", "upstreams"], prefix = "b-" }}]
 """)
-        agent = spawn(None, "--config", str(config), gateways=[double.url])
+        token = tmp_path / "ui-token"
+        token.write_text("ui-token-of-the-sources-agent")
+        agent = spawn(None, "--config", str(config), "--ui", "--ui-token-file", str(token),
+                      gateways=[double.url])
 
         # a team route using the platform's upstream renders and applies
         wait_for(lambda: set(live(double, "routes")) == {"a-orders", "b-orders"}, 15, "every source live")
         assert live(double, "routes")["a-orders"]["upstream_id"] == "platform-web"
         assert httpx.get(double.proxy_url + "/orders", headers={"Host": "api.example.com"}).status_code == 200
+        # the web view: which source, file and commit each item came from
+        page = wait_for(lambda: (answer := agent.get("/items/routes/a-orders", bearer=token.read_text()))
+                        .status_code == 200 and answer.text, 10, "the item page")
+        assert "a:routes/orders.yaml:2" in page and a_first[:7] in page
 
         # a broken commit in A leaves B's new commit applied and A's last good items live
         a_broken = a.commit(team_a("42"), "a broken")

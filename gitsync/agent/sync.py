@@ -791,7 +791,8 @@ class Agent:
         return AgentView(settings.agent_name, repo, settings.ref, tuple(settings.paths), tip,
                          state.bad.get(tip) if tip else None, state.last_good, state.last_good_subject,
                          tuple(sorted(self.policy.unmanaged)), gateways, tuple(reversed(self.memory.history)),
-                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None)
+                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None,
+                         self.sources.commits(state.last_good) if self.sources is not None else {})
 
     def finish(self, timeout: float) -> None:
         """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:

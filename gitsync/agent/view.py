@@ -153,6 +153,8 @@ class AgentView:
     history: tuple[SyncRecord, ...] = ()  # newest first
     time: float = dataclasses.field(default_factory=time.time)
     live_commit: RenderedCommit | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: With ``[[sources]]``: each source's commit in the last good composition (its items' commit).
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 __all__ = ["HISTORY", "AgentView", "GatewayOutcome", "GatewayPush", "GatewayRow", "RenderedCommit",
