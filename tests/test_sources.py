@@ -476,8 +476,38 @@ def test_a_failing_health_check_rolls_back_its_own_source_only(tmp_path: Path) -
             assert nodes["b-up"] == {node: 1}  # b's items are its last good ones
         finally:
             agent.close()
-        text = note(made.b, b_bad)
-        assert "stage: health" in text and "conf/checks.yaml:2:5: check orders-answer failed" in text
+        stage, errors = note_of(made.b, b_bad)
+        assert stage == "health"
+        assert errors[0].startswith(f"{apisix.url}: conf/checks.yaml:2:5: check orders-answer failed after 3 "
+                                    "attempt(s): status 502")
+
+
+def test_a_failing_health_check_reported_is_noted_on_its_own_sources_commit(tmp_path: Path) -> None:
+    with ApisixDouble(ADMIN_KEY, forward=True) as apisix, upstream() as node:
+        made = Fleet(tmp_path, apisix, *repos(tmp_path))
+        made.extra = f'proxy_urls = ["{apisix.proxy_url}"]\n[rollout]\non_check_failure = "report"\n'
+        made.platform.commit({"p.yaml": UPSTREAM + rule("prometheus")}, "platform v1")
+        made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1")}, "a v1")
+        made.b.commit(b_files(node, "/orders"), "b v1")
+        agent = made.start()
+        try:
+            agent.sync_once()
+            b_bad = made.b.commit(b_files(f"127.0.0.1:{free_port()}", "/orders"), "b to a dead upstream")
+            outcome = agent.sync_once()
+            assert outcome.result is SyncResult.APPLIED and outcome.stage is Stage.HEALTH
+            assert agent.state.sources["b"].last_good == b_bad  # reported, not refused
+        finally:
+            agent.close()
+        stage, errors = note_of(made.b, b_bad)
+        assert stage == "health"
+        assert errors[0].startswith(f"{apisix.url}: conf/checks.yaml:2:5: check orders-answer failed")
+        assert note(made.a, made.a.tip() or "") == ""
+
+
+def note_of(repo: BareRepo, sha: str) -> tuple[str, list[str]]:
+    """The stage and errors of the agent's section of the note on `sha`."""
+    section = next(s for s in YAML(typ="safe").load_all(note(repo, sha)) if s and s.get("agent") == "edge-1")
+    return section["stage"], section["errors"]
 
 
 def b_files(node: str, uri: str) -> dict[str, str]:

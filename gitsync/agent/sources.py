@@ -304,26 +304,35 @@ class SourceSet:
             self.note(name, sha, own_stage, lines)
 
     def _blame(self, stage: Stage, results: list[GatewayResult], new: Mapping[str, str]) -> Blame:
-        """Who a refusal by the gateways blames: the sources of the items it names (push), of the checks
-        that failed (health), that delete items of a kind the guard holds (guard); else every new one."""
+        """Who a refusal by the gateways blames: the sources it names (`_named`), else every new one."""
+        named = self._named(stage, results, new)
+        every = [line for lines in named.values() for line in lines]
+        return {name: (stage, named.get(name) or every) for name in blamed(named, new)}
+
+    def _named(self, stage: Stage, results: list[GatewayResult], new: Mapping[str, str],
+               ) -> dict[str, list[str]]:
+        """The sources the gateways' answers name, each with its lines as its own repo states them: of
+        the items a push refused (push), of the checks that failed (health), that delete items of a kind
+        the guard holds (guard: of `new`). Lines that name no source are under ``""``."""
         named: dict[str, list[str]] = {}
         if stage is Stage.PUSH:
             for problem in (p for r in results if r.refused for p in r.problems):
                 name = split_file(problem.location.file)[0] if problem.location else None
-                named.setdefault(name or "", []).append(_own_text(name, problem) if name else str(problem))
+                named.setdefault(name or "", []).append(_own_text(name, problem))
         elif stage is Stage.HEALTH:
             for result in results:
                 for check in result.checks.failed if result.checks is not None else ():
-                    name, _ = split_file(check.name)
-                    named.setdefault(name or "", []).append(f"{result.url}: {_strip(name, check.describe())}")
+                    name, own = split_file(check.name)
+                    if name:  # as its own repo names it
+                        check = replace(check, name=own, location=split_file(check.location)[1])
+                    named.setdefault(name or "", []).append(f"{result.url}: {check.describe()}")
         elif stage is Stage.GUARD:
             kinds = {change.kind for r in results if r.guard is not None for change in r.guard.refused}
             lines = [f"{r.url}: {line}" for r in results if r.guard is not None for line in r.guard.problems]
             for name in new:
                 if self._deletes(name, new[name], kinds):
                     named[name] = lines
-        every = [line for lines in named.values() for line in lines]
-        return {name: (stage, named.get(name) or every) for name in blamed(named, new)}
+        return named
 
     def _deletes(self, name: str, sha: str, kinds: set[str]) -> bool:
         """Whether the source's commit `sha` drops items of `kinds` its last good commit had."""
@@ -353,16 +362,13 @@ class SourceSet:
                            stage=str(stage), errors=lines)
         self.submit(entry.writeback.publish_failure, note)
 
-    def notes(self, composition: str, stage: Stage, problems: Sequence[str]) -> None:
-        """Notes on the commits of `composition` whose places `problems` name (``name:file:line``, or a
-        gateway's url first): a health check reported, say."""
+    def report(self, composition: str, stage: Stage, results: list[GatewayResult]) -> None:
+        """Notes on the commits of `composition` that the gateways' answers name, each in its own repo,
+        without refusing them: health checks that failed with ``on_check_failure = "report"``."""
         commits = self.commits(composition)
-        for name, sha in commits.items():
-            marker = f"{name}:"
-            own = [_strip(name, p.split(": ", 1)[1] if p.startswith("http") and ": " in p else p)
-                   for p in problems if marker in p]
-            if own:
-                self.note(name, sha, stage, own)
+        for name, lines in self._named(stage, results, commits).items():
+            if name in commits:
+                self.note(name, commits[name], stage, [redact(line) for line in lines])
 
     def publish(self, outcome: SyncOutcome, report: StatusReport, *, changed: bool) -> None:
         """Each source's status, on its own repo: its commit the gateways hold (or that was refused)."""
@@ -408,11 +414,6 @@ class SourceSet:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def _strip(name: str | None, text: str) -> str:
-    """`text` with the ``name:`` of its source's places taken out: as the source's own repo names them."""
-    return text.replace(f"{name}:", "") if name else text
 
 
 def _own_text(name: str | None, problem: Problem) -> str:

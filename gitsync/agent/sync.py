@@ -394,7 +394,7 @@ class Agent:
         if unhealthy:
             logger.error("commit {}: health checks failed (on_check_failure = report): {}", short(target),
                          "; ".join(unhealthy))
-            self._note(target, Stage.HEALTH, unhealthy)
+            self._note(target, Stage.HEALTH, unhealthy, results)
         if advance and any(gw.commit == target for url in self.gateways.urls
                            if (gw := self.state.gateways.get(url))):
             self.state.last_good, self.state.last_good_subject = target, subject
@@ -584,11 +584,12 @@ class Agent:
         known = self.memory.rendered.get(sha)
         return known.subject if known is not None else ""
 
-    def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
+    def _note(self, sha: str, stage: Stage, problems: list[str], results: list[GatewayResult] | None = None,
+              ) -> None:
         """A git note on `sha` saying why it failed (in the background); with sources, on the commits of
-        the sources the problems name, each in its own repo."""
+        the sources whose checks `results` name, each in its own repo."""
         if self.sources is not None:
-            self.sources.notes(sha, stage, problems)
+            self.sources.report(sha, stage, results or [])
         elif self.writeback is not None:
             note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC),
                                stage=str(stage), errors=problems)
