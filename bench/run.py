@@ -44,7 +44,7 @@ from ruamel.yaml import YAML
 from bench.double import DoubleProcess
 from bench.generate import ROUTES_PER_FILE, add_commits, make_history
 from gitsync import log as gslog
-from gitsync.agent.outcomes import Trigger
+from gitsync.agent.outcomes import SyncOutcome, Trigger
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
 from gitsync.render import render
@@ -431,11 +431,8 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
     phases: dict[str, list[float]] = {}
     for _ in range(reps.reps):
         fx.commit()
-        started = time.perf_counter()
-        outcome = agent.sync_once({Trigger.CLI})
-        ours.append(time.perf_counter() - started)
-        if outcome.result != "applied":
-            raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+        seconds, outcome = applied_sync(agent)
+        ours.append(seconds)
         own.append(outcome.phases.agent_time(outcome.duration))
         waited.append(outcome.duration - own[-1])
         for phase, seconds in outcome.phases.snapshot().items():
@@ -451,6 +448,16 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
             Result("change_own", fx.routes, median(own), "s", None, 0.060 if fx.routes >= 10_000 else None,
                    "max", samples=own, details={"gateway_wait_s": round(median(waited), 5),
                                                "phases_s": medians})]
+
+
+def applied_sync(agent: Agent) -> tuple[float, SyncOutcome]:
+    """One sync of a one-file change, timed; it must apply."""
+    started = time.perf_counter()
+    outcome = agent.sync_once({Trigger.CLI})
+    seconds = time.perf_counter() - started
+    if outcome.result != "applied":
+        raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+    return seconds, outcome
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
@@ -701,11 +708,8 @@ def sources_change(fx: Fixture, gw: Gateway, fl: Gateway, reps: Reps) -> list[Re
             teams.commit(rep % SOURCES)
             fx.commit()
             for agent, total, mine in ((several, ours, own), (one, floors, own_floor)):
-                started = time.perf_counter()
-                outcome = agent.sync_once({Trigger.CLI})
-                total.append(time.perf_counter() - started)
-                if outcome.result != "applied":
-                    raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+                seconds, outcome = applied_sync(agent)
+                total.append(seconds)
                 mine.append(outcome.phases.agent_time(outcome.duration))
                 for phase, seconds in outcome.phases.snapshot().items():
                     phases[agent].setdefault(phase, []).append(seconds)

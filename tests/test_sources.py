@@ -518,6 +518,21 @@ def b_files(node: str, uri: str) -> dict[str, str]:
             "conf/checks.yaml": CHECKS}
 
 
+@pytest.mark.slow
+def test_sync_once_with_sources_applies_their_composition_and_exits_1_on_a_refused_source(
+        fleet: Fleet) -> None:
+    done = run_gitsync("sync", "--once", "--config", str(fleet.settings_file()))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("applied: ")
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+    fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "42")}, "a broken")
+    fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
+    done = run_gitsync("sync", "--once", "--config", str(fleet.settings_file()))
+    assert done.returncode == 1
+    assert "a:r.yaml:3:5: routes[a-one].uri: invalid configuration" in done.stderr
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/2"}
+
+
 def test_an_agent_with_sources_reports_each_sources_status_in_gitsync_status_fleet(fleet: Fleet) -> None:
     agent = fleet.start()
     agent.sync_once()

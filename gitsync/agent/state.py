@@ -92,18 +92,18 @@ class AgentState:
 
     def remember_composition(self, composition: str, commits: dict[str, str]) -> None:
         """Keep what `composition` is made of, forgetting the oldest ones no gateway holds."""
-        self.compositions.pop(composition, None)
-        self.compositions[composition] = commits
-        live = {self.last_good, *(gw.commit for gw in self.gateways.values())}
-        for old in [k for k in self.compositions if k not in live][:-MAX_BAD_COMMITS]:
-            del self.compositions[old]
+        self._keep(self.compositions, composition, commits)
 
     def keep_from(self, sha: str, origins: dict[str, str]) -> None:
-        self.kept_from.pop(sha, None)
-        self.kept_from[sha] = origins
+        self._keep(self.kept_from, sha, origins)
+
+    def _keep(self, table: dict[str, dict[str, str]], sha: str, value: dict[str, str]) -> None:
+        """`table[sha] = value`, the newest last; of the commits no gateway holds, the oldest forgotten."""
+        table.pop(sha, None)
+        table[sha] = value
         live = {self.last_good, *(gw.commit for gw in self.gateways.values())}
-        for old in [k for k in self.kept_from if k not in live][:-MAX_BAD_COMMITS]:
-            del self.kept_from[old]
+        for old in [k for k in table if k not in live][:-MAX_BAD_COMMITS]:
+            del table[old]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
