@@ -57,6 +57,10 @@ from gitsync.timing import Phases
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, StatusReport
 
+#: Remotes asked for their tip at once. A burst of connections beyond a server's listen backlog (git
+#: daemon's is 5) loses SYNs, each then costing a second's retransmit: a few at a time is as quick.
+CHECKS_AT_ONCE = 4
+
 #: A source's refusal: the stage, and its problems as its own repo's note states them (its own paths).
 Blame = dict[str, tuple[Stage, list[str]]]
 
@@ -108,7 +112,7 @@ class SourceSet:
             memory.sources.setdefault(spec.name, SourceMemory(SourceTip(spec.name)))
         self.refused_now: dict[str, str] = {}  # this sync's refusals: source → its refused commit
         self._before: dict[str, str | None] = {}  # each source's last good commit when this sync began
-        self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(self.entries))),
+        self._pool = ThreadPoolExecutor(max_workers=min(CHECKS_AT_ONCE, max(1, len(self.entries))),
                                         thread_name_prefix="sources")
 
     @property
