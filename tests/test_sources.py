@@ -442,6 +442,11 @@ def test_the_last_good_commits_survive_a_restart_and_nothing_is_pushed_again(fle
     agent.close()
     state = json.loads((fleet.root / "state" / "state.json").read_text())
     assert set(state["sources"]) == {"platform", "a", "b"} and state["last_good"] in state["compositions"]
+    shown = run_gitsync("status", "--config", str(fleet.settings_file())).stdout
+    broken = fleet.a.tip() or ""
+    assert f"source:   a  {state['sources']['a']['last_good']}  (its tip {broken[:7]} refused: validate: " \
+        "r.yaml:3:5: routes[a-one].uri:" in shown
+    assert f"source:   b  {fleet.b.tip()}\n" in shown
     puts = len([r for r in fleet.apisix.requests if r[0] == "PUT"])
     again = fleet.start()
     assert again.sync_once().result is SyncResult.NOOP  # a's tip is known bad: the last good one is live

@@ -170,6 +170,16 @@ class SourceSet:
                 for name, m in self.memory.sources.items()
                 if m.tip.tip is not None and m.tip.tip in self._own(name).bad]
 
+    def summary(self) -> dict[str, dict[str, str]]:
+        """Each source's last good commit, and its tip when refused (for `gitsync status`)."""
+        found = {}
+        for name, memory in self.memory.sources.items():
+            own, tip = self._own(name), memory.tip.tip
+            found[name] = {"last_good": own.last_good or ""}
+            if tip is not None and tip in own.bad:
+                found[name] |= {"refused": tip, "why": own.bad[tip]}
+        return found
+
     def commits(self, composition: str | None) -> dict[str, str]:
         """Source → commit of a composition this agent made (empty when it does not know it)."""
         return dict(self.state.compositions.get(composition or "", {}))

@@ -652,7 +652,8 @@ class Agent:
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
         self.state.last_result = {**report.to_dict(), "reason": outcome.reason,
                                   "stage": str(outcome.stage) if outcome.stage else None,
-                                  "problems": outcome.problems[:20], "last_good": self.state.last_good}
+                                  "problems": outcome.problems[:20], "last_good": self.state.last_good,
+                                  **({"sources": self.sources.summary()} if self.sources is not None else {})}
         try:
             with self._lock:
                 self.state_dir.save(self.state)
