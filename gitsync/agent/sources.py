@@ -61,6 +61,8 @@ from gitsync.writeback.wire import FailureNote, StatusReport
 #: daemon's is 5) loses SYNs, each then costing a second's retransmit: a few at a time is as quick.
 CHECKS_AT_ONCE = 4
 
+IN_BACKOFF = "git remote in backoff after earlier failures"
+
 #: A source's refusal: the stage, and its problems as its own repo's note states them (its own paths).
 Blame = dict[str, tuple[Stage, list[str]]]
 
@@ -112,6 +114,7 @@ class SourceSet:
             memory.sources.setdefault(spec.name, SourceMemory(SourceTip(spec.name)))
         self.refused_now: dict[str, str] = {}  # this sync's refusals: source → its refused commit
         self._before: dict[str, str | None] = {}  # each source's last good commit when this sync began
+        self.unreachable = 0  # sources whose remote the last check could not ask
         self._pool = ThreadPoolExecutor(max_workers=min(CHECKS_AT_ONCE, max(1, len(self.entries))),
                                         thread_name_prefix="sources")
 
@@ -131,12 +134,13 @@ class SourceSet:
         tips = list(self._pool.map(lambda entry: self._tip(entry, reason), self.entries.values()))
         for tip in tips:
             self.memory.sources[tip.name].tip = tip
+        self.unreachable = sum(1 for tip in tips if tip.error not in (None, IN_BACKOFF))
         return self.view()
 
     def _tip(self, entry: _Entry, reason: frozenset[Trigger]) -> SourceTip:
         name = entry.spec.name
         if not entry.backoff.ready() and Trigger.WEBHOOK not in reason:
-            return SourceTip(name, error="git remote in backoff after earlier failures")
+            return SourceTip(name, error=IN_BACKOFF)
         try:
             tip = entry.source.check()
         except SourceError as exc:

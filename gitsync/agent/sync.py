@@ -188,6 +188,7 @@ class Agent:
         """The remote's tip, from the ref advertisement; a failure starts the remote's backoff."""
         if self.sources is not None:
             remote = self.sources.check(reason)
+            self.metrics.fetch_failures.inc(self.sources.unreachable)
             self.memory.tip = remote.sha
             return remote
         assert self.source is not None
