@@ -19,6 +19,7 @@ from gitsync.agent.state import SourceState
 from gitsync.agent.sync import Agent
 from gitsync.ownership import Claim, Ownership, static_overlap
 from gitsync.problems import Location
+from gitsync.push.plan import items_equal
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
 from gitsync.settings import SettingsError, load, source_settings
@@ -550,3 +551,73 @@ def test_an_agent_with_sources_reports_each_sources_status_in_gitsync_status_fle
         tip = repo.tip() or ""
         assert any("edge-1" in line and tip[:7] in line for line in lines[at + 1:at + 4]), result.stdout
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gitsync export --split-by: one repo per owner, composed again by an agent
+
+
+LIVE = {
+    "upstreams": [{"id": "platform-web", "type": "roundrobin", "nodes": {"127.0.0.1:1980": 1}}],
+    "global_rules": [{"id": "observability", "plugins": {"prometheus": {}}}],
+    "routes": [{"id": "a-one", "uri": "/a", "upstream_id": "platform-web", "labels": {"team": "a"}},
+               {"id": "b-one", "uri": "/b", "upstream_id": "platform-web", "labels": {"team": "b"}},
+               {"id": "a-two", "uri": "/a2", "upstream_id": "platform-web", "labels": {"team": "a"}}],
+    "consumers": [{"username": "alice", "labels": {"team": "a"},
+                   "plugins": {"key-auth": {"key": "alice-secret-key-1"}}}],
+}
+
+
+@pytest.mark.slow
+def test_export_split_by_a_label_gives_one_repo_per_owner_that_the_agent_composes_again(
+        tmp_path: Path, apisix: ApisixDouble) -> None:
+    for kind, items in LIVE.items():
+        apisix.out_of_band(kind, items)
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    out, secrets = tmp_path / "out", tmp_path / "secrets"
+    done = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key), "--out", str(out),
+                       "--secrets-out", str(secrets), "--split-by", "team")
+    assert done.returncode == 0, done.stderr
+    assert "round trip: render of each written repo equals its live items" in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "platform", "sources.toml"]
+    assert sorted(p.name for p in secrets.iterdir()) == ["a"]  # alice's key, out of a's repo
+    assert "alice-secret-key-1" not in "".join(p.read_text() for p in out.rglob("*.yaml"))
+
+    # each directory a repo, the settings written composing them: a fresh gateway gets the same items
+    urls = {}
+    for name in ("platform", "a", "b"):
+        repo = BareRepo.create(tmp_path / f"{name}.git")
+        repo.commit({str(p.relative_to(out / name)): p.read_text() for p in (out / name).rglob("*")
+                     if p.is_file()}, f"{name} exported")
+        urls[name] = str(repo.path)
+    tables = (out / "sources.toml").read_text()
+    for name, url in urls.items():
+        tables = tables.replace(f"<the URL of the {name} repo>", url)
+    assert 'owns = [{ kinds = ["routes", "consumers"], labels = { team = "a" } }]' in tables
+    assert 'owns = ["upstreams", "global_rules"]' in tables
+    with ApisixDouble(ADMIN_KEY) as fresh:
+        config = tmp_path / "gitsync.toml"
+        config.write_text(f'[gateways]\ngateways = ["{fresh.url}"]\nadmin_key_file = "{key}"\n'
+                          f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[writeback]\nwriteback = "off"\n'
+                          f'[render]\nsecrets_dir = "{secrets / "a"}"\n\n' + tables)
+        done = run_gitsync("sync", "--once", "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        held = fresh.config()
+    for kind, items in LIVE.items():
+        assert items_equal(sorted(items, key=str), sorted(held[kind], key=str)), kind
+
+
+def test_export_split_by_refuses_a_kind_only_some_of_whose_items_carry_the_label(
+        tmp_path: Path, apisix: ApisixDouble) -> None:
+    nobody = {"id": "nobody", "uri": "/x", "upstream_id": "platform-web"}
+    apisix.out_of_band("routes", [*LIVE["routes"], nobody])
+    apisix.out_of_band("upstreams", LIVE["upstreams"])
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    done = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key), "--out",
+                       str(tmp_path / "out"), "--split-by", "team")
+    assert done.returncode == 2
+    assert ("gitsync export: --split-by team: routes[nobody] carries no label 'team' while other routes do: "
+            "label them (each item needs one owner), or export without --split-by") in done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
