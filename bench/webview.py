@@ -35,7 +35,7 @@ from bench.generate import ROUTES_PER_FILE
 from bench.run import ADMIN_KEY, ROOT, DaemonProcess, Fixture, add_tree_and_out, machine
 from testkit.git import GitDaemon
 
-TARGET = 0.200  # seconds: the overview and an items page at 10,000 routes (issue 19)
+TARGET = 0.200  # seconds: the overview and an items page at 10,000 routes
 HTML = {"Accept": "text/html"}
 
 

@@ -259,6 +259,11 @@ def register_secret(value: str | bytes | None) -> None:
     _REDACTOR.add([text])
 
 
+def register_secrets(values: Iterable[str]) -> None:
+    """`register_secret` for many values at once (those already known cost a set lookup each)."""
+    _REDACTOR.add(values)
+
+
 def redact(text: str) -> str:
     """Return `text` with every registered secret value replaced by ``***``."""
     return _REDACTOR.redact(text)
@@ -436,5 +441,5 @@ def guard_process() -> None:
 
 
 __all__ = ["CONTEXT_FIELDS", "JSON_FIELDS", "MASK", "Redactor", "clip", "context", "forget_secrets",
-           "guard_process", "json_line", "logger", "redact", "register_secret", "set_agent", "setup",
-           "spellings"]
+           "guard_process", "json_line", "logger", "redact", "register_secret", "register_secrets",
+           "set_agent", "setup", "spellings"]

@@ -202,6 +202,14 @@ class Settings:
                             "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    secret_fields: tuple[str, ...] = setting(
+        "render", "list", (), "Fields holding secrets besides those gitsync knows (APISIX's "
+        "`encrypt_fields`, field names, shapes): `PLUGIN.PATH` (`\"my-plugin.conf.token\"`: that plugin's "
+        "config wherever it is, and its plugin_metadata) or `KIND.PATH` "
+        "(`\"upstreams.discovery_args.token\"`); masked in every output, taken out by export and import. A "
+        "config file may add its own "
+        "(`secret_fields:`).",
+        groups=(SOURCE, "secret_fields"), flag="--secret-field", metavar="PLUGIN.PATH")
     parse_cache: bool = setting("render", "bool", True, "Keep parsed files (in memory and in the state "
                                 "dir) and render a commit from the last one where it can: the speed layer. "
                                 "`false` parses every file of every commit anew and renders it in full; the "
@@ -934,6 +942,10 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
+    for entry in values.get("secret_fields", ()):
+        problem = secret_field_problem(entry)
+        if problem:
+            raise SettingsError(f"{merged['secret_fields'].origin}: {problem}")
     for name in ("gateways", "status_urls", "proxy_urls", "notify_urls", "forge_url", "forge_api_url",
                  "ui_url"):
         urls = values.get(name) or ()
@@ -944,6 +956,8 @@ def load(
     problem = _template_problem(values.get("commit_url"))
     if problem:
         raise SettingsError(f"{merged['commit_url'].origin}: {problem}")
+    if "allow_delete" in values:  # kind names in any case, as the commit trailer takes them
+        values["allow_delete"] = tuple(kind.lower() for kind in values["allow_delete"])
     for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
         unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
         if unknown:
@@ -1013,6 +1027,20 @@ def _template_problem(template: str | None) -> str | None:
     if "sha" not in names:
         return "the template must contain {sha}"
     return _url_problem(template)
+
+
+#: A well-formed secret field: a plugin or kind name, then one or more dotted steps.
+SECRET_FIELD = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
+
+
+def secret_field_problem(entry: Any) -> str | None:
+    """Why `entry` is not a secret field (``plugin.path`` or ``kind.path``), or None."""
+    if not isinstance(entry, str):
+        return f"expected a text like \"my-plugin.conf.token\", got {type(entry).__name__}"
+    if not SECRET_FIELD.match(entry.strip()):
+        return (f"{entry!r} is not PLUGIN.PATH or KIND.PATH (dotted, no empty part, no spaces), "
+                "e.g. \"my-plugin.conf.token\" or \"upstreams.discovery_args.token\"")
+    return None
 
 
 def _resolve_secret(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,12 @@ def ssh_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServer]:
 def servers_by_kind(git_daemon: GitDaemon, http_git: HttpGitServer, ssh_git: SshGitServer) -> dict:
     """The session's servers by URL scheme: ``git``, ``http``, ``ssh``."""
     return {"git": git_daemon, "http": http_git, "ssh": ssh_git}
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: a worker's golden-fidelity figures, for the run's summary."""
+    figures = getattr(node, "workeroutput", {}).get("golden-fidelity")
+    if figures:
+        from tests.test_golden import fidelity_of
+
+        fidelity_of(node.config).merge(figures)

@@ -31,13 +31,18 @@ def agent_for(tmp_path: Path, apisix: ApisixDouble, remote_repo):
     key = tmp_path / "admin_key"
     key.write_text("test-admin-key")
 
+    made: list[Agent] = []
+
     def make(**flags: object) -> Agent:
         settings = load({"repo": str(remote_repo.path), "gateways": [apisix.url], "admin_key_file": str(key),
                          "state_dir": str(tmp_path / "state"), "writeback": "off", **flags},
                         config="/dev/null", env={})
-        return Agent(settings)
+        made.append(Agent(settings))
+        return made[-1]
 
-    return make
+    yield make
+    for agent in made:  # a test that failed before its own close leaves no threads behind
+        agent.close()
 
 
 def test_a_changed_unmanaged_policy_is_applied_without_a_new_commit(agent_for, apisix: ApisixDouble):
@@ -125,6 +130,7 @@ plugin_metadata:
 """
 
 
+@pytest.mark.slow
 def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent_for, apisix,
                                                                            remote_repo, tmp_path):
     """plugin_metadata carries no modifiedIndex: what gitsync pushed is remembered (pushed.json)."""

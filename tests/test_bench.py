@@ -73,6 +73,7 @@ def test_running_gateways_given_by_url_are_measured_instead_of_the_doubles(tmp_p
         assert len(config["routes"]) == 100 and config["routes_conf_version"] > 1
 
 
+@pytest.mark.slow
 def test_running_gateways_are_refused_what_only_the_double_can_do(tmp_path: Path):
     key_file = tmp_path / "admin-key"
     key_file.write_text("k")

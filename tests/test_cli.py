@@ -77,6 +77,7 @@ def basics(tmp_path):
     (["sync", "--once", "--dir", "{tmp}/config", "--gateway", "http://127.0.0.1:1",
       "--gateway-timeout", "0s"], "--gateway-timeout: must be at least 0.1s"),
 ])
+@pytest.mark.slow
 def test_settings_that_cannot_work_exit_2_with_the_message(basics, args, message):
     tmp, common = basics
     result = run_gitsync(*[a.replace("{tmp}", str(tmp)) for a in args], *common, timeout=60)
@@ -114,6 +115,7 @@ UNMANAGED_SECRETS = (
     "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
 
 
+@pytest.mark.slow
 def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(tmp_path):
     config = tmp_path / "config"
     config.mkdir()
@@ -128,6 +130,7 @@ def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(
     assert "t0k3n-abcd" not in left_out.stderr
 
 
+@pytest.mark.slow
 def test_sync_from_the_repo_warns_about_the_repos_items_it_leaves_out(tmp_path, git_daemon, remote_repo,
                                                                       apisix):
     """The warning `validate` gives, `sync --once --repo` (the agent's render) gives too."""
@@ -144,6 +147,7 @@ def test_sync_from_the_repo_warns_about_the_repos_items_it_leaves_out(tmp_path, 
     assert "t0k3n-abcd" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_process_loads_only_what_its_configuration_needs():
     """What a `gitsync sync` process imports leaves out what only some setups use: urllib3
     (http(s) remotes), pyrage and cryptography (age keys, SOPS files), importlib.metadata (the version
@@ -212,6 +216,7 @@ def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_comm
         assert len(flags(full)) > 4, name  # beyond -h and the common flags: the test sees real flags
 
 
+@pytest.mark.slow
 def test_a_one_shot_command_leaves_its_objects_to_the_process_end_only_in_gitsyncs_own_process(tmp_path):
     """In `gitsync`'s own process a one-shot command's large objects (the render, the agent) are kept
     for `os._exit` to free at once; a program calling `main` keeps nothing."""

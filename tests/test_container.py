@@ -1,4 +1,4 @@
-"""The container path (issue 36): the compose example as docker compose and podman-compose read it,
+"""The container path: the compose example as docker compose and podman-compose read it,
 and the image built with scripts/build-image.sh, run under podman: `gitsync --version`, `gitsync
 demo`, and the daemon with the compose walkthrough's secrets against the APISIX double."""
 
@@ -80,6 +80,7 @@ def _secret_names(entries: list) -> list[str]:
     return [entry if isinstance(entry, str) else entry["source"] for entry in entries]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["docker compose", "podman-compose"])
 @pytest.mark.parametrize("extra", [(), OPTIONAL], ids=["alone", "with-every-optional-file"])
 def test_compose_config_accepts_the_example(tool, extra):

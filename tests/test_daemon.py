@@ -26,9 +26,9 @@ from gitsync.agent.outcomes import Trigger
 from gitsync.backoff import Backoff
 from gitsync.daemon.service import Triggers
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import git
 from testkit.processes import wait_for
 from tests.agents import ADMIN_KEY, config_files, live_uri, repo_url
-from tests.gitservers import git
 
 # ---------------------------------------------------------------------------------------------------------
 # polls and webhooks
@@ -223,7 +223,8 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
 
     own_daemon.stop()
     second = remote_repo.commit(config_files(2), "v2")  # pushed while the agent cannot see it
-    wait_for(lambda: agent.log().count("retrying in") >= 2, 8, "two failed polls, logged with their backoff")
+    wait_for(lambda: agent.log().count("retrying at the first poll after") >= 2, 8,
+             "two failed polls, logged with their backoff")
     assert agent.metric("gitsync_fetch_failures_total") >= 2
     assert agent.healthy() and live_uri(apisix) == "/v1"
     # Ready: every gateway serves the last good commit; the remote's outage shows in the metrics.

@@ -228,7 +228,7 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         items = http.get(urls["agent"] + "/items?q=vault", headers={"Accept": "text/html"}).text
         vault = http.get(urls["agent"] + "/items/secrets/vault%2Fmain", headers={"Accept": "text/html"}).text
         assert 'href="/items/secrets/vault%2Fmain"' in items and "base/secrets/vault.yaml:4" in vault
-        assert "&quot;token&quot;: &quot;***&quot;" in vault
+        assert "&#34;token&#34;: &#34;***&#34;" in vault
         assert DEMO_TOKEN not in overview.text + items + vault
 
         # The temp remote, read with the git CLI: six commits, the notes, the status branch.

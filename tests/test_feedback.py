@@ -216,7 +216,8 @@ def _entries(draw: st.DrawFn, trouble: bool) -> FleetEntry:
 
 
 @examples(1.0)
-@given(fleet=st.lists(_entries(False), max_size=6), hostile=st.lists(_entries(True), min_size=1, max_size=4),
+@given(fleet=st.lists(_entries(False), max_size=6, unique_by=lambda e: e.agent),  # one ref per honest agent
+       hostile=st.lists(_entries(True), min_size=1, max_size=4),
        group=_groups, seed=st.randoms())
 def test_an_unbelievable_status_never_changes_a_groups_status(fleet, hostile, group, seed):
     """Whatever the unreadable and unverified statuses claim, wherever they sort: the members, who

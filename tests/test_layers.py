@@ -28,6 +28,7 @@ def contracts() -> dict[str, dict]:
     return {c["id"]: c for c in config["contracts"]}
 
 
+@pytest.mark.slow
 def test_the_tree_keeps_every_contract():
     done = lint_imports(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr

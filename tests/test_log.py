@@ -117,7 +117,7 @@ def test_cjson_spelling_of_a_secret_is_scrubbed_in_both_log_modes():
 
 
 def test_every_spelling_of_a_secret_is_masked():
-    """The spellings a message may give a value (issue 15): Lua's %q (a line break as backslash and
+    """The spellings a message may give a value: Lua's %q (a line break as backslash and
     newline), JSON with and without \\u escapes, cjson's \\/, Python's repr, URL encoding, each line
     of a multi-line value, and a JSON log line of any of them."""
     from urllib.parse import quote, quote_plus

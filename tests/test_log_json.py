@@ -1,4 +1,4 @@
-"""JSON log lines (issue 36): one compact object per line with the documented fields, redacted."""
+"""JSON log lines: one compact object per line with the documented fields, redacted."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import threading
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from loguru import logger
 
 from gitsync import log as gslog
@@ -150,6 +151,7 @@ def test_tricky_secrets_leave_every_line_valid_json_and_masked():
         assert value not in text and json.dumps(value) not in text
 
 
+@pytest.mark.slow
 def test_sync_once_writes_json_lines_with_the_agent_commit_and_gateway(tmp_path, git_daemon, remote_repo,
                                                                         apisix):
     """The real command: every stderr line is one object; the push's lines carry all three contexts."""

@@ -28,7 +28,8 @@ from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, facts_of
 from gitsync.settings import Secret
 from gitsync.source.directory import read_directory
-from gitsync.testing.apisix import ApisixDouble, Reply
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply
 from testkit.profiles import examples
 from tests.support import free_port, rendered_alone, run_gitsync
 

@@ -37,7 +37,8 @@ from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import SUFFIX
-from gitsync.testing.apisix import ApisixDouble, Reply, json_body
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text
 from testkit.processes import wait_for
@@ -340,7 +341,7 @@ class Daemon:
         except (OSError, ValueError):
             return {}
 
-    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 20) -> None:
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60) -> None:
         """`check` of the daemon's state file, while the daemon runs (its log in the failure)."""
         def holds() -> bool:
             assert self.process.poll() is None, self.stderr.read_text()[-3000:]

@@ -51,20 +51,20 @@ def catalog() -> Catalog:
 
 
 def test_markup_concatenation_escapes_what_is_not_markup():
-    assert esc('<a href="x">') == "&lt;a href=&quot;x&quot;&gt;"
+    assert esc('<a href="x">') == "&lt;a href=&#34;x&#34;&gt;" and esc(None) == ""
     joined = tag("b", "x") + '<img src=x onerror="y">'
-    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&quot;y&quot;&gt;'
+    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&#34;y&#34;&gt;'
     assert "<p>" + tag("i", "<") == "&lt;p&gt;<i>&lt;</i>"
-    assert tag("input", value='"><script>') == '<input value="&quot;&gt;&lt;script&gt;">'
+    assert tag("input", value='"><script>') == '<input value="&#34;&gt;&lt;script&gt;">'
 
 
-def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
+def test_an_items_lines_are_shown_with_every_secret_masked_where_it_is_written(catalog):
     carol = catalog.detail("consumers", "carol")
     assert carol is not None and carol.reformatted is None
     assert carol.written == (
         (2, "  - username: carol"),
         (3, "    plugins:"),
-        (4, '      basic-auth: {username: carol, password: "***"'),  # the leftmost cut hides the rest
+        (4, '      basic-auth: {username: carol, password: "***", other: x}'),  # the value only
         (5, "      jwt-auth:"),
         (6, '        key: "***"'),
         (7, '        secret: "***"'),  # its two lines dropped
@@ -74,7 +74,7 @@ def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
     for secret in ("pw-one-1234", "carol-key", "line-one", "line-two"):
         assert secret not in text
     dave = catalog.detail("consumers", "dave")
-    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"')
+    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"}')
     upstream = catalog.detail("upstreams", "u1")
     assert upstream is not None and "url-password-9" not in str(upstream.written) + upstream.pushed
     assert "http://user:***@example.com/x" in str(upstream.written)
@@ -100,7 +100,8 @@ PRETTY_JSON = """{
 """
 #: One file in each layout an item's lines may take; the item pages must show from an excerpt of the
 #: file what they show from the whole file. The value: the file, and how many of its items an excerpt
-#: cannot stand for (the whole file is then read: its positions once, then kept, and its content).
+#: cannot stand for (the whole file is then read: its positions and value spans once, then kept, and
+#: its content).
 LAYOUTS = {
     "block.yaml": (SECRET_FILE.replace("upstreams:\n  - id: u1", """routes:
   - id: r1
@@ -138,7 +139,7 @@ def whole_file_reads(monkeypatch, data: bytes) -> list[int]:
     from gitsync.web import catalog as catalog_module
 
     reads: list[int] = []
-    for name in ("positions", "parse"):
+    for name in ("positions", "value_spans", "parse"):
         real = getattr(catalog_module, name)
 
         def spy(given: bytes, real=real):  # type: ignore[no-untyped-def]
@@ -169,7 +170,7 @@ def test_an_item_page_shows_from_an_excerpt_what_the_whole_file_shows(name, monk
             assert detail.written == () and detail.reformatted is not None, (kind, ident)
         else:
             assert detail.written == tuple(lines), (kind, ident)
-    assert len(reads) == (1 + fallen_back if fallen_back else 0), reads  # positions once, content each
+    assert len(reads) == (2 + fallen_back if fallen_back else 0), reads  # places once, content each
     if name == "block.yaml":
         text = str([catalog.detail("consumers", who).written for who in ("carol", "dave")])
         assert "pw-one-1234" not in text and "carol-key" not in text and "dave-key-5678" not in text

@@ -57,8 +57,8 @@ def login(agent: AgentProcess, token: str = UI_TOKEN) -> httpx.Response:
 
 def no_traceback(agent: AgentProcess) -> None:
     records = [json.loads(line) for line in agent.log().splitlines()]  # every line is JSON
-    assert not [r["text"] for r in records
-                if "Traceback" in r["text"] or r["record"]["level"]["name"] == "ERROR"]
+    assert not [r["message"] for r in records
+                if "exception" in r or "Traceback" in r["message"] or r["level"] == "ERROR"]
     assert UI_TOKEN not in agent.log()
 
 

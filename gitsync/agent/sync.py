@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -40,11 +40,12 @@ from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.observer import NoObserver, SyncObserver
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
+from gitsync.agent.record import WriteBackQueue, log_outcome, record_metrics, short
 from gitsync.agent.sources import Blame, SourcesRefused, sources_from_settings
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
-from gitsync.backoff import Backoff
+from gitsync.backoff import Backoff, retried
 from gitsync.httpclient import HttpClient
 from gitsync.log import context as log_context
 from gitsync.log import logger, redact, set_agent
@@ -68,7 +69,8 @@ from gitsync.urls import display_url
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
-STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
+#: The first wait between tries of a git contact within one sync (`remote_attempts`), doubled each time.
+RETRY_BASE = 1.0
 
 
 @contextlib.contextmanager
@@ -88,8 +90,11 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def short(sha: str | None) -> str:
-    return sha[:7] if sha else "(none)"
+
+
+def _given_up(exc: SourceError, attempts: int) -> str:
+    """What a sync with retries says when a git contact failed for good."""
+    return f"gave up after {attempts} attempts" if exc.transient else "not retried (the remote answered)"
 
 
 class Agent:
@@ -104,9 +109,11 @@ class Agent:
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
                  wake: Callable[[Trigger], None] = lambda trigger: None,
-                 observer: SyncObserver | None = None) -> None:
+                 observer: SyncObserver | None = None, remote_attempts: int = 1) -> None:
         self.settings = settings
         set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
+        #: Tries of each git contact (ref check, fetch) within one sync: `sync --once` has no next poll.
+        self.remote_attempts = remote_attempts
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
@@ -134,6 +141,7 @@ class Agent:
                                              self._writeback_queue.submit_once)
         self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
+        self._closed = False
         self._view = self._snapshot()  # what readers on other threads see (`view`)
 
     @property
@@ -196,15 +204,29 @@ class Agent:
         if not self.fetch_backoff.ready() and Trigger.WEBHOOK not in reason:
             return RemoteView(error="git remote in backoff after earlier failures")
         try:
-            self.memory.tip = self.source.check()
+            self.memory.tip = self._contact(self.source.check)
         except SourceError as exc:
             delay = self.fetch_backoff.failed()
             self.metrics.fetch_failures.inc()
-            logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}", self.source.url,
-                           exc, delay, short(self.state.last_good))
+            if self.remote_attempts > 1:
+                logger.warning("git remote {}: {}; {}; gateways stay on {}", self.source.url, exc,
+                               _given_up(exc, self.remote_attempts), short(self.state.last_good))
+            else:
+                logger.warning("git remote {}: {}; retrying at the first poll after {:.1f}s; gateways stay "
+                               "on {}", self.source.url, exc, delay, short(self.state.last_good))
             return RemoteView(error=redact(str(exc)))
         self.fetch_backoff.succeeded()
         return RemoteView(sha=self.memory.tip)
+
+    def _contact(self, action: Callable[[], str]) -> str:
+        """A git contact (`Source.check`, `Source.fetch`), tried up to `remote_attempts` times while
+        the transport fails, with the one backoff's jitter between tries; the last failure raised."""
+        def retrying(exc: Exception, attempt: int, delay: float) -> None:
+            logger.warning("git remote {}: {} (attempt {} of {}); retrying in {:.1f}s", self.source.url, exc,
+                           attempt, self.remote_attempts, delay)
+
+        return retried(action, self.remote_attempts, Backoff(RETRY_BASE, self.settings.max_backoff),
+                       retry_if=lambda exc: isinstance(exc, SourceError) and exc.transient, on_retry=retrying)
 
     def _held(self) -> dict[str, str]:
         """url → the digest of our last push, for each gateway holding one that a HEAD may check now
@@ -303,7 +325,8 @@ class Agent:
         except SourceError as exc:
             if exc.stage == "verify":
                 return self._refuse(target, reason, Stage.VERIFY, [exc.reason])
-            logger.error("commit {}: {} failed: {}", short(target), exc.stage, exc.reason)
+            tries = f" ({_given_up(exc, self.remote_attempts)})" if self.remote_attempts > 1 else ""
+            logger.error("commit {}: {} failed: {}{}", short(target), exc.stage, exc.reason, tries)
             return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
         rendered, subject = commit.rendered, commit.subject
         good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
@@ -433,7 +456,7 @@ class Agent:
         assert self.source is not None
         if fetch or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
-                self.source.fetch()
+                self._contact(self.source.fetch)
         fallback, origins = self._keepable(sha)
         with self._phases.timed("read"):
             self.source.verify(sha)
@@ -807,87 +830,16 @@ class Agent:
             self._record(ended)
 
     def close(self) -> None:
+        """Stop the agent's threads and close its clients (once; a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         if self.sources is not None:
             self.sources.close()
         self._writeback_queue.close()
         self.observer.close()
         self.gateways.close()
         self.proxy.close()
-
-
-class WriteBackQueue:
-    """Write-backs in the background, one at a time, in order; a failure is counted, never raised."""
-
-    def __init__(self, writeback: WriteBack | None, metrics: Metrics) -> None:
-        self.writeback = writeback
-        self.metrics = metrics
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
-        self._queued = 0  # submitted and not ended
-        self._count = threading.Lock()
-
-    def submit(self, publish: Callable[..., bool], *item: Any) -> None:
-        with self._count:
-            self._queued += 1
-        self._thread.submit(self._publish, publish, *item)
-
-    def submit_once(self, publish: Callable[[], bool]) -> None:
-        """Submit unless write-backs are still queued (a slow remote must not pile up refreshes)."""
-        if self._queued == 0:
-            self.submit(publish)
-
-    def _publish(self, publish: Callable[..., bool], *item: Any) -> None:
-        before = self.writeback.failures if self.writeback else 0
-        try:
-            publish(*item)
-        except Exception as exc:  # write-back never takes the agent down
-            logger.error("write-back failed: {}", redact(str(exc)))
-            self.metrics.writeback_failures.inc()
-            return
-        finally:
-            with self._count:
-                self._queued -= 1
-        failures = (self.writeback.failures if self.writeback else 0) - before
-        if failures > 0:
-            self.metrics.writeback_failures.inc(failures)
-
-    def close(self) -> None:
-        self._thread.shutdown(wait=True, cancel_futures=False)
-
-
-def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, urls: list[str], *,
-                   tip_refused: bool) -> None:
-    """The outcome and what each gateway holds, as Prometheus metrics."""
-    metrics.syncs.labels(str(outcome.result)).inc()
-    if outcome.gateways:
-        metrics.sync_duration.observe(outcome.duration)
-        for phase, seconds in outcome.phases.snapshot().items():
-            metrics.sync_phase.labels(phase).observe(seconds)
-        metrics.sync_phase.labels("gitsync").observe(outcome.phases.agent_time(outcome.duration))
-    if outcome.ok:
-        metrics.last_success.set(time.time())
-    if state.last_good:
-        metrics.set_applied_commit(state.last_good)
-    metrics.tip_refused.set(1 if tip_refused else 0)
-    for url in outcome.drifted:
-        metrics.drift_detected.labels(url).inc()
-    for result in outcome.gateways:
-        for check in result.checks.failed if result.checks is not None else ():
-            metrics.check_failures.labels(check.name).inc()
-    for url in urls:
-        gw = state.gateways.get(url)
-        metrics.set_gateway(url, gw.versions if gw else {}, gw is not None and gw.commit == state.last_good)
-
-
-def log_outcome(outcome: SyncOutcome) -> None:
-    """One line per sync. A failed fetch and a refused commit were logged where they happened: a poll
-    that finds the same again is not worth a second warning."""
-    quiet = outcome.ok or outcome.result in (SyncResult.FETCH_FAILED, SyncResult.SKIPPED, SyncResult.DEFERRED)
-    level = "INFO" if outcome.result in (SyncResult.APPLIED, SyncResult.HEALED) else (
-        "DEBUG" if quiet else "WARNING")
-    logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result, short(outcome.commit),
-               outcome.duration, f" — {outcome.problems[0]}" if outcome.problems else "")
-    if outcome.gateways:
-        logger.debug("sync ({}) phases: {}", outcome.reason, outcome.phases.describe(outcome.duration))
 
 
 __all__ = ["Agent", "gc_paused", "short"]

@@ -27,7 +27,7 @@ from gitsync.cli.parser import leave_to_exit
 from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
-from gitsync.log import logger, redact
+from gitsync.log import logger, redact, register_secrets
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
@@ -47,6 +47,7 @@ from gitsync.render import (
     render as render_files,
 )
 from gitsync.render.memo import ParseCache
+from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError, source_settings
 from gitsync.source.directory import read_directory
@@ -58,6 +59,9 @@ from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
+#: Tries of each git contact by ``sync --once`` (it has no next poll): 1 + 3 retries, at most 1, 2 and
+#: 4 s apart (half of each wait is random: agents started together do not retry together).
+ONCE_GIT_ATTEMPTS = 4
 
 
 def _read_files(settings: Settings, command: str, out: Findings | None = None,
@@ -123,7 +127,7 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
         return _explain(rendered, *args.explain)
     payload = rendered.payload
     if not getattr(args, "show_secrets", False):
-        payload = mask_secrets(payload, rendered.secret_values)
+        payload = mask_secrets(payload, rendered.secret_values, rendered.secret_rules)
     sys.stdout.buffer.write(payload_json(payload) + b"\n")
     sys.stdout.flush()
     return 0
@@ -177,14 +181,17 @@ def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
             for item in items}
 
 
-def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
-                show_secrets: bool, out: Findings, every_item: bool) -> None:
-    """Per kind and item what a sync would do, as lines of `out`; values masked unless asked. Many
-    items of a kind changed alike are one line, unless `every_item`."""
+def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], rendered: Rendered, show_secrets: bool,
+                out: Findings, every_item: bool) -> None:
+    """Per kind and item what a sync would do, as lines of `out`; values masked unless asked (the live
+    side's secrets are registered with the log redactor too: they are the gateway's, which render never
+    saw). Many items of a kind changed alike are one line, unless `every_item`."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
+    register_secrets(secret_values(live_lists, rendered.secret_rules))
     wanted = _by_id(desired_shown)
-    live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
+    live = _by_id(live_lists if show_secrets
+                  else mask_secrets(live_lists, rendered.secret_values, rendered.secret_rules))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
     out.line(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
@@ -252,7 +259,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     if isinstance(read, int):
         return out.finish(2)
     rendered, message = read
-    guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
+    guard = GuardPolicy.from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
     gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
         return out.finish(gateways)
@@ -263,7 +270,8 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
         diffs, _ = wait_for(gateways.each(gateways.urls, lambda g: diff_gateway(
             g, rendered.payload, policy, pushed.get(g.url))))
     show = bool(getattr(args, "show_secrets", False))
-    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values)
+    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values,
+                                                               rendered.secret_rules)
     status = 0
     for url in gateways.urls:
         one = diffs[url]
@@ -276,8 +284,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
                 out.error(f"gitsync diff: {one.url}: {redact(str(problem))}")
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show, out,
-                        every_item=settings.verbose > 0)
+            _print_diff(one, desired_shown, rendered, show, out, every_item=settings.verbose > 0)
             status = max(status, 1)
         else:
             out.line(f"{one.url}: no changes")
@@ -311,7 +318,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings), managed=policy.managed,
+                   guard=GuardPolicy.from_settings(settings, by_flag=True), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents,
                                                   rendered.ids, rendered.splits))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
@@ -323,7 +330,10 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
         print(results[url].summary())
         for problem in results[url].problems:
             print(redact(str(problem)), file=sys.stderr)
-    return 0 if all(r.ok for r in results.values()) else 1
+    # A failed health check fails the sync as with --repo (a directory has no last good to go back to:
+    # the config stays live); "report" only reports it, as with --repo.
+    failed_checks = settings.on_check_failure == "rollback" and any(r.unhealthy for r in results.values())
+    return 0 if all(r.ok for r in results.values()) and not failed_checks else 1
 
 
 def _sync_repo(settings: Settings) -> int:
@@ -345,7 +355,8 @@ def _sync_repo(settings: Settings) -> int:
             metrics = Metrics(recorded=False)  # none exported
             feedback = stack.enter_context(contextlib.closing(
                 Feedback.from_settings(settings, metrics, state_dir.path)))
-            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback)
+            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback,
+                          remote_attempts=ONCE_GIT_ATTEMPTS)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2

@@ -58,10 +58,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.cli.demo:run_demo", ()),
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
-            "proven", "gitsync.adopt.export:export_command", ("gateway",), ("gateways",),
+            "proven", "gitsync.adopt.export:export_command", ("gateway", "secret_fields"), ("gateways",),
             "gitsync.adopt.arguments:export"),
     Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
-            "gitsync.adopt.importing:import_command", ("connect",), (), "gitsync.adopt.arguments:import_"),
+            "gitsync.adopt.importing:import_command", ("connect", "secret_fields"), (),
+            "gitsync.adopt.arguments:import_"),
     Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",
             "gitsync.adopt.init:init_command", (), (), "gitsync.adopt.arguments:init"),
     Command("schema", "write JSON Schema files of the repo format for editors (yaml-language-server)",
@@ -157,8 +158,8 @@ def ending_process() -> None:
 
 def leave_to_exit(*objects: Any) -> None:
     """Keep `objects` alive until gitsync's own process ends, rather than free them one by one as the
-    command returns: after a sync of 10,000 routes its agent holds hundreds of thousands of objects,
-    50-60 ms of a ``sync --once`` spent only on freeing them. In any other program, nothing is kept."""
+    command returns: after a sync of a large config its agent holds hundreds of thousands of objects,
+    and freeing them is a measurable part of a ``sync --once``. In any other program, nothing is kept."""
     if _left_to_exit is not None:
         _left_to_exit.extend(objects)
 

@@ -19,8 +19,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitsync import __version__
 from gitsync.agent.outcomes import Trigger, describe
+from gitsync.agent.record import short
 from gitsync.agent.statedir import StateDir
-from gitsync.agent.sync import Agent, short
+from gitsync.agent.sync import Agent
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.daemon.sdnotify import Notifier
 from gitsync.feedback.outbox import Feedback

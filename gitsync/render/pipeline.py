@@ -17,7 +17,7 @@ from typing import Any
 
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import KINDS, item_id
-from gitsync.log import MASK, Redactor, redact, register_secret
+from gitsync.log import MASK, Redactor, redact, register_secret, register_secrets
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.facts import FileFacts
@@ -27,9 +27,11 @@ from gitsync.render.load import Document, ParsedFile, blob_sha
 from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.render.options import RenderOptions
 from gitsync.render.result import LastGood, LeftOut, Rendered
+from gitsync.render.secrets import SecretRules, classify, document_secret_values, value_at
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
 from gitsync.render.validate import dependants, item_contents, refers_to, validate
+from gitsync.settings import secret_field_problem
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -111,6 +113,67 @@ def _secret_fields(content: Any, leaves: list[tuple[tuple[str | int, ...], str]]
             item = items[path[1]] if isinstance(items, list) and path[1] < len(items) else None
             into.setdefault((str(path[0]), item_id(str(path[0]), item)), []).append(
                 (field_text(path[2:]), value))
+
+
+SECRET_FIELDS = "secret_fields"
+
+
+def _repo_rules(built: Built, source_map: SourceMap, options: RenderOptions) -> tuple[SecretRules,
+                                                                                        list[Problem]]:
+    """The secret fields the repo declares (top-level ``secret_fields:``, never pushed) with the
+    settings' own, and a problem for each entry that is not ``PLUGIN.PATH`` or ``KIND.PATH``."""
+    entries = built.payload.pop(SECRET_FIELDS, [])
+    built.ids.pop(SECRET_FIELDS, None)
+    built.segments.pop(SECRET_FIELDS, None)
+    problems = [source_map.problem(SECRET_FIELDS, index, why) for index, entry in enumerate(entries)
+                if (why := secret_field_problem(entry)) is not None]
+    return options.secret_rules + SecretRules.of(e for e in entries if isinstance(e, str)), problems
+
+
+def _register_classified(parsed_files: list[ParsedFile], documents: list[Any], rules: SecretRules) -> None:
+    """Every value the classifier finds secret goes to the log redactor (and so out of every log line,
+    note, status file and web page): a plain file's once per parse (`register_file_secrets`), others
+    each time."""
+    for parsed in parsed_files:
+        register_file_secrets(parsed, rules)
+    for content in documents:
+        register_secrets(document_secret_values(content, rules))
+
+
+def register_file_secrets(parsed: ParsedFile, rules: SecretRules) -> None:
+    """Register the values the classifier finds secret in a plain file (one without templates or SOPS)
+    with the log redactor, worked out once per parse (kept in its memo, never stored). A render from
+    the last one (`gitsync.render.memo_api.RenderMemo.render_next`) calls it for the files it changed,
+    as a full render does for every file."""
+    key = ("secret values", rules.entries)
+    values = parsed.memo.get(key)
+    if values is None:
+        facts = parsed.memo.get("facts")
+        values = parsed.memo[key] = frozenset(
+            v for doc in parsed.documents
+            for v in document_secret_values(doc.shared, rules, _contents(facts, doc.index)))
+    register_secrets(values)
+
+
+def _contents(facts: FileFacts | None, doc: int) -> dict[str, list[bytes]]:
+    """The canonical contents validation worked out for a plain document's lists, by kind."""
+    if facts is None:
+        return {}
+    return {kind: known.contents for (at, kind), known in facts.segments.items() if at == doc}
+
+
+def _classified_fields(built: Built, problems: list[Problem], rules: SecretRules, into: SecretFields) -> None:
+    """The fields of each item a problem is about that the classifier finds secret, with their values, so
+    that the problem's message masks them in every spelling (`_redacted`)."""
+    wanted = {(p.kind, p.id) for p in problems if p.kind in KINDS and p.id is not None}
+    for kind, ident in wanted:
+        ids = built.ids.get(kind, [])
+        if ident not in ids:
+            continue
+        item = built.payload[kind][ids.index(ident)]
+        for finding in classify(kind, item, rules):
+            for piece in finding.pieces(value_at(item, finding.path)):
+                into.setdefault((kind, ident), []).append((field_text(finding.path), piece))
 
 
 def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
@@ -197,6 +260,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
     facts: dict[str, FileFacts] = {}
     unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
     secret_fields: SecretFields = {}
+    plain_files: list[ParsedFile] = []
     #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
     #: searched) or None (never read, or encrypted: they may declare anything).
     unknown: dict[str, bytes | None] = {}
@@ -225,6 +289,8 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
                 unknown[name] = None
                 continue
             plain = not parsed.has_templates and not parsed.has_sops
+            if plain:
+                plain_files.append(parsed)
             for doc in parsed.documents:
                 content = doc.shared if plain else doc.data
                 encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
@@ -251,8 +317,11 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
     checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field, options.check_limits)
     built.ids.pop(CHECKS, None)
     built.segments.pop(CHECKS, None)
+    rules, rule_problems = _repo_rules(built, source_map, options)
+    check_problems += rule_problems
     problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
                                                           unsubstituted, built.segments, built.ids)
+    _register_classified(plain_files, [one.data for one in loaded if one.memo is None], rules)
     everything = render_problems + problems
     left_out: dict[tuple[str, str], LeftOut] = {}
     while everything and options.partial and _each_of_one_item(everything):
@@ -265,16 +334,18 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
     if everything:
         stage = "render" if render_problems else "validate"
         redactors: dict[frozenset[str], Redactor] = {}
+        _classified_fields(built, everything, rules, secret_fields)
         raise ProblemsError(stage, [_redacted(p, secret_fields, redactors) for p in _sorted(everything)])
     if left_out and fallback is not None:
         secrets |= fallback.secret_values
     redactors = {}
+    _classified_fields(built, [out.why for out in left_out.values()], rules, secret_fields)
     contents, splits = item_contents(built.payload, source_map, facts, built.segments if not left_out else {})
     rendered = Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values),
                         tuple(checks), contents,
                         tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
                                       for out in left_out.values()), key=_where)),
-                        built.ids, splits)
+                        built.ids, splits, rules)
     memo.remember(options, files, built, facts, rendered, [name for names in buckets for name in names])
     return rendered
 

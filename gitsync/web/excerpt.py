@@ -16,6 +16,7 @@ or ``\\r\\n`` line ends).
 from __future__ import annotations
 
 import bisect
+import codecs
 import threading
 from array import array
 from collections import OrderedDict
@@ -53,9 +54,11 @@ class LineStarts:
         self.starts = array("q", [0])
         self.starts.extend(accumulate(len(line) + 1 for line in data.split(b"\n")[:-1]))
         #: Only ``\n`` and ``\r\n`` end its lines. The parser also ends a line at a lone ``\r``
-        #: and at NEL, LS and PS: in a file holding one, these line numbers are not the parser's.
+        #: and at NEL, LS and PS: in a file holding one, these line numbers are not the parser's. Nor
+        #: are a UTF-16 file's lines its bytes cut at ``\n``.
         self.plain = data.count(b"\r") == data.count(b"\r\n") and not any(
-            mark in data for mark in ("\x85".encode(), "\u2028".encode(), "\u2029".encode()))
+            mark in data for mark in ("\x85".encode(), "\u2028".encode(), "\u2029".encode())) \
+            and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
 
     def __len__(self) -> int:
         return len(self.starts)
