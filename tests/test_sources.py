@@ -23,7 +23,7 @@ from gitsync.push.plan import items_equal
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
 from gitsync.settings import SettingsError, load, source_settings
-from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from testkit.gitservers import BareRepo
 from tests.agents import ADMIN_KEY, CHECKS, upstream
 from tests.gitservers import git
@@ -420,6 +420,40 @@ def test_a_source_deleting_its_own_items_is_held_by_the_guard_against_its_own_la
     fleet.a.commit({"r.yaml": "routes:\n" + route("a-0", "/a/0")}, "a: one\n\nGitsync-Allow-Delete: routes")
     assert agent.sync_once().result is SyncResult.APPLIED  # its author allows it
     assert fleet.uris() == {"a-0": "/a/0", "b-one": "/b/2"}
+
+
+class RefusingDouble(ApisixDouble):
+    """An APISIX 3.14 whose PUT refuses any route of uri /refused, naming it by its index (as 3.13-3.16
+    name an item they refuse), and applies the rest."""
+
+    def _put(self, h: Any, body: bytes) -> Any:
+        routes = json.loads(body).get("routes") or []
+        for index, item in enumerate(routes):
+            if isinstance(item, dict) and item.get("uri") == "/refused":
+                return Reply(400, json_body({"error_msg": f"invalid routes at index {index}, err: refused "
+                                                          "by this gateway"}))
+        return super()._put(h, body)
+
+
+def test_a_push_refused_for_one_sources_item_refuses_that_sources_commit_only(tmp_path: Path) -> None:
+    with RefusingDouble(ADMIN_KEY, version="3.14.0") as apisix:
+        made = Fleet(tmp_path, apisix, *repos(tmp_path))
+        made.platform.commit({"p.yaml": UPSTREAM + rule("prometheus")}, "platform v1")
+        made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1")}, "a v1")
+        made.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/1")}, "b v1")
+        agent = made.start()
+        assert agent.sync_once().result is SyncResult.APPLIED
+        a_new = made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/2")}, "a v2")
+        refused_route = route("b-one", "/b/1") + route("b-two", "/refused")
+        b_refused = made.b.commit({"r.yaml": "routes:\n" + refused_route}, "b: a route the gateway refuses")
+        outcome = agent.sync_once()
+        assert outcome.stage is Stage.PUSH
+        assert outcome.problems == ["b:r.yaml:5:5: routes[b-two]: refused by this gateway"]
+        assert agent.state.sources["b"].bad[b_refused] == \
+            "push: r.yaml:5:5: routes[b-two]: refused by this gateway"
+        assert agent.state.sources["a"].last_good == a_new
+        assert made.uris() == {"a-one": "/a/2", "b-one": "/b/1"}
+        agent.close()
 
 
 def test_an_item_written_out_of_band_in_a_sources_slice_is_that_sources_drift(fleet: Fleet) -> None:
