@@ -44,7 +44,7 @@ from ruamel.yaml import YAML
 from bench.double import DoubleProcess
 from bench.generate import ROUTES_PER_FILE, add_commits, make_history
 from gitsync import log as gslog
-from gitsync.agent.outcomes import Trigger
+from gitsync.agent.outcomes import SyncOutcome, Trigger
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
 from gitsync.render import render
@@ -68,7 +68,7 @@ REFSPEC = "+refs/heads/main:refs/heads/main"
 MB = 1024 * 1024
 #: Scenario groups that need nothing of a gateway but its Admin API: these can run against gateways
 #: given by URL (``--gateway``); refill and daemon restart the double and ask it when a PUT came.
-EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once")
+EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once", "sources")
 #: The Python double takes ~40 s to validate and store 50,000 routes (APISIX: well under a second).
 BENCH_GATEWAY_TIMEOUT = 300
 
@@ -87,7 +87,11 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "sync_once_own": ("8 … less the gateway's wait", "≤ 1.0 s at 10,000"),
     "sync_once_first": ("8 sync --once, first run", "÷ clone --bare + PUT ≤ 2×"),
     "daemon_rss": ("7 daemon RSS, 100 syncs", "no growth"),
+    "sources_change": ("9 one-file change, 10 sources", "÷ the same in one repo (no target)"),
+    "sources_own": ("9 … gitsync's own time", "÷ the same in one repo (no target)"),
+    "sources_rest": ("9 … less the tips asked", "÷ the same in one repo ≤ 1.25×"),
 }
+SOURCES = 10  # scenario 9: the repos (one team's each) one gateway's config is split into
 
 
 @dataclass
@@ -428,11 +432,8 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
     phases: dict[str, list[float]] = {}
     for _ in range(reps.reps):
         fx.commit()
-        started = time.perf_counter()
-        outcome = agent.sync_once({Trigger.CLI})
-        ours.append(time.perf_counter() - started)
-        if outcome.result != "applied":
-            raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+        seconds, outcome = applied_sync(agent)
+        ours.append(seconds)
         own.append(outcome.phases.agent_time(outcome.duration))
         waited.append(outcome.duration - own[-1])
         for phase, seconds in outcome.phases.snapshot().items():
@@ -448,6 +449,16 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
             Result("change_own", fx.routes, median(own), "s", None, 0.060 if fx.routes >= 10_000 else None,
                    "max", samples=own, details={"gateway_wait_s": round(median(waited), 5),
                                                "phases_s": medians})]
+
+
+def applied_sync(agent: Agent) -> tuple[float, SyncOutcome]:
+    """One sync of a one-file change, timed; it must apply."""
+    started = time.perf_counter()
+    outcome = agent.sync_once({Trigger.CLI})
+    seconds = time.perf_counter() - started
+    if outcome.result != "applied":
+        raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+    return seconds, outcome
 
 
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
@@ -648,12 +659,84 @@ def webhook_and_memory(fx: Fixture, gw: DoubleProcess, reps: Reps) -> list[Resul
     return [webhook, memory]
 
 
+class SourcesFixture:
+    """Scenario 9's repos: `SOURCES` teams of ``routes / SOURCES`` routes each (ids after ``t<k>-``,
+    the first team's holding the global rule), served by the daemon that serves `fx`."""
+
+    def __init__(self, fx: Fixture) -> None:
+        self.fx = fx
+        self.per = fx.routes // SOURCES
+        self.repos = [fx.repo.with_name(f"team{k}-{fx.routes}.git") for k in range(SOURCES)]
+        for k, repo in enumerate(self.repos):
+            make_history(repo, self.per, HISTORY, prefix=f"t{k}-", global_rule=k == 0)
+        self.revisions = [HISTORY] * SOURCES
+
+    def commit(self, k: int) -> None:
+        """A commit changing one route file of team `k`."""
+        add_commits(self.repos[k], self.per, 1, self.revisions[k], prefix=f"t{k}-")
+        self.revisions[k] += 1
+
+    def settings(self, gateway: str, state_dir: Path) -> Settings:
+        url = self.fx.url.rsplit("/", 1)[0]
+        tables = "".join(
+            f'[[sources]]\nname = "team{k}"\nrepo = "{url}/{repo.name}"\nowns = ['
+            + ('"global_rules", ' if k == 0 else "")
+            + f'{{ kinds = ["routes", "services", "upstreams", "consumers"], prefix = "t{k}-" }}]\n\n'
+            for k, repo in enumerate(self.repos))
+        config = self.fx.work / "sources.toml"
+        config.write_text(tables)
+        # guard off: its first sync replaces whatever the gateway held (the one-repo config of other groups)
+        return load({"gateways": [gateway], "admin_key_file": str(self.fx.key_file),
+                     "state_dir": str(state_dir), "writeback": "off", "guard": False,
+                     "gateway_timeout": BENCH_GATEWAY_TIMEOUT}, env={}, config=config)
+
+
+def sources_change(fx: Fixture, gw: Gateway, fl: Gateway, reps: Reps) -> list[Result]:
+    """A commit changing one route file in one of `SOURCES` repos (one agent with ``[[sources]]``,
+    its gateway `gw`) vs a commit changing one route file in one repo of as many routes (an agent of
+    its own on `fl`), in turns; the sync's time, gitsync's own part of it (less the gateway's wait),
+    and that less the tips asked (one ref advertisement per remote: `SOURCES` of them against one)."""
+    teams = SourcesFixture(fx)
+    several = Agent(teams.settings(gw.url, fx.work / "sources-state"))
+    one = Agent(fx.settings(fl.url, fx.work / "one-repo-state"))
+    ours, floors, own, own_floor, rest, rest_floor = [], [], [], [], [], []
+    phases: dict[Agent, dict[str, list[float]]] = {several: {}, one: {}}
+    try:
+        for agent in (several, one):
+            first = agent.sync_once({Trigger.CLI})
+            if first.result != "applied":
+                raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
+        for rep in range(reps.reps):
+            teams.commit(rep % SOURCES)
+            fx.commit()
+            sides = ((several, ours, own, rest), (one, floors, own_floor, rest_floor))
+            for agent, total, mine, rests in sides:
+                seconds, outcome = applied_sync(agent)
+                total.append(seconds)
+                mine.append(outcome.phases.agent_time(outcome.duration))
+                rests.append(mine[-1] - outcome.phases.snapshot().get("check", 0.0))
+                for phase, seconds in outcome.phases.snapshot().items():
+                    phases[agent].setdefault(phase, []).append(seconds)
+    finally:
+        several.close()
+        one.close()
+    medians = {side: {phase: round(median(values), 5) for phase, values in phases[agent].items()}
+               for side, agent in (("sources", several), ("one_repo", one))}
+    details = {"sources": SOURCES, "routes_per_source": teams.per}
+    return [Result("sources_change", fx.routes, median(ours), "s", median(floors), None, samples=ours,
+                   floor_samples=floors, details=details),
+            Result("sources_own", fx.routes, median(own), "s", median(own_floor), None, samples=own,
+                   floor_samples=own_floor, details={**details, "phases_s": medians}),
+            Result("sources_rest", fx.routes, median(rest), "s", median(rest_floor), 1.25, samples=rest,
+                   floor_samples=rest_floor, details=details)]
+
+
 # ---------------------------------------------------------------------------------------------------
 # The run
 
 
 #: Scenario groups, in the order they run (``--only`` picks some; the JSON of a full run has all).
-GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon")
+GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon", "sources")
 
 
 def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon: bool,
@@ -691,6 +774,9 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
                 assert isinstance(gw, DoubleProcess), EXTERNAL_GROUPS
                 say(f"{routes} routes: webhook latency and daemon memory")
                 results += webhook_and_memory(fx, gw, reps)
+            if "sources" in only and routes >= SOURCES * ROUTES_PER_FILE:
+                say(f"{routes} routes: a one-file change in one of {SOURCES} sources, and in one repo")
+                results += sources_change(fx, gw, fl, reps)
         finally:
             floor.close()
     return results
@@ -816,7 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
     parser.add_argument("--keep", action="store_true", help="keep the work files (repos, daemon logs)")
     parser.add_argument("--only", help="scenario groups to run, comma-separated: agent (1-3), fetch (4), "
-                        "memory (7, sync --once), once (8), refill (5), daemon (6, 7); default all "
+                        "memory (7, sync --once), once (8), refill (5), daemon (6, 7), sources (9); "
+                        "default all "
                         f"({','.join(EXTERNAL_GROUPS)} with --gateway)")
     parser.add_argument("--gateway", metavar="URL", help="measure gitsync against this running gateway's "
                         "Admin API (a real APISIX in API-driven standalone mode) instead of a double; "

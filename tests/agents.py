@@ -86,8 +86,9 @@ class AgentProcess:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url(path), timeout=5)
+    def get(self, path: str, bearer: str | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
+        return httpx.get(self.url(path), timeout=5, headers=headers)
 
     def hook(self, body: bytes = HOOK_BODY, secret: str = HOOK_SECRET) -> int:
         """POST a GitHub push webhook signed with `secret`; the status code."""

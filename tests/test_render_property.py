@@ -24,11 +24,13 @@ PROPERTY = examples(0.6)
 FIELDS = ["id", "username", "uri", "uris", "upstream_id", "service_id", "plugin_config_id", "group_id",
           "plugins", "upstream", "nodes", "host", "port", "weight", "cert", "key", "snis", "sni", "certs",
           "keys", "type", "token", "prefix", "content", "server_port", "desc", "labels", "key-auth",
-          "proxy-rewrite", "limit-count", "modifiedIndex", "routes_conf_version", "sops", "<<", "route"]
+          "proxy-rewrite", "limit-count", "modifiedIndex", "routes_conf_version", "sops", "<<", "route",
+          "$patch"]
 TEXTS = ["r1", "u1", "s1", "jack", "jack/credentials/k1", "vault/main", "vault/a/b", "${{ vars.HOST }}",
          "${{ secrets.TOKEN }}", "${{ vars.NOPE }}", "$${{ x }}", "${{ broken", "$secret://vault/main/a/b",
          "$secret://", "$env://HOME", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-         "", " ", "0", "1.5", "true", "null", "a b", "*", "&x", "%", "#END", "x" * 70, "\u00e9\u2603"]
+         "", " ", "0", "1.5", "true", "null", "a b", "*", "&x", "%", "#END", "x" * 70, "\u00e9\u2603",
+         "merge"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
                     st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(TEXTS),

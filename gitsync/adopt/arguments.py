@@ -40,6 +40,12 @@ def export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strip-defaults", action="store_true",
                         help="leave out fields equal to their schema default (the first sync then rewrites "
                              "those items)")
+    parser.add_argument("--split-by", metavar="LABEL", default=None,
+                        help="one repo per value of this label (--out DIR/VALUE), the kinds without it in "
+                             "--split-rest's, and DIR/sources.toml, the [[sources]] that compose them again")
+    parser.add_argument("--split-rest", metavar="NAME", default="platform",
+                        help="with --split-by: the repo of the kinds whose items carry no such label "
+                             "(default %(default)s)")
 
 
 def import_(parser: argparse.ArgumentParser) -> None:

@@ -58,6 +58,7 @@ class Stage(StrEnum):
     VERIFY = "verify"
     RENDER = "render"
     VALIDATE = "validate"
+    OWNERSHIP = "ownership"  # [[sources]]: a source declared an item it does not own
     GUARD = "guard"  # the deletion guard refused the commit
     PUSH = "push"
     HEALTH = "health"  # a health check failed after the push
@@ -68,7 +69,8 @@ class Stage(StrEnum):
     @property
     def refuses_commit(self) -> bool:
         """A failure at this stage is the commit's own: it is marked bad and not retried."""
-        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.GUARD, Stage.PUSH, Stage.HEALTH)
+        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.OWNERSHIP, Stage.GUARD, Stage.PUSH,
+                        Stage.HEALTH)
 
 
 @dataclass

@@ -41,6 +41,7 @@ from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.observer import NoObserver, SyncObserver
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
 from gitsync.agent.record import WriteBackQueue, log_outcome, record_metrics, short
+from gitsync.agent.sources import Blame, SourcesRefused, sources_from_settings
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
@@ -116,7 +117,7 @@ class Agent:
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
-        self.source = Source.from_settings(settings)
+        self.source = Source.from_settings(settings) if not settings.sources else None  # else `sources`
         self.render_options = options_from_settings(settings, self.env)
         self.cache: RenderMemo = ParseCache(store=ParseStore(self.state_dir.parse_cache)) \
             if settings.parse_cache else NoMemo()
@@ -135,6 +136,9 @@ class Agent:
         self.wake = wake
         self.memory = AgentMemory(self.state_dir.load(), self.state_dir.load_pushed(),
                                   self.state_dir.load_indexes())
+        # [[sources]]: several repos, one payload (gitsync.agent.sources); each commit is a composition
+        self.sources = sources_from_settings(settings, self.env, self.memory, self._writeback_queue.submit,
+                                             self._writeback_queue.submit_once)
         self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
         self._closed = False
@@ -172,11 +176,15 @@ class Agent:
                 heads |= self.gateways.heads(trusted)  # a new commit: its push needs today's answers
                 trusted = {}
             views = self._views(heads, trusted)
-            outcome = self._act(self._decide(remote, views), reason)
-            if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
-                # the refused commit is bad now: decide again, for the last good commit
-                outcome = healed_after(outcome, self._act(self._decide(RemoteView(sha=outcome.commit), views),
-                                                          reason))
+            acted = outcome = self._act(self._decide(remote, views), reason)
+            for _ in range(len(self.sources.entries) if self.sources is not None else 1):
+                if not (acted.stage and acted.stage.refuses_commit and acted.commit in self.state.bad):
+                    break
+                # the refused commit is bad now: decide again, for the last good commit (with sources:
+                # for the sources that move on, every refused one at its last good commit)
+                again = self.sources.view() if self.sources is not None else RemoteView(sha=acted.commit)
+                acted = self._act(self._decide(again, views), reason)
+                outcome = healed_after(outcome, acted)
             outcome = with_late(outcome, late)
         outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
         self._record(outcome)
@@ -186,6 +194,12 @@ class Agent:
 
     def _check_remote(self, reason: frozenset[Trigger]) -> RemoteView:
         """The remote's tip, from the ref advertisement; a failure starts the remote's backoff."""
+        if self.sources is not None:
+            remote = self.sources.check(reason)
+            self.metrics.fetch_failures.inc(self.sources.unreachable)
+            self.memory.tip = remote.sha
+            return remote
+        assert self.source is not None
         # A webhook means the remote has just been written to: worth trying even during a backoff.
         if not self.fetch_backoff.ready() and Trigger.WEBHOOK not in reason:
             return RemoteView(error="git remote in backoff after earlier failures")
@@ -271,7 +285,7 @@ class Agent:
         sha = remote.sha
         if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
             return None
-        assert self._fleet is not None
+        assert self._fleet is not None and self.source is not None  # after_group is for one repo
         try:
             committed = self.source.commit_time(sha)
         except SourceError as exc:
@@ -303,6 +317,9 @@ class Agent:
             self.observer.started(target)
         try:
             commit = self._render(target, fetch=decision.new)
+        except SourcesRefused as exc:
+            return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems],
+                                blame=exc.blame)
         except ProblemsError as exc:
             return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems])
         except SourceError as exc:
@@ -316,7 +333,9 @@ class Agent:
         guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
         release = Release(rendered.payload, rendered.source_map, rendered.checks,
                           fallback=good.rendered.payload if good is not None and decision.new else None,
-                          rollback=self.settings.on_check_failure == "rollback", guard=guard,
+                          # with sources, the agent rolls back the blamed sources only (it decides again)
+                          rollback=self.settings.on_check_failure == "rollback" and self.sources is None,
+                          guard=guard,
                           managed=self.policy.managed,
                           desired=commit.desired)
         jobs = {url: (target, release) for url in decision.push}
@@ -399,10 +418,12 @@ class Agent:
         if unhealthy:
             logger.error("commit {}: health checks failed (on_check_failure = report): {}", short(target),
                          "; ".join(unhealthy))
-            self._note(target, Stage.HEALTH, unhealthy)
+            self._note(target, Stage.HEALTH, unhealthy, results)
         if advance and any(gw.commit == target for url in self.gateways.urls
                            if (gw := self.state.gateways.get(url))):
             self.state.last_good, self.state.last_good_subject = target, subject
+            if self.sources is not None:
+                self.sources.advanced(target)
         failed = [r for r in results if not r.ok]
         problems = [f"{r.url}: {r.error}" for r in failed] + [f"{url}: still pushing" for url in running]
         if failed:
@@ -427,6 +448,12 @@ class Agent:
         if sha in self.memory.rendered:
             self.memory.rendered[sha] = self.memory.rendered.pop(sha)  # most recent last
             return self.memory.rendered[sha]
+        if self.sources is not None:
+            self.memory.rendered[sha] = self.sources.render(sha, self.policy, fetch=fetch,
+                                                            phases=self._phases)
+            self._forget_renders()
+            return self.memory.rendered[sha]
+        assert self.source is not None
         if fetch or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
                 self._contact(self.source.fetch)
@@ -448,10 +475,14 @@ class Agent:
                                              commit.files, Desired.of(rendered.payload, self.policy,
                                                                       rendered.contents, rendered.ids,
                                                                       rendered.splits))
+        self._forget_renders()
+        return self.memory.rendered[sha]
+
+    def _forget_renders(self) -> None:
+        """Keep the last good commit's render and the two most recent others."""
         others = [k for k in self.memory.rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self.memory.rendered[old]
-        return self.memory.rendered[sha]
 
     def _keepable(self, sha: str) -> tuple[LastGood | None, dict[tuple[str, str], str]]:
         """Partial apply: the last good items `sha`'s left-out items may keep, and the commit whose own
@@ -471,6 +502,7 @@ class Agent:
         items: dict[tuple[str, str], Any] = {}
         secrets: set[str] = set()
         origins: dict[tuple[str, str], str] = {}
+        assert self.source is not None  # partial apply is for one repo
         for origin in sorted(set(recorded.values())):
             try:
                 own = render(self.source.read(origin).files, self.render_options, memo=self.cache)
@@ -576,23 +608,32 @@ class Agent:
         known = self.memory.rendered.get(sha)
         return known.subject if known is not None else ""
 
-    def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
-        """A git note on `sha` saying why it failed (in the background)."""
-        if self.writeback is not None:
+    def _note(self, sha: str, stage: Stage, problems: list[str], results: list[GatewayResult] | None = None,
+              ) -> None:
+        """A git note on `sha` saying why it failed (in the background); with sources, on the commits of
+        the sources whose checks `results` name, each in its own repo."""
+        if self.sources is not None:
+            self.sources.report(sha, stage, results or [])
+        elif self.writeback is not None:
             note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC),
                                stage=str(stage), errors=problems)
             self._writeback_queue.submit(self.writeback.publish_failure, note)
 
     def _refuse(self, sha: str, reason: frozenset[Trigger], stage: Stage, problems: list[str],
-                gateways: list[GatewayResult] | None = None) -> SyncOutcome:
-        """A commit that can never apply: remember it as bad, say why; the caller heals with the last good."""
+                gateways: list[GatewayResult] | None = None, blame: Blame | None = None) -> SyncOutcome:
+        """A commit that can never apply: remember it as bad, say why; the caller heals with the last good.
+        With sources, the new commits of the composition it blames are bad in their own source too."""
         problems = [redact(p) for p in problems]
         self.state.mark_bad(sha, f"{stage}: {problems[0] if problems else 'refused'}")
-        logger.error("commit {} refused at {} ({} problem(s)); gateways stay on {}", short(sha), stage,
+        logger.error("{} {} refused at {} ({} problem(s)); gateways stay on {}",
+                     "composition" if self.sources is not None else "commit", short(sha), stage,
                      len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
-        self._note(sha, stage, problems)
+        if self.sources is not None:
+            self.sources.refuse(sha, stage, gateways or [], blame)
+        else:
+            self._note(sha, stage, problems)
         return SyncOutcome(reason, SyncResult.FAILED, sha, stage=stage, problems=problems,
                            gateways=list(gateways or []))
 
@@ -612,8 +653,11 @@ class Agent:
         log_outcome(outcome)
         self._publish_view(outcome)
         self.observer.ended(outcome, self.state)
-        if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
-                                                             SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
+        changed = outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
+                                     SyncResult.DRIFT_REPORTED)
+        if self.sources is not None:  # each source's status on its own repo
+            self.sources.publish(outcome, report or self._report(outcome), changed=changed)
+        if self.writeback is not None and changed:
             self._writeback_queue.submit(self.writeback.publish_status, report or self._report(outcome))
         elif self.writeback is not None:  # every poll: the heartbeat, and what failed to be written before
             self._writeback_queue.submit_once(self.writeback.refresh)
@@ -632,7 +676,8 @@ class Agent:
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
         self.state.last_result = {**report.to_dict(), "reason": outcome.reason,
                                   "stage": str(outcome.stage) if outcome.stage else None,
-                                  "problems": outcome.problems[:20], "last_good": self.state.last_good}
+                                  "problems": outcome.problems[:20], "last_good": self.state.last_good,
+                                  **({"sources": self.sources.summary()} if self.sources is not None else {})}
         try:
             with self._lock:
                 self.state_dir.save(self.state)
@@ -673,7 +718,9 @@ class Agent:
 
     @property
     def tip_refused(self) -> bool:
-        """The remote's tip, at the last check, is a commit this agent refused."""
+        """The remote's tip (with sources: a source's), at the last check, is a commit this agent refused."""
+        if self.sources is not None:
+            return self.sources.tip_refused
         return self.memory.tip is not None and self.memory.tip in self.state.bad
 
     def drift_suspects(self) -> list[str]:
@@ -733,7 +780,9 @@ class Agent:
         if behind:
             return Readiness(False, f"not holding {short(good)}: {', '.join(behind)}")
         text = f"{short(good)} live on {len(self.gateways.urls)} gateway(s)"
-        if self.tip_refused:
+        if self.sources is not None:
+            text += "".join(f"; {line}" for line in self.sources.refused_tips())
+        elif self.tip_refused:
             tip = self.memory.tip or ""
             text += f"; the tip {short(tip)} is refused ({self.state.bad.get(tip, '')})"
         return Readiness(True, text)
@@ -763,11 +812,13 @@ class Agent:
                          else GatewayRow(url, last_sync=self.memory.pushes.get(url))
                          for url in self.gateways.urls)
         tip = self.memory.tip
-        repo = display_url(settings.repo or str(settings.dir or ""))
+        repo = display_url(settings.repo or str(settings.dir or "")) if not settings.sources else \
+            "sources: " + ", ".join(spec.name for spec in settings.sources)
         return AgentView(settings.agent_name, repo, settings.ref, tuple(settings.paths), tip,
                          state.bad.get(tip) if tip else None, state.last_good, state.last_good_subject,
                          tuple(sorted(self.policy.unmanaged)), gateways, tuple(reversed(self.memory.history)),
-                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None)
+                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None,
+                         self.sources.commits(state.last_good) if self.sources is not None else {})
 
     def finish(self, timeout: float) -> None:
         """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:
@@ -783,6 +834,8 @@ class Agent:
         if self._closed:
             return
         self._closed = True
+        if self.sources is not None:
+            self.sources.close()
         self._writeback_queue.close()
         self.observer.close()
         self.gateways.close()

@@ -49,10 +49,11 @@ from gitsync.render import (
 from gitsync.render.memo import ParseCache
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
-from gitsync.settings import Settings, SettingsError
+from gitsync.settings import Settings, SettingsError, source_settings
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
+from gitsync.urls import display_url
 from gitsync.writeback.fleet import read_fleet, signers_from_settings
 from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
@@ -122,10 +123,34 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
     rendered = _render_source(settings, "render")
     if isinstance(rendered, int):
         return rendered
+    if getattr(args, "explain", None):
+        return _explain(rendered, *args.explain)
     payload = rendered.payload
     if not getattr(args, "show_secrets", False):
         payload = mask_secrets(payload, rendered.secret_values, rendered.secret_rules)
     sys.stdout.buffer.write(payload_json(payload) + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _explain(rendered: Rendered, kind: str, ident: str) -> int:
+    """Each field of one item and where it came from: ``field  file:line:col``, one per line, after a
+    line naming the item's place (and, for a patched item, its patches and base)."""
+    index = rendered.source_map.index_of(kind, ident)
+    if index is None:
+        print(f"gitsync render: no item {kind}[{ident}] in the rendered payload", file=sys.stderr)
+        return 1
+    item = rendered.payload[kind][index]
+    source = rendered.source_map.source(kind, index)
+    assert source is not None
+    patched = rendered.source_map.patched.get(source)
+    head = f"{kind}[{ident}]: {patched.describe()}" if patched is not None else \
+        f"{kind}[{ident}]: at {rendered.source_map.location(kind, index)}"
+    fields = [(field_text(path) or "(the item)", str(where))
+              for path, where in rendered.source_map.explain(kind, index, item)]
+    width = max((len(name) for name, _ in fields), default=0)
+    lines = [redact(head), *(redact(f"{name:<{width}}  {where}") for name, where in fields)]
+    sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     return 0
 
@@ -282,7 +307,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     write-back live in the state dir (a temporary one when it is not writable). With ``--dir``
     there is no commit: the directory is rendered and pushed.
     """
-    if settings.dir is None and settings.repo:
+    if settings.dir is None and (settings.repo or settings.sources):
         return _sync_repo(settings)
     rendered = _render_source(settings, "sync")
     if isinstance(rendered, int):
@@ -343,11 +368,12 @@ def _sync_repo(settings: Settings) -> int:
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
-    unwritten = agent.writeback.pending if agent.writeback is not None else 0
+    unwritten = (agent.writeback.pending if agent.writeback is not None else 0) + \
+        (agent.sources.pending if agent.sources is not None else 0)
     if unwritten:
-        assert agent.writeback is not None
-        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: "
-              f"{agent.writeback.last_error}", file=sys.stderr)
+        last_error = agent.writeback.last_error if agent.writeback is not None else "see the log"
+        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: {last_error}",
+              file=sys.stderr)
     if outcome.ok:
         print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
         for problem in outcome.problems:  # e.g. what partial apply left out
@@ -373,9 +399,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print("gitsync run: error: the daemon follows a git repo (--repo); --dir is for validate, render, "
               "diff and sync", file=sys.stderr)
         return 2
-    if not settings.repo:
+    if not settings.repo and not settings.sources:
         print("gitsync run: error: repo is required: set --repo, GITSYNC_REPO or source.repo in the "
-              "settings file", file=sys.stderr)
+              "settings file (or list [[sources]])", file=sys.stderr)
         return 2
     try:
         return Daemon(settings, getattr(args, "reload_settings", None)).run_forever()
@@ -396,7 +422,7 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         state_dir = StateDir(settings.state_dir)
         print(summary_text(state_dir.load(repair=False).last_result, now, state_dir.checked_at()), end="")
         return 0
-    if not settings.repo:
+    if not settings.repo and not settings.sources:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
     try:
@@ -404,6 +430,18 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
         return 2
+    if not settings.sources:
+        return _fleet(settings, signers, now, args)
+    worst = 0
+    for spec in settings.sources:  # each source's statuses are on its own repo
+        own = source_settings(settings, spec)
+        print(f"source {spec.name} ({display_url(own.repo or '')}):")
+        worst = max(worst, _fleet(own, signers, now, args))
+    return worst
+
+
+def _fleet(settings: Settings, signers: Any, now: datetime, args: argparse.Namespace) -> int:
+    """Every agent's status on the repo of `settings` (and with ``--publish``, each group's on the forge)."""
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
             fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)

@@ -121,6 +121,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             getattr(importlib.import_module(module_name), func_name)(p)
         if command.name == "render":
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
+            p.add_argument("--explain", nargs=2, metavar=("KIND", "ID"), default=None,
+                           help="instead of the payload: each field of one item and the file:line it came "
+                                "from (the base item's or an overlay patch's)")
         if command.name in ("diff",):
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
         if command.name == "sync":

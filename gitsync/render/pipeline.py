@@ -323,7 +323,7 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
         return following
     run = _load(files, options, memo)
     built = build(run.loaded)
-    source_map = SourceMap(files, built.sources, run.positions)
+    source_map = SourceMap(files, built.sources, run.positions, built.patched)
     checks, rules, problems = _checked(built, source_map, run, options)
     _register_classified(run.plain_files, [one.data for one in run.loaded if one.memo is None], rules)
     everything = run.problems + problems
@@ -384,11 +384,11 @@ def _partial(built: Built, problems: list[Problem], run: _Loading, fallback: Las
     """Partial apply: leave out the items with problems (and what refers to them) until what is left
     validates, or a problem is not one item's; `left_out` gathers them. What is still wrong, and the
     source map of what is left."""
-    source_map = SourceMap(run.files, built.sources, run.positions)
+    source_map = SourceMap(run.files, built.sources, run.positions, built.patched)
     while problems and _each_of_one_item(problems):
         for out in _leave_out(built, source_map, problems, fallback, set(left_out)):
             left_out[out.kind, out.id] = out
-        source_map = SourceMap(run.files, built.sources, run.positions)
+        source_map = SourceMap(run.files, built.sources, run.positions, built.patched)
         run.facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
         problems = validate(built.payload, source_map, run.options, run.unknown, run.facts, run.unsubstituted,
                             ids=built.ids)

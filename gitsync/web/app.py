@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode
 from gitsync.agent.view import AgentView
 from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
+from gitsync.render.compose import split_file
 from gitsync.settings import Settings
 from gitsync.web import auth, pages
 from gitsync.web.catalog import paginate
@@ -149,7 +150,9 @@ class WebView:
     def _route(self, path: str, params: dict[str, list[str]], settings: Settings) -> Reply:
         agent = self._agent()
         view = agent.view() if agent is not None else AgentView()
-        links = Links(settings.commit_url)
+        # with several sources, a commit of the live composition is its own repo's: commit_url, one
+        # repo's template, would link it to the wrong one
+        links = Links(settings.commit_url if not view.sources else None)
         now = time.time()
         if path == "/":
             known = self.catalog.peek(view.last_good)
@@ -180,7 +183,9 @@ class WebView:
             what = error or f"The live commit has no item {kind}/{ident}."
             return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
         lives = self.gateways(settings).lives()
-        body = pages.item(detail, catalog.sha, lives, list(view.unmanaged), links, now)
+        sha = view.sources.get(split_file(detail.row.file or "")[0] or "", catalog.sha) if view.sources \
+            else catalog.sha  # the item's own source's commit
+        body = pages.item(detail, sha, lives, list(view.unmanaged), links, now)
         return self._page(200, f"{kind} {ident}", body, settings, nav="items")
 
     def _page(self, status: int, title: str, main: Markup, settings: Settings,

@@ -152,8 +152,8 @@ def _lists(name: str, blob: str, parsed_of: Callable[[str, str], ParsedFile]
         if problems:
             return None
         for unit in units:
-            if unit.kind in LOOKED_ACROSS:
-                return None
+            if unit.kind in LOOKED_ACROSS or unit.patches:
+                return None  # a patch is applied on the item of another layer: a full render does it
             lists.append((doc.index, unit, segment_of(facts, doc.index, unit.kind, unit.items)))
     return lists
 
