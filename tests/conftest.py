@@ -86,6 +86,7 @@ def servers_by_kind(git_daemon: GitDaemon, http_git: HttpGitServer, ssh_git: Ssh
     return {"git": git_daemon, "http": http_git, "ssh": ssh_git}
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` runs without it
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist's controller: a worker's golden-fidelity figures, for the run's summary."""
     figures = getattr(node, "workeroutput", {}).get("golden-fidelity")
