@@ -1,6 +1,6 @@
 # gitsync container image: runs `gitsync run` next to APISIX (see examples/compose/).
-# Build from a local base with: --build-arg BASE_IMAGE=localhost/python-slim:3.11
-ARG BASE_IMAGE=python:3.11-slim-bookworm
+# Build with scripts/build-image.sh (docker or podman; a local Debian base where there is no registry).
+ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build
 WORKDIR /src

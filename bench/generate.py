@@ -24,15 +24,16 @@ DEAD_PORT = 1
 
 
 def route_file(index: int, routes_per_file: int = ROUTES_PER_FILE, revision: int = 0, *,
-               lean: bool = False) -> bytes:
-    """The YAML of route file `index`: `routes_per_file` routes, the first one carrying `revision`."""
+               lean: bool = False, prefix: str = "") -> bytes:
+    """The YAML of route file `index`: `routes_per_file` routes, the first one carrying `revision`;
+    every id (and uri) starts with `prefix` (a team's, when several repos make one gateway's config)."""
     lines = ["routes:"]
     for n in range(index * routes_per_file, (index + 1) * routes_per_file):
         lines += [
-            f"  - id: r{n}",
-            f"    uri: /api/v1/svc{n // 100}/r{n}/*",
+            f"  - id: {prefix}r{n}",
+            f"    uri: /{prefix}api/v1/svc{n // 100}/r{n}/*",
             "    methods: [GET, POST]",
-            f"    service_id: s{n // 100}",
+            f"    service_id: {prefix}s{n // 100}",
             "    plugins:",
             "      limit-count:",
             f"        count: {100 + (revision if n == index * routes_per_file else 0)}",
@@ -40,30 +41,33 @@ def route_file(index: int, routes_per_file: int = ROUTES_PER_FILE, revision: int
             "        rejected_code: 429",
         ]
         if not lean:
-            lines += ["      proxy-rewrite:", f"        regex_uri: ['^/api/v1/svc{n // 100}/(.*)', '/$1']"]
+            lines += ["      proxy-rewrite:",
+                      f"        regex_uri: ['^/{prefix}api/v1/svc{n // 100}/(.*)', '/$1']"]
     return ("\n".join(lines) + "\n").encode()
 
 
-def shared_files(routes: int) -> dict[str, bytes]:
-    """Upstreams and services (one per 100 routes), consumers, a global rule."""
+def shared_files(routes: int, prefix: str = "", global_rule: bool = True) -> dict[str, bytes]:
+    """Upstreams and services (one per 100 routes), consumers, a global rule (ids after `prefix`)."""
     groups = max(1, (routes + 99) // 100)
     ups = ["upstreams:"]
     svcs = ["services:"]
     for g in range(groups):
-        ups += [f"  - id: u{g}", "    type: roundrobin", "    nodes:",
+        ups += [f"  - id: {prefix}u{g}", "    type: roundrobin", "    nodes:",
                 f"      - {{host: 127.0.{g // 250}.{g % 250 + 1}, port: {DEAD_PORT}, weight: 1}}"]
-        svcs += [f"  - id: s{g}", f"    upstream_id: u{g}", "    plugins:", "      cors: {}"]
+        svcs += [f"  - id: {prefix}s{g}", f"    upstream_id: {prefix}u{g}", "    plugins:", "      cors: {}"]
     consumers = ["consumers:"]
     for c in range(max(1, routes // 100)):
-        consumers += [f"  - username: team{c}", "    plugins:", "      key-auth:",
-                      f"        key: bench-key-{c:05d}"]
+        consumers += [f"  - username: {prefix}team{c}", "    plugins:", "      key-auth:",
+                      f"        key: bench-key-{prefix}{c:05d}"]
     rules = ["global_rules:", "  - id: prometheus", "    plugins:", "      prometheus: {}"]
-    return {
+    files = {
         "shared/upstreams.yaml": ("\n".join(ups) + "\n").encode(),
         "shared/services.yaml": ("\n".join(svcs) + "\n").encode(),
         "shared/consumers.yaml": ("\n".join(consumers) + "\n").encode(),
-        "shared/global_rules.yaml": ("\n".join(rules) + "\n").encode(),
     }
+    if global_rule:
+        files["shared/global_rules.yaml"] = ("\n".join(rules) + "\n").encode()
+    return files
 
 
 def files_count(routes: int, routes_per_file: int = ROUTES_PER_FILE) -> int:
@@ -76,21 +80,23 @@ def changed_route(routes: int, revision: int) -> tuple[str, int]:
     return f"/api/v1/svc{n // 100}/r{n}/probe", 100 + revision
 
 
-def config_files(routes: int, revision: int = 0, routes_per_file: int = ROUTES_PER_FILE) -> dict[str, bytes]:
-    files = shared_files(routes)
-    for i in range((routes + routes_per_file - 1) // routes_per_file):
+def config_files(routes: int, revision: int = 0, routes_per_file: int = ROUTES_PER_FILE, *,
+                 prefix: str = "", global_rule: bool = True) -> dict[str, bytes]:
+    files = shared_files(routes, prefix, global_rule)
+    for i in range(files_count(routes, routes_per_file)):
         files[f"routes/r{i:05d}.yaml"] = route_file(i, routes_per_file, revision if i == 0 else 0,
-                                                    lean=routes > LEAN_ABOVE)
+                                                    lean=routes > LEAN_ABOVE, prefix=prefix)
     return files
 
 
-def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main") -> None:
+def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main",
+                 routes_per_file: int = ROUTES_PER_FILE, prefix: str = "", global_rule: bool = True) -> None:
     """A bare repo (a remote to serve) whose first commit holds the whole config and each later
-    commit changes one route file."""
+    commit changes one route file (`prefix`, `global_rule`: see `config_files`)."""
     subprocess.run(["git", "init", "-q", "--bare", "-b", branch, str(repo)], check=True)
     stream: list[bytes] = []
-    base = config_files(routes)
-    files_n = files_count(routes)
+    base = config_files(routes, routes_per_file=routes_per_file, prefix=prefix, global_rule=global_rule)
+    files_n = files_count(routes, routes_per_file)
 
     def blob(data: bytes) -> bytes:
         return b"data %d\n%s\n" % (len(data), data)
@@ -108,12 +114,13 @@ def make_history(repo: Path, routes: int, commits: int, *, branch: str = "main")
         else:
             i = c % files_n
             stream.append(b"M 100644 inline routes/r%05d.yaml\n" % i)
-            stream.append(blob(route_file(i, revision=c, lean=routes > LEAN_ABOVE)))
+            stream.append(blob(route_file(i, routes_per_file, revision=c, lean=routes > LEAN_ABOVE,
+                                          prefix=prefix)))
         stream.append(b"\n")
     subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True)
 
 
-def add_commits(repo: Path, routes: int, count: int, start_revision: int) -> None:
+def add_commits(repo: Path, routes: int, count: int, start_revision: int, prefix: str = "") -> None:
     """Append `count` commits, each changing one route file, through the git CLI's fast-import."""
     files_n = files_count(routes)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -124,7 +131,7 @@ def add_commits(repo: Path, routes: int, count: int, start_revision: int) -> Non
     for k in range(count):
         c = start_revision + k
         i = c % files_n
-        data = route_file(i, revision=c, lean=routes > LEAN_ABOVE)
+        data = route_file(i, revision=c, lean=routes > LEAN_ABOVE, prefix=prefix)
         stream.append(b"commit refs/heads/%s\n" % branch.encode())
         stream.append(b"committer bench <bench@localhost> %d +0000\n" % (1_800_000_000 + c))
         msg = b"tune route file %d (rev %d)" % (i, c)

@@ -45,8 +45,9 @@ import httpx
 from ruamel.yaml import YAML
 
 from bench.double import DoubleProcess
-from bench.generate import add_commits, changed_route, make_history
+from bench.generate import ROUTES_PER_FILE, add_commits, changed_route, make_history
 from gitsync import log as gslog
+from gitsync.agent.outcomes import SyncOutcome, Trigger
 from gitsync.agent.sync import Agent, gc_paused
 from gitsync.push.plan import plan
 from gitsync.render import render
@@ -71,7 +72,7 @@ MB = 1024 * 1024
 #: Scenario groups that need nothing of a gateway but its Admin API: these can run against gateways
 #: given by URL (``--gateway``); refill and daemon restart the double and ask it when a PUT came, or,
 #: given the gateways' data planes too (``--proxy``), watch those.
-EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once")
+EXTERNAL_GROUPS = ("agent", "fetch", "memory", "once", "sources")
 SERVED_REPS = 11  # syncs of the daemon watched on the data plane: the issue's median is over ≥ 11
 #: Seconds between two requests to a data plane waiting for a commit: each one is a request the
 #: gateway's worker serves (and logs as a failed upstream); more often would slow what it measures.
@@ -98,10 +99,14 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "webhook_own": ("6 … gitsync's own time", "≤ 40 ms at 10,000"),
     "refill_served": ("5 lost config → back", "÷ lose + GET+PUT (no target)"),
     "refill_served_own": ("5 … gitsync's own time", "(no target)"),
+    "sources_change": ("9 one-file change, 10 sources", "÷ the same in one repo (no target)"),
+    "sources_own": ("9 … gitsync's own time", "÷ the same in one repo (no target)"),
+    "sources_rest": ("9 … less the tips asked", "÷ the same in one repo ≤ 1.25×"),
 }
 #: The scenarios measured on gateways' data planes (``--proxy``); the others where there are none.
 SERVED = ("webhook_served", "webhook_own", "refill_served", "refill_served_own")
 ON_DOUBLES = ("restart_refill", "refill_own", "webhook_live", "daemon_rss")
+SOURCES = 10  # scenario 9: the repos (one team's each) one gateway's config is split into
 
 
 @dataclass
@@ -169,11 +174,12 @@ def process_env() -> dict[str, str]:
 class Fixture:
     """A repo of `routes` routes served by git daemon, with a counter of the commits added since."""
 
-    def __init__(self, routes: int, work: Path, daemon: GitDaemon, admin_key: str = ADMIN_KEY) -> None:
+    def __init__(self, routes: int, work: Path, daemon: GitDaemon, admin_key: str = ADMIN_KEY,
+                 routes_per_file: int = ROUTES_PER_FILE) -> None:
         self.routes = routes
         self.work = work
         self.repo = daemon.base_path / f"config-{routes}.git"
-        make_history(self.repo, routes, HISTORY)
+        make_history(self.repo, routes, HISTORY, routes_per_file=routes_per_file)
         self.revision = HISTORY
         self.url = daemon.url(self.repo.name)
         self.port = daemon.port
@@ -376,11 +382,21 @@ def ls_refs_v2(port: int, path: str, ref: bytes = b"refs/heads/main") -> bytes:
         return _read_to_flush(conn)
 
 
+def add_tree_and_out(parser: argparse.ArgumentParser) -> None:
+    """``--tree`` (the checkout whose gitsync a `DaemonProcess` runs) and ``--out``, for the scripts
+    that time `gitsync run`."""
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose gitsync runs (default: "
+                        "this one)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+
+
 class DaemonProcess:
     """``gitsync run`` as a real subprocess; its metrics and memory read from outside."""
 
     def __init__(self, fixture: Fixture, gateway: str, state_dir: Path, *, drift_interval: float,
-                 webhook: bool, extra: Sequence[str] = ()) -> None:
+                 webhook: bool, extra: Sequence[str] = (), tree: Path = ROOT) -> None:
+        """`tree`: the checkout whose gitsync runs (its code only: the process's working directory and
+        PYTHONPATH; bytecode goes to the usual cache outside it)."""
         self.port = free_port()
         args = [sys.executable, "-m", "gitsync", "run", *fixture.gitsync_args(gateway, state_dir),
                 "--listen", f"127.0.0.1:{self.port}", "--interval", "3600", "--jitter", "0",
@@ -388,7 +404,9 @@ class DaemonProcess:
         if webhook:
             args += ["--webhook-secret-file", str(fixture.webhook_file)]
         self.log = (fixture.work / f"daemon-{self.port}.log").open("w")
-        self.proc = subprocess.Popen(args, env=process_env(), stdout=subprocess.DEVNULL, stderr=self.log,
+        env = process_env()
+        env["PYTHONPATH"] = str(tree)
+        self.proc = subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=self.log,
                                      start_new_session=True)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
         if not wait_for_port(self.port, self.proc, timeout=30):
@@ -494,7 +512,7 @@ def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list
     """Scenarios 1–3 with one `Agent` in this process, as the daemon holds it between syncs."""
     agent = Agent(fx.settings(gw.url, fx.work / "agent-state"))
     try:
-        first = agent.sync_once("bench")
+        first = agent.sync_once({Trigger.CLI})
         if first.result != "applied":
             raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
         result = first.gateways[0]
@@ -536,11 +554,8 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
     phases: dict[str, list[float]] = {}
     for _ in range(reps.reps):
         fx.commit()
-        started = time.perf_counter()
-        outcome = agent.sync_once("bench")
-        ours.append(time.perf_counter() - started)
-        if outcome.result != "applied":
-            raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+        seconds, outcome = applied_sync(agent)
+        ours.append(seconds)
         own.append(outcome.phases.agent_time(outcome.duration))
         waited.append(outcome.duration - own[-1])
         for phase, seconds in outcome.phases.snapshot().items():
@@ -558,8 +573,18 @@ def change_applied(fx: Fixture, agent: Agent, floor: FloorClient, reps: Reps) ->
                                                "phases_s": medians})]
 
 
+def applied_sync(agent: Agent) -> tuple[float, SyncOutcome]:
+    """One sync of a one-file change, timed; it must apply."""
+    started = time.perf_counter()
+    outcome = agent.sync_once({Trigger.CLI})
+    seconds = time.perf_counter() - started
+    if outcome.result != "applied":
+        raise RuntimeError(f"one-file change: {outcome.result}: {outcome.problems[:3]}")
+    return seconds, outcome
+
+
 def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
-    """The daemon's poll (`Agent.sync_once("poll")`) with nothing new vs the ref advertisement alone;
+    """The daemon's poll (`Agent.sync_once({Trigger.POLL})`) with nothing new vs the ref advertisement alone;
     protocol v2's ``ls-refs`` and `git ls-remote` for reference. Before each poll the drift watch
     runs, as the daemon's does every `drift_interval` (its HEAD, timed apart): a poll does not ask a
     gateway the watch has just seen holding our push."""
@@ -574,7 +599,7 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
         watch.append(time.perf_counter() - started)
         floors.append(timed(lambda: ref_advertisement(fx.port, path)))
         started = time.perf_counter()
-        outcome = agent.sync_once("poll")
+        outcome = agent.sync_once({Trigger.POLL})
         ours.append(time.perf_counter() - started)
         if outcome.result != "noop":
             raise RuntimeError(f"no-op poll: {outcome.result}")
@@ -890,12 +915,84 @@ def refill_served(fx: Fixture, gw: Gateway, floor: FloorClient, planes: Planes, 
                    details={"what": "the heal syncs' own time (gitsync_sync_phase_seconds{phase=gitsync})"})]
 
 
+class SourcesFixture:
+    """Scenario 9's repos: `SOURCES` teams of ``routes / SOURCES`` routes each (ids after ``t<k>-``,
+    the first team's holding the global rule), served by the daemon that serves `fx`."""
+
+    def __init__(self, fx: Fixture) -> None:
+        self.fx = fx
+        self.per = fx.routes // SOURCES
+        self.repos = [fx.repo.with_name(f"team{k}-{fx.routes}.git") for k in range(SOURCES)]
+        for k, repo in enumerate(self.repos):
+            make_history(repo, self.per, HISTORY, prefix=f"t{k}-", global_rule=k == 0)
+        self.revisions = [HISTORY] * SOURCES
+
+    def commit(self, k: int) -> None:
+        """A commit changing one route file of team `k`."""
+        add_commits(self.repos[k], self.per, 1, self.revisions[k], prefix=f"t{k}-")
+        self.revisions[k] += 1
+
+    def settings(self, gateway: str, state_dir: Path) -> Settings:
+        url = self.fx.url.rsplit("/", 1)[0]
+        tables = "".join(
+            f'[[sources]]\nname = "team{k}"\nrepo = "{url}/{repo.name}"\nowns = ['
+            + ('"global_rules", ' if k == 0 else "")
+            + f'{{ kinds = ["routes", "services", "upstreams", "consumers"], prefix = "t{k}-" }}]\n\n'
+            for k, repo in enumerate(self.repos))
+        config = self.fx.work / "sources.toml"
+        config.write_text(tables)
+        # guard off: its first sync replaces whatever the gateway held (the one-repo config of other groups)
+        return load({"gateways": [gateway], "admin_key_file": str(self.fx.key_file),
+                     "state_dir": str(state_dir), "writeback": "off", "guard": False,
+                     "gateway_timeout": BENCH_GATEWAY_TIMEOUT}, env={}, config=config)
+
+
+def sources_change(fx: Fixture, gw: Gateway, fl: Gateway, reps: Reps) -> list[Result]:
+    """A commit changing one route file in one of `SOURCES` repos (one agent with ``[[sources]]``,
+    its gateway `gw`) vs a commit changing one route file in one repo of as many routes (an agent of
+    its own on `fl`), in turns; the sync's time, gitsync's own part of it (less the gateway's wait),
+    and that less the tips asked (one ref advertisement per remote: `SOURCES` of them against one)."""
+    teams = SourcesFixture(fx)
+    several = Agent(teams.settings(gw.url, fx.work / "sources-state"))
+    one = Agent(fx.settings(fl.url, fx.work / "one-repo-state"))
+    ours, floors, own, own_floor, rest, rest_floor = [], [], [], [], [], []
+    phases: dict[Agent, dict[str, list[float]]] = {several: {}, one: {}}
+    try:
+        for agent in (several, one):
+            first = agent.sync_once({Trigger.CLI})
+            if first.result != "applied":
+                raise RuntimeError(f"first sync: {first.result}: {first.problems[:3]}")
+        for rep in range(reps.reps):
+            teams.commit(rep % SOURCES)
+            fx.commit()
+            sides = ((several, ours, own, rest), (one, floors, own_floor, rest_floor))
+            for agent, total, mine, rests in sides:
+                seconds, outcome = applied_sync(agent)
+                total.append(seconds)
+                mine.append(outcome.phases.agent_time(outcome.duration))
+                rests.append(mine[-1] - outcome.phases.snapshot().get("check", 0.0))
+                for phase, seconds in outcome.phases.snapshot().items():
+                    phases[agent].setdefault(phase, []).append(seconds)
+    finally:
+        several.close()
+        one.close()
+    medians = {side: {phase: round(median(values), 5) for phase, values in phases[agent].items()}
+               for side, agent in (("sources", several), ("one_repo", one))}
+    details = {"sources": SOURCES, "routes_per_source": teams.per}
+    return [Result("sources_change", fx.routes, median(ours), "s", median(floors), None, samples=ours,
+                   floor_samples=floors, details=details),
+            Result("sources_own", fx.routes, median(own), "s", median(own_floor), None, samples=own,
+                   floor_samples=own_floor, details={**details, "phases_s": medians}),
+            Result("sources_rest", fx.routes, median(rest), "s", median(rest_floor), 1.25, samples=rest,
+                   floor_samples=rest_floor, details=details)]
+
+
 # ---------------------------------------------------------------------------------------------------
 # The run
 
 
 #: Scenario groups, in the order they run (``--only`` picks some; the JSON of a full run has all).
-GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon")
+GROUPS = ("agent", "fetch", "memory", "once", "refill", "daemon", "sources")
 
 
 def _empty_both(ours: FloorClient, floor: FloorClient) -> None:
@@ -953,6 +1050,9 @@ def run_size(routes: int, reps: Reps, daemon: GitDaemon, work: Path, with_daemon
                 assert isinstance(gw, DoubleProcess), EXTERNAL_GROUPS
                 say(f"{routes} routes: webhook latency and daemon memory")
                 results += webhook_and_memory(fx, gw, reps)
+            if "sources" in only and routes >= SOURCES * ROUTES_PER_FILE:
+                say(f"{routes} routes: a one-file change in one of {SOURCES} sources, and in one repo")
+                results += sources_change(fx, gw, fl, reps)
         finally:
             floor.close()
     return results
@@ -1104,7 +1204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
     parser.add_argument("--keep", action="store_true", help="keep the work files (repos, daemon logs)")
     parser.add_argument("--only", help="scenario groups to run, comma-separated: agent (1-3), fetch (4), "
-                        "memory (7, sync --once), once (8), refill (5), daemon (6, 7); default all "
+                        "memory (7, sync --once), once (8), refill (5), daemon (6, 7), sources (9); "
+                        "default all "
                         f"({','.join(EXTERNAL_GROUPS)} with --gateway)")
     parser.add_argument("--gateway", metavar="URL", help="measure gitsync against this running gateway's "
                         "Admin API (a real APISIX in API-driven standalone mode) instead of a double; "

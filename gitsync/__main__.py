@@ -21,7 +21,7 @@ def run() -> int:
 
     The process starts without the cyclic garbage collector: what start-up allocates (modules,
     settings) lives as long as the process, and collections set off by it would walk it over and
-    over (40-50 ms of every start here). `cli.dispatch` turns the collector on for a long-lived
+    over (a measurable part of every start). `cli.dispatch` turns the collector on for a long-lived
     command; a one-shot command (``closes_all``) runs to its end without it."""
     gc.disable()
     sys.modules.setdefault("trio", None)  # type: ignore[arg-type]

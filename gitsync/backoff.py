@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: The shortest base delay: a zero base would make every retry immediate.
 MIN_BASE = 0.01
@@ -56,4 +60,26 @@ class Backoff:
         return (time.monotonic() if now is None else now) >= self.not_before
 
 
-__all__ = ["Backoff", "backoff_delay"]
+def retried(action: Callable[[], T], attempts: int, backoff: Backoff, *,
+            retry_if: Callable[[Exception], bool], on_retry: Callable[[Exception, int, float], None],
+            sleep: Callable[[float], None] = time.sleep) -> T:
+    """`action`, tried up to `attempts` times while what it raises passes `retry_if`, sleeping `backoff`'s
+    delay between tries. `on_retry(exc, attempt, delay)` is told before each sleep; the last failure
+    (or the first one `retry_if` refuses) is raised as it is."""
+    attempt = 1
+    while True:
+        try:
+            result = action()
+        except Exception as exc:
+            if attempt >= attempts or not retry_if(exc):
+                raise
+            delay = backoff.failed()
+            on_retry(exc, attempt, delay)
+            sleep(delay)
+            attempt += 1
+            continue
+        backoff.succeeded()
+        return result
+
+
+__all__ = ["Backoff", "backoff_delay", "retried"]

@@ -1,5 +1,9 @@
 """Logging: loguru to stderr, human or JSON lines, with secret values scrubbed.
 
+A JSON line is one compact object (`JSON_FIELDS`): time, level, message, logger, then the context
+bound with `set_agent` and `context` (agent, commit, gateway) when known, any other bound field, and
+the exception's text when there is one. docs/operations.md ("Logs") documents the fields.
+
 Redaction happens in the sink, on the final text of each line, because that is
 the only place that also sees exception text (a loguru patcher does not). Any
 value registered with `register_secret` is replaced by ``***`` wherever it
@@ -10,15 +14,18 @@ fields, tracebacks.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import json
 import logging
 import re
 import sys
 import threading
-from collections.abc import Iterable
+import traceback
+from collections.abc import Iterable, Iterator
+from datetime import UTC
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 from urllib.parse import quote, quote_plus
 
 from loguru import logger
@@ -252,6 +259,11 @@ def register_secret(value: str | bytes | None) -> None:
     _REDACTOR.add([text])
 
 
+def register_secrets(values: Iterable[str]) -> None:
+    """`register_secret` for many values at once (those already known cost a set lookup each)."""
+    _REDACTOR.add(values)
+
+
 def redact(text: str) -> str:
     """Return `text` with every registered secret value replaced by ``***``."""
     return _REDACTOR.redact(text)
@@ -270,6 +282,14 @@ def forget_secrets() -> None:
     _REDACTOR = Redactor()
 
 
+#: The context a JSON line carries when it is known: the agent's name (`set_agent`), the commit a sync
+#: is applying and the gateway a push is for (`context`).
+CONTEXT_FIELDS = ("agent", "commit", "gateway")
+#: The fields of a JSON line, in their order; any other bound field follows the context, under its
+#: own name (one that would hide one of these is prefixed with ``extra_``).
+JSON_FIELDS = ("time", "level", "message", "logger", *CONTEXT_FIELDS, "exception")
+
+
 class _ScrubbingSink:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -279,12 +299,72 @@ class _ScrubbingSink:
         self.stream.flush()
 
 
+class _JsonSink(_ScrubbingSink):
+    """One compact JSON object per record (`json_line`), scrubbed like a human line."""
+
+    def write(self, message: str) -> None:
+        record = getattr(message, "record", None)
+        super().write(json_line(record) if record is not None else message)
+
+
+def json_line(record: Any) -> str:
+    """A loguru record as one line of compact JSON: the `JSON_FIELDS` it has, each text redacted."""
+    out: dict[str, Any] = {
+        "time": _rfc3339(record["time"]),
+        "level": record["level"].name,
+        "message": redact(record["message"]),
+        "logger": record["name"],
+    }
+    extra: dict[str, Any] = record["extra"]
+    for key in CONTEXT_FIELDS:
+        if extra.get(key) is not None:
+            out[key] = redact(str(extra[key]))
+    for key, value in extra.items():
+        if key not in CONTEXT_FIELDS:
+            out["extra_" + key if key in JSON_FIELDS else key] = _redacted(value)
+    exception = record["exception"]
+    if exception is not None and exception.type is not None:
+        text = "".join(traceback.format_exception(exception.type, exception.value, exception.traceback))
+        out["exception"] = redact(text.rstrip("\n"))
+    return json.dumps(out, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+
+
+def _rfc3339(moment: Any) -> str:
+    """UTC, milliseconds, ``Z``: ``2026-12-02T08:15:03.127Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _redacted(value: Any) -> Any:
+    """A bound field's value for JSON: numbers, booleans and null as they are, anything else as its
+    redacted text."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return redact(str(value))
+
+
 def _human_format(record: dict) -> str:
-    """loguru format template: time, level, module, message, then ``key=value`` for each bound extra."""
-    tail = "".join(f" {key}={{extra[{key}]}}" for key in record["extra"])
+    """loguru format template: time, level, module, message, then ``key=value`` for each bound extra
+    (the context fields aside: a human line names its gateway and commit in its message)."""
+    tail = "".join(f" {key}={{extra[{key}]}}" for key in record["extra"] if key not in CONTEXT_FIELDS)
     return (
         "{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} {name} {message}" + tail + "\n{exception}"
     )
+
+
+def _message_only(record: dict) -> str:
+    return "{message}"
+
+
+def set_agent(name: str | None) -> None:
+    """Every record after this carries `name` as its ``agent`` (none: no agent field)."""
+    logger.configure(extra={"agent": name} if name else {})
+
+
+@contextlib.contextmanager
+def context(**fields: str | None) -> Iterator[None]:
+    """Records logged within (in this thread or task) carry these fields; None ones are left out."""
+    with logger.contextualize(**{key: value for key, value in fields.items() if value is not None}):
+        yield
 
 
 def setup(*, verbose: int = 0, json_lines: bool = False, stream: TextIO | None = None,
@@ -296,10 +376,14 @@ def setup(*, verbose: int = 0, json_lines: bool = False, stream: TextIO | None =
     if level is None:
         level = "TRACE" if verbose >= 2 else "DEBUG" if verbose >= 1 else "INFO"
     logger.remove()
-    sink = _ScrubbingSink(stream or sys.stderr)
+    set_agent(None)
     if json_lines:
-        logger.add(sink.write, level=level, serialize=True, diagnose=False, backtrace=False, colorize=False)
+        # The line is made from the record (`json_line`): loguru formats nothing but the message.
+        json_sink = _JsonSink(stream or sys.stderr)
+        logger.add(json_sink.write, level=level, format=_message_only, diagnose=False, backtrace=False,
+                   colorize=False)
     else:
+        sink = _ScrubbingSink(stream or sys.stderr)
         logger.add(sink.write, level=level, format=_human_format, diagnose=False, backtrace=False,
                    colorize=False)
 
@@ -356,5 +440,6 @@ def guard_process() -> None:
     threading.excepthook = _log_uncaught_in_thread
 
 
-__all__ = ["MASK", "Redactor", "clip", "forget_secrets", "guard_process", "logger", "redact",
-           "register_secret", "setup", "spellings"]
+__all__ = ["CONTEXT_FIELDS", "JSON_FIELDS", "MASK", "Redactor", "clip", "context", "forget_secrets",
+           "guard_process", "json_line", "logger", "redact", "register_secret", "register_secrets",
+           "set_agent", "setup", "spellings"]

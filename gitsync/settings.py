@@ -18,7 +18,7 @@ import re
 import socket
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from gitsync.kinds import KINDS
 from gitsync.log import MIN_SECRET_LENGTH, register_secret
 from gitsync.names import group_problem, name_problem
+from gitsync.ownership import Claim, Ownership, static_overlap
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
@@ -66,7 +67,7 @@ class Spec:
 
     name: str
     section: str
-    type: str  # str | int | bool | duration | size | percent | path | list | enum | table | address
+    type: str  # str | int | bool | duration | size | percent | path | list | enum | table | address | sources
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -108,8 +109,23 @@ def _hostname() -> str:
     return socket.gethostname().split(".")[0] or "gitsync"
 
 
+@dataclass(frozen=True)
+class SourceSpec:
+    """One ``[[sources]]`` table: a repo of its own (any key of ``[source]``, the others taken from
+    ``[source]``) and what it owns (`gitsync.ownership`). `origin`: ``FILE:LINE`` of its header."""
+
+    name: str
+    values: Mapping[str, Any]
+    owns: Ownership
+    origin: str = ""
+
+
+#: A source's name: in its state directory, its statuses and every file:line it reports (`name:file`).
+SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
 # Command-line groups: each subcommand carries the flags of its groups (gitsync/cli.py).
-SOURCE, GATEWAY, DAEMON, WRITEBACK = "source", "gateway", "daemon", "writeback"
+SOURCE, GATEWAY, DAEMON, WRITEBACK, FEEDBACK = "source", "gateway", "daemon", "writeback", "feedback"
 STATE, GLOBAL = "state", "global"
 #: The flags that reach one gateway's Admin API and nothing more (a one-shot read: `import adc --gateway`).
 CONNECT = "connect"
@@ -126,7 +142,8 @@ class Settings:
                        groups=(SOURCE,))
     paths: tuple[str, ...] = setting(
         "source", "list", (".",), "Directories of the repo to read, layered in order: a later path's item "
-        "replaces an earlier one with the same kind and id.", groups=(SOURCE,), flag="--path", metavar="P")
+        "replaces an earlier one with the same kind and id (or patches it: `$patch: merge`).",
+        groups=(SOURCE,), flag="--path", metavar="P")
     dir: Path | None = setting("source", "path", None, "A plain directory instead of a git repo (pre-commit "
                                "hooks, CI).", groups=(SOURCE,), metavar="PATH")
     depth: int = setting("source", "int", 0, "Depth of the first fetch into the mirror; 0 fetches the full "
@@ -157,6 +174,12 @@ class Settings:
                                                 groups=(SOURCE,), must_exist=True)
     git_timeout: float = setting("source", "duration", 30.0, "Timeout of each git network operation.",
                                  groups=(SOURCE,), minimum=0.1)
+    # [[sources]]
+    sources: tuple[SourceSpec, ...] = setting(
+        "sources", "sources", (), "Several repos, one payload: each `[[sources]]` table is a repo with "
+        "its own `name`, any key of `[source]` (`repo`, `ref`, `paths`, credentials, `verify`, …; a key "
+        "left out is taken from `[source]`) and what it `owns`; each source is its own transaction "
+        "(docs/sources.md).", factory=tuple)
     # [render]
     vars: Mapping[str, str] = setting("render", "table", None, "Values for `${{ vars.NAME }}` (TOML table; "
                                       "also `GITSYNC_VAR_NAME`, which wins, and `vars_file`, which loses).",
@@ -179,6 +202,14 @@ class Settings:
                             "does not load still refuses it.", groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
                                     "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    secret_fields: tuple[str, ...] = setting(
+        "render", "list", (), "Fields holding secrets besides those gitsync knows (APISIX's "
+        "`encrypt_fields`, field names, shapes): `PLUGIN.PATH` (`\"my-plugin.conf.token\"`: that plugin's "
+        "config wherever it is, and its plugin_metadata) or `KIND.PATH` "
+        "(`\"upstreams.discovery_args.token\"`); masked in every output, taken out by export and import. A "
+        "config file may add its own "
+        "(`secret_fields:`).",
+        groups=(SOURCE, "secret_fields"), flag="--secret-field", metavar="PLUGIN.PATH")
     parse_cache: bool = setting("render", "bool", True, "Keep parsed files (in memory and in the state "
                                 "dir) and render a commit from the last one where it can: the speed layer. "
                                 "`false` parses every file of every commit anew and renders it in full; the "
@@ -286,6 +317,12 @@ class Settings:
                                       "characters. Required when `listen` is not loopback.", secret=True,
                                       groups=(DAEMON,))
     ui_token_file: Path | None = _secret_file()
+    ui_session_ttl: float = setting("agent", "duration", 12 * 3600.0, "How long a web view login lasts: the "
+                                    "session then ends on the agent and its cookie is refused (so do "
+                                    "\"Log out\", a new token and a restart).", groups=(DAEMON,), minimum=1)
+    ui_secure_cookie: bool = setting("agent", "bool", False, "Mark the web view's session cookie `Secure`, "
+                                     "so a browser sends it over HTTPS only: set it when the view is reached "
+                                     "through a proxy that terminates TLS.", groups=(DAEMON,))
     commit_url: str | None = setting("agent", "str", None, "Link template of a commit in the web view, with "
                                      "`{sha}` (`https://git.example/org/repo/commit/{sha}`); with `{path}` "
                                      "and `{line}` too, each `file:line` links to that line "
@@ -325,6 +362,53 @@ class Settings:
                                   "summarised.", groups=(WRITEBACK,), minimum=256)
     notes_retention: float = setting("writeback", "duration", 30 * 86400.0, "Notes older than this are "
                                      "pruned.", groups=(WRITEBACK,), minimum=60)
+    # [feedback]
+    forge: str = setting("feedback", "enum", "auto", "The forge that shows commit statuses and review "
+                         "comments; `auto` tells it from the repo URL (github.com, gitlab.com, "
+                         "bitbucket.org, a host named gitea, forgejo or codeberg).",
+                         choices=("auto", "github", "gitlab", "gitea", "bitbucket"), groups=(FEEDBACK,))
+    forge_url: str | None = setting("feedback", "str", None, "The forge's web address (GitHub Enterprise, "
+                                    "self-hosted GitLab, Gitea, Forgejo); default: `https://` and the repo "
+                                    "URL's host.", groups=(FEEDBACK,), metavar="URL")
+    forge_api_url: str | None = setting("feedback", "str", None, "The forge's API base URL; default: from "
+                                        "`forge_url` (`https://api.github.com`, `<forge_url>/api/v3` for "
+                                        "GitHub Enterprise, `/api/v4` GitLab, `/api/v1` Gitea, "
+                                        "`https://api.bitbucket.org/2.0`).", groups=(FEEDBACK,),
+                                        metavar="URL")
+    forge_project: str | None = setting("feedback", "str", None, "The repository on the forge "
+                                        "(`owner/repo`, a GitLab `group/sub/project`, a Bitbucket "
+                                        "`workspace/slug`); default: the repo URL's path.",
+                                        groups=(FEEDBACK,), metavar="PATH")
+    forge_token: Secret | None = setting("feedback", "str", None, "Token for the forge's API; commit "
+                                         "statuses are posted only when it is set (Bitbucket: an access "
+                                         "token, or `user:app-password`).", secret=True, groups=(FEEDBACK,))
+    forge_token_file: Path | None = _secret_file()
+    forge_status: str = setting("feedback", "enum", "group", "Who posts commit statuses: `group`, one "
+                                "status per agent group, its count (`3/5 applied`) read from the status "
+                                "refs and posted by one agent of the group; `agent`, one status per agent; "
+                                "`off`, none (`gitsync status --fleet --publish` may post them instead).",
+                                choices=("group", "agent", "off"), groups=(FEEDBACK,))
+    forge_context: str = setting("feedback", "str", "gitsync", "Name of the commit statuses: "
+                                 "`<forge_context>/<group>` (`<forge_context>` for agents without a group), "
+                                 "`<forge_context>/<agent>` with forge_status = \"agent\".",
+                                 groups=(FEEDBACK,))
+    ui_url: str | None = setting("feedback", "str", None, "The web view's address as people reach it "
+                                 "(`https://gitsync.example/`): commit statuses link to it; without it they "
+                                 "link to the agent's file on the status branch.", groups=(FEEDBACK,),
+                                 metavar="URL")
+    notify_urls: tuple[str, ...] = setting("feedback", "list", (), "URLs that get a signed JSON POST for "
+                                           "each event (applied, refused, rolled back, held by the guard, "
+                                           "drift healed, a gateway unreachable); its `text` field makes a "
+                                           "chat incoming-webhook URL work as it is.", groups=(FEEDBACK,),
+                                           flag="--notify-url", metavar="URL")
+    notify_secret: Secret | None = setting("feedback", "str", None, "Key of the notifications' signature "
+                                           "(`X-Gitsync-Signature-256: sha256=<HMAC-SHA256 of the body>`).",
+                                           secret=True, groups=(FEEDBACK,))
+    notify_secret_file: Path | None = _secret_file()
+    notify_unreachable_after: float = setting("feedback", "duration", 300.0, "A gateway that does not answer "
+                                              "for this long is an event.", groups=(FEEDBACK,), minimum=1)
+    feedback_timeout: float = setting("feedback", "duration", 10.0, "Deadline of each request to the forge "
+                                      "or a notification URL.", groups=(FEEDBACK,), minimum=0.1)
     # [log]
     log_json: bool = setting("log", "bool", False, "One JSON object per log line (journald, containers).",
                              groups=(GLOBAL,))
@@ -341,6 +425,8 @@ def _specs() -> tuple[Spec, ...]:
         default = f.default if f.default is not MISSING else None
         if f.metadata["spec"]["type"] == "table":
             default = {}
+        elif f.metadata["spec"]["type"] == "sources":
+            default = ()
         specs.append(Spec(name=f.name, default=default, **f.metadata["spec"]))
     names = {f.name for f in fields(Settings)}
     missing = [s.name for s in specs if s.secret and s.name + "_file" not in names]
@@ -488,6 +574,8 @@ def _typed(spec: Spec, value: Any, from_text: bool) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"expected an array of strings, got {_type_name(value)}")
         return tuple(value)
+    if kind == "sources":
+        return value  # read whole by the file layer (`_read_sources`): lines of each table are needed
     if kind == "table":
         if not isinstance(value, dict):
             raise ValueError(f"expected a table, got {_type_name(value)}")
@@ -567,6 +655,9 @@ def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
     by_section = {sec: {s.name: s for s in SPECS if s.section == sec} for sec in SECTIONS}
     all_keys = [s.key_path for s in SPECS] + [s.key_path + "_file" for s in SPECS if s.secret]
     for top, body in data.items():
+        if top == "sources" and isinstance(body, list):
+            layer[top] = _LayerValue(_read_sources(path, text, body), f"{path}: [[sources]]", False)
+            continue
         if top not in by_section:
             line = _key_line(text, None, top) or _key_line(text, top, "")
             hint = _suggest(top, SECTIONS)
@@ -598,10 +689,163 @@ def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
     return layer
 
 
+# ---------------------------------------------------------------------------------------------------------
+# [[sources]]
+
+#: The keys of a ``[[sources]]`` table beside those of ``[source]``.
+SOURCE_KEYS = ("name", "owns")
+CLAIM_KEYS = ("kinds", "prefix", "labels")
+
+
+def _array_headers(text: str, name: str) -> list[int]:
+    """The 1-based line of each ``[[name]]`` header, in order."""
+    pattern = re.compile(r"^\[\[\s*" + re.escape(name) + r"\s*\]\]")
+    return [number for number, line in enumerate(text.splitlines(), 1) if pattern.match(line.strip())]
+
+
+def _line_in_table(text: str, header: int, key: str) -> int:
+    """The line where `key` is set in the table whose header is on line `header` (the header's line when
+    not found: an inline array of tables, say)."""
+    for number, line in enumerate(text.splitlines()[header:], header + 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            break
+        assignment = _ASSIGNMENT.match(stripped)
+        if assignment and _dotted(assignment.group(1))[0] == key:
+            return number
+    return header
+
+
+def _read_sources(path: Path, text: str, tables: list[Any]) -> tuple[SourceSpec, ...]:
+    """Each ``[[sources]]`` table as a `SourceSpec`, every problem named by file, line and key."""
+    headers = _array_headers(text, "sources")
+    specs = []
+    for number, table in enumerate(tables):
+        header = headers[number] if number < len(headers) else _key_line(text, None, "sources")
+        where = f"{path}:{header}: sources[{number}]"
+        if not isinstance(table, dict):
+            raise SettingsError(f"{where}: expected a table ([[sources]]), got {_type_name(table)}")
+
+        def at(key: str, table_header: int = header, index: int = number) -> str:
+            return f"{path}:{_line_in_table(text, table_header, key)}: sources[{index}].{key}"
+
+        specs.append(_source_spec(table, where, at))
+    return tuple(specs)
+
+
+def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
+    """One ``[[sources]]`` table, converted as its ``[source]`` keys are; `at(key)`: where a key is set."""
+    name = table.get("name")
+    if not isinstance(name, str) or not SOURCE_NAME.match(name):
+        raise SettingsError(f"{at('name') if 'name' in table else where}: every source needs a name of 1 to "
+                            f"64 letters, digits, '.', '_' or '-', starting with a letter or digit (got "
+                            f"{name!r})")
+    allowed = {spec.name: spec for spec in SPECS if spec.section == "source"}
+    values: dict[str, Any] = {}
+    for key, raw in table.items():
+        if key in SOURCE_KEYS:
+            continue
+        if key.endswith("_file") and key[: -len("_file")] in allowed and allowed[key[: -len("_file")]].secret:
+            spec = allowed[key[: -len("_file")]]
+            if not isinstance(raw, str):
+                raise SettingsError(f"{at(key)}: expected a path (string), got {_type_name(raw)}")
+            values[key] = Path(raw).expanduser()
+            values[spec.name] = Secret(_read_secret_file(values[key], at(key)))
+            continue
+        spec = allowed.get(key)
+        if spec is None or spec.name == "dir":
+            hint = _suggest(key, [*SOURCE_KEYS, *(n for n in allowed if n != "dir")])
+            raise SettingsError(f"{at(key)}: unknown key{hint} (a source takes name, owns and the keys of "
+                                "[source])")
+        if spec.secret:
+            raise SettingsError(f"{at(key)}: secrets are not read from the settings file; set "
+                                f"{spec.name}_file = \"/path/to/{spec.name}\"")
+        try:
+            values[key] = _convert(spec, raw, False)
+        except ValueError as exc:
+            raise SettingsError(f"{at(key)}: {exc}") from None
+    if "owns" not in table:
+        raise SettingsError(f"{where}: source {name!r} owns nothing: set owns = [...] (kinds, and within a "
+                            "kind an id prefix or labels)")
+    return SourceSpec(name, values, Ownership(_claims(table["owns"], at("owns"))), where)
+
+
+def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
+    """``owns``: a list of kinds (all their items) and tables ``{kinds, prefix, labels}``."""
+    if not isinstance(owns, list) or not owns:
+        raise SettingsError(f"{where}: expected a non-empty array of kinds and tables "
+                            "({ kinds = [...], prefix = \"...\", labels = { key = \"value\" } })")
+    claims = []
+    for entry in owns:
+        if isinstance(entry, str):
+            entry = {"kinds": [entry]}
+        if not isinstance(entry, dict):
+            raise SettingsError(f"{where}: expected a kind or a table, got {_type_name(entry)}")
+        unknown = [key for key in entry if key not in CLAIM_KEYS]
+        if unknown:
+            raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], CLAIM_KEYS)}")
+        kinds = entry.get("kinds")
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+            raise SettingsError(f"{where}: kinds: expected a non-empty array of kinds")
+        for kind in kinds:
+            if kind not in KINDS:
+                raise SettingsError(f"{where}: unknown kind {kind!r}{_suggest(kind, KINDS)}")
+        prefix = entry.get("prefix")
+        if prefix is not None and (not isinstance(prefix, str) or not prefix):
+            raise SettingsError(f"{where}: prefix: expected a non-empty string")
+        labels = entry.get("labels", {})
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise SettingsError(f"{where}: labels: expected a table of strings "
+                                "(labels = { team = \"orders\" })")
+        claims.append(Claim(tuple(kinds), prefix, tuple(sorted(labels.items()))))
+    return tuple(claims)
+
+
+def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
+    """The sources together: distinct names, a repo each, no item two may claim (`static_overlap`),
+    and no setting that works for one repo only."""
+    sources: tuple[SourceSpec, ...] = values.get("sources", ())
+    if not sources:
+        return
+    for name, why in (("repo", "each source names its own repo"), ("dir", "a source is a git repo"),
+                      ("partial", "partial apply is for one repo"),
+                      ("after_group", "groups that follow one another are for one repo")):
+        if values.get(name):
+            raise SettingsError(f"{merged[name].origin}: {name} cannot be set with [[sources]] ({why})")
+    seen: dict[str, SourceSpec] = {}
+    for spec in sources:
+        if spec.name in seen:
+            raise SettingsError(f"{spec.origin}: a second source named {spec.name!r} "
+                                f"(also {seen[spec.name].origin})")
+        seen[spec.name] = spec
+        if not spec.values.get("repo"):
+            raise SettingsError(f"{spec.origin}: source {spec.name!r} has no repo")
+        unmanaged = spec.owns.kinds() & set(values.get("unmanaged", ()))
+        if unmanaged:
+            raise SettingsError(f"{spec.origin}: source {spec.name!r} owns {sorted(unmanaged)[0]}, which "
+                                "unmanaged leaves as it is live")
+    pairs = [(one, other) for index, one in enumerate(sources) for other in sources[index + 1:]]
+    for one, other in pairs:
+        why = next((why for a in one.owns.claims for b in other.owns.claims if (why := static_overlap(a, b))),
+                   None)
+        if why:
+            raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} may both claim "
+                                f"one item: {why} (also {one.origin}); tell them apart by id prefixes "
+                                "that do not start one another, or by one label with different values")
+
+
+def source_settings(settings: Settings, spec: SourceSpec) -> Settings:
+    """The settings of one source as a repo of its own: its keys over ``[source]``'s, its own state
+    directory (mirror, parse cache, write-back) under the agent's."""
+    return replace(settings, **{**spec.values, "sources": (), "dir": None,
+                                "state_dir": settings.state_dir / "sources" / spec.name})
+
+
 def _env_layer(env: Mapping[str, str]) -> dict[str, _LayerValue]:
     layer: dict[str, _LayerValue] = {}
     for spec in SPECS:
-        if spec.type == "table":
+        if spec.type in ("table", "sources"):
             continue
         if spec.env in env:
             layer[spec.name] = _LayerValue(env[spec.env], spec.env, True)
@@ -701,14 +945,22 @@ def load(
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
     if "secrets_dir" not in values:
         values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
-    for name in ("gateways", "status_urls", "proxy_urls"):
-        for url in values.get(name, ()):
+    for entry in values.get("secret_fields", ()):
+        problem = secret_field_problem(entry)
+        if problem:
+            raise SettingsError(f"{merged['secret_fields'].origin}: {problem}")
+    for name in ("gateways", "status_urls", "proxy_urls", "notify_urls", "forge_url", "forge_api_url",
+                 "ui_url"):
+        urls = values.get(name) or ()
+        for url in (urls,) if isinstance(urls, str) else urls:
             problem = _url_problem(url)
             if problem:
                 raise SettingsError(f"{merged[name].origin}: {problem}")
     problem = _template_problem(values.get("commit_url"))
     if problem:
         raise SettingsError(f"{merged['commit_url'].origin}: {problem}")
+    if "allow_delete" in values:  # kind names in any case, as the commit trailer takes them
+        values["allow_delete"] = tuple(kind.lower() for kind in values["allow_delete"])
     for name, extra in (("unmanaged", ()), ("allow_delete", ("all",)), ("max_delete_kinds", ())):
         unknown = [k for k in values.get(name, ()) if k not in (*KINDS, *extra)]
         if unknown:
@@ -720,10 +972,13 @@ def load(
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
     _check_names(values, merged)
+    _check_sources(values, merged)
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")
     settings = Settings(**values, config_file=config_path)
+    if settings.sources:  # each source names its repo
+        require = [name for name in require if name != "repo"]
     missing = [name for name in require if not getattr(settings, name)]
     if missing:
         spec = SPEC_BY_NAME[missing[0]]
@@ -775,6 +1030,20 @@ def _template_problem(template: str | None) -> str | None:
     if "sha" not in names:
         return "the template must contain {sha}"
     return _url_problem(template)
+
+
+#: A well-formed secret field: a plugin or kind name, then one or more dotted steps.
+SECRET_FIELD = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
+
+
+def secret_field_problem(entry: Any) -> str | None:
+    """Why `entry` is not a secret field (``plugin.path`` or ``kind.path``), or None."""
+    if not isinstance(entry, str):
+        return f"expected a text like \"my-plugin.conf.token\", got {type(entry).__name__}"
+    if not SECRET_FIELD.match(entry.strip()):
+        return (f"{entry!r} is not PLUGIN.PATH or KIND.PATH (dotted, no empty part, no spaces), "
+                "e.g. \"my-plugin.conf.token\" or \"upstreams.discovery_args.token\"")
+    return None
 
 
 def _resolve_secret(
@@ -870,6 +1139,9 @@ def render_docs() -> str:
         "",
     ]
     for section in SECTIONS:
+        if section == "sources":
+            lines += _sources_docs()
+            continue
         lines += [f"## `[{section}]`", "", "| key | flag | environment | default | meaning |",
                   "|---|---|---|---|---|"]
         for spec in (s for s in SPECS if s.section == section):
@@ -882,6 +1154,25 @@ def render_docs() -> str:
             lines.append(f"| {key} | {flag} | {envs} | {_default_text(spec)} | {meaning} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _sources_docs() -> list[str]:
+    """The ``[[sources]]`` part of the settings page: its keys, from the ``[source]`` specs."""
+    keys = ", ".join(f"`{spec.name}_file`" if spec.secret else f"`{spec.name}`"
+                     for spec in SPECS if spec.section == "source" and spec.name != "dir")
+    return [
+        "## `[[sources]]`", "", SPEC_BY_NAME["sources"].help + " File only (no flag or variable).", "",
+        "| key | meaning |", "|---|---|",
+        "| `name` | The source's name (1 to 64 letters, digits, `.`, `_`, `-`): its state directory "
+        "(`<state_dir>/sources/<name>`) and the prefix of every place it reports (`name:file:line`). |",
+        "| `owns` | What it may declare: an array of kinds (every item of each) and tables "
+        "`{ kinds = [...], prefix = \"orders-\", labels = { team = \"orders\" } }` (the items of those "
+        "kinds whose id starts with `prefix` and that carry every one of `labels`). Two sources that could "
+        "claim one item are a settings error, unless one tells its items by prefix and the other by labels: "
+        "then an item both claim is refused where it is declared. |",
+        f"| {keys} | As in `[source]`; a key left out is `[source]`'s. |",
+        "",
+    ]
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -12,8 +13,9 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Any, Self, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALHOST = "127.0.0.1"
@@ -25,6 +27,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOCALHOST, 0))
         return s.getsockname()[1]
+
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
+    """Poll `predicate` until it returns something true; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(interval)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = START_TIMEOUT) -> bool:
@@ -125,3 +142,11 @@ def installed_tool(name: str) -> str | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return shutil.which(name)
+
+def run_bench(module: str, report: str, out: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """`python -m <module> ARGS --out OUT` run to its end: the JSON report it wrote (`report`, a file
+    name in `out`) and what it printed."""
+    command = [sys.executable, "-m", module, *args, "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=gitsync_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / report).read_text()), done.stdout

@@ -15,21 +15,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import BareRepo, GitDaemon
-from tests.support import free_port, gitsync_env
+from testkit.gitservers import BareRepo, GitDaemon
+from testkit.processes import free_port, gitsync_env, wait_for
 
 ADMIN_KEY = "test-admin-key"
 HOOK_SECRET = "hook-secret-d41e"
 HOOK_BODY = b'{"ref": "refs/heads/main"}'
 
-T = TypeVar("T")
 
 
 def config_files(n: int, *, bad: bool = False) -> dict[str, str]:
@@ -46,16 +45,6 @@ def live_uri(double: ApisixDouble) -> str | None:
     return routes[0].get("uri") if routes else None
 
 
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll `predicate` until it returns something true; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def signature(body: bytes, secret: str = HOOK_SECRET) -> str:
@@ -97,8 +86,9 @@ class AgentProcess:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(self.url(path), timeout=5)
+    def get(self, path: str, bearer: str | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
+        return httpx.get(self.url(path), timeout=5, headers=headers)
 
     def hook(self, body: bytes = HOOK_BODY, secret: str = HOOK_SECRET) -> int:
         """POST a GitHub push webhook signed with `secret`; the status code."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import testkit.profiles  # noqa: F401 - the Hypothesis profile (dev, or ci from scripts/test)
 from gitsync import log as gslog
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import BareRepo, GitDaemon, HttpGitServer, SshGitServer
 from tests.agents import own_daemon, spawn  # noqa: F401 - fixtures for every test module
-from tests.gitservers import BareRepo, GitDaemon, HttpGitServer, SshGitServer
 from tests.vaultserver import VaultServer, start_vault
 
 _repo_names = itertools.count()
@@ -83,3 +84,13 @@ def ssh_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshGitServer]:
 def servers_by_kind(git_daemon: GitDaemon, http_git: HttpGitServer, ssh_git: SshGitServer) -> dict:
     """The session's servers by URL scheme: ``git``, ``http``, ``ssh``."""
     return {"git": git_daemon, "http": http_git, "ssh": ssh_git}
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` runs without it
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: a worker's golden-fidelity figures, for the run's summary."""
+    figures = getattr(node, "workeroutput", {}).get("golden-fidelity")
+    if figures:
+        from tests.test_golden import fidelity_of
+
+        fidelity_of(node.config).merge(figures)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.gitservers import git_env
+from testkit.gitservers import git_env
 
 FRAGMENT = 10  # characters of the canary that, seen together, count as a leak
 

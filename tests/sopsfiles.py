@@ -14,7 +14,7 @@ from pathlib import Path
 import pyrage
 
 from gitsync.render import sops
-from tests.support import installed_tool
+from testkit.processes import installed_tool
 
 SOPS = installed_tool("sops")
 

@@ -31,7 +31,7 @@ from gitsync.kinds import item_id
 from gitsync.push.plan import ItemChange
 from gitsync.push.summary import ABSENT, ChangeGroup, summarise
 from gitsync.testing.apisix import ApisixDouble
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 
 DATA = Path(__file__).parent / "data" / "adc"
 KEY = "test-admin-key"
@@ -243,19 +243,28 @@ def test_a_gateway_each_adc_release_wrote_is_taken_over_with_no_change(name: str
         replay(double, record)
         before = live(double)
         gateway = ["--gateway", double.url, "--admin-key-file", str(tmp_path / "admin_key")]
-        given = run_gitsync("import", "adc", *adc_files(record), "--out", str(tmp_path / "given"), *flags)
+        given = run_gitsync("import", "adc", *adc_files(record), "--out", str(tmp_path / "given"), *flags,
+                            "--secrets-out", str(tmp_path / "given-secrets"))
         assert given.returncode == 0, given.stdout + given.stderr
         assert f"wrote what {says} writes" in given.stdout
         assert "ADC_SSL_KEY, ALICE_KEY" in given.stdout  # ADC's ${NAME}: secrets to set
-        assert "${{ secrets.ALICE_KEY }}" in (tmp_path / "given" / "consumers.yaml").read_text()
+        consumers = (tmp_path / "given" / "consumers.yaml").read_text()
+        assert "${{ secrets.ALICE_KEY }}" in consumers
+        # The files' literal credentials are taken out too, named in the notes, their values in --secrets-out.
+        assert "alice-primary-key" not in consumers and "NOT_ENV" not in consumers
+        assert "2 literal credential(s) became ${{ secrets.NAME }}" in given.stdout
+        assert sorted(p.read_text().strip() for p in (tmp_path / "given-secrets").iterdir()) == \
+            ["${NOT_ENV}", "alice-primary-key"]
         followed = run_gitsync("import", "adc", *adc_files(record), "--out", str(tmp_path / "followed"),
-                               *gateway)
+                               *gateway, "--secrets-out", str(tmp_path / "followed-secrets"))
         assert followed.returncode == 0, followed.stdout + followed.stderr
         assert f"as the ADC that wrote it did ({follows})" in followed.stdout
         assert "the first sync changes no item and no version" in followed.stdout
         assert tree(tmp_path / "given") == tree(tmp_path / "followed")
+        assert tree(tmp_path / "given-secrets") == tree(tmp_path / "followed-secrets")
         repo = str(tmp_path / "followed")
         puts = len(double.put_bodies)
+        gateway += ["--secrets-dir", str(tmp_path / "followed-secrets")]
         diff = run_gitsync("diff", "--dir", repo, *gateway, env=SECRETS)
         assert diff.returncode == 0 and "no changes" in diff.stdout, diff.stdout + diff.stderr
         sync = run_gitsync("sync", "--once", "--dir", repo, *gateway, env=SECRETS)

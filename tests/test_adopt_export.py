@@ -25,11 +25,11 @@ from gitsync.push.apply import RetryPolicy, sync_gateway
 from gitsync.render.load import parse
 from gitsync.settings import Secret
 from gitsync.testing.apisix import ApisixDouble
+from testkit.processes import ROOT, run_gitsync
 from testkit.profiles import examples
 from tests.leaks import Canary
 from tests.pem import pem_pair
 from tests.sopsfiles import SOPS, AgeKey, sops_env
-from tests.support import ROOT, run_gitsync
 
 KEY = "test-admin-key"
 
@@ -253,8 +253,9 @@ def test_untrusted_ids_never_write_outside_out_nor_over_each_other(apisix: Apisi
     assert all(p.is_relative_to(out / "routes") for p in everything), everything
     assert len(everything) == len(routes)
     names = [p.name for p in everything]
-    assert all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.yaml", n) for n in names), names
+    assert all(re.fullmatch(r"_?[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.yaml", n) for n in names), names
     assert len({n.lower() for n in names}) == len(names)
+    assert "_con.yaml" in names  # a name Windows keeps for a device, escaped
     held = {str(parse(p.read_bytes()).documents[0].data["routes"][0]["id"]) for p in everything}
     assert held - set(HOSTILE_IDS) == {next(i for i in held if i.startswith("route-"))}
 
@@ -267,7 +268,8 @@ def test_safe_stems_are_safe_distinct_and_order_free(names: list[str]) -> None:
     values = list(stems.values())
     assert len({v.lower() for v in values}) == len(values)
     for value in values:
-        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) and len(value) <= repo_writer.MAX_STEM
+        assert re.fullmatch(r"_?[A-Za-z0-9][A-Za-z0-9._-]*", value) and len(value) <= repo_writer.MAX_STEM + 1
+        assert value.split(".")[0].lower() not in repo_writer.WINDOWS_RESERVED
     assert repo_writer.safe_stems(reversed(names)) == stems
 
 
@@ -291,6 +293,8 @@ def test_write_tree_refuses_paths_that_leave_the_directory(tmp_path: Path) -> No
     for bad in ("../x.yaml", "a/../../x.yaml", "/etc/x.yaml", "a//b.yaml", "nul\0.yaml"):
         with pytest.raises(repo_writer.WriteError):
             repo_writer.write_tree(tmp_path / "out", {bad: b"x"})
+    assert not (tmp_path / "out").exists()  # refused before anything was made
+    (tmp_path / "out").mkdir()
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out" / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(repo_writer.WriteError):

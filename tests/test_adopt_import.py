@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 
 
 def sha1(text: str) -> str:
@@ -59,13 +59,13 @@ def test_adcs_documented_examples_import_with_adcs_ids_and_validate(tmp_path: Pa
     (tmp_path / "consumer.yaml").write_text(ADC_E2E_CONSUMER)
     out = tmp_path / "repo"
     result = run_gitsync("import", "adc", str(tmp_path / "quick.yaml"), str(tmp_path / "consumer.yaml"),
-                         "--out", str(out), "--layout", "per-service")
+                         "--out", str(out), "--layout", "per-service", "--secrets-out", str(tmp_path / "sec"))
     assert result.returncode == 0, result.stdout + result.stderr
     service = (out / "services" / f"{sha1('my-backend')}.yaml").read_text()
     assert f"id: {sha1('my-backend.api-route')}" in service and "service_id: " + sha1("my-backend") in service
     consumers = (out / "consumers.yaml").read_text()
     assert f"consumer1/credentials/{sha1('consumer1.consumer1-key2')}" in consumers
-    valid = run_gitsync("validate", "--dir", str(out))
+    valid = run_gitsync("validate", "--dir", str(out), "--secrets-dir", str(tmp_path / "sec"))
     assert valid.returncode == 0, valid.stderr
     assert "valid: 1 routes, 1 services, 1 upstreams, 3 consumers" in valid.stdout
 

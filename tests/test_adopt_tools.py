@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import git_env
-from tests.support import ROOT, gitsync_env, run_gitsync
+from testkit.gitservers import git_env
+from testkit.processes import ROOT, gitsync_env, run_gitsync
 
 CHECK_JSONSCHEMA = str(Path(sys.executable).with_name("check-jsonschema"))
 PRE_COMMIT = str(Path(sys.executable).with_name("pre-commit"))
@@ -84,6 +84,8 @@ BROKEN = {  # file → the field (JSON path) both gitsync validate and the edito
                     "routes[r2].methods", "$.routes[0].methods[0]"),
     "kind.yaml": ("route:\n  - id: x\n", "unknown top-level key 'route'", "$"),
     "version.yaml": ("routes_conf_version: 3\n", "routes_conf_version does not belong", "$"),
+    "secret-fields.yaml": ("secret_fields:\n  - my-plugin.token\n  - no_dot\n",
+                           "secret_fields: 'no_dot' is not", "$.secret_fields[1]"),
 }
 
 

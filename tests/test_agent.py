@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from gitsync.agent.outcomes import Trigger
 from gitsync.agent.sync import Agent
 from gitsync.settings import load
 from gitsync.testing import apisix as double
 from gitsync.testing.apisix import ApisixDouble
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 
 ROUTES = """\
 routes:
@@ -31,13 +32,18 @@ def agent_for(tmp_path: Path, apisix: ApisixDouble, remote_repo):
     key = tmp_path / "admin_key"
     key.write_text("test-admin-key")
 
+    made: list[Agent] = []
+
     def make(**flags: object) -> Agent:
         settings = load({"repo": str(remote_repo.path), "gateways": [apisix.url], "admin_key_file": str(key),
                          "state_dir": str(tmp_path / "state"), "writeback": "off", **flags},
                         config="/dev/null", env={})
-        return Agent(settings)
+        made.append(Agent(settings))
+        return made[-1]
 
-    return make
+    yield make
+    for agent in made:  # a test that failed before its own close leaves no threads behind
+        agent.close()
 
 
 def test_a_changed_unmanaged_policy_is_applied_without_a_new_commit(agent_for, apisix: ApisixDouble):
@@ -62,7 +68,7 @@ def test_drift_report_only_reports(agent_for, apisix: ApisixDouble):
     assert agent.sync_once().result == "applied"
     puts = len(apisix.put_bodies)
     apisix.restart()  # the gateway comes back empty
-    outcome = agent.sync_once("drift")
+    outcome = agent.sync_once({Trigger.DRIFT})
     assert outcome.result == "drift_reported"
     assert outcome.problems == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
     assert len(apisix.put_bodies) == puts and "routes" not in apisix.config()
@@ -88,17 +94,17 @@ def test_a_poll_trusts_the_drift_watchs_recent_head_and_asks_when_it_is_old(agen
     agent = agent_for(drift_interval=0.5)
     assert agent.sync_once().result == "applied"  # its read-back's HEAD showed our push
     before = len(apisix.requests)
-    assert agent.sync_once("poll").result == "noop"
+    assert agent.sync_once({Trigger.POLL}).result == "noop"
     assert apisix.requests[before:] == []  # the git check alone
-    assert agent.sync_once("webhook").result == "noop"
+    assert agent.sync_once({Trigger.WEBHOOK}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]
     time.sleep(0.6)
     before = len(apisix.requests)
-    assert agent.sync_once("poll").result == "noop"
+    assert agent.sync_once({Trigger.POLL}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]  # older than drift_interval: asked
     apisix.restart()  # emptied: the drift watch sees it, and the poll that follows asks again
     assert agent.drift_suspects() == [apisix.url]
-    outcome = agent.sync_once("poll")
+    outcome = agent.sync_once({Trigger.POLL})
     assert outcome.result == "healed" and [r["id"] for r in apisix.config()["routes"]] == ["r1"]
     agent.close()
 
@@ -111,7 +117,7 @@ def test_a_poll_that_finds_a_new_commit_asks_the_gateway_before_its_push(agent_f
     assert agent.sync_once().result == "applied"
     remote_repo.commit({"apisix.yaml": ROUTES.replace("/a", "/b")}, "a new uri")
     before = len(apisix.requests)
-    assert agent.sync_once("poll").result == "applied"
+    assert agent.sync_once({Trigger.POLL}).result == "applied"
     methods = [m for m, _, _ in apisix.requests[before:]]
     assert methods[:2] == ["HEAD", "PUT"] and "GET" not in methods, methods
     agent.close()
@@ -125,6 +131,7 @@ plugin_metadata:
 """
 
 
+@pytest.mark.slow
 def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent_for, apisix,
                                                                            remote_repo, tmp_path):
     """plugin_metadata carries no modifiedIndex: what gitsync pushed is remembered (pushed.json)."""

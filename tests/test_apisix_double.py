@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from gitsync.kinds import VERSIONED_KEYS
-from gitsync.testing.apisix import ApisixDouble, nginx_page
-from tests.support import free_port, gitsync_env
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import nginx_page
+from testkit.processes import free_port, gitsync_env
 
 KEY = "test-admin-key"
 CONFIGS = "/apisix/admin/configs"
@@ -668,6 +669,7 @@ def test_3_21_does_not_echo_an_invalid_plugin_configuration():
 # ---------------------------------------------------------------- command line
 
 
+@pytest.mark.slow
 def test_command_line_entry_point():
     admin_port, proxy_port = free_port(), free_port()
     process = subprocess.Popen(

@@ -18,7 +18,7 @@ from bench.double import DoubleProcess
 from bench.generate import changed_route, config_files
 from bench.peer_adc import adc_config
 from bench.run import EXTERNAL_GROUPS, ON_DOUBLES, SCENARIOS, SERVED
-from tests.support import ROOT, gitsync_env
+from testkit.processes import ROOT, gitsync_env
 
 
 @pytest.mark.slow

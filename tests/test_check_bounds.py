@@ -19,7 +19,7 @@ from gitsync.push.health import run_check, run_checks
 from gitsync.render import render
 from gitsync.render.healthchecks import Check, CheckLimits, _pattern
 from gitsync.render.options import RenderOptions
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 
 
 def checks_file(body: str) -> dict[str, bytes]:

@@ -9,16 +9,15 @@ import pytest
 
 from gitsync import __version__
 from gitsync.cli.parser import COMMANDS
-from testkit.processes import gitsync_env
+from testkit.processes import gitsync_env, run_gitsync
 from tests.agents import ADMIN_KEY, repo_url
-from tests.support import run_gitsync
 
 
 def test_help_lists_every_subcommand_of_the_design():
     result = run_gitsync("--help")
     assert result.returncode == 0
     names = {"render", "validate", "diff", "sync", "run", "status", "demo",
-             "export", "import", "init", "schema", "completion"}
+             "export", "import", "init", "schema", "completion", "pr-comment"}
     for name in names:
         assert f"    {name}" in result.stdout
     assert {c.name for c in COMMANDS} == names
@@ -77,6 +76,7 @@ def basics(tmp_path):
     (["sync", "--once", "--dir", "{tmp}/config", "--gateway", "http://127.0.0.1:1",
       "--gateway-timeout", "0s"], "--gateway-timeout: must be at least 0.1s"),
 ])
+@pytest.mark.slow
 def test_settings_that_cannot_work_exit_2_with_the_message(basics, args, message):
     tmp, common = basics
     result = run_gitsync(*[a.replace("{tmp}", str(tmp)) for a in args], *common, timeout=60)
@@ -114,6 +114,7 @@ UNMANAGED_SECRETS = (
     "    plugins:\n      key-auth:\n        header: $secret://vault/main/key\n")
 
 
+@pytest.mark.slow
 def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(tmp_path):
     config = tmp_path / "config"
     config.mkdir()
@@ -128,6 +129,7 @@ def test_validate_takes_unmanaged_and_warns_about_the_repos_items_it_leaves_out(
     assert "t0k3n-abcd" not in left_out.stderr
 
 
+@pytest.mark.slow
 def test_sync_from_the_repo_warns_about_the_repos_items_it_leaves_out(tmp_path, git_daemon, remote_repo,
                                                                       apisix):
     """The warning `validate` gives, `sync --once --repo` (the agent's render) gives too."""
@@ -144,6 +146,7 @@ def test_sync_from_the_repo_warns_about_the_repos_items_it_leaves_out(tmp_path, 
     assert "t0k3n-abcd" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_process_loads_only_what_its_configuration_needs():
     """What a `gitsync sync` process imports leaves out what only some setups use: urllib3
     (http(s) remotes), pyrage and cryptography (age keys, SOPS files), importlib.metadata (the version
@@ -155,7 +158,7 @@ def test_a_process_loads_only_what_its_configuration_needs():
             "m = Metrics(recorded=False); m.syncs.labels('applied').inc(); m.set_applied_commit('c'); "
             "m.sync_phase.labels('fetch').observe(0.1); m.gateway_up.labels('g').set(1); "
             "print(sorted(m for m in ('urllib3', 'pyrage', 'cryptography', 'importlib.metadata', "
-            "'prometheus_client', 'http.server') "
+            "'prometheus_client', 'http.server', 'gitsync.daemon.httpserver') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], env=gitsync_env(), capture_output=True, text=True,
                           timeout=60)
@@ -212,6 +215,7 @@ def test_a_parser_made_for_one_command_has_all_of_its_flags_and_lists_every_comm
         assert len(flags(full)) > 4, name  # beyond -h and the common flags: the test sees real flags
 
 
+@pytest.mark.slow
 def test_a_one_shot_command_leaves_its_objects_to_the_process_end_only_in_gitsyncs_own_process(tmp_path):
     """In `gitsync`'s own process a one-shot command's large objects (the render, the agent) are kept
     for `os._exit` to free at once; a program calling `main` keeps nothing."""

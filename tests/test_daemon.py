@@ -8,6 +8,7 @@ waits on deadlines, never on fixed sleeps.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -22,18 +23,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gitsync.agent.outcomes import Trigger
 from gitsync.backoff import Backoff
 from gitsync.daemon.service import Daemon, Triggers
 from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import (
-    ADMIN_KEY,
-    config_files,
-    live_uri,
-    repo_url,
-    wait_for,
-)
-from tests.gitservers import git
+from testkit.gitservers import git
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, config_files, live_uri, repo_url
 
 # ---------------------------------------------------------------------------------------------------------
 # polls and webhooks
@@ -228,7 +225,8 @@ def test_a_git_remote_down_for_a_while_backs_off_and_recovers(spawn, own_daemon,
 
     own_daemon.stop()
     second = remote_repo.commit(config_files(2), "v2")  # pushed while the agent cannot see it
-    wait_for(lambda: agent.log().count("retrying in") >= 2, 8, "two failed polls, logged with their backoff")
+    wait_for(lambda: agent.log().count("retrying at the first poll after") >= 2, 8,
+             "two failed polls, logged with their backoff")
     assert agent.metric("gitsync_fetch_failures_total") >= 2
     assert agent.healthy() and live_uri(apisix) == "/v1"
     # Ready: every gateway serves the last good commit; the remote's outage shows in the metrics.
@@ -406,44 +404,55 @@ def test_sighup_reloads_the_settings_file(spawn, git_daemon, remote_repo, apisix
 
 
 def test_triggers_are_never_lost_under_concurrency():
+    """Whatever the interleaving, each trigger requested is in a take that follows its last request
+    (coalesced: fewer syncs than requests)."""
     triggers = Triggers()
-    producers, each = 8, 500
-    taken: list[str] = []
-    batches = [0]
+    kinds, each = [Trigger.POLL, Trigger.WEBHOOK, Trigger.DRIFT, Trigger.SOAK], 500
+    clock, order = itertools.count(), threading.Lock()
+    last_request: dict[Trigger, int] = {}
+    takes: list[tuple[int, frozenset[Trigger]]] = []
 
     def worker() -> None:
         while (reasons := triggers.take(timeout=0.05)) is not None:
             if reasons:
-                batches[0] += 1
-                taken.extend(reasons)
+                with order:
+                    takes.append((next(clock), reasons))
                 time.sleep(0.0005)  # a "sync": triggers arrive meanwhile
 
-    def produce(n: int) -> None:
-        for i in range(each):
-            triggers.request(f"{n}:{i}")
+    def produce(kind: Trigger) -> None:
+        for _ in range(each):
+            with order:
+                last_request[kind] = next(clock)
+                triggers.request(kind)
 
     consumer = threading.Thread(target=worker)
     consumer.start()
-    threads = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
+    threads = [threading.Thread(target=produce, args=(kind,)) for kind in kinds]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wait_for(lambda: len(taken) == producers * each, 5, "every trigger taken")
+
+    def all_taken() -> bool:
+        with order:
+            return all(any(kind in taken and at > last_request[kind] for at, taken in takes)
+                       for kind in kinds)
+
+    wait_for(all_taken, 5, "every trigger taken after its last request")
     triggers.stop()
     consumer.join(5)
-    assert sorted(taken) == sorted(f"{n}:{i}" for n in range(producers) for i in range(each))
-    assert batches[0] < producers * each  # coalesced: fewer syncs than triggers
+    assert len(takes) < len(kinds) * each  # coalesced: fewer syncs than triggers
 
 
 def test_a_trigger_during_a_sync_runs_it_again_and_stop_ends_the_wait():
     triggers = Triggers()
-    assert triggers.take(timeout=0.01) == []
-    triggers.request("poll")
-    triggers.request("webhook:github")
-    assert triggers.take(timeout=0) == ["poll", "webhook:github"]  # both, in one sync
-    triggers.request("drift")  # arrives "during" that sync
-    assert triggers.take(timeout=0) == ["drift"]
+    assert triggers.take(timeout=0.01) == frozenset()
+    triggers.request(Trigger.POLL)
+    triggers.request(Trigger.WEBHOOK)
+    triggers.request(Trigger.POLL)
+    assert triggers.take(timeout=0) == {Trigger.POLL, Trigger.WEBHOOK}  # both, in one sync
+    triggers.request(Trigger.DRIFT)  # arrives "during" that sync
+    assert triggers.take(timeout=0) == {Trigger.DRIFT}
     started = time.monotonic()
     threading.Timer(0.05, triggers.stop).start()
     assert triggers.take(timeout=5) is None

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gitsync.agent.decide import GatewayView, Holding, Probe, RemoteView, decide, holding
+from gitsync.agent.decide import decide
+from gitsync.agent.decision import GatewayView, Holding, Probe, RemoteView, holding
 from gitsync.agent.outcomes import Stage, SyncResult
 from gitsync.agent.state import GatewayState
 

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from ruamel.yaml import YAML
 
-from tests.gitservers import git
-from tests.support import ROOT, gitsync_env, run_gitsync
+from testkit.gitservers import git
+from testkit.processes import ROOT, gitsync_env, run_gitsync, wait_for
 
 STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] another writer registers the secrets manager",
          "[4] commit", "[5] commit", "[6] the gateway restarts",
@@ -50,14 +50,14 @@ def _check_narration(stdout: str) -> None:
     assert all(p >= 0 for p in positions) and positions == sorted(positions), stdout
     assert "through the data plane → 200, route api-orders" in stdout
     assert "before: GET /api/v2/orders/42 → 404" in stdout
-    assert re.search(r"applied \d+\.\d\ds after the webhook \(sync reason: webhook:github\): "
+    assert re.search(r"applied \d+\.\d\ds after the webhook \(sync reason: webhook\): "
                      r"GET /api/v2/orders/42 → 200, route api-orders", stdout)
     # Step 3: the out-of-band write, the refusal a cached-version pusher gets, the commit applied over it.
     assert (f"secrets_conf_version 1 → {OTHER_WRITER_VERSION} (a millisecond timestamp, as ADC writes them) "
             "→ 202") in stdout
     assert ("refused now, and on every retry: 400 secrets_conf_version must be greater than or equal to "
             f"({OTHER_WRITER_VERSION})") in stdout
-    assert re.search(r"applied in \d+\.\d\ds \(sync reason: webhook:github\): GET /api/customers/7 → 200, "
+    assert re.search(r"applied in \d+\.\d\ds \(sync reason: webhook\): GET /api/customers/7 → 200, "
                      r"route api-users", stdout)
     moved = f"routes 2 → 3, secrets 1 → {OTHER_WRITER_VERSION} → {OTHER_WRITER_VERSION + 1}"
     assert re.search(rf"versions +{moved}; every other kind kept", stdout)
@@ -84,7 +84,7 @@ def _check_summary(stdout: str) -> dict:
     assert commits["first"].startswith("040469b"), "the sample repo or the demo commit changed"
     assert summary["first_answer"] == [200, "api-orders"]
     assert summary["before_change_answer"] == 404
-    assert summary["webhook_sync_reason"] == "webhook:github"
+    assert summary["webhook_sync_reason"] == "webhook"
     assert summary["webhook_apply_seconds"] < 1.0
     writer = summary["other_writer"]
     before, after = writer["before"], writer["after"]
@@ -95,7 +95,7 @@ def _check_summary(stdout: str) -> dict:
         {k: v for k, v in before.items() if k not in ("routes", "secrets")}
     assert writer["stale_put"] == [400, "secrets_conf_version must be greater than or equal to "
                                         f"({OTHER_WRITER_VERSION})"]
-    assert writer["sync_reason"] == "webhook:github" and writer["pruned"] == {"secrets": ["vault/ops"]}
+    assert writer["sync_reason"] == "webhook" and writer["pruned"] == {"secrets": ["vault/ops"]}
     assert summary["health_stage"] == "health" and summary["health_answer"] == [200, "api-orders"]
     assert [p for p in summary["health_problems"] if CHECK_FAILED in p], summary["health_problems"]
     assert summary["health_rollback_seconds"] < 2 * (1 + 0.3) + 1  # retries × (timeout + interval) + 1 s
@@ -173,14 +173,6 @@ class _Lines:
         return "".join(self.seen)
 
 
-def _wait(what: str, probe, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -235,7 +227,7 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         items = http.get(urls["agent"] + "/items?q=vault", headers={"Accept": "text/html"}).text
         vault = http.get(urls["agent"] + "/items/secrets/vault%2Fmain", headers={"Accept": "text/html"}).text
         assert 'href="/items/secrets/vault%2Fmain"' in items and "base/secrets/vault.yaml:4" in vault
-        assert "&quot;token&quot;: &quot;***&quot;" in vault
+        assert "&#34;token&#34;: &#34;***&#34;" in vault
         assert DEMO_TOKEN not in overview.text + items + vault
 
         # The temp remote, read with the git CLI: six commits, the notes, the status branch.
@@ -257,8 +249,9 @@ def test_demo_keep_running_leaves_real_evidence(kept_demo):
         git("-C", str(clone), "revert", "--no-edit", "HEAD")
         git("-C", str(clone), "push", "-q", "origin", "main")
         reverted = git("-C", str(clone), "rev-parse", "HEAD")
-        _wait("the revert in the status branch", lambda: f"commit: {reverted}" in git(
-            "-C", str(remote), "show", "gitsync/status:agents/demo.yaml"))
+        status_file = "gitsync/status:agents/demo.yaml"
+        wait_for(lambda: f"commit: {reverted}" in git("-C", str(remote), "show", status_file), 15,
+                 "the revert in the status branch")
         live = http.get(urls["admin"] + "/apisix/admin/configs", headers={"X-API-KEY": admin_key}).json()
         assert next(r for r in live["routes"] if r["id"] == "api-orders")["upstream_id"] == "orders"
 

@@ -7,8 +7,10 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from gitsync.settings import load
-from tests.support import ROOT, installed_tool
+from testkit.processes import ROOT, installed_tool
 
 UNIT = ROOT / "systemd" / "gitsync.service"
 
@@ -80,6 +82,7 @@ def test_dockerfile_shape():
     assert 'VOLUME ["/var/lib/gitsync"]' in text
 
 
+@pytest.mark.slow
 def test_compose_example_matches_the_compose_spec():
     checker = installed_tool("check-jsonschema")
     assert checker, "check-jsonschema is in the test extra"

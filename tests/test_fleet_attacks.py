@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import ADMIN_KEY, config, memory_limit, repo_url, upstream, wait_for
-from tests.gitservers import BareRepo
-from tests.support import free_port, gitsync_env, run_gitsync
+from testkit.gitservers import BareRepo
+from testkit.processes import free_port, gitsync_env, run_gitsync, wait_for
+from tests.agents import ADMIN_KEY, config, memory_limit, repo_url, upstream
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,10 @@ import shlex
 import pytest
 from dulwich import porcelain
 
-from tests.gitservers import BareRepo, HttpAuth, HttpGitServer, git
+from testkit.gitservers import BareRepo, HttpAuth, HttpGitServer, git
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["git", "http", "ssh"])
 def test_each_server_takes_a_push_from_git_and_dulwich(kind, remote_repo, servers_by_kind, tmp_path):
     server = servers_by_kind[kind]

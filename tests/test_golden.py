@@ -64,6 +64,19 @@ class Fidelity:
     validator: dict[str, str] = field(default_factory=dict)
     validator_not_applicable: Counter[str] = field(default_factory=Counter)
 
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """In a pytest-xdist worker: hand the figures to the controller, which prints them."""
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:
+            output["golden-fidelity"] = {"double": self.double, "validator": self.validator,
+                                         "validator_not_applicable": dict(self.validator_not_applicable)}
+
+    def merge(self, figures: dict[str, Any]) -> None:
+        """Add a worker's figures (see `pytest_sessionfinish`)."""
+        self.double.update(figures["double"])
+        self.validator.update(figures["validator"])
+        self.validator_not_applicable.update(figures["validator_not_applicable"])
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.double and not self.validator:
             return
@@ -87,14 +100,19 @@ class Fidelity:
               "(DELIBERATE and LIVE_STATE in tests/test_golden.py)")
 
 
-@pytest.fixture(scope="module")
-def fidelity(request: pytest.FixtureRequest) -> Fidelity:
-    manager = request.config.pluginmanager
+def fidelity_of(config: pytest.Config) -> Fidelity:
+    """The run's figures, registered as a plugin the first time they are asked for."""
+    manager = config.pluginmanager
     found = manager.get_plugin("golden-fidelity")
     if found is None:
         found = Fidelity()
         manager.register(found, "golden-fidelity")
     return found
+
+
+@pytest.fixture(scope="module")
+def fidelity(request: pytest.FixtureRequest) -> Fidelity:
+    return fidelity_of(request.config)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from contextlib import ExitStack
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import ADMIN_KEY, config, repo_url, upstream, wait_for
-from tests.support import free_port
+from testkit.processes import free_port, wait_for
+from tests.agents import ADMIN_KEY, config, repo_url, upstream
 
 SOAK = 2.0
 

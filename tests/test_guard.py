@@ -3,15 +3,18 @@ the double and a real git remote."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions, trailers
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import git, git_env
+from testkit.processes import run_gitsync
 from tests.agents import ADMIN_KEY, repo_url
-from tests.gitservers import git
-from tests.support import run_gitsync
 
 
 def routes(n: int, start: int = 0) -> list[dict]:
@@ -60,9 +63,53 @@ def test_unmanaged_kinds_are_not_looked_at() -> None:
     ("x\n\nGitsync-Allow-Delete: routes\nGitsync-Allow-Delete: ssls\n", {"routes", "ssls"}),
     ("x\n\nGitsync-Allow-Delete: nonsense\n", set()),
     ("Mentions Gitsync-Allow-Delete: routes in the middle of a line", set()),
+    # only the last paragraph, and never the subject
+    ("Gitsync-Allow-Delete: routes\n", set()),
+    ("Gitsync-Allow-Delete: routes\n\nThe body.\n", set()),
+    ("x\n\nGitsync-Allow-Delete: routes\n\nA last paragraph of prose.\n", set()),
+    # a paragraph of prose with one trailer-like line in it is not a trailer block
+    ("x\n\nWe talked about it.\nGitsync-Allow-Delete: routes\n", set()),
+    # ... unless git generated a trailer there and a quarter of its lines are trailers
+    ("x\n\nWe talked about it.\nGitsync-Allow-Delete: routes\nSigned-off-by: A <a@example.com>\n",
+     {"routes"}),
+    # values: kind names or all only, any case; a value with any other word allows nothing
+    ("x\n\nGitsync-Allow-Delete: routes was wrong last time\n", set()),
+    ("x\n\nGitsync-Allow-Delete: none of the routes please\n", set()),
+    ("x\n\nGitsync-Allow-Delete: ROUTES, Upstreams\n", {"routes", "upstreams"}),
+    ("x\n\nGITSYNC-ALLOW-DELETE: All\n", {"all"}),
+    ("x\n\nGitsync-Allow-Delete routes\n", set()),  # no colon: not a trailer
+    # a continuation line, comments and trailing blank lines, as git reads them
+    ("x\n\nGitsync-Allow-Delete: routes,\n  upstreams\n# a comment\n\n\n", {"routes", "upstreams"}),
+    ("x\n\nGitsync-Allow-Delete : ssls\n", {"ssls"}),
 ])
 def test_trailers(message: str, kinds: set[str]) -> None:
     assert allowed_kinds(message) == kinds
+
+
+def git_trailers(message: str) -> list[tuple[str, str]]:
+    """git's own reading: ``git interpret-trailers --parse --no-divider`` (no trailer.* settings)."""
+    result = subprocess.run(["git", "interpret-trailers", "--parse", "--no-divider"], input=message.encode(),
+                            capture_output=True, env=git_env(), timeout=30, check=True)
+    pairs = []
+    for line in result.stdout.decode().splitlines():
+        token, _, value = line.partition(": ")
+        pairs.append((token, value))
+    return pairs
+
+
+LINES = ["Fix the routes", "", " ", "Gitsync-Allow-Delete: routes", "gitsync-allow-delete: ROUTES, ssls",
+         "Gitsync-Allow-Delete: routes was wrong last time", "Gitsync-Allow-Delete : all",
+         "Gitsync-Allow-Delete:routes", "Gitsync-Allow-Delete:", "Reviewed-by: B <b@example.com>",
+         "Signed-off-by: A <a@example.com>", "(cherry picked from commit 0123abc)", "  continued here",
+         "\tand a tab", "Some prose: with a colon", "prose without one", "# a comment", "#123 issue",
+         "Bug #42: x", "Key x: y", ": no token", "Ünïcode: value", "Token-With-Dashes-2: v",
+         "Gitsync-Allow-Delete: routes\r"]
+
+
+@given(st.lists(st.sampled_from(LINES), min_size=1, max_size=9), st.booleans())
+def test_trailers_are_read_as_git_interpret_trailers_reads_them(lines: list[str], newline: bool) -> None:
+    message = "\n".join(lines) + ("\n" if newline else "")
+    assert trailers(message) == git_trailers(message), message
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -147,9 +194,35 @@ def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
     (conf / "routes.yaml").write_text("routes: []\n")
     refused = run_gitsync(*args)
     assert refused.returncode == 1 and "refused by the deletion guard" in refused.stdout
+    # --dir has no commit message: the refusal points at the flag, not at a trailer
+    assert "routes: 20 → 0 (−100 %), refused: pass --allow-delete routes" in refused.stderr
+    assert "Gitsync-Allow-Delete" not in refused.stderr
+    diff = run_gitsync("diff", *args[2:])
+    assert diff.returncode == 2 and "refused: pass --allow-delete routes" in diff.stdout, diff.stdout
     assert live_routes(apisix) == 20
-    assert run_gitsync(*args, "--allow-delete", "routes", "--allow-delete", "upstreams").returncode == 0
+    # the trailer takes kind names in any case; so does the flag
+    assert run_gitsync(*args, "--allow-delete", "ROUTES", "--allow-delete", "Upstreams").returncode == 0
     assert live_routes(apisix) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("message", [
+    "Gitsync-Allow-Delete: routes",  # the subject
+    "Retire the routes\n\nGitsync-Allow-Delete: routes was wrong last time",  # prose, not kind names
+    "Retire the routes\n\nGitsync-Allow-Delete: none of the routes please",
+    "Retire the routes\n\nGitsync-Allow-Delete: routes\n\nSee the ticket.",  # not the last paragraph
+])
+def test_only_a_trailer_as_git_reads_it_lets_a_deletion_through(once, remote_repo, apisix, message: str,
+                                                                 ) -> None:
+    remote_repo.commit({"conf/routes.yaml": route_file(20)}, "twenty routes")
+    assert once().returncode == 0 and live_routes(apisix) == 20
+    remote_repo.commit({"conf/routes.yaml": "routes: []\n"}, message)
+    refused = once()
+    assert refused.returncode == 1 and "failed at guard" in refused.stderr, refused.stderr
+    assert live_routes(apisix) == 20
+    remote_repo.commit({"conf/routes.yaml": "routes: []\n"},
+                       "Retire the routes\n\nGitsync-Allow-Delete: ROUTES, Upstreams")
+    assert once().returncode == 0 and live_routes(apisix) == 0
 
 
 def test_the_same_ids_on_both_sides_count_as_the_sets_would() -> None:

@@ -8,7 +8,7 @@ import sys
 from loguru import logger
 
 from gitsync import log as gslog
-from tests.support import gitsync_env
+from testkit.processes import gitsync_env
 
 CANARY = "canary-7f3a9e1b2c4d"
 
@@ -42,9 +42,9 @@ def test_canary_is_scrubbed_from_json_lines():
     lines = out.getvalue().splitlines()
     assert len(lines) == 3
     records = [json.loads(line) for line in lines]
-    assert records[0]["record"]["message"] == "connecting with token ***"
-    assert records[1]["record"]["extra"]["token"] == "***"
-    assert "bad credentials ***" in records[2]["text"]
+    assert records[0]["message"] == "connecting with token ***"
+    assert records[1]["token"] == "***"
+    assert "bad credentials ***" in records[2]["exception"]
     assert CANARY not in out.getvalue()
 
 
@@ -56,7 +56,7 @@ def test_secret_with_json_escapes_is_scrubbed_in_json_mode():
     logger.info("value {}", tricky)
     text = out.getvalue()
     assert tricky not in text and json.dumps(tricky)[1:-1] not in text
-    assert json.loads(out.getvalue())["record"]["message"] == "value ***"
+    assert json.loads(out.getvalue())["message"] == "value ***"
 
 
 def test_short_values_are_not_registered():
@@ -117,7 +117,7 @@ def test_cjson_spelling_of_a_secret_is_scrubbed_in_both_log_modes():
 
 
 def test_every_spelling_of_a_secret_is_masked():
-    """The spellings a message may give a value (issue 15): Lua's %q (a line break as backslash and
+    """The spellings a message may give a value: Lua's %q (a line break as backslash and
     newline), JSON with and without \\u escapes, cjson's \\/, Python's repr, URL encoding, each line
     of a multi-line value, and a JSON log line of any of them."""
     from urllib.parse import quote, quote_plus

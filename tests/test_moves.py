@@ -24,11 +24,12 @@ from gitsync.push.results import SyncStatus
 from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
 from gitsync.settings import Secret
-from gitsync.testing.apisix import ApisixDouble, Reply
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply
+from testkit.gitservers import git
+from testkit.processes import run_gitsync
 from testkit.profiles import examples
 from tests.agents import repo_url
-from tests.gitservers import git
-from tests.support import run_gitsync
 
 KEY = "test-admin-key"
 FAST = RetryPolicy(attempts=3, race_base=0.01, unavailable_base=0.01, cap=0.05)
@@ -227,6 +228,7 @@ def test_the_cli_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDo
     assert "moved-key-31" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_status_file_says_a_two_step_apply_happened(tmp_path: Path, apisix: ApisixDouble, git_daemon,
                                                         remote_repo) -> None:
     remote_repo.commit({"consumers.yaml": "consumers:\n  - username: rose\n    plugins:\n      key-auth:\n"

@@ -131,6 +131,7 @@ def test_a_render_on_workers_equals_one_on_one_cpu(workers, prepared, parent_idl
     assert_gone(workers)
 
 
+@pytest.mark.slow
 def test_this_process_and_the_workers_share_the_chunks(workers, prepared) -> None:
     files = encoded(REPO)
     cache = ParseCache()
@@ -154,6 +155,7 @@ def test_problems_are_the_same_whoever_found_them(workers, parent_idle) -> None:
     assert any("routes/r009.yaml:" in t and "limit-count" in t for t in texts)
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_costs_nothing_but_its_share(workers, prepared, monkeypatch) -> None:
     def die(chunks, claims, *rest) -> int:
         for _ in parallel._claimed(claims):
@@ -170,6 +172,7 @@ def test_a_worker_that_dies_costs_nothing_but_its_share(workers, prepared, monke
     assert_gone(workers)
 
 
+@pytest.mark.slow
 def test_a_worker_that_hangs_is_killed_and_its_files_parsed_by_the_render(workers, monkeypatch) -> None:
     def hang(chunks, claims, *rest) -> int:
         for _ in parallel._claimed(claims):
@@ -186,6 +189,7 @@ def test_a_worker_that_hangs_is_killed_and_its_files_parsed_by_the_render(worker
     assert_gone(workers)
 
 
+@pytest.mark.slow
 def test_a_damaged_hand_back_is_ignored(workers, parent_idle, monkeypatch) -> None:
     def scribble(chunks, claims, out, *rest) -> int:
         for _ in parallel._claimed(claims):
@@ -242,6 +246,7 @@ def test_a_small_render_forks_nothing(monkeypatch) -> None:
     assert render(files, OPTIONS, memo=ParseCache()).payload["routes"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["fork", "hand-back file", "pipe"])
 def test_no_worker_to_be_had_leaves_the_render_to_this_process(failure, workers, prepared,
                                                                monkeypatch) -> None:
@@ -257,6 +262,7 @@ def test_no_worker_to_be_had_leaves_the_render_to_this_process(failure, workers,
     assert cache.parses == len(files) and workers == []
 
 
+@pytest.mark.slow
 def test_workers_reaped_by_the_system_are_not_waited_for(workers, parent_idle) -> None:
     previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they end
     try:
@@ -269,6 +275,7 @@ def test_workers_reaped_by_the_system_are_not_waited_for(workers, parent_idle) -
     assert cache.parses == len(files)
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_big_file_is_given_the_time_it_needs() -> None:
     # this process parsed 1 MB in a second; a worker may still be on the largest chunk, 3 MB
     assert parallel._patience(1.0, 1_000_000, 3_000_000, 6_000_000) >= 12
@@ -306,6 +313,7 @@ def test_a_forked_child_gets_a_lua_lock_of_its_own() -> None:
     assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0
 
 
+@pytest.mark.slow
 def test_what_a_worker_runs_imports_nothing_more() -> None:
     """A worker forked from a threaded process should take no lock another thread may hold: an import
     takes one. What `prepare` runs is imported with the module (every kind, every check), but for

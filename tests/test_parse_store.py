@@ -17,8 +17,8 @@ from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import SUFFIX, ParseStore, decode
+from testkit.processes import run_gitsync
 from tests.agents import ADMIN_KEY, repo_url
-from tests.support import run_gitsync
 
 CONFIGS = "/apisix/admin/configs"
 

@@ -9,9 +9,9 @@ import pytest
 
 from gitsync.problems import ProblemsError
 from gitsync.render import LastGood, RenderOptions, render
+from testkit.gitservers import git
+from testkit.processes import run_gitsync
 from tests.agents import ADMIN_KEY, repo_url
-from tests.gitservers import git
-from tests.support import run_gitsync
 
 UPSTREAMS = """upstreams:
   - id: u1

@@ -18,17 +18,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
+from gitsync.ownership import Claim, Ownership
 from gitsync.push.admin_api import Endpoint, Gateway, LiveConfig
 from gitsync.push.apply import RetryPolicy, push, sync_gateway
-from gitsync.push.plan import MANAGE_ALL, Policy, items_equal
+from gitsync.push.plan import MANAGE_ALL, Desired, Policy, items_equal
 from gitsync.push.results import GatewayResult, SyncStatus
 from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import RenderOptions, render
+from gitsync.render.compose import Part, compose, facts_of
 from gitsync.settings import Secret
 from gitsync.source.directory import read_directory
-from gitsync.testing.apisix import ApisixDouble, Reply
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply
+from testkit.processes import free_port, run_gitsync
 from testkit.profiles import examples
-from tests.support import free_port, run_gitsync
+from tests.renders import rendered_alone
 
 KEY = "test-admin-key"
 FAST = RetryPolicy(attempts=3, race_base=0.01, unavailable_base=0.01, cap=0.05)
@@ -505,6 +509,48 @@ def test_deadlock_matrix(shared_apisix: ApisixDouble, data: st.DataObject, unman
         else:
             assert items_equal(desired[kind], after.get(kind)), kind
     assert after["plugins_conf_version"] == before["plugins_conf_version"]
+
+
+LABELLED = ("routes", "services", "upstreams")  # kinds whose items carry labels: split between sources
+
+
+@pytest.mark.slow
+@examples(1)
+@given(data=st.data(), count=st.integers(2, 3))
+def test_deadlock_matrix_with_several_sources(shared_apisix: ApisixDouble, data: st.DataObject,
+                                              count: int) -> None:
+    """Whatever the gateway holds, one sync of a composition of sources with random ownerships (each
+    kind whole to one source, or split between them by a label) is accepted at once."""
+    double = shared_apisix
+    for key in VERSIONED_KEYS:
+        items = data.draw(live_items(key), label=key) if key in KINDS else None
+        double.out_of_band(key, items, version=data.draw(VERSIONS, label=version_key(key)))
+    claims: list[list[Claim]] = [[] for _ in range(count)]
+    payloads: list[dict[str, list[dict[str, Any]]]] = [{} for _ in range(count)]
+    for kind in KINDS:
+        items = data.draw(repo_items(kind), label=f"repo {kind}")
+        if kind in LABELLED and data.draw(st.booleans(), label=f"split {kind}"):
+            for number in range(count):
+                claims[number].append(Claim((kind,), None, (("team", f"t{number}"),)))
+            for item in items:
+                number = data.draw(st.integers(0, count - 1), label=f"owner of {kind} item")
+                payloads[number].setdefault(kind, []).append({**item, "labels": {"team": f"t{number}"}})
+        else:
+            number = data.draw(st.integers(0, count - 1), label=f"owner of {kind}")
+            claims[number].append(Claim((kind,)))
+            payloads[number][kind] = items
+    owners = [(f"s{n}", Ownership(tuple(c))) for n, c in enumerate(claims)]
+    parts = [Part(name, "0" * 40, rendered_alone(payload), owns)
+             for (name, owns), payload in zip(owners, payloads, strict=True)]
+    assert not [p for part in parts for p in facts_of(part, owners).problems]
+    composed = compose(parts)
+    result = sync(double, Desired.of(composed.payload, MANAGE_ALL, composed.contents, composed.ids,
+                                     composed.splits))
+    assert result.ok, (result.error, [str(p) for p in result.problems])
+    assert result.attempts == 1
+    after = double.config()
+    for kind in KINDS:
+        assert items_equal(composed.payload.get(kind, []), after.get(kind)), kind
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gitsync.kinds import KINDS, VERSIONED_KEYS, item_id, version_key
+from gitsync.ownership import Claim, Ownership
 from gitsync.push.plan import (
     VERSION_LIMIT,
     Desired,
@@ -35,9 +36,11 @@ from gitsync.push.plan import (
     normalize,
     plan,
 )
+from gitsync.render.compose import Part, compose, facts_of
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.cjson import round_numbers
 from testkit.profiles import examples
+from tests.renders import rendered_alone
 
 
 class Stale(Exception):
@@ -353,6 +356,13 @@ def repos(draw: st.DrawFn) -> dict[str, list[dict[str, Any]]]:
 @examples(2.5)
 @given(stored=gateway_states(), desired=repos(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=3))
 def test_any_live_state_converges_without_rejection(stored, desired, unmanaged) -> None:
+    converges(stored, desired, unmanaged)
+
+
+def converges(stored: dict[str, Any], desired: dict[str, list[dict[str, Any]]],
+              unmanaged: frozenset[str]) -> None:
+    """One plan and PUT bring a gateway holding `stored` to `desired` without a rejection, serve what
+    changed, keep modifiedIndex with content, and leave nothing to do."""
     policy = Policy(unmanaged)
     gateway = Gateway(stored)
     live = gateway.get()
@@ -386,6 +396,71 @@ def test_any_live_state_converges_without_rejection(stored, desired, unmanaged) 
     assert not plan(desired, seen, policy).changes
     # the plan did not mutate its inputs
     assert copy.deepcopy(desired) == desired
+
+
+# Several sources, one payload: each source owns items of some kinds (all of a kind, or those with its
+# id prefix), may declare some it does not own, and the composition of the sources whose items are
+# all theirs converges like one repo.
+
+
+@st.composite
+def ownerships(draw: st.DrawFn) -> list[Ownership]:
+    """2 to 4 sources; each kind unowned, owned whole by one source, or split by prefix among some."""
+    count = draw(st.integers(2, 4))
+    claims: list[list[Claim]] = [[] for _ in range(count)]
+    for kind in KINDS:
+        mode = draw(st.sampled_from(["none", "whole", "split"]))
+        if mode == "whole":
+            claims[draw(st.integers(0, count - 1))].append(Claim((kind,)))
+        elif mode == "split":
+            for number in draw(st.sets(st.integers(0, count - 1), min_size=1)):
+                claims[number].append(Claim((kind,), f"s{number}-"))
+    return [Ownership(tuple(c)) for c in claims]
+
+
+@st.composite
+def sources(draw: st.DrawFn) -> list[tuple[str, Ownership, dict[str, list[dict[str, Any]]]]]:
+    """Sources with random ownerships, each declaring items of its own (and, now and then, not its own)."""
+    made = []
+    for number, owns in enumerate(draw(ownerships())):
+        payload: dict[str, list[dict[str, Any]]] = {}
+        for kind in draw(st.lists(st.sampled_from(KINDS), unique=True, max_size=4)):
+            key = "username" if kind == "consumers" else "id"
+            own = [claim.prefix or "" for claim in owns.claims if kind in claim.kinds]
+            prefixes = [*own, "s9-"] if draw(st.integers(0, 4)) == 0 else own  # s9-: nobody's
+            if prefixes:
+                names = draw(st.lists(st.tuples(st.sampled_from(prefixes), IDS, FIELDS), max_size=3,
+                                      unique_by=lambda drawn: drawn[0] + drawn[1]))
+                payload[kind] = [{key: prefix + name, **fields} for prefix, name, fields in names]
+        made.append((f"s{number}", owns, payload))
+    return made
+
+
+@pytest.mark.slow
+@examples(2)
+@given(stored=gateway_states(), drawn=sources(), unmanaged=st.frozensets(st.sampled_from(KINDS), max_size=2))
+def test_several_sources_with_random_ownerships_compose_and_converge_without_rejection(
+        stored, drawn, unmanaged) -> None:
+    others = [(name, owns) for name, owns, _ in drawn]
+    parts = []
+    for name, owns, payload in drawn:
+        part = Part(name, "0" * 40, rendered_alone(payload), owns)
+        refused = {(p.kind, p.id) for p in facts_of(part, others).problems}
+        assert refused == {(kind, item_id(kind, item)) for kind, items in payload.items() for item in items
+                           if not owns.owns(kind, item_id(kind, item), item)}
+        if not refused:  # a source declaring what it does not own stays out (at its last good commit)
+            parts.append(part)
+    composed = compose(parts)
+    for kind, items in composed.payload.items():  # one owner each, in the sources' order
+        owners = [next(n for n, owns in others if owns.owns(kind, item_id(kind, i), i)) for i in items]
+        assert owners == sorted(owners, key=[n for n, _ in others].index)
+        assert len({item_id(kind, i) for i in items}) == len(items)
+        assert composed.ids[kind] == [item_id(kind, i) for i in items]
+        assert composed.contents[kind] == [c for p in parts for c in p.rendered.contents.get(kind, ())]
+    converges(stored, composed.payload, unmanaged)
+    prepared = Desired.of(composed.payload, Policy(unmanaged), composed.contents, composed.ids,
+                          composed.splits)
+    assert prepared.digest == Desired.of(composed.payload, Policy(unmanaged)).digest
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -1,4 +1,4 @@
-"""render(): every error class of issue 4 at its exact file:line:col, layering, substitution, caching."""
+"""render(): every error class of the repo format at its file:line:col, layering, substitution, caching."""
 
 from __future__ import annotations
 
@@ -495,7 +495,7 @@ def test_sops_seam_decrypts_registers_and_reports():
         "s.sops.yaml:1:1: cannot decrypt: MAC mismatch for ***"]
 
 
-# --- hardening (issue 15) ----------------------------------------------------------------------------------
+# --- hostile and careless input --------------------------------------------------------------------------
 
 
 def test_every_reference_a_plugin_or_kind_holds_is_checked():

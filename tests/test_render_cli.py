@@ -13,14 +13,15 @@ import pytest
 from gitsync.render import RenderOptions, payload_json, render
 from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble
-from tests.gitservers import BareRepo, GitDaemon, git
-from tests.support import ROOT, run_gitsync
+from testkit.gitservers import BareRepo, GitDaemon, git
+from testkit.processes import ROOT, run_gitsync
 
 SAMPLE = ROOT / "sample-repo"
 TOKEN = "vault-token-for-tests"
 WITH_TOKEN = {"GITSYNC_SECRET_VAULT_TOKEN": TOKEN}
 
 
+@pytest.mark.slow
 def test_validate_sample_repo_passes_with_its_secret():
     result = run_gitsync("validate", "--dir", str(SAMPLE), env=WITH_TOKEN)
     assert result.returncode == 0, result.stderr
@@ -105,7 +106,7 @@ def test_the_double_accepts_the_rendered_sample_payload():
             [item.get("id", item.get("username")) for item in items]
 
 
-# --- hardening (issue 15) ----------------------------------------------------------------------------------
+# --- hostile and careless input --------------------------------------------------------------------------
 
 ROUTE = "routes:\n  - id: r1\n    uri: /a\n    upstream: {nodes: {'127.0.0.1:1980': 1}}\n"
 THEN = "nothing in it is applied (its items are pruned from the gateways)"
@@ -127,6 +128,7 @@ def test_validate_skips_a_fifo_and_links_with_a_warning_each_and_never_hangs(tmp
                             f"skipped x.yaml: not a regular file (a FIFO, socket or device); {THEN}"]
 
 
+@pytest.mark.slow
 def test_file_names_with_a_newline_or_bytes_that_are_not_utf8_print_quoted_on_one_line(tmp_path: Path):
     (tmp_path / "bad\nname.yaml").write_text("routes: [\n")
     with open(os.fsencode(tmp_path) + b"/caf\xe9.yaml", "wb") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -104,6 +105,7 @@ def test_cache_is_keyed_by_git_blob_sha_and_bounded():
 @examples(15)
 @given(st.one_of(st.text(max_size=12), st.from_regex(r"[-+.0-9eE_xXoObBa-fA-F:~<=nNtTfFuUlrs ]{0,12}",
                                                      fullmatch=True)))
+@pytest.mark.slow
 @example("")
 @example("~")
 @example("null")

@@ -24,11 +24,13 @@ PROPERTY = examples(0.6)
 FIELDS = ["id", "username", "uri", "uris", "upstream_id", "service_id", "plugin_config_id", "group_id",
           "plugins", "upstream", "nodes", "host", "port", "weight", "cert", "key", "snis", "sni", "certs",
           "keys", "type", "token", "prefix", "content", "server_port", "desc", "labels", "key-auth",
-          "proxy-rewrite", "limit-count", "modifiedIndex", "routes_conf_version", "sops", "<<", "route"]
+          "proxy-rewrite", "limit-count", "modifiedIndex", "routes_conf_version", "sops", "<<", "route",
+          "$patch"]
 TEXTS = ["r1", "u1", "s1", "jack", "jack/credentials/k1", "vault/main", "vault/a/b", "${{ vars.HOST }}",
          "${{ secrets.TOKEN }}", "${{ vars.NOPE }}", "$${{ x }}", "${{ broken", "$secret://vault/main/a/b",
          "$secret://", "$env://HOME", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-         "", " ", "0", "1.5", "true", "null", "a b", "*", "&x", "%", "#END", "x" * 70, "\u00e9\u2603"]
+         "", " ", "0", "1.5", "true", "null", "a b", "*", "&x", "%", "#END", "x" * 70, "\u00e9\u2603",
+         "merge"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
                     st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(TEXTS),
@@ -248,3 +250,34 @@ def test_a_file_of_several_kinds_in_any_order_follows_the_last_render() -> None:
     assert rendered.payload == fresh.payload and rendered.contents == fresh.contents
     assert [str(rendered.source_map.location("routes", i)) for i in range(3)] == \
         [str(fresh.source_map.location("routes", i)) for i in range(3)]
+
+
+@pytest.mark.parametrize("declared", [b"checks:\n  - {name: c1, request: {path: /a}, retries: 0}\n",
+                                      b"secret_fields: [my-plugin.conf.token]\n"])
+def test_a_file_that_holds_or_held_checks_or_secret_fields_is_rendered_in_full(declared: bytes) -> None:
+    """Health checks and secret fields are the repo's, not the payload's: a commit changing a file that
+    declares them, or did in the last render, is rendered in full, so a declaration taken out is gone;
+    a commit changing another file still follows the last render and keeps them."""
+    import gitsync.render.memo.incremental as incremental
+
+    upstreams = b"upstreams:\n  - {id: u1, type: roundrobin, nodes: {'127.0.0.1:80': 1}}\n"
+    routes = b"routes:\n  - {id: r1, uri: /a, upstream_id: u1}\n"
+    files = {"up.yaml": upstreams, "a.yaml": routes + declared,
+             "b.yaml": b"routes:\n  - {id: r2, uri: /b, upstream_id: u1}\n"}
+    cache = ParseCache()
+    held = render(files, RenderOptions(), cache)
+    assert held.checks or held.secret_rules
+    followed: list[Any] = []
+    with pytest.MonkeyPatch.context() as patch:
+        real = incremental.render_next
+        patch.setattr("gitsync.render.memo.cache.render_next", lambda *args: followed.append(real(*args)) or
+                      followed[-1])
+        files["b.yaml"] = files["b.yaml"].replace(b"/b", b"/bb")  # another file: from the last render
+        kept = render(files, RenderOptions(), cache)
+        files["a.yaml"] = routes.replace(b"/a", b"/aa")  # the declaration taken out, an item changed
+        gone = render(files, RenderOptions(), cache)
+    assert [made for made, _ in followed[:1]] == [kept] and followed[1] is None  # the second: in full
+    assert (kept.checks, kept.secret_rules) == (held.checks, held.secret_rules)
+    fresh = render(files, RenderOptions(), ParseCache())
+    assert not fresh.checks and not fresh.secret_rules
+    assert (gone.payload, gone.checks, gone.secret_rules) == (fresh.payload, fresh.checks, fresh.secret_rules)

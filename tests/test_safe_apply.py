@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream, wait_for
-from tests.gitservers import git
-from tests.support import free_port, run_gitsync
+from testkit.gitservers import git
+from testkit.processes import free_port, run_gitsync, wait_for
+from tests.agents import ADMIN_KEY, ROLLBACK_BOUND, config, repo_url, upstream
 
 
 @pytest.fixture
@@ -86,6 +86,33 @@ def test_sync_once_rolls_back_and_exits_1(tmp_path, git_daemon, remote_repo, for
         assert result.returncode == 1
         assert "failed at health" in result.stderr and "check orders-answer failed" in result.stderr
         assert forwarding.config()["upstreams"][0]["nodes"] == {good_node: 1} and served(forwarding) == 200
+
+
+@pytest.mark.slow
+def test_sync_once_dir_with_a_failed_check_exits_1_as_with_repo(tmp_path, forwarding):
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    conf = tmp_path / "conf"
+    args = ["sync", "--once", "--dir", str(conf), "--gateway", forwarding.url, "--proxy-url",
+            forwarding.proxy_url, "--admin-key-file", str(key)]
+
+    def write(node: str) -> None:
+        for name, text in config(node).items():
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(text)
+
+    with upstream() as good_node:
+        write(good_node)
+        passed = run_gitsync(*args)
+        assert passed.returncode == 0, passed.stdout + passed.stderr
+        assert "checks: 1 passed" in passed.stdout
+    write(f"127.0.0.1:{free_port()}")  # nothing listens there: the data plane answers 502
+    failed = run_gitsync(*args)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "checks: 0 passed, 1 failed" in failed.stdout and "check orders-answer failed" in failed.stderr
+    write(f"127.0.0.1:{free_port()}")  # checks run after a push that changed something
+    reported = run_gitsync(*args, "--on-check-failure", "report")
+    assert reported.returncode == 0 and "checks: 0 passed, 1 failed" in reported.stdout
 
 
 @pytest.mark.slow

@@ -15,11 +15,11 @@ import pytest
 from ruamel.yaml import YAML
 
 from gitsync.testing.apisix import ApisixDouble
+from testkit.gitservers import BareRepo, GitDaemon, git
+from testkit.processes import run_gitsync
 from tests import vaultrefs
-from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
-from tests.support import run_gitsync
 from tests.vaultserver import VaultServer
 
 READ_POLICY = 'path "kv/apisix/*" { capabilities = ["read"] }'

@@ -19,7 +19,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,14 +37,15 @@ from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import SUFFIX
-from gitsync.testing.apisix import ApisixDouble, Reply, json_body
+from gitsync.testing.apisix import ApisixDouble
+from gitsync.testing.http import Reply, json_body
 from gitsync.writeback.notes import render_section
 from gitsync.writeback.wire import FailureNote, summary_text
+from testkit.gitservers import BareRepo, GitDaemon, git
+from testkit.processes import free_port, gitsync_env, run_gitsync, wait_for
 from testkit.profiles import examples
-from tests.gitservers import BareRepo, GitDaemon, git
 from tests.leaks import Canary, git_objects
 from tests.sopsfiles import AgeKey, encrypt
-from tests.support import free_port, gitsync_env, run_gitsync
 
 CANARY = Canary(f"cnry/{secrets.token_hex(6)}+{secrets.token_hex(6)}")
 ADMIN_KEY = Canary(f"admin-{secrets.token_hex(10)}")  # the gateway's key: the X-API-KEY header only
@@ -340,12 +340,16 @@ class Daemon:
         except (OSError, ValueError):
             return {}
 
-    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while not check(self.state()):
+    def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60) -> None:
+        """`check` of the daemon's state file, while the daemon runs (its log in the failure)."""
+        def holds() -> bool:
             assert self.process.poll() is None, self.stderr.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"daemon: no {what}: {self.stderr.read_text()[-3000:]}"
-            time.sleep(0.05)
+            return check(self.state())
+
+        try:
+            wait_for(holds, timeout, f"daemon: {what}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.stderr.read_text()[-3000:]}") from None
 
     def scrape(self) -> str:
         with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", trust_env=False, timeout=5) as client:

@@ -7,7 +7,7 @@ import pytest
 from gitsync import settings as gs
 from gitsync.log import redact
 from gitsync.settings import Secret, SettingsError, load
-from tests.support import ROOT, run_gitsync
+from testkit.processes import ROOT, run_gitsync
 
 
 def write(tmp_path: Path, text: str, name: str = "gitsync.toml") -> Path:

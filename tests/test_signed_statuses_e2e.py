@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.agents import ADMIN_KEY, config, repo_url, upstream, wait_for
-from tests.gitservers import git
+from testkit.gitservers import git
+from testkit.processes import wait_for
+from tests.agents import ADMIN_KEY, config, repo_url, upstream
 from tests.test_fleet_attacks import forge, go_ahead, nodes
 
 SOAK = 2.0

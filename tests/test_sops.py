@@ -359,7 +359,7 @@ def test_bad_key_material_is_refused_without_echoing_it(tmp_path):
 @pytest.mark.slow
 def test_sops_files_render_through_the_cli_with_the_hosts_age_key(tmp_path, key, other_key):
     """`gitsync render --dir` decrypts a SOPS file with --age-key-file; values masked unless asked."""
-    from tests.support import run_gitsync
+    from testkit.processes import run_gitsync
 
     token = "canary-vault-token-93f1c"
     repo = tmp_path / "repo"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gitsync.agent.sync import Agent
@@ -34,7 +34,10 @@ def base() -> dict[str, list[dict[str, Any]]]:
 
 
 # An edit of the repo: (what, which file, a number that picks the item or value).
-KINDS_OF_EDIT = ["uri", "add", "remove", "dangling", "syntax", "template", "move", "revert"]
+KINDS_OF_EDIT = ["uri", "add", "remove", "dangling", "syntax", "template", "move", "revert", "check",
+                 "uncheck"]
+#: The files' health checks (file → its checks), held beside its routes.
+CHECKED = "checked"
 EDITS = st.tuples(st.sampled_from(KINDS_OF_EDIT), st.sampled_from(FILES),
                   st.integers(min_value=0, max_value=5))
 
@@ -43,6 +46,10 @@ def apply_edit(files: dict[str, Any], edit: tuple[str, str, int], serial: int) -
     """The repo after one edit (files: path → list of routes, or raw text for a broken file)."""
     what, name, n = edit
     files = {k: (list(v) if isinstance(v, list) else v) for k, v in files.items()}
+    if what in ("check", "uncheck"):  # a route changes too, so the push runs the checks the repo has
+        checked = {k: v for k, v in files.get(CHECKED, {}).items() if k != name}
+        files[CHECKED] = {**checked, name: [check(serial, n)]} if what == "check" else checked
+        what = "uri"
     routes = files.get(name)
     if not isinstance(routes, list):
         routes = files[name] = [route(f"n{serial}", f"/n{serial}")]
@@ -66,19 +73,30 @@ def apply_edit(files: dict[str, Any], edit: tuple[str, str, int], serial: int) -
     return files
 
 
+def check(serial: int, n: int) -> dict[str, Any]:
+    """A health check that passes (the gateway answers 404 where no route is) or, for odd `n`, fails."""
+    return {"name": f"c{serial}", "request": {"path": "/nowhere"},
+            "expect": {"status": 200 if n % 2 else 404}, "retries": 0, "timeout": "1s"}
+
+
 def file_bytes(files: dict[str, Any]) -> dict[str, str]:
     out = {"upstreams.yaml": json.dumps({"upstreams": [UPSTREAM]})}
+    checked = files.get(CHECKED, {})
     for name, value in files.items():
-        out[name] = value if isinstance(value, str) else json.dumps({"routes": value}, indent=1)
+        if name == CHECKED:
+            continue
+        checks = {"checks": checked[name]} if name in checked else {}
+        out[name] = value if isinstance(value, str) else json.dumps({"routes": value, **checks}, indent=1)
     return out
 
 
-def status_of(agent: Agent, outcome: Any) -> dict[str, Any]:
+def status_of(agent: Agent, outcome: Any, gateway: ApisixDouble) -> dict[str, Any]:
+    """The status the agent reports, and the outcome's result, stage and problems (each agent has a
+    gateway of its own: its URL is left out)."""
     report = agent._report(outcome).to_dict()
     report.pop("time"), report.pop("duration")
-    for gateway in report["gateways"]:
-        gateway.pop("url")  # each agent has a gateway of its own
-    return report
+    report["outcome"] = [outcome.result, outcome.stage, outcome.problems]
+    return json.loads(json.dumps(report, default=str).replace(gateway.url, "<gateway>"))
 
 
 _repos = itertools.count()
@@ -87,6 +105,7 @@ _repos = itertools.count()
 @pytest.mark.slow
 @examples(0.1)
 @given(st.lists(EDITS, min_size=1, max_size=8))
+@example([("check", "a.yaml", 1), ("uncheck", "a.yaml", 0)])  # checks taken out of a file that holds routes
 def test_the_fast_path_and_the_plain_path_push_the_same_bytes(edits: list[tuple[str, str, int]]) -> None:
     with tempfile.TemporaryDirectory(prefix="gitsync-speed-") as tmp, \
             ApisixDouble("speed-key") as fast_gw, ApisixDouble("speed-key") as plain_gw:
@@ -98,8 +117,9 @@ def test_the_fast_path_and_the_plain_path_push_the_same_bytes(edits: list[tuple[
 
         def agent(gateway: ApisixDouble, name: str, parse_cache: bool) -> Agent:
             return Agent(load({"repo": str(repo.path), "gateways": [gateway.url],
-                               "admin_key_file": str(root / "key"), "state_dir": str(root / name),
-                               "writeback": "off", "parse_cache": parse_cache, "vars": {"TEAM": "t"}},
+                               "proxy_urls": [gateway.proxy_url], "admin_key_file": str(root / "key"),
+                               "state_dir": str(root / name), "writeback": "off", "parse_cache": parse_cache,
+                               "vars": {"TEAM": "t"}},
                               config="/dev/null", env={}))
 
         fast, plain = agent(fast_gw, "fast", True), agent(plain_gw, "plain", False)
@@ -112,8 +132,7 @@ def test_the_fast_path_and_the_plain_path_push_the_same_bytes(edits: list[tuple[
                     gone = {name: None for name in FILES if name not in files}
                     repo.commit({**file_bytes(files), **gone}, f"edit {serial}: {edit}")
                 one, other = fast.sync_once(), plain.sync_once()
-                assert (one.result, one.stage, one.problems) == (other.result, other.stage, other.problems)
-                assert status_of(fast, one) == status_of(plain, other)
+                assert status_of(fast, one, fast_gw) == status_of(plain, other, plain_gw)
                 assert fast_gw.put_bodies == plain_gw.put_bodies  # byte for byte, in the same order
             assert plain.cache.parses >= fast.cache.parses
         finally:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from tests.support import run_gitsync
+from testkit.processes import run_gitsync
 from tests.test_push import ROUTES
 
 KEY = "test-admin-key"

@@ -4,9 +4,6 @@ rules one by one, fast."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import deque
 
 import httpx
@@ -17,11 +14,11 @@ from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.render import render
 from gitsync.settings import Secret, SettingsError
 from gitsync.web import auth
-from gitsync.web.catalog import Catalog, paginate
+from gitsync.web.catalog import Catalog, paginate, written_lines
 from gitsync.web.html import Markup, esc, tag
 from gitsync.web.links import Links
 from gitsync.web.pages import problem
-from tests.support import ROOT, gitsync_env
+from testkit.processes import run_bench
 
 SECRET_FILE = """consumers:
   - username: carol
@@ -54,20 +51,20 @@ def catalog() -> Catalog:
 
 
 def test_markup_concatenation_escapes_what_is_not_markup():
-    assert esc('<a href="x">') == "&lt;a href=&quot;x&quot;&gt;"
+    assert esc('<a href="x">') == "&lt;a href=&#34;x&#34;&gt;" and esc(None) == ""
     joined = tag("b", "x") + '<img src=x onerror="y">'
-    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&quot;y&quot;&gt;'
+    assert isinstance(joined, Markup) and joined == '<b>x</b>&lt;img src=x onerror=&#34;y&#34;&gt;'
     assert "<p>" + tag("i", "<") == "&lt;p&gt;<i>&lt;</i>"
-    assert tag("input", value='"><script>') == '<input value="&quot;&gt;&lt;script&gt;">'
+    assert tag("input", value='"><script>') == '<input value="&#34;&gt;&lt;script&gt;">'
 
 
-def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
+def test_an_items_lines_are_shown_with_every_secret_masked_where_it_is_written(catalog):
     carol = catalog.detail("consumers", "carol")
     assert carol is not None and carol.reformatted is None
     assert carol.written == (
         (2, "  - username: carol"),
         (3, "    plugins:"),
-        (4, '      basic-auth: {username: carol, password: "***"'),  # the leftmost cut hides the rest
+        (4, '      basic-auth: {username: carol, password: "***", other: x}'),  # the value only
         (5, "      jwt-auth:"),
         (6, '        key: "***"'),
         (7, '        secret: "***"'),  # its two lines dropped
@@ -77,10 +74,122 @@ def test_an_items_lines_are_shown_with_every_secret_cut(catalog):
     for secret in ("pw-one-1234", "carol-key", "line-one", "line-two"):
         assert secret not in text
     dave = catalog.detail("consumers", "dave")
-    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"')
+    assert dave is not None and dave.written[-1] == (14, '      key-auth: {key: "***"}')
     upstream = catalog.detail("upstreams", "u1")
     assert upstream is not None and "url-password-9" not in str(upstream.written) + upstream.pushed
     assert "http://user:***@example.com/x" in str(upstream.written)
+
+
+UPSTREAM = b'upstreams:\n  - id: u1\n    nodes:\n      "127.0.0.1:1980": 1\n'
+TWO_ROUTES = ("routes:\n  - id: a\n    uri: /a\n    upstream_id: u1\n"
+              "  - id: b\n    uri: /b\n    upstream_id: u1\n")
+PRETTY_JSON = """{
+  "routes": [
+    {
+      "id": "a",
+      "uri": "/a",
+      "upstream_id": "u1"
+    },
+    {
+      "id": "b",
+      "uri": "/b",
+      "upstream_id": "u1"
+    }
+  ]
+}
+"""
+#: One file in each layout an item's lines may take; the item pages must show from an excerpt of the
+#: file what they show from the whole file. The value: the file, and how many of its items an excerpt
+#: cannot stand for (the whole file is then read: its positions and value spans once, then kept, and
+#: its content).
+LAYOUTS = {
+    "block.yaml": (SECRET_FILE.replace("upstreams:\n  - id: u1", """routes:
+  - id: r1
+    uri: /r1
+    upstream_id: u1
+    desc: |
+      two
+      lines
+
+  # next
+  - id: r2
+    uri: /r2   # a comment
+    upstream_id: u1
+upstreams:
+  - id: u2"""), 0),
+    "zero-indent.yaml": (TWO_ROUTES.replace("\n  ", "\n"), 0),
+    "docs.yaml": ("routes:\n  - id: a\n    uri: /a\n    upstream_id: u1\n---\n# two\nroutes:\n  - id: b\n"
+                  "    uri: /b\n    upstream_id: u1\n...\n---\nconsumers:\n  - username: erin\n"
+                  "    plugins:\n      key-auth:\n        key: erin-key-9\n", 0),
+    "crlf.yaml": (TWO_ROUTES.replace("\n", "\r\n"), 0),
+    "flow-in-block.yaml": ("routes:\n  - {id: a, uri: /a,\n     upstream_id: u1}\n"
+                           "  - {id: b, uri: /b, upstream_id: u1}\n", 0),
+    "one-line.json": (" ".join(PRETTY_JSON.split()), 0),
+    "pretty.json": (PRETTY_JSON, 1),
+    "flow-lines.yaml": ("routes: [\n  {id: a, uri: /a, upstream_id: u1},\n"
+                        "  {id: b, uri: /b, upstream_id: u1}\n]\n", 1),
+    "dash-alone.yaml": ("routes:\n-\n  id: a\n  uri: /a\n  upstream_id: u1\n-\n  id: b\n  uri: /b\n"
+                        "  upstream_id: u1\n", 2),
+    "lone-cr.yaml": (TWO_ROUTES.replace("\n", "\r"), 2),
+}
+
+
+def whole_file_reads(monkeypatch, data: bytes) -> list[int]:
+    """Each time the catalog parses a file of `data`'s size, whole (for positions or content)."""
+    from gitsync.web import catalog as catalog_module
+
+    reads: list[int] = []
+    for name in ("positions", "value_spans", "parse"):
+        real = getattr(catalog_module, name)
+
+        def spy(given: bytes, real=real):  # type: ignore[no-untyped-def]
+            if len(given) == len(data):
+                reads.append(len(given))
+            return real(given)
+
+        monkeypatch.setattr(catalog_module, name, spy)
+    return reads
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_an_item_page_shows_from_an_excerpt_what_the_whole_file_shows(name, monkeypatch):
+    text, fallen_back = LAYOUTS[name]
+    data = text.encode()
+    files = {"u.yaml": UPSTREAM, name: data}
+    rendered = render(files)
+    expected = {(kind, source.id): written_lines(data, kind, source, rendered.secret_values)
+                for kind, sources in rendered.source_map.lists().items() for source in sources
+                if source.file == name}
+    assert len(expected) >= 2
+    reads = whole_file_reads(monkeypatch, data)
+    catalog = Catalog("0" * 40, rendered, files)
+    for (kind, ident), lines in expected.items():
+        detail = catalog.detail(kind, ident)
+        assert detail is not None
+        if lines is None:
+            assert detail.written == () and detail.reformatted is not None, (kind, ident)
+        else:
+            assert detail.written == tuple(lines), (kind, ident)
+    assert len(reads) == (2 + fallen_back if fallen_back else 0), reads  # places once, content each
+    if name == "block.yaml":
+        text = str([catalog.detail("consumers", who).written for who in ("carol", "dave")])
+        assert "pw-one-1234" not in text and "carol-key" not in text and "dave-key-5678" not in text
+
+
+def test_an_item_page_of_a_large_file_parses_its_own_lines_only(monkeypatch):
+    """2,000 routes in one file: every item page cuts its route's lines; the file is never parsed
+    whole, whichever routes are asked for and in whatever order."""
+    data = b"routes:\n" + b"".join(b"  - id: r%d\n    uri: /r%d\n    upstream_id: u1\n    plugins:\n"
+                                    b"      key-auth: {}\n" % (n, n) for n in range(2000))
+    files = {"u.yaml": UPSTREAM, "routes.yaml": data}
+    catalog = Catalog("0" * 40, render(files), files)
+    reads = whole_file_reads(monkeypatch, data)
+    for n in (1999, 0, 1000, 7, 1000):
+        detail = catalog.detail("routes", f"r{n}")
+        assert detail is not None and detail.written == (
+            (2 + 5 * n, f"  - id: r{n}"), (3 + 5 * n, f"    uri: /r{n}"), (4 + 5 * n, "    upstream_id: u1"),
+            (5 + 5 * n, "    plugins:"), (6 + 5 * n, "      key-auth: {}"))
+    assert reads == []
 
 
 def test_items_sharing_their_lines_are_shown_reformatted(catalog):
@@ -125,10 +234,44 @@ def test_access_rules():
     assert gated.authorized({"Authorization": "Bearer a-token-of-24-characters"}, token)
     assert not gated.authorized({"Authorization": "Bearer a-token-of-24-characterz"}, token)
     assert not gated.authorized({"Authorization": "Bearer é"}, token)  # not ASCII: refused, no TypeError
-    cookie = auth.session_value(token)
+    cookie = gated.sessions.start(token, 60)
     assert "a-token" not in cookie and gated.authorized({"Cookie": f"x=1; gitsync_ui={cookie}"}, token)
     assert not gated.authorized({"Cookie": f"gitsync_ui={cookie}"}, Secret("another-token-of-24-chars"))
+    assert not gated.authorized({"Cookie": f"gitsync_ui={cookie}x"}, token)
+    made_elsewhere = auth.Access("0.0.0.0:9480", token).sessions.start(token, 60)
+    assert not gated.authorized({"Cookie": f"gitsync_ui={made_elsewhere}"}, token)  # only its own sessions
     assert auth.Access("[::1]:9480", token).token_required  # a token set is always asked for
+
+
+def test_sessions_are_random_end_at_their_time_at_logout_and_with_their_token():
+    now = [1000.0]
+    sessions = auth.Sessions(limit=3, clock=lambda: now[0])
+    token, other = Secret("a-token-of-24-characters"), Secret("another-token-of-24-chars")
+    first, second = sessions.start(token, 60), sessions.start(token, 600)
+    assert first != second and len(first) >= 43 and token.reveal() not in first
+    assert sessions.valid(first, token) and sessions.valid(second, token)
+    assert not sessions.valid(first, other)  # a new token (SIGHUP) ends the old token's sessions
+    now[0] += 60
+    assert not sessions.valid(first, token) and sessions.valid(second, token)  # ended at its time
+    sessions.end(second)
+    assert not sessions.valid(second, token)  # logged out: the same id is refused
+    assert len(sessions) == 0
+    many = [sessions.start(token, 60) for _ in range(5)]
+    assert [sessions.valid(s, token) for s in many] == [False, False, True, True, True]  # the oldest end
+
+
+def test_the_session_cookie_flags():
+    assert auth.set_cookie("abc", 43200, secure=False) == (
+        "gitsync_ui=abc; Path=/; Max-Age=43200; HttpOnly; SameSite=Strict")
+    assert auth.set_cookie("abc", 60.5, secure=True).endswith("; HttpOnly; SameSite=Strict; Secure")
+    assert "Max-Age=0" in auth.clear_cookie() and auth.clear_cookie(True).endswith("; Secure")
+
+
+@pytest.mark.parametrize(("header", "length"), [
+    ("12", 12), (" 4096 ", 4096), ("0", 0), ("²", None), ("١٢", None), ("9" * 5000, None), ("-1", None),
+    ("1e3", None), ("", None), (None, None), ("1234567890", None)])
+def test_a_login_forms_length_is_ascii_digits_only(header, length):
+    assert auth.form_length(header) == length
 
 
 @pytest.mark.parametrize(("target", "safe"), [
@@ -196,12 +339,10 @@ def test_the_view_is_off_unless_asked_for():
 @pytest.mark.slow
 def test_the_web_view_benchmark_runs_and_writes_its_json(tmp_path):
     """`python -m bench.webview` end to end at 100 routes: every page measured (timings not checked)."""
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "bench.webview", "--routes", "100", "--reps", "2", "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, env=gitsync_env(), capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((out / "webview-latest.json").read_text())
-    assert report["routes"] == 100 and report["table"] in done.stdout
+    report, printed = run_bench("bench.webview", "webview-latest.json", tmp_path, "--routes", "100",
+                                "--reps", "2")
+    assert report["routes"] == 100 and report["table"] in printed
     assert set(report["results"]) == {"overview", "items, page 1", "items, middle page", "items, last page",
-                                      "items, search", "item page", "healthz (floor)"}
+                                      "items, search", "item page", "item page, another route each",
+                                      "healthz (floor)"}
     assert all(r["cold_s"] > 0 and len(r["samples"]) == 2 for r in report["results"].values())

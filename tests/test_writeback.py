@@ -26,7 +26,7 @@ from gitsync.writeback.fleet import read_fleet
 from gitsync.writeback.notes import merge_note, parse_note, render_section
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport, agent_slug, summary_text
-from tests.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
+from testkit.gitservers import BareRepo, GitDaemon, HttpAuth, HttpGitServer, HungServer, git
 
 NOW = datetime.now(UTC)
 
@@ -52,8 +52,23 @@ def failure(agent: str, commit: str, errors: list[str] | None = None, *, when: d
                            "routes.yaml:3:5: routes[r1].upstream_id: upstream u9 does not exist"])
 
 
-def writer(url: str, work: Path, *, timeout: float = 30.0, agent: str = "edge-1", **options) -> WriteBack:
-    return WriteBack(Remote.of(url, timeout=timeout), work, WriteBackOptions(agent=agent, **options))
+class Clock:
+    """A clock the test moves: a heartbeat comes due without waiting for it."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def writer(url: str, work: Path, *, timeout: float = 30.0, agent: str = "edge-1", clock: Clock | None = None,
+           **options) -> WriteBack:
+    return WriteBack(Remote.of(url, timeout=timeout), work, WriteBackOptions(agent=agent, **options),
+                     clock=clock or time.time)
 
 
 def status_commits(repo: BareRepo, agent: str = "edge-1") -> list[str]:
@@ -181,6 +196,7 @@ def test_a_moved_notes_ref_is_fetched_and_rebuilt(config_repo, git_daemon, tmp_p
     assert len(repo.git("rev-list", "refs/notes/gitsync").split()) == 2  # linear: rebuilt on the other's
 
 
+@pytest.mark.slow
 def test_a_status_ref_moved_by_someone_else_is_read_and_built_on(config_repo, git_daemon, tmp_path):
     """The agent's own ref moved behind its back (its state dir was lost, or a namesake agent): the
     push finds it moved, reads it, and builds the new status on it; nothing is lost."""
@@ -208,7 +224,8 @@ def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_du
                                                                                   tmp_path):
     repo, sha = config_repo
     url = git_daemon.url(repo.path.name)
-    wb = writer(url, tmp_path / "wb", heartbeat=1.0)
+    clock = Clock()
+    wb = writer(url, tmp_path / "wb", heartbeat=1.0, clock=clock)
     assert wb.publish_status(report("edge-1", sha))
     first = status_commits(repo)
     # Not due yet: no network at all (a writer on the same work dir whose remote does not exist).
@@ -217,7 +234,7 @@ def test_heartbeat_rewrites_the_tip_with_a_fresh_time_and_costs_nothing_until_du
     assert offline.refresh() is False and offline.failures == 0 and offline.pending == 0
 
     for _ in range(2):
-        time.sleep(1.1)  # the heartbeat period is whole seconds of commit time
+        clock.advance(1.1)  # the heartbeat period is whole seconds of commit time
         assert wb.refresh() is True
         beat = status_commits(repo)
         # a child of the status commit with its tree; the next heartbeat replaces it: never deeper than 2
@@ -270,8 +287,9 @@ def test_the_branch_is_a_view_of_the_refs_keeping_files_it_has_no_ref_for(config
         assert repo.git("show", f"gitsync/status:agents/{agent}.yaml") == status_text(repo, agent)
     # A heartbeat changes no file: the branch does not move.
     tip = repo.rev("gitsync/status")
-    hb = writer(url, tmp_path / "a", agent="edge-a", heartbeat=1.0)
-    time.sleep(1.1)
+    clock = Clock()
+    hb = writer(url, tmp_path / "a", agent="edge-a", heartbeat=1.0, clock=clock)
+    clock.advance(1.1)
     assert hb.refresh() is True and repo.rev("gitsync/status") == tip
 
 
@@ -283,11 +301,13 @@ def test_a_remote_forbidding_rewrites_is_named_at_once(config_repo, git_daemon, 
     repo.git("config", "receive.denyNonFastForwards", "true")
     url = git_daemon.url(repo.path.name)
     for namespace, allowed in (("refs/gitsync/status", True), ("refs/heads/status", False)):
-        wb = writer(url, tmp_path / namespace.replace("/", "-"), heartbeat=1.0, status_refs=namespace)
+        clock = Clock()
+        wb = writer(url, tmp_path / namespace.replace("/", "-"), heartbeat=1.0, status_refs=namespace,
+                    clock=clock)
         assert wb.publish_status(report("edge-1", sha)) is True
-        time.sleep(1.1)
+        clock.advance(1.1)
         assert wb.refresh() is True  # the first heartbeat is a child of the status commit: a fast-forward
-        time.sleep(1.1)
+        clock.advance(1.1)
         began = time.monotonic()
         assert wb.refresh() is allowed  # the second replaces the first
         if not allowed:

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from tests.support import free_port, installed_tool
+from testkit.processes import free_port, installed_tool
 
 
 def bao_binary() -> str:

@@ -25,17 +25,27 @@ def _out(parser: argparse.ArgumentParser) -> None:
                              "per service with its routes")
 
 
-def export(parser: argparse.ArgumentParser) -> None:
-    _out(parser)
+def _secrets_out(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--secrets-out", metavar="PATH", type=Path, default=None,
                         help="where secret values go: a new directory of one 0600 file per value (use it as "
                              "--secrets-dir), or with --age-recipient a SOPS file; never inside --out")
     parser.add_argument("--age-recipient", metavar="AGE1…", action="append", default=None,
                         help="encrypt the secret values for this age recipient into the SOPS file "
                              "--secrets-out (repeatable)")
+
+
+def export(parser: argparse.ArgumentParser) -> None:
+    _out(parser)
+    _secrets_out(parser)
     parser.add_argument("--strip-defaults", action="store_true",
                         help="leave out fields equal to their schema default (the first sync then rewrites "
                              "those items)")
+    parser.add_argument("--split-by", metavar="LABEL", default=None,
+                        help="one repo per value of this label (--out DIR/VALUE), the kinds without it in "
+                             "--split-rest's, and DIR/sources.toml, the [[sources]] that compose them again")
+    parser.add_argument("--split-rest", metavar="NAME", default="platform",
+                        help="with --split-by: the repo of the kinds whose items carry no such label "
+                             "(default %(default)s)")
 
 
 def import_(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +55,7 @@ def import_(parser: argparse.ArgumentParser) -> None:
                         help="adc: ADC declarative files; apisix-yaml: a file-driven apisix.yaml")
     parser.add_argument("files", metavar="FILE", nargs="+", type=Path, help="the files to import")
     _out(parser)
+    _secrets_out(parser)
     parser.add_argument("--label-selector", metavar="KEY=VALUE", action="append", type=_label, default=[],
                         help="adc: the --label-selector given to adc sync (ADC stamps these labels)")
     parser.add_argument("--adc-version", metavar="VERSION", default=None,

@@ -20,7 +20,7 @@ import hashlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,8 @@ from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_setting
 from gitsync.push.plan import content_bytes, item_content
 from gitsync.render import RenderOptions, render
 from gitsync.render.memo import ParseCache
-from gitsync.settings import Settings
+from gitsync.render.secrets import NO_RULES, SecretRules
+from gitsync.settings import SOURCE_NAME, Settings
 
 _SINGULAR = {"routes": "route", "services": "service", "upstreams": "upstream", "ssls": "ssl",
              "global_rules": "global-rule", "plugin_configs": "plugin-config", "protos": "proto",
@@ -86,28 +87,32 @@ def live_items(body: Mapping[str, Any], warnings: list[str]) -> dict[str, list[A
     return out
 
 
-def build(body: Mapping[str, Any], layout: str, strip: bool = False) -> Exported:
-    """The repo files for a GET body (pure): layout, escaped text, secrets taken out."""
+def build(body: Mapping[str, Any], layout: str, strip: bool = False,
+          rules: SecretRules = NO_RULES) -> Exported:
+    """The repo files for a GET body (pure): layout, escaped text, secrets taken out (`rules`: the
+    site's declared secret fields, besides what the classifier knows)."""
     warnings: list[str] = []
     live = live_items(body, warnings)
     desired = live
     if strip:
         desired = {kind: [strip_defaults(kind, i) for i in items] for kind, items in live.items()}
-    with_refs, secrets = extract_secrets(desired, repo_writer.escape_templates)
-    files = repo_writer.render_files(repo_writer.plan_files(with_refs, layout))
-    return Exported(files, secrets, live, warnings)
+    extracted = extract_secrets(desired, repo_writer.escape_templates, rules)
+    files = repo_writer.render_files(repo_writer.plan_files(extracted.payload, layout))
+    return Exported(files, extracted.values, live, warnings + extracted.warnings)
 
 
-def prove(exported: Exported) -> tuple[list[str], list[str]]:
+def prove(exported: Exported, options: RenderOptions | None = None) -> tuple[list[str], list[str]]:
     """Render the files with the extracted secrets and compare with the live items (no modifiedIndex).
 
     Returns (problems, notes): problems are differences in content; notes name the kinds whose
-    items are equal but in another order.
+    items are equal but in another order. `options`: how to render (kinds whose references are
+    another repo's to answer, `--split-by`), the secrets put in.
     """
     live = exported.live
     values = exported.secrets
     try:
-        rendered = render(exported.files, RenderOptions(secret_lookup=values.get), memo=ParseCache()).payload
+        options = replace(options or RenderOptions(), secret_lookup=values.get)
+        rendered = render(exported.files, options, memo=ParseCache()).payload
     except ProblemsError as exc:
         return [str(p) for p in exc.problems], []
     problems, notes = [], []
@@ -131,7 +136,7 @@ def prove(exported: Exported) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
-def _write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[str] | None) -> None:
+def write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[str] | None) -> None:
     if recipients:
         data = encrypt_values(secrets, recipients)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,14 +151,35 @@ def _write_secrets(path: Path, secrets: Mapping[str, str], recipients: Sequence[
                            mode=0o600)
 
 
-def _usage_problem(args: argparse.Namespace, out: Path, secrets: Mapping[str, str]) -> str | None:
+#: Shorter secret values are not looked for in the written files: they match ordinary text.
+MIN_LEAK_LENGTH = 8
+
+
+def clear_values(files: Mapping[str, bytes], secrets: Mapping[str, str]) -> list[str]:
+    """The secrets (by NAME) whose value the written files still hold in clear, each with the file: the
+    value also stands in a field nothing names secret. Values shorter than `MIN_LEAK_LENGTH` are not
+    looked for."""
+    found = []
+    for name, value in secrets.items():
+        if len(value) < MIN_LEAK_LENGTH:
+            continue
+        needle = value.encode("utf-8")
+        where = [path for path, data in files.items() if needle in data]
+        if where:
+            found.append(f"the value of the secret {name} also stands in clear in {', '.join(where)}")
+    return found
+
+
+def usage_problem(args: argparse.Namespace, out: Path, secrets: Mapping[str, str],
+                  holder: str = "the gateway holds") -> str | None:
+    """Why the secret values cannot go where the arguments say (None: they can)."""
     target = args.secrets_out
     if not secrets:
         return None
     if target is None:
         how = ("--secrets-out FILE" if args.age_recipient else
                "--secrets-out DIR (one file per value) or --age-recipient age1… --secrets-out FILE (SOPS)")
-        return f"the gateway holds {len(secrets)} secret value(s); say where they go: {how}"
+        return f"{holder} {len(secrets)} secret value(s); say where they go: {how}"
     if target.resolve().is_relative_to(out.resolve()):
         return f"--secrets-out {target} is inside --out {out}: secret values never go into the repo"
     if args.age_recipient and target.exists():
@@ -172,15 +198,24 @@ def export_command(settings: Settings, args: argparse.Namespace) -> int:
         repo_writer.check_target(out)
         with Gateway(endpoints[0]) as gateway:
             live = gateway.get_config()
-        exported = build(live.body, args.layout, args.strip_defaults)
+        rules = SecretRules.of(settings.secret_fields)
+        if getattr(args, "split_by", None):
+            return export_split(live.body, args, out, rules)
+        exported = build(live.body, args.layout, args.strip_defaults, rules)
         for value in exported.secrets.values():
             register_secret(value)
-        problem = _usage_problem(args, out, exported.secrets)
-        if problem:
-            print(f"gitsync export: {problem}", file=sys.stderr)
+        problem = usage_problem(args, out, exported.secrets)
+        leaks = clear_values(exported.files, exported.secrets)
+        if problem or leaks:
+            for line in [problem] if problem else leaks:
+                print(f"gitsync export: {line}", file=sys.stderr)
+            if leaks:
+                print("gitsync export: nothing written; name the other field in secret_fields "
+                      "(--secret-field KIND.PATH or PLUGIN.PATH) to take it out too", file=sys.stderr)
             return 2
+        repo_writer.check_tree(out, exported.files)  # a tree that cannot be written stops the secrets too
         if exported.secrets:
-            _write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
+            write_secrets(args.secrets_out, exported.secrets, args.age_recipient)
         repo_writer.write_tree(out, exported.files)
     except (GatewayError, repo_writer.WriteError, RecipientError, OSError) as exc:
         print(f"gitsync export: {redact(str(exc))}", file=sys.stderr)
@@ -203,4 +238,122 @@ def export_command(settings: Settings, args: argparse.Namespace) -> int:
             print(f"gitsync export: round trip: {redact(line)}", file=sys.stderr)
         return 1
     print("round trip: render of the written repo equals the live config (modifiedIndex aside)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --split-by LABEL: one repo per owner, and the [[sources]] that compose them again (docs/sources.md)
+
+Items = dict[str, list[Any]]
+
+
+class SplitError(Exception):
+    """The live items cannot be split by the label: every item would not have one owner."""
+
+
+def label_of(item: Any, label: str) -> str | None:
+    labels = item.get("labels") if isinstance(item, dict) else None
+    value = labels.get(label) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def split(live: Mapping[str, list[Any]], label: str, rest: str) -> dict[str, Items]:
+    """The live items by owner: by their `label`'s value, kinds without it whole to `rest` (pure)."""
+    groups: dict[str, Items] = {}
+    for kind in KINDS:
+        items = live.get(kind) or []
+        values = [label_of(item, label) for item in items]
+        if not items:
+            continue
+        if all(value is None for value in values):
+            groups.setdefault(rest, {})[kind] = list(items)
+            continue
+        unlabelled = [f"{kind}[{item_id(kind, item)}]" for item, value in zip(items, values, strict=True)
+                      if value is None]
+        if unlabelled:
+            more = f" and {len(unlabelled) - 5} more" if len(unlabelled) > 5 else ""
+            shown = ", ".join(unlabelled[:5]) + more
+            raise SplitError(f"{shown} carr{'y' if len(unlabelled) > 1 else 'ies'} no label {label!r} while "
+                             f"other {kind} do: label them (each item needs one owner), or export without "
+                             "--split-by")
+        for item, value in zip(items, values, strict=True):
+            assert value is not None
+            if not SOURCE_NAME.match(value) or value == rest:
+                raise SplitError(f"{kind}[{item_id(kind, item)}]: label {label}={value!r} cannot name a "
+                                 f"source (1 to 64 letters, digits, '.', '_', '-'; not {rest!r})")
+            groups.setdefault(value, {}).setdefault(kind, []).append(item)
+    return groups
+
+
+def sources_toml(groups: Mapping[str, Items], label: str, rest: str) -> str:
+    """The ``[[sources]]`` tables that compose the groups again, each repo's URL to fill in."""
+    tables = []
+    for name, items in sorted(groups.items(), key=lambda group: (group[0] != rest, group[0])):
+        kinds = ", ".join(f'"{kind}"' for kind in KINDS if kind in items)
+        claim = f'{{ kinds = [{kinds}], labels = {{ {label} = "{name}" }} }}'
+        owns = f"[{kinds}]" if name == rest else f"[{claim}]"
+        tables.append(f'[[sources]]\nname = "{name}"\nrepo = "<the URL of the {name} repo>"\nowns = {owns}\n')
+    return "\n".join(tables)
+
+
+def export_split(body: Mapping[str, Any], args: argparse.Namespace, out: Path,
+                 rules: SecretRules = NO_RULES) -> int:
+    """`gitsync export --split-by LABEL` of the live config `body`: one repo per owner under `out`, each
+    proven; exit 0 proven, 1 written with differences, 2 usage or a live config that cannot be split
+    (the caller reports the gateway's and the file system's errors). Every check `export` makes of one
+    repo is made of each before anything is written."""
+    try:
+        groups = split(live_items(body, []), args.split_by, args.split_rest)
+        built = {name: build(items, args.layout, args.strip_defaults, rules)
+                 for name, items in groups.items()}
+        secrets = {f"{name}/{key}": value for name, done in built.items()
+                   for key, value in done.secrets.items()}
+        for value in secrets.values():
+            register_secret(value)
+        problems = [problem] if (problem := usage_problem(args, out, secrets)) else \
+            [leak for done in built.values() for leak in clear_values(done.files, done.secrets)]
+        if problems:
+            for line in problems:
+                print(f"gitsync export: {line}", file=sys.stderr)
+            return 2
+        for name, done in built.items():
+            repo_writer.check_tree(out / name, done.files)
+        for name, done in built.items():
+            if done.secrets:
+                write_secrets(_secrets_path(args.secrets_out, name, bool(args.age_recipient)), done.secrets,
+                              args.age_recipient)
+            repo_writer.write_tree(out / name, done.files)
+        (out / "sources.toml").write_text(sources_toml(groups, args.split_by, args.split_rest))
+    except SplitError as exc:
+        print(f"gitsync export: --split-by {args.split_by}: {exc}", file=sys.stderr)
+        return 2
+    return _prove_each(built, groups, args, out)
+
+
+def _secrets_path(base: Path, name: str, sops: bool) -> Path:
+    """Where one owner's secret values go: a directory of its own, or a SOPS file of its own."""
+    return base / f"{name}.sops.yaml" if sops else base / name
+
+
+def _prove_each(built: Mapping[str, Exported], groups: Mapping[str, Items], args: argparse.Namespace,
+                out: Path) -> int:
+    """Prove each repo (references into kinds the repos share left to the composed payload) and say so."""
+    failed = 0
+    for name, done in sorted(built.items()):
+        for warning in done.warnings:
+            logger.warning("{}", warning)
+        whole = {kind for kind in KINDS if kind in groups[name]} if name == args.split_rest else set()
+        problems, notes = prove(done, RenderOptions(unmanaged=frozenset(KINDS) - whole))
+        count = sum(len(items) for items in done.live.values())
+        print(f"exported {count} item(s) of {name} into {len(done.files)} file(s) under {out / name}"
+              + (f"; {len(done.secrets)} secret value(s)" if done.secrets else ""))
+        for note in notes:
+            print(f"note: {name}: {note}")
+        for line in problems:
+            print(f"gitsync export: round trip of {name}: {redact(line)}", file=sys.stderr)
+        failed += bool(problems) and not args.strip_defaults
+    print(f"[[sources]] that compose them again: {out / 'sources.toml'}")
+    if failed:
+        return 1
+    print("round trip: render of each written repo equals its live items (modifiedIndex aside)")
     return 0

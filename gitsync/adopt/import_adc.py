@@ -21,7 +21,12 @@ equal and changes nothing. The rules, as every ADC release applies them:
 - labels whose value is a list become that list's JSON text; ``--label-selector``
   labels are stamped on services, routes, stream routes, consumers and SSLs;
 - ``${NAME}`` (ADC's environment substitution) becomes ``${{ secrets.NAME }}``
-  (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``.
+  (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``. A ``$``
+  right before ``${NAME}`` (ADC: that ``$``, then the value) has no spelling in gitsync's
+  syntax (``$${{`` is its escape of a literal ``${{``): it is reported.
+
+Each file is checked against the types of ADC's schema (`adc_shapes`) before it is
+converted: a wrong type is a problem at its line, never an exception.
 
 What differs between releases (the defaults its lint fills in, health checks and
 service discovery, ``nodes: []``, the ``managed-by: adc`` label of ADC after 0.28.0)
@@ -50,10 +55,11 @@ from gitsync.adopt.adc_releases import (
     VERIFY_CERT_OLD,
     Behaviour,
 )
-from gitsync.adopt.repo_writer import rewrite_matches
+from gitsync.adopt.adc_shapes import item_count, too_many_items, wrong_types
+from gitsync.adopt.repo_writer import dollar_before, rewrite_matches
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
-from gitsync.render.sourcemap import FilePositions
+from gitsync.render.sourcemap import FilePositions, string_leaves
 
 ADC_KEYS = ("services", "ssls", "consumers", "consumer_groups", "global_rules", "plugin_metadata",
             "routes", "stream_routes")
@@ -92,6 +98,7 @@ class Converted:
     problems: list[Problem] = field(default_factory=list)  # the import refuses: nothing written
     notes: list[Problem] = field(default_factory=list)  # told, and the import goes on
     secrets: set[str] = field(default_factory=set)  # ${NAME} turned into ${{ secrets.NAME }}
+    origins: dict[tuple[str, str], Location] = field(default_factory=dict)  # (kind, id) → where in the files
 
 
 class _Source:
@@ -113,6 +120,18 @@ def _substitute(value: Any, found: set[str]) -> Any:
         return "${{ secrets." + match.group(2) + " }}"
 
     return rewrite_matches(value, _ENV, replace)
+
+
+def input_problems(src: _Source) -> list[Problem]:
+    """What keeps a file from being converted: a field of the wrong type for ADC's schema, or an
+    ``${NAME}`` right after a ``$`` (gitsync reads ``$${{`` as a literal ``${{``)."""
+    problems = [Problem(message, src.at(*path)) for path, message in wrong_types(src.data)]
+    for path, text in string_leaves(src.data):
+        for match in _ENV.finditer(text):
+            if match.group(2) and text[:match.start()].endswith("$"):
+                problems.append(Problem(dollar_before("$" + match.group(0), match.group(2), "ADC"),
+                                        src.at(*path)))
+    return problems
 
 
 def _labels(labels: Any, stamp: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -478,28 +497,42 @@ class _Converter:
 
 @dataclass
 class AdcFiles:
-    """ADC's files read once (parsed, ``${NAME}`` substituted), for one conversion or several."""
+    """ADC's files read once (parsed, type-checked, ``${NAME}`` substituted), for one conversion or
+    several."""
 
     sources: list[_Source]
     problems: list[Problem]
     secrets: set[str]
 
 
-def read_files(files: Mapping[str, bytes]) -> AdcFiles:
-    """Parse ADC files (name → bytes, in the order given); YAML problems with their file and line."""
+def _document(name: str, data: bytes) -> tuple[Any, list[Problem]]:
+    """A file's one YAML document (None when empty), or the problems that keep it from being read."""
+    parsed = parse(data)
+    if parsed.issues:
+        return None, [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
+    if len(parsed.documents) > 1:
+        return None, [Problem("an ADC file holds one YAML document", Location(name, 1, 1))]
+    return (parsed.documents[0].data if parsed.documents else None), []
+
+
+def read_files(files: Mapping[str, bytes], max_items: int | None = None) -> AdcFiles:
+    """Parse ADC files (name → bytes, in the order given) and check their types; the problems with their
+    file and line. Files that would make more than `max_items` items are refused before they are
+    converted."""
     out = AdcFiles([], [], set())
     positions = FilePositions(files)
+    counted = 0
     for name, data in files.items():
-        parsed = parse(data)
-        if parsed.issues:
-            out.problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
+        document, problems = _document(name, data)
+        problems = problems or input_problems(_Source(name, document, positions))
+        if problems:
+            out.problems += problems
             continue
-        documents = [d.data for d in parsed.documents]
-        if len(documents) > 1:
-            out.problems.append(Problem("an ADC file holds one YAML document", Location(name, 1, 1)))
-            continue
-        out.sources.append(_Source(name, _substitute(documents[0], out.secrets) if documents else None,
-                                   positions))
+        counted += item_count(document)
+        if max_items is not None and counted > max_items:
+            out.problems.append(Problem(too_many_items(counted, max_items)))
+            return out
+        out.sources.append(_Source(name, _substitute(document, out.secrets), positions))
     return out
 
 
@@ -520,6 +553,7 @@ def convert_files(adc: AdcFiles, label_selector: Mapping[str, str] | None = None
     converter.convert_pending()
     converter.out.payload = dict(sorted(converter.out.payload.items(),
                                         key=lambda kv: _KIND_ORDER.index(kv[0])))
+    converter.out.origins = dict(converter.seen)
     return converter.out
 
 

@@ -1,9 +1,15 @@
 """``gitsync import adc FILE…`` and ``gitsync import apisix-yaml FILE``: files into a new config repo.
 
-Nothing is written when a file has a problem (each reported as ``file:line:col:
-message``, exit 1); notes (what was left out on purpose, variables to set) are
-printed and the import goes on. The written repo is rendered once more before
-the command ends, so a problem of the result shows up here and not at the first sync.
+All or nothing. Each file is read up to ``max_file_size`` (a larger one, or ``/dev/zero``,
+is refused before it is parsed), its items counted against ``max_items`` (ADC files before
+they are converted), converted; a literal credential (anything the secret classifier finds,
+as ``gitsync export`` does) becomes ``${{ secrets.NAME }}``, its value for ``--secrets-out``
+and its NAME in the notes; then the repo's files are made in memory and rendered as
+``gitsync validate`` would (the secrets put back), and only a result that validates is
+written. A problem anywhere (a wrong type, what cannot be mapped, an item APISIX would
+refuse) is reported as ``file:line:col: message`` at its place in the imported files, exit
+1, nothing written. Notes (what was left out on purpose, variables to set) are printed and
+the import goes on.
 
 ``import adc`` writes what one ADC release writes (`adc_releases`) and says which:
 the latest release unless ``--adc-version`` says otherwise, or, with ``--gateway``,
@@ -15,22 +21,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gitsync.adopt import adc_gateway, import_adc, import_apisix_yaml, repo_writer
 from gitsync.adopt.adc_releases import DEFAULT, LATEST_RELEASED, UnknownRelease, behaviour_for
-from gitsync.log import redact
-from gitsync.problems import Problem, ProblemsError
+from gitsync.adopt.adc_shapes import too_many_items
+from gitsync.adopt.export import usage_problem, write_secrets
+from gitsync.adopt.secret_fields import Extracted, extract_secrets
+from gitsync.adopt.sops_writer import RecipientError
+from gitsync.log import redact, register_secrets
+from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.push.plan import ItemChange
 from gitsync.push.summary import ChangeGroup, summarise
 from gitsync.render import RenderOptions, render
 from gitsync.render.memo import ParseCache
+from gitsync.render.secrets import SecretRules
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
-from gitsync.source.directory import read_directory
 
 #: Lines of the first sync's changes an import with --gateway prints at most.
 SHOWN_CHANGES = 20
@@ -38,55 +49,134 @@ SHOWN_CHANGES = 20
 
 @dataclass
 class _Imported:
+    """The payload of the input files, what is wrong with them and where each item came from."""
+
     payload: Mapping[str, Any]
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     told: list[str] = field(default_factory=list)  # how the import was made, printed once it is written
+    origins: Mapping[tuple[str, str], Location] = field(default_factory=dict)  # (kind, id) → input place
 
 
 class _UsageError(Exception):
     pass
 
 
+class InputTooLarge(Exception):
+    """An input file over ``max_file_size``: refused before it is parsed."""
+
+
+def read_inputs(paths: Sequence[Path], max_file_size: int) -> dict[str, bytes]:
+    """Each file's bytes, read no further than `max_file_size` + 1 bytes (a device or a pipe that never
+    ends is refused, not read to the end)."""
+    files = {}
+    for path in paths:
+        with path.open("rb") as handle:
+            data = handle.read(max_file_size + 1)
+        if len(data) > max_file_size:
+            raise InputTooLarge(f"{path}: larger than max_file_size ({max_file_size} bytes); not read "
+                                "(raise max_file_size in the settings, or split the file)")
+        files[str(path)] = data
+    return files
+
+
 def import_command(settings: Settings, args: argparse.Namespace) -> int:
     """Exit 0 written, 1 the files have problems (nothing written), 2 a usage, gateway or I/O error."""
     try:
         repo_writer.check_target(args.out)
-        files = {str(path): path.read_bytes() for path in args.files}
+        files = read_inputs(args.files, settings.max_file_size)
         if args.format == "adc":
             imported = _import_adc(settings, args, files)
         else:
             imported = _import_apisix_yaml(args, files)
+    except InputTooLarge as exc:
+        return _refuse([Problem(str(exc))])
     except (repo_writer.WriteError, OSError, _UsageError) as exc:
         print(f"gitsync import: {redact(str(exc))}", file=sys.stderr)
         return 2
     if imported.problems:
-        for problem in imported.problems:
-            print(problem, file=sys.stderr)
-        print(f"gitsync import: {len(imported.problems)} problem(s); nothing written", file=sys.stderr)
-        return 1
-    written = repo_writer.render_files(repo_writer.plan_files(imported.payload, args.layout))
-    try:
-        repo_writer.write_tree(args.out, written)
-    except (repo_writer.WriteError, OSError) as exc:
-        print(f"gitsync import: {exc}", file=sys.stderr)
+        return _refuse(imported.problems)
+    extracted = extract_secrets(imported.payload, repo_writer.escape_templates,
+                                SecretRules.of(settings.secret_fields))
+    register_secrets(extracted.values.values())
+    written = repo_writer.render_files(repo_writer.plan_files(extracted.payload, args.layout))
+    invalid = result_problems(written, imported, settings, extracted.values)
+    if invalid:
+        return _refuse(invalid)
+    if not _written(args, written, extracted.values):
         return 2
+    _tell(imported, extracted, len(written), args)
+    return 0
+
+
+def _written(args: argparse.Namespace, files: Mapping[str, bytes], secrets: Mapping[str, str]) -> bool:
+    """The repo's files written under ``--out`` and the secret values taken out to ``--secrets-out``;
+    False (said why) when they cannot go there."""
+    problem = usage_problem(args, args.out, secrets, "the files hold")
+    if problem:
+        print(f"gitsync import: {problem} (a literal credential becomes ${{{{ secrets.NAME }}}})",
+              file=sys.stderr)
+        return False
+    try:
+        repo_writer.check_tree(args.out, files)  # a tree that cannot be written stops the secrets too
+        if secrets:
+            write_secrets(args.secrets_out, secrets, args.age_recipient)
+        repo_writer.write_tree(args.out, files)
+    except (repo_writer.WriteError, RecipientError, OSError) as exc:
+        print(f"gitsync import: {redact(str(exc))}", file=sys.stderr)
+        return False
+    return True
+
+
+def _tell(imported: _Imported, extracted: Extracted, files: int, args: argparse.Namespace) -> None:
+    """How the import was made, its notes (the credentials taken out among them) and what it wrote."""
     for line in imported.told:
         print(line)
-    for note in imported.notes:
+    notes = imported.notes + extracted.warnings
+    if extracted.values:
+        notes.append(f"{len(extracted.values)} literal credential(s) became ${{{{ secrets.NAME }}}}, their "
+                     f"values in {args.secrets_out}: " + ", ".join(extracted.values))
+    for note in notes:
         print(f"note: {note}")
-    count = sum(len(items) for items in imported.payload.values())
-    print(f"imported {count} item(s) into {len(written)} file(s) under {args.out}")
+    print(f"imported {_count(imported.payload)} item(s) into {files} file(s) under {args.out}")
+
+
+def _count(payload: Mapping[str, Sequence[Any]]) -> int:
+    return sum(len(items) for items in payload.values())
+
+
+def _refuse(problems: Sequence[Problem]) -> int:
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"gitsync import: {len(problems)} problem(s); nothing written", file=sys.stderr)
+    return 1
+
+
+def result_problems(written: Mapping[str, bytes], imported: _Imported, settings: Settings,
+                    secrets: Mapping[str, str]) -> list[Problem]:
+    """What ``gitsync validate`` would say of the files the import would write (too many items first),
+    with the `secrets` it took out put back, each problem at its item's place in the input files.
+    Undefined variables and other secrets are left out: they are the host's to set."""
+    count = _count(imported.payload)
+    if count > settings.max_items:
+        return [Problem(too_many_items(count, settings.max_items))]
+    options = RenderOptions(max_file_size=settings.max_file_size, max_items=settings.max_items,
+                            secret_lookup=secrets.get)
     try:
-        render(read_directory(args.out), RenderOptions(), memo=ParseCache())
+        render(written, options, memo=ParseCache())
     except ProblemsError as exc:
-        # Variables and secrets are the host's to set; anything else is a problem of the result.
-        real = [p for p in exc.problems if not p.message.startswith("undefined ")]
-        for problem in real:
-            print(f"gitsync import: the written repo does not validate: {problem}", file=sys.stderr)
-        if real:
-            return 1
-    return 0
+        return [_at_origin(p, imported.origins) for p in exc.problems
+                if not p.message.startswith("undefined ")]
+    return []
+
+
+def _at_origin(problem: Problem, origins: Mapping[tuple[str, str], Location]) -> Problem:
+    origin = origins.get((problem.kind or "", problem.id or ""))
+    if origin is None:  # about the repo as a whole (a file too large for max_file_size: another --layout)
+        return Problem(problem.message + " (in the repo the import would write)", problem.location,
+                       problem.kind, problem.id, problem.field)
+    written = f" (imported as {problem.location})" if problem.location is not None else ""
+    return Problem(problem.message + written, origin, problem.kind, problem.id, problem.field)
 
 
 def _import_apisix_yaml(args: argparse.Namespace, files: dict[str, bytes]) -> _Imported:
@@ -95,7 +185,7 @@ def _import_apisix_yaml(args: argparse.Namespace, files: dict[str, bytes]) -> _I
     if getattr(args, "gateways", None):
         raise _UsageError("--gateway is for import adc (an apisix.yaml is its own gateway's state)")
     result = import_apisix_yaml.split(*next(iter(files.items())))
-    return _Imported(result.payload, list(result.problems), list(result.notes))
+    return _Imported(result.payload, list(result.problems), list(result.notes), origins=result.origins)
 
 
 def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, bytes]) -> _Imported:
@@ -104,7 +194,7 @@ def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, b
     except UnknownRelease as exc:
         raise _UsageError(f"--adc-version: {exc}") from None
     given = adc_gateway.Given.of(version, args.managed_by_label, args.no_lint)
-    adc = import_adc.read_files(files)
+    adc = import_adc.read_files(files, settings.max_items)
     selector = dict(args.label_selector)
     if getattr(args, "gateways", None):  # only a --gateway of this command line, never the settings'
         live, url = _read_gateway(settings)
@@ -117,7 +207,7 @@ def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, b
     if converted.secrets:
         notes.append("ADC's ${NAME} became ${{ secrets.NAME }}: set GITSYNC_SECRET_<NAME> or a file "
                      "<NAME> in the secrets directory for " + ", ".join(sorted(converted.secrets)))
-    return _Imported(converted.payload, converted.problems, notes, told)
+    return _Imported(converted.payload, converted.problems, notes, told, converted.origins)
 
 
 def _offline_line(name: str, version: str | None) -> str:

@@ -4,7 +4,8 @@ One example of each common kind (an upstream, a service, two routes, a consumer 
 credential, a plugin config, a global rule), a README for the people who will edit it,
 a ``.gitignore`` that keeps decrypted files and keys out, a ``.pre-commit-config.yaml``
 that runs ``gitsync validate``, and CI for GitHub Actions and GitLab CI that validates
-every push and shows ``gitsync diff`` against a gateway given by CI secrets. Nothing
+every push and shows ``gitsync diff`` against a gateway given by CI secrets, as a report on the
+pull request (``gitsync pr-comment``). Nothing
 in the examples needs a variable or a secret, so ``gitsync validate --dir DIR`` passes
 on the result as it is.
 """
@@ -123,9 +124,12 @@ Never commit a password, token or private key in clear. Use, in any string:
 ## CI
 
 `.github/workflows/gitsync.yml` and `.gitlab-ci.yml` validate every push and, for a pull
-or merge request, show what would change on the gateway (`gitsync diff`). They need two
-CI secrets: `GITSYNC_GATEWAY` (the Admin API URL) and `GITSYNC_ADMIN_KEY`; a read-only
-(viewer) admin key is enough for diff.
+or merge request, show what would change on the gateway (`gitsync diff`): each problem at
+its line of the diff, and the report as one comment on the pull request, updated on every
+push. The diff needs two CI secrets: `GITSYNC_GATEWAY` (the Admin API URL) and
+`GITSYNC_ADMIN_KEY`; a read-only (viewer) admin key is enough. On GitLab, the note needs
+`GITSYNC_FORGE_TOKEN`, a project access token (Reporter, scope `api`); GitHub's own token
+does it there.
 
 [gitsync]: https://pypi.org/project/gitsync/
 """
@@ -159,27 +163,48 @@ on:
   push:
   pull_request:
 
+permissions:
+  contents: read
+  pull-requests: write  # the review comment on a pull request
+
 jobs:
   gitsync:
     runs-on: ubuntu-latest
+    env:
+      # The gateway that diff compares with: CI secrets (a read-only admin key is enough).
+      GITSYNC_GATEWAYS: ${{{{ secrets.GITSYNC_GATEWAY }}}}
+      GITSYNC_ADMIN_KEY: ${{{{ secrets.GITSYNC_ADMIN_KEY }}}}
     steps:
       - uses: actions/checkout@v4
       - uses: actions/setup-python@v5
         with:
           python-version: "3.12"
       - run: pip install "gitsync=={__version__}"
-      - run: gitsync validate --dir .
+      - name: gitsync validate
+        # Each problem as an annotation on its line of the diff, and in the job summary.
+        run: gitsync validate --dir . --format github --output gitsync-review.md
       - name: gitsync diff
-        # What merging would change on the gateway (exit 1 = changes: shown, not a failure).
-        if: github.event_name == 'pull_request'
+        # What merging would change on the gateway, in the job summary (a change is no failure).
+        if: github.event_name == 'pull_request' && env.GITSYNC_GATEWAYS != ''
+        run: gitsync diff --dir . --format github --output gitsync-review.md
+      - name: gitsync review comment
+        # The report as one comment on the pull request, updated on every push, never repeated.
+        if: always() && github.event_name == 'pull_request'
         env:
-          GITSYNC_GATEWAYS: ${{{{ secrets.GITSYNC_GATEWAY }}}}
-          GITSYNC_ADMIN_KEY: ${{{{ secrets.GITSYNC_ADMIN_KEY }}}}
-        run: gitsync diff --dir . || test $? -eq 1
+          GITSYNC_FORGE_TOKEN: ${{{{ secrets.GITHUB_TOKEN }}}}
+        run: gitsync pr-comment gitsync-review.md
 """
 
 GITLAB = f"""\
-stages: [validate, diff]
+stages: [validate, diff, review]
+
+# Merge request pipelines for merge requests, branch pipelines otherwise (never both).
+workflow:
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+    - if: $CI_COMMIT_BRANCH && $CI_OPEN_MERGE_REQUESTS
+      when: never
+    - if: $CI_COMMIT_BRANCH
 
 default:
   image: python:3.12-slim
@@ -189,16 +214,32 @@ default:
 validate:
   stage: validate
   script:
-    - gitsync validate --dir .
+    - gitsync validate --dir . --format markdown --output gitsync-review.md
+  artifacts:
+    when: always
+    paths: [gitsync-review.md]
 
 diff:
-  # What merging would change on the gateway (exit 1 = changes: shown, not a failure).
+  # What merging would change on the gateway (a change is no failure).
   # Set GITSYNC_GATEWAYS and GITSYNC_ADMIN_KEY as masked CI/CD variables.
   stage: diff
   rules:
-    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event" && $GITSYNC_GATEWAYS
   script:
-    - gitsync diff --dir . || test $? -eq 1
+    - gitsync diff --dir . --format markdown --output gitsync-review.md
+  artifacts:
+    when: always
+    paths: [gitsync-review.md]
+
+review:
+  # The report as one note on the merge request, updated on every push, never repeated.
+  # GITSYNC_FORGE_TOKEN: a project access token (Reporter, scope api), as a masked CI/CD variable.
+  stage: review
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event" && $GITSYNC_FORGE_TOKEN
+      when: always
+  script:
+    - gitsync pr-comment gitsync-review.md
 """
 
 

@@ -3,8 +3,10 @@
 Export and both imports end here. The content comes from outside (a live gateway, a
 team's files), so nothing in it decides where a file goes: names are derived from ids
 by `safe_stems` (only ``[A-Za-z0-9._-]``, no leading dot, at most 64 characters,
-collisions told apart by a digest of the original) and `write_tree` refuses any path
-that would leave the output directory, follows no symlink and never overwrites.
+collisions told apart by a digest of the original, names Windows reserves for devices
+prefixed with ``_``) and `write_tree` refuses any path that would leave the output
+directory, follows no symlink and never overwrites. It checks every path before it
+writes the first file, and removes what it wrote when a write fails: all or nothing.
 
 Items keep the order they came in: render reads files in path order and documents
 in file order, and a kind whose order changes is a kind the first sync re-sends.
@@ -14,11 +16,13 @@ same input always gives the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
 import os
 import re
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,9 @@ from gitsync.kinds import KINDS, item_id
 
 MAX_STEM = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: Names Windows keeps for devices, in any case and with any extension (``nul.yaml``, ``aux.x.yaml``).
+WINDOWS_RESERVED = frozenset({"con", "prn", "aux", "nul", *(f"{port}{n}" for port in ("com", "lpt")
+                                                           for n in range(10))})
 _IDENTITY_KEYS = ("id", "username")
 
 Payload = Mapping[str, Sequence[Any]]
@@ -50,7 +57,7 @@ def escape_templates(value: Any) -> Any:
     A `Placeholder` is already in repo syntax and is kept as it is.
     """
     if isinstance(value, Placeholder):
-        return str(value)
+        return value
     if isinstance(value, str):
         return value.replace("${{", "$${{")
     if isinstance(value, Mapping):
@@ -58,6 +65,13 @@ def escape_templates(value: Any) -> Any:
     if isinstance(value, list):
         return [escape_templates(v) for v in value]
     return value
+
+
+class TextTemplate(Placeholder):
+    """Repo text that is exactly one ``${{ vars.X }}`` and must stay text: written quoted (unquoted,
+    render gives it the type YAML gives its value)."""
+
+    __slots__ = ()
 
 
 def rewrite_matches(value: Any, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> Any:
@@ -76,6 +90,12 @@ def rewrite_matches(value: Any, pattern: re.Pattern[str], replace: Callable[[re.
     if isinstance(value, list):
         return [rewrite_matches(v, pattern, replace) for v in value]
     return value
+
+
+def dollar_before(reference: str, name: str, tool: str) -> str:
+    """Why `reference`, a ``$`` and then a reference to `name` in `tool`'s syntax, cannot be imported."""
+    return (f"{reference}: {tool} writes a '$' and then the value of {name}; gitsync's syntax cannot write "
+            "that ('$${{' is its escape of a literal '${{'): put the '$' into the variable's value")
 
 
 def _sorted_keys(value: Any) -> Any:
@@ -109,6 +129,8 @@ class _Quoted(str):
 def _styled(value: Any) -> Any:
     """Multi-line printable strings (certificates, protos) as ``|`` blocks; any string holding another
     control character (keys too) double-quoted with escapes, the one style that keeps it exact."""
+    if isinstance(value, TextTemplate):
+        return _Quoted(value)
     if isinstance(value, str):
         lines = value.split("\n")
         if not all(line.isprintable() for line in lines):
@@ -165,12 +187,20 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
+def _checkout_safe(stem: str) -> str:
+    """`stem`, or ``_`` + `stem` when Windows reserves it for a device (``CON``, ``nul.x``, ``COM1``): no
+    other stem starts with ``_``, so the escaped ones stay distinct from every other."""
+    return "_" + stem if stem.split(".", 1)[0].lower() in WINDOWS_RESERVED else stem
+
+
 def safe_stems(names: Iterable[str]) -> dict[str, str]:
-    """A file-name stem for each name: safe characters only, unique even on a case-blind disk.
+    """A file-name stem for each name: safe characters only, unique even on a case-blind disk, never a
+    name Windows reserves.
 
     A name that is already safe keeps its own spelling unless another safe name differs
     only in case; every other name gets its digest appended, so the result depends on
-    the set of names, never on their order.
+    the set of names, never on their order. A stem Windows reserves for a device gets a
+    leading ``_`` (`_checkout_safe`).
     """
     stems = {name: _stem(name) for name in set(names)}
     safe_per_folded: dict[str, int] = {}
@@ -180,9 +210,10 @@ def safe_stems(names: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, stem in stems.items():
         if stem and stem == name and safe_per_folded[stem.lower()] == 1:
-            out[name] = stem
+            out[name] = _checkout_safe(stem)
         else:
-            out[name] = f"{stem[:MAX_STEM - 9]}-{_digest(name)}" if stem else f"item-{_digest(name)}"
+            out[name] = _checkout_safe(f"{stem[:MAX_STEM - 9]}-{_digest(name)}" if stem
+                                       else f"item-{_digest(name)}")
     return out
 
 
@@ -257,27 +288,109 @@ def check_target(out: Path) -> None:
             raise WriteError(f"{out}: is not empty ({', '.join(visible[:3])}…); give a new directory")
 
 
-def write_tree(out: Path, files: Mapping[str, bytes], mode: int = 0o644) -> list[Path]:
-    """Create each file under `out`; a path that would leave it, exists or crosses a symlink is refused."""
-    out.mkdir(parents=True, exist_ok=True)
+def _plain_parts(relative: str) -> list[str]:
+    parts = relative.split("/")
+    if any(p in ("", ".", "..") or "\0" in p or "\\" in p for p in parts):
+        raise WriteError(f"refusing the path {relative!r}: not a plain relative path")
+    return parts
+
+
+def check_tree(out: Path, files: Iterable[str]) -> None:
+    """Every path of `files` may be created under `out`: a plain relative path, not there yet, no
+    symbolic link and no file on the way. The first one that may not is raised as a `WriteError`."""
+    if out.is_symlink():
+        raise WriteError(f"{out}: is a symbolic link; give a real directory")
+    if out.exists() and not out.is_dir():
+        raise WriteError(f"{out}: exists and is not a directory")
     root = out.resolve()
-    written = []
-    for relative, data in sorted(files.items()):
-        parts = relative.split("/")
-        if any(p in ("", ".", "..") or "\0" in p or "\\" in p for p in parts):
-            raise WriteError(f"refusing the path {relative!r}: not a plain relative path")
-        target = root.joinpath(*parts)
-        if not target.resolve().is_relative_to(root):
-            raise WriteError(f"refusing the path {relative!r}: it leaves {out}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.parent.resolve() != target.parent or not target.parent.resolve().is_relative_to(root):
-            raise WriteError(f"refusing the path {relative!r}: a directory on the way is a symbolic link")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            fd = os.open(target, flags, mode)
-        except FileExistsError:
-            raise WriteError(f"{target}: already exists; nothing is overwritten") from None
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        written.append(target)
+    for relative in sorted(files):
+        parts = _plain_parts(relative)
+        place = root
+        for part in parts[:-1]:
+            place = place / part
+            if place.is_symlink():
+                raise WriteError(f"refusing the path {relative!r}: a directory on the way is a symbolic link")
+            if place.exists() and not place.is_dir():
+                raise WriteError(f"refusing the path {relative!r}: {place} is not a directory")
+        target = place / parts[-1]
+        if os.path.lexists(target):
+            what = "a symbolic link" if target.is_symlink() else "already there"
+            raise WriteError(f"{target}: {what}; nothing is overwritten")
+
+
+def _make_dirs(directory: Path, created: list[Path]) -> None:
+    """Create `directory` and its missing parents, each noted in `created` (in order)."""
+    missing = []
+    while not directory.exists() and not directory.is_symlink():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir()
+        created.append(path)
+
+
+def _remove(files: list[Path], directories: list[Path]) -> None:
+    """Undo a write: the files it created, then the directories it created (deepest first)."""
+    for path in reversed(files):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    for path in reversed(directories):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def write_tree(out: Path, files: Mapping[str, bytes], mode: int = 0o644) -> list[Path]:
+    """Create each file under `out`, all or nothing: every path is checked first (`check_tree`), and a
+    write that fails removes what this call created before the error is raised."""
+    check_tree(out, files)
+    root = out.resolve()
+    written: list[Path] = []
+    made: list[Path] = []
+    try:
+        _make_dirs(root, made)
+        for relative, data in sorted(files.items()):
+            target = root.joinpath(*_plain_parts(relative))
+            _make_dirs(target.parent, made)
+            if target.parent.resolve() != target.parent:  # a link put there since the check
+                raise WriteError(f"refusing the path {relative!r}: a directory on the way is a symbolic link")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            try:
+                fd = os.open(target, flags, mode)
+            except FileExistsError:
+                raise WriteError(f"{target}: already exists; nothing is overwritten") from None
+            written.append(target)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+    except BaseException:
+        _remove(written, made)
+        raise
     return written
+
+
+def replace_files(out: Path, files: Mapping[str, bytes]) -> None:
+    """Create or replace each file (a plain name) in the directory `out`, never through a link: `out`
+    and every existing entry are checked before anything is written, and each file is written beside
+    its place and renamed over it (a hard link's other names keep their content)."""
+    if out.is_symlink():
+        raise WriteError(f"{out}: is a symbolic link; give a real directory")
+    if out.exists() and not out.is_dir():
+        raise WriteError(f"{out}: exists and is not a directory")
+    for name in files:
+        if _plain_parts(name) != [name]:
+            raise WriteError(f"refusing the name {name!r}: not a plain file name")
+        target = out / name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            kind = "a symbolic link" if target.is_symlink() else "not a regular file"
+            raise WriteError(f"{target}: {kind}; nothing is written through it")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        fd, temporary = tempfile.mkstemp(dir=out, prefix=f".{name}.")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, out / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise

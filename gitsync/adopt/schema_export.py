@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from gitsync import __version__
+from gitsync.adopt.repo_writer import WriteError, replace_files
 from gitsync.kinds import KINDS, is_credential
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
+from gitsync.settings import SECRET_FIELD
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 CONFIG_FILE = "config-file.schema.json"
@@ -175,8 +177,22 @@ def kind_items(kind: str) -> dict[str, Any]:
     return {"description": KIND_DESCRIPTIONS[kind], **schema}
 
 
+#: The repo's own ``secret_fields:`` list (`gitsync.render.secrets`), never pushed.
+SECRET_FIELDS: dict[str, Any] = {
+    "description": "Fields that hold secrets besides those gitsync knows: PLUGIN.PATH (that plugin's config "
+                   "wherever it is) or KIND.PATH; masked in every output, taken out by export and import.",
+    "type": ["array", "null"],
+    "items": {"type": "string", "pattern": SECRET_FIELD.pattern},
+}
+
+
 def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
-    """A config file (one YAML document) holding lists of `kinds`."""
+    """A config file (one YAML document) holding lists of `kinds` (all of them: the repo's own lists too)."""
+    properties: dict[str, Any] = {
+        kind: {"description": KIND_DESCRIPTIONS[kind], "type": ["array", "null", "object"],
+               "maxProperties": 0, "items": kind_items(kind)} for kind in kinds}
+    if kinds == KINDS:
+        properties["secret_fields"] = SECRET_FIELDS
     return {
         "$schema": DRAFT,
         "$id": f"https://gitsync.invalid/schema/{__version__}/{title}",
@@ -185,9 +201,7 @@ def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
                        "Check with `gitsync validate`.",
         "type": ["object", "null"],
         # a list of items; `routes:` (null) or `routes: {}` is an empty kind
-        "properties": {kind: {"description": KIND_DESCRIPTIONS[kind], "type": ["array", "null", "object"],
-                              "maxProperties": 0, "items": kind_items(kind)}
-                       for kind in kinds},
+        "properties": properties,
         "additionalProperties": False,
     }
 
@@ -203,10 +217,8 @@ def schema_files() -> dict[str, bytes]:
 def schema_command(_settings: object, args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in schema_files().items():
-            (out / name).write_bytes(data)
-    except OSError as exc:
+        replace_files(out, schema_files())
+    except (WriteError, OSError) as exc:
         print(f"gitsync schema: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {CONFIG_FILE} and {len(KINDS)} per-kind schemas to {out}; in a config file:\n"

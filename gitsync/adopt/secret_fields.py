@@ -1,9 +1,10 @@
 """Secret values out of a payload: each becomes ``${{ secrets.NAME }}`` with a stable NAME.
 
-Which strings are secret is decided by the same rules that mask ``gitsync render``'s
-output (`gitsync.render.mask_secrets`): a field is secret when the masker hides it, and
-a URL's password when the masker hides that part. ``$secret://`` and ``$env://``
-references are not secrets and stay as they are.
+Which strings (or which parts of a string: a URL's password, a header's credential after
+``Bearer``) are secret is the classifier's decision (`gitsync.render.secrets`), the same
+that masks ``gitsync render``'s output. A value the classifier only finds likely (a long
+high-entropy header value or URL part) is taken out all the same, with a warning naming
+the field. ``$secret://`` and ``$env://`` references are not secrets and stay as they are.
 
 A NAME is the item's kind, id and field path in capitals (``SSLS_EXAMPLE_COM_KEY``,
 ``SECRETS_VAULT_MAIN_TOKEN``): the same item and field always give the same name,
@@ -16,17 +17,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.kinds import item_id
-from gitsync.log import MASK
-from gitsync.render import mask_secrets
-from gitsync.render.sourcemap import string_leaves
+from gitsync.render.secrets import NO_RULES, Finding, SecretRules, classify, value_at
+from gitsync.render.sourcemap import field_text
 
 MAX_NAME = 96
 _NOT_NAME = re.compile(r"[^A-Z0-9]+")
+#: An expression in repo text (a `Placeholder`'s): a secret part holding one is not a literal value.
+_EXPRESSION = re.compile(r"(?<!\$)\$\{\{")
 
 
 class Placeholder(str):
@@ -58,37 +60,29 @@ class SecretSpot:
         return f"{self.kind}\0{self.ident}\0{self.path!r}\0{self.nth}"
 
 
-def _pieces(value: str, shown: str) -> list[tuple[bool, str]] | None:
-    """`value` split into (is_secret, text) runs, from where the masked `shown` has ``***``."""
-    if shown == MASK:
-        return [(True, value)]
-    parts = shown.split(MASK)
-    if not value.startswith(parts[0]):
-        return None
-    runs: list[tuple[bool, str]] = [(False, parts[0])] if parts[0] else []
-    pos = len(parts[0])
-    for literal in parts[1:]:
-        end = len(value) if literal == "" else value.find(literal, pos + 1)
-        if end <= pos:
-            return None
-        runs.append((True, value[pos:end]))
-        if literal:
-            runs.append((False, literal))
-        pos = end + len(literal)
-    return runs if pos == len(value) else None
+@dataclass
+class Extracted:
+    """A payload with its secrets taken out: the payload in repo text, ``{NAME: value}``, and warnings
+    (values taken out because they look like credentials, fields the classifier could not use)."""
+
+    payload: dict[str, list[Any]]
+    values: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
 
 
-def _trimmed(runs: list[tuple[bool, str]]) -> list[tuple[bool, str]]:
-    """Whitespace around a secret stays literal text: a secret read from a file is stripped (a PEM
-    key's last newline would otherwise be lost), so only the part between is the secret."""
+def runs(value: str, finding: Finding) -> list[tuple[bool, str]]:
+    """`value` as (is_secret, text) runs by `finding`'s spans; whitespace around a secret stays literal
+    text: a secret read from a file is stripped (a PEM key's last newline would otherwise be lost)."""
+    spans = finding.spans if finding.spans is not None else ((0, len(value)),)
     out: list[tuple[bool, str]] = []
-    for is_secret, text in runs:
+    pos = 0
+    for start, end in spans:
+        text = value[start:end]
         core = text.strip()
-        if not is_secret or not core:
-            out.append((False, text))
-            continue
-        start = text.index(core)
-        out += [(False, text[:start]), (True, core), (False, text[start + len(core):])]
+        lead = start + (text.index(core) if core else len(text))
+        out += [(False, value[pos:lead]), (bool(core), core)]
+        pos = lead + len(core)
+    out.append((False, value[pos:]))
     return [(is_secret, text) for is_secret, text in out if text]
 
 
@@ -113,47 +107,64 @@ def _names(spots: list[SecretSpot], several: set[tuple[int, str, tuple]]) -> dic
     return names
 
 
-def extract_secrets(payload: Mapping[str, Sequence[Any]], escape: Any) -> tuple[dict[str, list[Any]],
-                                                                                dict[str, str]]:
-    """The payload with every secret string replaced, and ``{NAME: value}``.
+def _literal_runs(value: str, finding: Finding) -> list[tuple[bool, str]] | None:
+    """The runs of `value`, secret parts as literal values; None when a secret part of a `Placeholder`
+    holds an expression (it is a reference, not a value to take out)."""
+    found = runs(value, finding)
+    if not isinstance(value, Placeholder):
+        return found
+    if any(is_secret and _EXPRESSION.search(text) for is_secret, text in found):
+        return None
+    return [(is_secret, text.replace("$${{", "${{") if is_secret else text) for is_secret, text in found]
 
-    `escape` turns literal text into repo syntax (``${{`` → ``$${{``); the strings this
-    puts in are `Placeholder`s, already escaped.
+
+def extract_secrets(payload: Mapping[str, Sequence[Any]], escape: Callable[[Any], Any],
+                    rules: SecretRules = NO_RULES) -> Extracted:
+    """The payload with every secret string (or part) replaced by ``${{ secrets.NAME }}``, and the values.
+
+    `escape` turns literal text into repo syntax (``${{`` → ``$${{``); the strings this puts in are
+    `Placeholder`s, already escaped. A string that is a `Placeholder` already is repo text: its
+    literal parts stay as they are.
     """
-    masked = mask_secrets({k: list(v) for k, v in payload.items()}, ())
     out = {kind: copy.deepcopy(list(items)) for kind, items in payload.items()}
-    found: list[tuple[SecretSpot, list[tuple[bool, str]]]] = []
+    found: list[tuple[SecretSpot, list[tuple[bool, str]], Finding]] = []
+    warnings: list[str] = []
     for kind, items in payload.items():
         for index, item in enumerate(items):
             ident = item_id(kind, item) or f"#{index}"
-            shown_leaves = string_leaves(masked[kind][index])
-            for (path, value), (_, shown) in zip(string_leaves(item), shown_leaves, strict=False):
-                if value == shown:
+            for finding in classify(kind, item, rules):
+                parts = _literal_runs(value_at(item, finding.path), finding)
+                if parts is None:
                     continue
-                runs = _trimmed(_pieces(value, shown) or [(True, value)])
-                secrets = [text for is_secret, text in runs if is_secret]
-                if not secrets:
-                    continue
+                secrets = [text for is_secret, text in parts if is_secret]
                 for nth, text in enumerate(secrets):
-                    found.append((SecretSpot(kind, index, ident, path, nth, text), runs))
-    several = {(s.index, s.kind, s.path) for s, _ in found if s.nth > 0}
-    names = _names([s for s, _ in found], several)
+                    found.append((SecretSpot(kind, index, ident, finding.path, nth, text), parts, finding))
+    several = {(s.index, s.kind, s.path) for s, _, _ in found if s.nth > 0}
+    names = _names([s for s, _, _ in found], several)
     values: dict[str, str] = {}
     done: set[tuple[str, int, tuple]] = set()
-    for spot, runs in found:
+    for spot, parts, finding in found:
         key = (spot.kind, spot.index, spot.path)
         if key in done:
             continue
         done.add(key)
-        nth = 0
-        text = ""
-        for is_secret, run in runs:
+        literal = not isinstance(value_at(payload[spot.kind][spot.index], spot.path), Placeholder)
+        text, nth, named = "", 0, []
+        for is_secret, run in parts:
             if not is_secret:
-                text += escape(run)
+                text += escape(run) if literal else run
                 continue
-            origin = SecretSpot(spot.kind, spot.index, spot.ident, spot.path, nth, run).origin
-            values[names[origin]] = run
-            text += "${{ secrets." + names[origin] + " }}"
+            name = names[SecretSpot(spot.kind, spot.index, spot.ident, spot.path, nth, run).origin]
+            values[name] = run
+            named.append(name)
+            text += "${{ secrets." + name + " }}"
             nth += 1
         _set(out[spot.kind][spot.index], spot.path, Placeholder(text))
-    return out, dict(sorted(values.items()))
+        if not finding.certain:
+            where = f"{spot.kind}[{spot.ident}].{field_text(spot.path)}"
+            warnings.append(f"{where}: {finding.why}, taken out as a secret ({', '.join(named)}): "
+                            "nothing names it secret, but it looks like a credential")
+    return Extracted(out, dict(sorted(values.items())), warnings)
+
+
+__all__ = ["Extracted", "Placeholder", "SecretSpot", "extract_secrets", "runs"]

@@ -17,90 +17,11 @@ apart from the I/O makes every rule here testable with plain values:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 
+from gitsync.agent.canary import Canary, canary_phase
+from gitsync.agent.decision import Decision, GatewayView, Holding, Probe, RemoteView, holding
 from gitsync.agent.gate import GateVerdict
 from gitsync.agent.outcomes import Stage, SyncResult
-from gitsync.agent.state import GatewayState
-
-
-class Probe(StrEnum):
-    """What asking a gateway's HEAD gave, this sync."""
-
-    ANSWERED = "answered"  # with the digest it carries (None: an emptied, restarted gateway)
-    NO_HEAD = "no head"  # APISIX 3.13: no HEAD, no digest
-    UNREACHABLE = "unreachable"  # no answer
-    NOT_ASKED = "not asked"  # nothing of ours to compare with, or busy, or backing off
-
-
-class Holding(StrEnum):
-    """Whether a gateway holds the target commit, as far as the observations tell."""
-
-    HOLDS = "holds"
-    BEHIND = "behind"  # never given the target, or under another `unmanaged` policy
-    DRIFTED = "drifted"  # given it, and its digest says it lost it (a restart, an out-of-band write)
-    UNKNOWN = "unknown"  # given it, and no digest to tell: the push compares the content
-
-
-@dataclass(frozen=True)
-class RemoteView:
-    """The remote's tip for the ref, or why it is not known this sync."""
-
-    sha: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class GatewayView:
-    """One gateway as the agent sees it at decision time."""
-
-    url: str
-    pushed: GatewayState | None = None  # what this agent last gave it
-    probe: Probe = Probe.NOT_ASKED
-    digest: str | None = None  # the digest its HEAD answered with
-    busy: bool = False  # an earlier push to it is still running
-    backing_off: bool = False  # failed lately: left alone until its backoff ends
-
-
-@dataclass(frozen=True)
-class Canary:
-    """rollout = "canary": `url` takes a new commit first; the others `soak` seconds after it did."""
-
-    url: str
-    soak: float
-    now: float  # time.time() of this decision
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do this sync; `result` set means there is nothing to do, and this is the outcome."""
-
-    target: str | None
-    new: bool = False  # the target was never applied: fetch, verify and render it from scratch
-    push: tuple[str, ...] = ()  # gateways to give the target
-    drifted: tuple[str, ...] = ()
-    result: SyncResult | None = None
-    stage: Stage | None = None
-    problems: tuple[str, ...] = ()
-    why: str = ""
-    keep: tuple[str, ...] = ()  # gateways to give the last good commit back while the canary soaks
-    canary: str | None = None  # set while a new commit runs on the canary alone
-    wake_at: float | None = None  # time.time() at which the canary's soak ends
-
-    @property
-    def advance(self) -> bool:
-        """Whether a gateway that takes the target makes it the last good commit (not on a canary alone)."""
-        return self.canary is None
-
-
-def holding(view: GatewayView, target: str, unmanaged: Iterable[str]) -> Holding:
-    pushed = view.pushed
-    if pushed is None or pushed.commit != target or pushed.unmanaged != sorted(unmanaged):
-        return Holding.BEHIND
-    if view.probe is Probe.ANSWERED and pushed.digest:
-        return Holding.HOLDS if view.digest == pushed.digest else Holding.DRIFTED
-    return Holding.UNKNOWN
 
 
 def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], views: Iterable[GatewayView], *,
@@ -132,7 +53,7 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
         return idle
     views = list(views)
     if canary is not None and new and len(views) > 1:
-        first = _canary_phase(target, last_good, views, unmanaged, canary)
+        first = canary_phase(target, last_good, views, unmanaged, canary)
         if first is not None:
             return first
     states = {v.url: holding(v, target, unmanaged) for v in views if not v.busy and not v.backing_off}
@@ -158,31 +79,4 @@ def decide(remote: RemoteView, last_good: str | None, bad: Mapping[str, str], vi
     return Decision(target, new, tuple(push), tuple(drifted), problems=carried, why=why, wake_at=idle.wake_at)
 
 
-def _canary_phase(target: str, last_good: str | None, views: list[GatewayView], unmanaged: list[str],
-                  canary: Canary) -> Decision | None:
-    """While a new commit has not run on the canary for `soak` seconds: the canary gets it, the others
-    keep (or get back) the last good commit. None once the soak is over."""
-    view = next((v for v in views if v.url == canary.url), None)
-    if view is None:
-        return None
-    took = view.pushed is not None and view.pushed.commit == target
-    since = view.pushed.since if took and view.pushed is not None else None
-    if since is not None and canary.now - since >= canary.soak:
-        return None
-    ready = [v for v in views if not v.busy and not v.backing_off]
-    push = tuple(v.url for v in ready
-                 if v.url == canary.url and holding(v, target, unmanaged) is not Holding.HOLDS)
-    keep = tuple(v.url for v in ready if v.url != canary.url and last_good is not None
-                 and holding(v, last_good, unmanaged) is not Holding.HOLDS)
-    wake_at = since + canary.soak if since is not None else None
-    why = f"canary {canary.url} runs {target[:7]} first"
-    if push or keep:
-        return Decision(target, True, push, keep=keep, canary=canary.url, wake_at=wake_at, why=why)
-    if took:
-        return Decision(target, True, canary=canary.url, wake_at=wake_at, result=SyncResult.SOAKING,
-                        why=why + f"; the others follow after {canary.soak:g}s")
-    return Decision(target, True, canary=canary.url, result=SyncResult.DEFERRED, stage=Stage.PUSH,
-                    problems=(f"{canary.url}: the canary is busy or backing off",), why=why)
-
-
-__all__ = ["Canary", "Decision", "GatewayView", "Holding", "Probe", "RemoteView", "decide", "holding"]
+__all__ = ["Decision", "GatewayView", "Holding", "Probe", "RemoteView", "decide", "holding"]

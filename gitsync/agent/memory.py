@@ -10,9 +10,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from gitsync.agent.choice import SourceTip
 from gitsync.agent.outcomes import SyncOutcome
 from gitsync.agent.state import AgentState
-from gitsync.agent.view import HISTORY, GatewayPush, RenderedCommit, SyncRecord
+from gitsync.agent.view import HISTORY, GatewayPush, RenderedCommit, SourceCommit, SyncRecord
 from gitsync.push.results import GatewayResult, Known
 
 
@@ -23,6 +24,23 @@ class RunningPush(NamedTuple):
     drifted: bool  # it heals a gateway found drifted
     advance: bool  # it makes its commit the last good one when it is accepted
     future: Future[GatewayResult]
+
+
+@dataclass
+class SourceMemory:
+    """What a ``[[sources]]`` agent remembers of one source between syncs (its saved part is in
+    `AgentState.sources`): its tip at the last check, and its commits as rendered alone."""
+
+    tip: SourceTip
+    rendered: dict[str, SourceCommit] = field(default_factory=dict)  # its last good + the latest others
+
+    def keep(self, sha: str, commit: SourceCommit, last_good: str | None) -> None:
+        """Remember `commit`, and of the others its last good one and the two most recent."""
+        self.rendered.pop(sha, None)
+        self.rendered[sha] = commit
+        others = [k for k in self.rendered if k != last_good]
+        for old in others[:-2]:
+            del self.rendered[old]
 
 
 @dataclass
@@ -45,6 +63,7 @@ class AgentMemory:
     last_outcome: SyncOutcome | None = None
     history: deque[SyncRecord] = field(default_factory=lambda: deque(maxlen=HISTORY))
     pushes: dict[str, GatewayPush] = field(default_factory=dict)  # url → its last push, for the view
+    sources: dict[str, SourceMemory] = field(default_factory=dict)  # [[sources]]: name → its memory
 
 
-__all__ = ["AgentMemory", "RenderedCommit", "RunningPush"]
+__all__ = ["AgentMemory", "RenderedCommit", "RunningPush", "SourceMemory"]

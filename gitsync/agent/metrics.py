@@ -80,6 +80,14 @@ class Metrics:
                               "(partial = true): a broken item and what refers to it.", registry=r)
         self.fetch_failures = Counter("gitsync_fetch_failures", "Failed checks or fetches of the git "
                                       "remote.", registry=r)
+        self.feedback_sent = Counter("gitsync_feedback_sent", "Commit statuses (channel forge) and "
+                                     "notifications (channel notify) delivered.", ["channel"], registry=r)
+        self.feedback_failures = Counter("gitsync_feedback_failures", "Commit statuses and notifications "
+                                         "that failed an attempt (retried with backoff).", ["channel"],
+                                         registry=r)
+        self.feedback_dropped = Counter("gitsync_feedback_dropped", "Commit statuses and notifications given "
+                                        "up: refused by the receiver, out of retries, or the queue full.",
+                                        ["channel"], registry=r)
         self.fleet_status = Gauge("gitsync_fleet_status", "Per status ref the gate read (after_group), 1 in "
                                   "its state: counted (readable, and verified when status_signers is set), "
                                   "unreadable, or unverified.", ["agent", "state"], registry=r)

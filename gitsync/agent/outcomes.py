@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gitsync.push.results import GatewayResult
 from gitsync.timing import Phases
+
+
+class Trigger(StrEnum):
+    """What sets a sync off. The daemon coalesces the triggers that arrive during a sync into the next."""
+
+    START = "start"
+    POLL = "poll"  # the periodic poll
+    WEBHOOK = "webhook"  # a git host said the repo changed
+    DRIFT = "drift"  # the drift watch found a gateway that may not hold the last good commit
+    RELOAD = "reload"  # SIGHUP: new settings
+    SOAK = "soak"  # a canary's soak, or a group's, ends
+    GATEWAY_DONE = "gateway-done"  # a push an earlier sync left running ended
+    CLI = "cli"  # a command: sync --once, the bench
+    STOP = "stop"  # shutdown: what pushes left running made of their commits
+
+
+def describe(triggers: Iterable[Trigger]) -> str:
+    """``poll,webhook``: the triggers of a sync, in their declared order, as logs and records show them."""
+    chosen = set(triggers)
+    return ",".join(str(t) for t in Trigger if t in chosen) or "cli"
 
 
 class SyncResult(StrEnum):
@@ -37,6 +58,7 @@ class Stage(StrEnum):
     VERIFY = "verify"
     RENDER = "render"
     VALIDATE = "validate"
+    OWNERSHIP = "ownership"  # [[sources]]: a source declared an item it does not own
     GUARD = "guard"  # the deletion guard refused the commit
     PUSH = "push"
     HEALTH = "health"  # a health check failed after the push
@@ -47,14 +69,15 @@ class Stage(StrEnum):
     @property
     def refuses_commit(self) -> bool:
         """A failure at this stage is the commit's own: it is marked bad and not retried."""
-        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.GUARD, Stage.PUSH, Stage.HEALTH)
+        return self in (Stage.VERIFY, Stage.RENDER, Stage.VALIDATE, Stage.OWNERSHIP, Stage.GUARD, Stage.PUSH,
+                        Stage.HEALTH)
 
 
 @dataclass
 class SyncOutcome:
     """What one sync did: the data behind logs, state, metrics, status commits and notes."""
 
-    reason: str
+    triggers: frozenset[Trigger]
     result: SyncResult
     commit: str | None = None
     subject: str = ""
@@ -70,5 +93,29 @@ class SyncOutcome:
     def ok(self) -> bool:
         return self.result.ok
 
+    @property
+    def reason(self) -> str:
+        """The triggers as text (`describe`)."""
+        return describe(self.triggers)
 
-__all__ = ["Stage", "SyncOutcome", "SyncResult"]
+
+def healed_after(refused: SyncOutcome, healed: SyncOutcome) -> SyncOutcome:
+    """A refused commit's outcome with what the second decision of the sync (for the last good commit)
+    did to the gateways."""
+    return replace(refused, gateways=[*refused.gateways, *healed.gateways],
+                   drifted=[*refused.drifted, *healed.drifted])
+
+
+def with_late(outcome: SyncOutcome, late: Iterable[SyncOutcome]) -> SyncOutcome:
+    """`outcome` with what pushes left running by earlier syncs did, for those that ended: their
+    gateways first, and their result when this sync itself had nothing else to report."""
+    for ended in late:
+        outcome = replace(outcome, gateways=[*ended.gateways, *outcome.gateways])
+        idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
+        if idle and ended.result is not SyncResult.NOOP:
+            outcome = replace(outcome, result=ended.result, commit=ended.commit, stage=ended.stage,
+                              subject=ended.subject, problems=ended.problems)
+    return outcome
+
+
+__all__ = ["Stage", "SyncOutcome", "SyncResult", "Trigger", "describe", "healed_after", "with_late"]

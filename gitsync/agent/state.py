@@ -31,6 +31,30 @@ class GatewayState:
 
 
 @dataclass
+class SourceState:
+    """One source of a ``[[sources]]`` agent: its last good commit and the commits refused."""
+
+    last_good: str | None = None  # its commit in the newest composition a gateway accepted
+    last_good_subject: str = ""
+    bad: dict[str, str] = field(default_factory=dict)  # commit SHA → why it was refused
+
+    def mark_bad(self, sha: str, reason: str) -> None:
+        _remember(self.bad, sha, reason)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SourceState:
+        return cls(data.get("last_good"), str(data.get("last_good_subject") or ""),
+                   dict(data.get("bad") or {}))
+
+
+def _remember(bad: dict[str, str], sha: str, reason: str) -> None:
+    bad.pop(sha, None)
+    bad[sha] = reason
+    while len(bad) > MAX_BAD_COMMITS:
+        bad.pop(next(iter(bad)))
+
+
+@dataclass
 class AgentState:
     """Everything the agent must remember across restarts."""
 
@@ -45,6 +69,10 @@ class AgentState:
     #: Gateway url → a commit pushed to it whose health checks have not run yet: recorded before the
     #: push, so that a sync that dies after it leaves it "unchecked", and the next one checks it.
     unchecked: dict[str, str] = field(default_factory=dict)
+    #: With ``[[sources]]``: each source's own last good commit and refusals, and what each composition
+    #: (the "commit" the gateways hold: every source at one commit) is made of: id → source → SHA.
+    sources: dict[str, SourceState] = field(default_factory=dict)
+    compositions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def expect_checks(self, pushes: dict[str, str]) -> set[str]:
         """Before pushing commits with checks (url → commit): record them unchecked; the urls whose same
@@ -60,17 +88,22 @@ class AgentState:
             self.unchecked.pop(url, None)
 
     def mark_bad(self, sha: str, reason: str) -> None:
-        self.bad.pop(sha, None)
-        self.bad[sha] = reason
-        while len(self.bad) > MAX_BAD_COMMITS:
-            self.bad.pop(next(iter(self.bad)))
+        _remember(self.bad, sha, reason)
+
+    def remember_composition(self, composition: str, commits: dict[str, str]) -> None:
+        """Keep what `composition` is made of, forgetting the oldest ones no gateway holds."""
+        self._keep(self.compositions, composition, commits)
 
     def keep_from(self, sha: str, origins: dict[str, str]) -> None:
-        self.kept_from.pop(sha, None)
-        self.kept_from[sha] = origins
+        self._keep(self.kept_from, sha, origins)
+
+    def _keep(self, table: dict[str, dict[str, str]], sha: str, value: dict[str, str]) -> None:
+        """`table[sha] = value`, the newest last; of the commits no gateway holds, the oldest forgotten."""
+        table.pop(sha, None)
+        table[sha] = value
         live = {self.last_good, *(gw.commit for gw in self.gateways.values())}
-        for old in [k for k in self.kept_from if k not in live][:-MAX_BAD_COMMITS]:
-            del self.kept_from[old]
+        for old in [k for k in table if k not in live][:-MAX_BAD_COMMITS]:
+            del table[old]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,4 +119,8 @@ class AgentState:
             last_result=dict(data.get("last_result") or {}),
             kept_from=dict(data.get("kept_from") or {}),
             unchecked={str(k): str(v) for k, v in (data.get("unchecked") or {}).items()},
+            sources={str(name): SourceState.from_json(s) for name, s in (data.get("sources") or {}).items()
+                     if isinstance(s, dict)},
+            compositions={str(k): {str(n): str(c) for n, c in v.items()}
+                          for k, v in (data.get("compositions") or {}).items() if isinstance(v, dict)},
         )

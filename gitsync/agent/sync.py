@@ -24,25 +24,31 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from gitsync import __version__
-from gitsync.agent.decide import Canary, Decision, GatewayView, Holding, Probe, RemoteView, decide
+from gitsync.agent.canary import Canary
+from gitsync.agent.decide import decide
+from gitsync.agent.decision import Decision, GatewayView, Holding, Probe, RemoteView, holding
 from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import GateVerdict
 from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
+from gitsync.agent.observer import NoObserver, SyncObserver
+from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
+from gitsync.agent.record import WriteBackQueue, log_outcome, record_metrics, short
+from gitsync.agent.sources import Blame, SourcesRefused, sources_from_settings
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
-from gitsync.backoff import Backoff
+from gitsync.backoff import Backoff, retried
 from gitsync.httpclient import HttpClient
-from gitsync.log import logger, redact
+from gitsync.log import context as log_context
+from gitsync.log import logger, redact, set_agent
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
 from gitsync.push.apply import RetryPolicy, policy_from_settings
@@ -63,7 +69,8 @@ from gitsync.urls import display_url
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
 
-STOP_GRACE = 60.0  # seconds a SIGTERM waits for the push in flight
+#: The first wait between tries of a git contact within one sync (`remote_attempts`), doubled each time.
+RETRY_BASE = 1.0
 
 
 @contextlib.contextmanager
@@ -83,30 +90,34 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _poll_only(reason: str) -> bool:
-    """Whether a sync was set off by the periodic poll alone (reasons are joined by commas)."""
-    return all(r == "poll" for r in reason.split(","))
 
 
-def short(sha: str | None) -> str:
-    return sha[:7] if sha else "(none)"
+def _given_up(exc: SourceError, attempts: int) -> str:
+    """What a sync with retries says when a git contact failed for good."""
+    return f"gave up after {attempts} attempts" if exc.transient else "not retried (the remote answered)"
 
 
 class Agent:
     """Source, render, push and write-back for one set of settings, plus what it remembers.
 
     `interrupted`: tells a sync to stop waiting for slow pushes (the daemon: a new trigger).
-    `wake`: called with a reason when a push left running by an earlier sync ends."""
+    `wake`: called with a reason when a push left running by an earlier sync ends.
+    `observer`: told when the agent starts on a new commit and how each sync ends
+    (`gitsync.agent.observer`); the agent closes it when it closes."""
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
-                 wake: Callable[[str], None] = lambda reason: None) -> None:
+                 wake: Callable[[Trigger], None] = lambda trigger: None,
+                 observer: SyncObserver | None = None, remote_attempts: int = 1) -> None:
         self.settings = settings
+        set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
+        #: Tries of each git contact (ref check, fetch) within one sync: `sync --once` has no next poll.
+        self.remote_attempts = remote_attempts
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics or Metrics()
         self.state_dir = state_dir or StateDir(settings.state_dir)
-        self.source = Source.from_settings(settings)
+        self.source = Source.from_settings(settings) if not settings.sources else None  # else `sources`
         self.render_options = options_from_settings(settings, self.env)
         self.cache: RenderMemo = ParseCache(store=ParseStore(self.state_dir.parse_cache)) \
             if settings.parse_cache else NoMemo()
@@ -119,14 +130,19 @@ class Agent:
         self.writeback = WriteBack.from_settings(settings)
         self._fleet = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         self._writeback_queue = WriteBackQueue(self.writeback, self.metrics)
+        self.observer: SyncObserver = observer or NoObserver()
         self.fetch_backoff = Backoff(min(settings.interval, 5.0), settings.max_backoff)
         self.interrupted = interrupted
         self.wake = wake
         self.memory = AgentMemory(self.state_dir.load(), self.state_dir.load_pushed(),
                                   self.state_dir.load_indexes())
+        # [[sources]]: several repos, one payload (gitsync.agent.sources); each commit is a composition
+        self.sources = sources_from_settings(settings, self.env, self.memory, self._writeback_queue.submit,
+                                             self._writeback_queue.submit_once)
         self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
         self._fetched: str | None = None  # the commit a webhook's check fetched
+        self._closed = False
         self._view = self._snapshot()  # what readers on other threads see (`view`)
 
     @property
@@ -145,68 +161,79 @@ class Agent:
     # ------------------------------------------------------------------------------------------------
     # one sync
 
-    def sync_once(self, reason: str = "cli") -> SyncOutcome:
+    def sync_once(self, triggers: Iterable[Trigger] = (Trigger.CLI,)) -> SyncOutcome:
         """Bring every gateway to the target commit; never raises for an ordinary failure."""
         started = time.monotonic()
         self._phases = phases = Phases()
         with gc_paused():
+            reason = frozenset(triggers)
             late = self._collect_late(reason)
             held = self._held()
-            trusted = self._recently_held(held) if _poll_only(reason) else {}
+            trusted = self._recently_held(held) if reason == {Trigger.POLL} else {}
             heads = self.gateways.heads(url for url in held if url not in trusted)  # overlaps the check
             remote = self._check_remote(reason)
             if trusted and remote.sha not in (None, self.state.last_good, *self.state.bad):
                 heads |= self.gateways.heads(trusted)  # a new commit: its push needs today's answers
                 trusted = {}
             views = self._views(heads, trusted)
-            outcome = self._act(self._decide(remote, views), reason)
-            if outcome.stage and outcome.stage.refuses_commit and outcome.commit in self.state.bad:
-                healed = self._act(self._decide(RemoteView(sha=outcome.commit), views), reason)
-                outcome.gateways += healed.gateways
-                outcome.drifted += healed.drifted
-            for ended in late:  # a push that ended late is what this sync has to report, if nothing else
-                outcome.gateways[:0] = ended.gateways
-                idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
-                if idle and ended.result is not SyncResult.NOOP:
-                    outcome.result, outcome.commit, outcome.stage = ended.result, ended.commit, ended.stage
-                    outcome.subject, outcome.problems = ended.subject, ended.problems
+            acted = outcome = self._act(self._decide(remote, views), reason)
+            for _ in range(len(self.sources.entries) if self.sources is not None else 1):
+                if not (acted.stage and acted.stage.refuses_commit and acted.commit in self.state.bad):
+                    break
+                # the refused commit is bad now: decide again, for the last good commit (with sources:
+                # for the sources that move on, every refused one at its last good commit)
+                again = self.sources.view() if self.sources is not None else RemoteView(sha=acted.commit)
+                acted = self._act(self._decide(again, views), reason)
+                outcome = healed_after(outcome, acted)
+            outcome = with_late(outcome, late)
             # Before the collector is back: its first collection (of all the sync left alive) comes
             # with the next allocation, and belongs to no phase of the sync; it runs as it is recorded.
-            outcome.duration = time.monotonic() - started
-        outcome.phases = phases
+            outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
         self._record(outcome)
-        self.source.tidy()  # after the sync: a merge of packs never holds up a push
+        if self.source is not None:
+            self.source.tidy()  # after the sync: a merge of packs never holds up a push
         return outcome
 
     # -- observe -------------------------------------------------------------------------------------
 
-    def _check_remote(self, reason: str) -> RemoteView:
+    def _check_remote(self, reason: frozenset[Trigger]) -> RemoteView:
         """The remote's tip, from the ref advertisement; a failure starts the remote's backoff."""
+        if self.sources is not None:
+            with self._phases.timed("check"):
+                remote = self.sources.check(reason)
+            self.metrics.fetch_failures.inc(self.sources.unreachable)
+            self.memory.tip = remote.sha
+            return remote
+        assert self.source is not None
         # A webhook means the remote has just been written to: worth trying even during a backoff.
-        if not self.fetch_backoff.ready() and not any(r.startswith("webhook") for r in reason.split(",")):
+        if not self.fetch_backoff.ready() and Trigger.WEBHOOK not in reason:
             return RemoteView(error="git remote in backoff after earlier failures")
         try:
             self.memory.tip = self._look(reason)
         except SourceError as exc:
             delay = self.fetch_backoff.failed()
             self.metrics.fetch_failures.inc()
-            logger.warning("git remote {}: {}; retrying in {:.1f}s; gateways stay on {}", self.source.url,
-                           exc, delay, short(self.state.last_good))
+            if self.remote_attempts > 1:
+                logger.warning("git remote {}: {}; {}; gateways stay on {}", self.source.url, exc,
+                               _given_up(exc, self.remote_attempts), short(self.state.last_good))
+            else:
+                logger.warning("git remote {}: {}; retrying at the first poll after {:.1f}s; gateways stay "
+                               "on {}", self.source.url, exc, delay, short(self.state.last_good))
             return RemoteView(error=redact(str(exc)))
         self.fetch_backoff.succeeded()
         return RemoteView(sha=self.memory.tip)
 
-    def _look(self, reason: str) -> str:
+    def _look(self, reason: frozenset[Trigger]) -> str:
         """The remote's tip. A poll asks for the refs alone (most find nothing new). Any other sync (a
         webhook, the command line, a drifted gateway, the start) fetches at once, which asks for the
         refs as the check does (one connection to the remote, not two), and renders a new commit, both
         while the gateways answer their HEADs. A remote that does not answer fails the check; a fetch
         that fails otherwise leaves the check to tell (and the sync's fetch to report it, as it
         would have); a render that fails, the sync's render."""
-        if not _poll_only(reason):
+        if reason != {Trigger.POLL}:
             try:
                 with self._phases.timed("fetch"):
-                    self._fetched = self.source.fetch()
+                    self._fetched = self._contact(self.source.fetch)
             except SourceError as exc:
                 if exc.unreachable:
                     raise
@@ -217,7 +244,17 @@ class Agent:
                         self._render(self._fetched, fetch=False)
                 return self._fetched
         with self._phases.timed("check"):
-            return self.source.check()
+            return self._contact(self.source.check)
+
+    def _contact(self, action: Callable[[], str]) -> str:
+        """A git contact (`Source.check`, `Source.fetch`), tried up to `remote_attempts` times while
+        the transport fails, with the one backoff's jitter between tries; the last failure raised."""
+        def retrying(exc: Exception, attempt: int, delay: float) -> None:
+            logger.warning("git remote {}: {} (attempt {} of {}); retrying in {:.1f}s", self.source.url, exc,
+                           attempt, self.remote_attempts, delay)
+
+        return retried(action, self.remote_attempts, Backoff(RETRY_BASE, self.settings.max_backoff),
+                       retry_if=lambda exc: isinstance(exc, SourceError) and exc.transient, on_retry=retrying)
 
     def _held(self) -> dict[str, str]:
         """url → the digest of our last push, for each gateway holding one that a HEAD may check now
@@ -277,7 +314,7 @@ class Agent:
         sha = remote.sha
         if not s.after_group or sha is None or sha == self.state.last_good or sha in self.state.bad:
             return None
-        assert self._fleet is not None
+        assert self._fleet is not None and self.source is not None  # after_group is for one repo
         try:
             committed = self.source.commit_time(sha)
         except SourceError as exc:
@@ -289,7 +326,11 @@ class Agent:
 
     # -- act -----------------------------------------------------------------------------------------
 
-    def _act(self, decision: Decision, reason: str) -> SyncOutcome:
+    def _act(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
+        with log_context(commit=decision.target):  # the `commit` of its JSON log lines
+            return self._act_on(decision, reason)
+
+    def _act_on(self, decision: Decision, reason: frozenset[Trigger]) -> SyncOutcome:
         target = decision.target
         if decision.result is not None or target is None:
             subject = self.state.last_good_subject if target == self.state.last_good else ""
@@ -301,21 +342,29 @@ class Agent:
                  and ours.digest is not None and self.memory.digests.get(url) == ours.digest}
         # Each other gateway's GET starts now, to overlap the fetch and render below.
         lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
+        if decision.new:
+            self.observer.started(target)
         try:
             commit = self._render(target, fetch=decision.new)
+        except SourcesRefused as exc:
+            return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems],
+                                blame=exc.blame)
         except ProblemsError as exc:
             return self._refuse(target, reason, Stage(exc.stage), [str(p) for p in exc.problems])
         except SourceError as exc:
             if exc.stage == "verify":
                 return self._refuse(target, reason, Stage.VERIFY, [exc.reason])
-            logger.error("commit {}: {} failed: {}", short(target), exc.stage, exc.reason)
+            tries = f" ({_given_up(exc, self.remote_attempts)})" if self.remote_attempts > 1 else ""
+            logger.error("commit {}: {} failed: {}{}", short(target), exc.stage, exc.reason, tries)
             return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
         rendered, subject = commit.rendered, commit.subject
         good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
         guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
         release = Release(rendered.payload, rendered.source_map, rendered.checks,
                           fallback=good.rendered.payload if good is not None and decision.new else None,
-                          rollback=self.settings.on_check_failure == "rollback", guard=guard,
+                          # with sources, the agent rolls back the blamed sources only (it decides again)
+                          rollback=self.settings.on_check_failure == "rollback" and self.sources is None,
+                          guard=guard,
                           managed=self.policy.managed,
                           desired=commit.desired)
         jobs = {url: (target, release) for url in decision.push}
@@ -377,7 +426,7 @@ class Agent:
                          exc)
             return None
 
-    def _settle(self, reason: str, target: str, subject: str, results: list[GatewayResult],
+    def _settle(self, reason: frozenset[Trigger], target: str, subject: str, results: list[GatewayResult],
                 running: list[str] | tuple[str, ...] = (), *, advance: bool = True) -> SyncOutcome:
         """What the gateways' answers make of a commit: refused by one, or failing its health checks on
         one, it is bad; accepted by one and refused by none, it is the last good commit, the one to
@@ -398,10 +447,12 @@ class Agent:
         if unhealthy:
             logger.error("commit {}: health checks failed (on_check_failure = report): {}", short(target),
                          "; ".join(unhealthy))
-            self._note(target, Stage.HEALTH, unhealthy)
+            self._note(target, Stage.HEALTH, unhealthy, results)
         if advance and any(gw.commit == target for url in self.gateways.urls
                            if (gw := self.state.gateways.get(url))):
             self.state.last_good, self.state.last_good_subject = target, subject
+            if self.sources is not None:
+                self.sources.advanced(target)
         failed = [r for r in results if not r.ok]
         problems = [f"{r.url}: {r.error}" for r in failed] + [f"{url}: still pushing" for url in running]
         if failed:
@@ -426,9 +477,15 @@ class Agent:
         if sha in self.memory.rendered:
             self.memory.rendered[sha] = self.memory.rendered.pop(sha)  # most recent last
             return self.memory.rendered[sha]
+        if self.sources is not None:
+            self.memory.rendered[sha] = self.sources.render(sha, self.policy, fetch=fetch,
+                                                            phases=self._phases)
+            self._forget_renders()
+            return self.memory.rendered[sha]
+        assert self.source is not None
         if (fetch and self._fetched != sha) or self.source.local_sha() is None:
             with self._phases.timed("fetch"):
-                self.source.fetch()
+                self._contact(self.source.fetch)
         fallback, origins = self._keepable(sha)
         with self._phases.timed("read"):
             self.source.verify(sha)
@@ -448,10 +505,14 @@ class Agent:
                                  rendered.splits)
         self.memory.rendered[sha] = RenderedCommit(rendered, commit.subject, allowed_kinds(commit.message),
                                                    commit.files, desired)
+        self._forget_renders()
+        return self.memory.rendered[sha]
+
+    def _forget_renders(self) -> None:
+        """Keep the last good commit's render and the two most recent others."""
         others = [k for k in self.memory.rendered if k != self.state.last_good]
         for old in others[:-2]:
             del self.memory.rendered[old]
-        return self.memory.rendered[sha]
 
     def _keepable(self, sha: str) -> tuple[LastGood | None, dict[tuple[str, str], str]]:
         """Partial apply: the last good items `sha`'s left-out items may keep, and the commit whose own
@@ -471,6 +532,7 @@ class Agent:
         items: dict[tuple[str, str], Any] = {}
         secrets: set[str] = set()
         origins: dict[tuple[str, str], str] = {}
+        assert self.source is not None  # partial apply is for one repo
         for origin in sorted(set(recorded.values())):
             try:
                 own = render(self.source.read(origin).files, self.render_options, memo=self.cache)
@@ -491,21 +553,24 @@ class Agent:
         phases = self._phases  # this sync's, also when a push outlives it
         recheck = self._expect_checks(jobs)
 
-        def job(url: str, what: Release) -> Callable[[Gateway], GatewayResult]:
+        def job(url: str, commit: str, what: Release) -> Callable[[Gateway], GatewayResult]:
             what = replace(what, recheck=url in recheck)
-            return lambda client: release(client, what, self.policy, self.retry, proxy=self.proxy,
-                                          proxy_url=self.proxy_urls.get(url), live=lives.get(url),
-                                          known=known.get(url), phases=phases,
-                                          owned=self.memory.owned.get(url))
 
-        futures = self.gateways.push({url: job(url, what) for url, (_, what) in jobs.items()})
+            def run(client: Gateway) -> GatewayResult:
+                with log_context(commit=commit, gateway=url):  # on the gateway's worker thread
+                    return release(client, what, self.policy, self.retry, proxy=self.proxy,
+                                   proxy_url=self.proxy_urls.get(url), live=lives.get(url),
+                                   known=known.get(url), phases=phases, owned=self.memory.owned.get(url))
+            return run
+
+        futures = self.gateways.push({url: job(url, commit, what) for url, (commit, what) in jobs.items()})
         done, running = wait_for(futures, self.interrupted)
         for url in running:
             commit = jobs[url][0]
             logger.warning("gateway {}: its push of {} is still running; the agent moves on", url,
                            short(commit))
             self.memory.running[url] = RunningPush(commit, url in drifted, advance, futures[url])
-            futures[url].add_done_callback(lambda _f: self.wake("gateway-done"))
+            futures[url].add_done_callback(lambda _f: self.wake(Trigger.GATEWAY_DONE))
         results = [done[url] for url in jobs if url in done]
         for result in results:
             self._applied(jobs[result.url][0], result, drifted=result.url in drifted)
@@ -555,7 +620,7 @@ class Agent:
             self.metrics.drift_heals.labels(result.url).inc()
             logger.info("drift healed on {}: {} re-applied", result.url, short(commit))
 
-    def _collect_late(self, reason: str) -> list[SyncOutcome]:
+    def _collect_late(self, reason: frozenset[Trigger]) -> list[SyncOutcome]:
         """What pushes left running by earlier syncs made of their commits, for those that ended."""
         ended: dict[tuple[str, bool], list[GatewayResult]] = {}
         for url, (commit, drifted, advance, future) in list(self.memory.running.items()):
@@ -573,23 +638,32 @@ class Agent:
         known = self.memory.rendered.get(sha)
         return known.subject if known is not None else ""
 
-    def _note(self, sha: str, stage: Stage, problems: list[str]) -> None:
-        """A git note on `sha` saying why it failed (in the background)."""
-        if self.writeback is not None:
+    def _note(self, sha: str, stage: Stage, problems: list[str], results: list[GatewayResult] | None = None,
+              ) -> None:
+        """A git note on `sha` saying why it failed (in the background); with sources, on the commits of
+        the sources whose checks `results` name, each in its own repo."""
+        if self.sources is not None:
+            self.sources.report(sha, stage, results or [])
+        elif self.writeback is not None:
             note = FailureNote(agent=self.settings.agent_name, commit=sha, time=datetime.now(UTC),
                                stage=str(stage), errors=problems)
             self._writeback_queue.submit(self.writeback.publish_failure, note)
 
-    def _refuse(self, sha: str, reason: str, stage: Stage, problems: list[str],
-                gateways: list[GatewayResult] | None = None) -> SyncOutcome:
-        """A commit that can never apply: remember it as bad, say why; the caller heals with the last good."""
+    def _refuse(self, sha: str, reason: frozenset[Trigger], stage: Stage, problems: list[str],
+                gateways: list[GatewayResult] | None = None, blame: Blame | None = None) -> SyncOutcome:
+        """A commit that can never apply: remember it as bad, say why; the caller heals with the last good.
+        With sources, the new commits of the composition it blames are bad in their own source too."""
         problems = [redact(p) for p in problems]
         self.state.mark_bad(sha, f"{stage}: {problems[0] if problems else 'refused'}")
-        logger.error("commit {} refused at {} ({} problem(s)); gateways stay on {}", short(sha), stage,
+        logger.error("{} {} refused at {} ({} problem(s)); gateways stay on {}",
+                     "composition" if self.sources is not None else "commit", short(sha), stage,
                      len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
-        self._note(sha, stage, problems)
+        if self.sources is not None:
+            self.sources.refuse(sha, stage, gateways or [], blame)
+        else:
+            self._note(sha, stage, problems)
         return SyncOutcome(reason, SyncResult.FAILED, sha, stage=stage, problems=problems,
                            gateways=list(gateways or []))
 
@@ -608,8 +682,12 @@ class Agent:
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self._publish_view(outcome)
-        if self.writeback is not None and outcome.result in (SyncResult.APPLIED, SyncResult.HEALED,
-                                                             SyncResult.FAILED, SyncResult.DRIFT_REPORTED):
+        self.observer.ended(outcome, self.state)
+        changed = outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
+                                     SyncResult.DRIFT_REPORTED)
+        if self.sources is not None:  # each source's status on its own repo
+            self.sources.publish(outcome, report or self._report(outcome), changed=changed)
+        if self.writeback is not None and changed:
             self._writeback_queue.submit(self.writeback.publish_status, report or self._report(outcome))
         elif self.writeback is not None:  # every poll: the heartbeat, and what failed to be written before
             self._writeback_queue.submit_once(self.writeback.refresh)
@@ -628,7 +706,8 @@ class Agent:
     def _save_state(self, outcome: SyncOutcome, report: StatusReport) -> None:
         self.state.last_result = {**report.to_dict(), "reason": outcome.reason,
                                   "stage": str(outcome.stage) if outcome.stage else None,
-                                  "problems": outcome.problems[:20], "last_good": self.state.last_good}
+                                  "problems": outcome.problems[:20], "last_good": self.state.last_good,
+                                  **({"sources": self.sources.summary()} if self.sources is not None else {})}
         try:
             with self._lock:
                 self.state_dir.save(self.state)
@@ -669,7 +748,9 @@ class Agent:
 
     @property
     def tip_refused(self) -> bool:
-        """The remote's tip, at the last check, is a commit this agent refused."""
+        """The remote's tip (with sources: a source's), at the last check, is a commit this agent refused."""
+        if self.sources is not None:
+            return self.sources.tip_refused
         return self.memory.tip is not None and self.memory.tip in self.state.bad
 
     def drift_suspects(self) -> list[str]:
@@ -693,7 +774,7 @@ class Agent:
                 held = self._holds(url, state, known.rendered if known else None)
                 if held is Holding.HOLDS or held is Holding.UNKNOWN:
                     continue
-                answered = held is Holding.DRIFTED
+                answered = held in (Holding.DRIFTED, Holding.BEHIND)  # it answered, without our push
             if answered:
                 worker.answered().result()  # its backoff ends, on its own thread
             if worker.backoff.ready():
@@ -701,15 +782,15 @@ class Agent:
         return suspects
 
     def _holds(self, url: str, state: GatewayState, desired: Rendered | None) -> Holding | None:
-        """Does the gateway still hold our push? HEAD's digest (3.14+), else a GET and a plan (3.13);
-        None when it does not answer."""
+        """Does the gateway still hold our push? Decided as a sync decides (`holding`) from its HEAD's
+        digest (3.14+); without a HEAD (3.13), by a GET and a plan. None when it does not answer."""
         client = self.gateways.client(url)
         try:
             head = client.head_config()
-            if head is not None and state.digest:
-                return Holding.HOLDS if head.digest == state.digest else Holding.DRIFTED
-            if head is not None or desired is None:
-                return Holding.UNKNOWN
+            probe, digest = (Probe.NO_HEAD, None) if head is None else (Probe.ANSWERED, head.digest)
+            held = holding(GatewayView(url, state, probe, digest), state.commit, self.policy.unmanaged)
+            if held is not Holding.UNKNOWN or head is not None or desired is None:
+                return held
             changes = plan(desired.payload, client.get_config().body, self.policy).changes
         except GatewayError as exc:
             logger.debug("drift watch: {}: {}", url, exc)
@@ -729,7 +810,9 @@ class Agent:
         if behind:
             return Readiness(False, f"not holding {short(good)}: {', '.join(behind)}")
         text = f"{short(good)} live on {len(self.gateways.urls)} gateway(s)"
-        if self.tip_refused:
+        if self.sources is not None:
+            text += "".join(f"; {line}" for line in self.sources.refused_tips())
+        elif self.tip_refused:
             tip = self.memory.tip or ""
             text += f"; the tip {short(tip)} is refused ({self.state.bad.get(tip, '')})"
         return Readiness(True, text)
@@ -759,11 +842,13 @@ class Agent:
                          else GatewayRow(url, last_sync=self.memory.pushes.get(url))
                          for url in self.gateways.urls)
         tip = self.memory.tip
-        repo = display_url(settings.repo or str(settings.dir or ""))
+        repo = display_url(settings.repo or str(settings.dir or "")) if not settings.sources else \
+            "sources: " + ", ".join(spec.name for spec in settings.sources)
         return AgentView(settings.agent_name, repo, settings.ref, tuple(settings.paths), tip,
                          state.bad.get(tip) if tip else None, state.last_good, state.last_good_subject,
                          tuple(sorted(self.policy.unmanaged)), gateways, tuple(reversed(self.memory.history)),
-                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None)
+                         time.time(), self.memory.rendered.get(state.last_good) if state.last_good else None,
+                         self.sources.commits(state.last_good) if self.sources is not None else {})
 
     def finish(self, timeout: float) -> None:
         """Wait (at most `timeout`) for pushes left running by earlier syncs, and record what they did:
@@ -771,88 +856,20 @@ class Agent:
         if not self.memory.running:
             return
         wait([future for *_, future in self.memory.running.values()], timeout=timeout)
-        for ended in self._collect_late("stop"):
+        for ended in self._collect_late(frozenset({Trigger.STOP})):
             self._record(ended)
 
     def close(self) -> None:
+        """Stop the agent's threads and close its clients (once; a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.sources is not None:
+            self.sources.close()
         self._writeback_queue.close()
+        self.observer.close()
         self.gateways.close()
         self.proxy.close()
-
-
-class WriteBackQueue:
-    """Write-backs in the background, one at a time, in order; a failure is counted, never raised."""
-
-    def __init__(self, writeback: WriteBack | None, metrics: Metrics) -> None:
-        self.writeback = writeback
-        self.metrics = metrics
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
-        self._queued = 0  # submitted and not ended
-        self._count = threading.Lock()
-
-    def submit(self, publish: Callable[..., bool], *item: Any) -> None:
-        with self._count:
-            self._queued += 1
-        self._thread.submit(self._publish, publish, *item)
-
-    def submit_once(self, publish: Callable[[], bool]) -> None:
-        """Submit unless write-backs are still queued (a slow remote must not pile up refreshes)."""
-        if self._queued == 0:
-            self.submit(publish)
-
-    def _publish(self, publish: Callable[..., bool], *item: Any) -> None:
-        before = self.writeback.failures if self.writeback else 0
-        try:
-            publish(*item)
-        except Exception as exc:  # write-back never takes the agent down
-            logger.error("write-back failed: {}", redact(str(exc)))
-            self.metrics.writeback_failures.inc()
-            return
-        finally:
-            with self._count:
-                self._queued -= 1
-        failures = (self.writeback.failures if self.writeback else 0) - before
-        if failures > 0:
-            self.metrics.writeback_failures.inc(failures)
-
-    def close(self) -> None:
-        self._thread.shutdown(wait=True, cancel_futures=False)
-
-
-def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, urls: list[str], *,
-                   tip_refused: bool) -> None:
-    """The outcome and what each gateway holds, as Prometheus metrics."""
-    metrics.syncs.labels(str(outcome.result)).inc()
-    if outcome.gateways:
-        metrics.sync_duration.observe(outcome.duration)
-        for phase, seconds in outcome.phases.snapshot().items():
-            metrics.sync_phase.labels(phase).observe(seconds)
-        metrics.sync_phase.labels("gitsync").observe(outcome.phases.agent_time(outcome.duration))
-    if outcome.ok:
-        metrics.last_success.set(time.time())
-    if state.last_good:
-        metrics.set_applied_commit(state.last_good)
-    metrics.tip_refused.set(1 if tip_refused else 0)
-    for url in outcome.drifted:
-        metrics.drift_detected.labels(url).inc()
-    for result in outcome.gateways:
-        for check in result.checks.failed if result.checks is not None else ():
-            metrics.check_failures.labels(check.name).inc()
-    for url in urls:
-        gw = state.gateways.get(url)
-        metrics.set_gateway(url, gw.versions if gw else {}, gw is not None and gw.commit == state.last_good)
-
-
-def log_outcome(outcome: SyncOutcome) -> None:
-    """One line per sync. A failed fetch and a refused commit were logged where they happened: a poll
-    that finds the same again is not worth a second warning."""
-    quiet = outcome.ok or outcome.result in (SyncResult.FETCH_FAILED, SyncResult.SKIPPED, SyncResult.DEFERRED)
-    level = "INFO" if outcome.result in (SyncResult.APPLIED, SyncResult.HEALED) else (
-        "DEBUG" if quiet else "WARNING")
-    logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result, short(outcome.commit),
-               outcome.duration, f" — {outcome.problems[0]}" if outcome.problems else "")
-    if outcome.gateways:
-        logger.debug("sync ({}) phases: {}", outcome.reason, outcome.phases.describe(outcome.duration))
 
 
 __all__ = ["Agent", "gc_paused", "short"]

@@ -17,6 +17,7 @@ from gitsync.agent.outcomes import SyncOutcome
 from gitsync.log import redact
 from gitsync.push.plan import Desired
 from gitsync.push.results import GatewayResult
+from gitsync.render.compose import PartFacts
 from gitsync.render.result import Rendered
 
 HISTORY = 50  # syncs the agent remembers for the web view
@@ -123,6 +124,17 @@ class RenderedCommit(NamedTuple):
     desired: Desired  # the payload prepared for plans, shared by every gateway's push
 
 
+class SourceCommit(NamedTuple):
+    """One commit of one source of a ``[[sources]]`` agent, rendered alone (`gitsync.render.compose`):
+    its render, subject, the kinds its author allows deleting, its files, and what composing needs."""
+
+    rendered: Rendered
+    subject: str
+    allowed_delete: frozenset[str]
+    files: Mapping[str, bytes]
+    facts: PartFacts
+
+
 @dataclass(frozen=True)
 class AgentView:
     """What the agent knows, for the web view. `live_commit`: the last good commit as rendered, when
@@ -141,7 +153,9 @@ class AgentView:
     history: tuple[SyncRecord, ...] = ()  # newest first
     time: float = dataclasses.field(default_factory=time.time)
     live_commit: RenderedCommit | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: With ``[[sources]]``: each source's commit in the last good composition (its items' commit).
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 __all__ = ["HISTORY", "AgentView", "GatewayOutcome", "GatewayPush", "GatewayRow", "RenderedCommit",
-           "SyncRecord", "remember"]
+           "SourceCommit", "SyncRecord", "remember"]

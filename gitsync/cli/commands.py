@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -21,10 +22,12 @@ from typing import Any
 
 from gitsync.adopt.adc_releases import diff_hint
 from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
+from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
-from gitsync.log import logger, redact
+from gitsync.log import logger, redact, register_secrets
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
@@ -44,64 +47,74 @@ from gitsync.render import (
     render as render_files,
 )
 from gitsync.render.memo import ParseCache
+from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
-from gitsync.settings import Settings, SettingsError
+from gitsync.settings import Settings, SettingsError, source_settings
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
+from gitsync.urls import display_url
 from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
+#: Tries of each git contact by ``sync --once`` (it has no next poll): 1 + 3 retries, at most 1, 2 and
+#: 4 s apart (half of each wait is random: agents started together do not retry together).
+ONCE_GIT_ATTEMPTS = 4
 
 
-def _read_files(settings: Settings, command: str) -> tuple[dict[str, bytes], str] | int:
+def _read_files(settings: Settings, command: str, out: Findings | None = None,
+                ) -> tuple[dict[str, bytes], str] | int:
     """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
-    directory); or print why not and return 2."""
+    directory); or say why not and return 2."""
+    out = out or Findings()
     if settings.dir is not None:
         try:
             return read_directory(settings.dir, settings.max_file_size), ""
         except OSError as exc:
-            print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+            out.error(f"gitsync {command}: error: {redact(str(exc))}")
             return 2
     if not settings.repo:
-        print(f"gitsync {command}: no source: give --dir PATH or --repo URL", file=sys.stderr)
+        out.error(f"gitsync {command}: no source: give --dir PATH or --repo URL")
         return 2
     try:
         commit = read_input(settings)
     except SourceError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
     return commit.files, commit.message
 
 
-def _render_source(settings: Settings, command: str) -> Rendered | int:
-    """Render the configured source, or print why not and return the exit status."""
-    rendered = _render_commit(settings, command)
+def _render_source(settings: Settings, command: str, out: Findings | None = None) -> Rendered | int:
+    """Render the configured source, or say why not and return the exit status."""
+    rendered = _render_commit(settings, command, out)
     return rendered if isinstance(rendered, int) else rendered[0]
 
 
-def _render_commit(settings: Settings, command: str) -> tuple[Rendered, str] | int:
-    """Render the configured source (and its commit message), or print why not and return the exit status."""
-    read = _read_files(settings, command)
+def _render_commit(settings: Settings, command: str, out: Findings | None = None,
+                   ) -> tuple[Rendered, str] | int:
+    """Render the configured source (and its commit message), or say why not and return the exit status."""
+    out = out or Findings()
+    read = _read_files(settings, command, out)
     if isinstance(read, int):
         return read
     files, message = read
     try:
         options = options_from_settings(settings, os.environ)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     try:
         rendered = render_files(files, options, memo=ParseCache())
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
-            print(redact(str(problem)), file=sys.stderr)
+            out.problem(redact(str(problem)))
         return 1
-    for out in rendered.left_out:  # partial apply, from a directory: there is no last good version
-        print(f"warning: {redact(out.describe())}", file=sys.stderr)
+    for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
+        out.warning(redact(left_out.describe()))
     return rendered, message
 
 
@@ -110,28 +123,53 @@ def render(settings: Settings, args: argparse.Namespace) -> int:
     rendered = _render_source(settings, "render")
     if isinstance(rendered, int):
         return rendered
+    if getattr(args, "explain", None):
+        return _explain(rendered, *args.explain)
     payload = rendered.payload
     if not getattr(args, "show_secrets", False):
-        payload = mask_secrets(payload, rendered.secret_values)
+        payload = mask_secrets(payload, rendered.secret_values, rendered.secret_rules)
     sys.stdout.buffer.write(payload_json(payload) + b"\n")
     sys.stdout.flush()
     return 0
 
 
-def validate(settings: Settings, args: argparse.Namespace) -> int:
-    """Exit 0 when the config is valid; 1 with every problem on stderr."""
-    rendered = _render_source(settings, "validate")
-    if isinstance(rendered, int):
-        return rendered
-    _warn_unmanaged(rendered, settings)
-    counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
-    print(f"valid: {counts or 'no items'}")
+def _explain(rendered: Rendered, kind: str, ident: str) -> int:
+    """Each field of one item and where it came from: ``field  file:line:col``, one per line, after a
+    line naming the item's place (and, for a patched item, its patches and base)."""
+    index = rendered.source_map.index_of(kind, ident)
+    if index is None:
+        print(f"gitsync render: no item {kind}[{ident}] in the rendered payload", file=sys.stderr)
+        return 1
+    item = rendered.payload[kind][index]
+    source = rendered.source_map.source(kind, index)
+    assert source is not None
+    patched = rendered.source_map.patched.get(source)
+    head = f"{kind}[{ident}]: {patched.describe()}" if patched is not None else \
+        f"{kind}[{ident}]: at {rendered.source_map.location(kind, index)}"
+    fields = [(field_text(path) or "(the item)", str(where))
+              for path, where in rendered.source_map.explain(kind, index, item)]
+    width = max((len(name) for name, _ in fields), default=0)
+    lines = [redact(head), *(redact(f"{name:<{width}}  {where}") for name, where in fields)]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
     return 0
 
 
-def _warn_unmanaged(rendered: Rendered, settings: Settings) -> None:
+def validate(settings: Settings, args: argparse.Namespace) -> int:
+    """Exit 0 when the config is valid; 1 with every problem on stderr (or in the report asked for)."""
+    out = findings(args, "validate", settings)
+    rendered = _render_source(settings, "validate", out)
+    if isinstance(rendered, int):
+        return out.finish(rendered)
+    _warn_unmanaged(rendered, settings, out)
+    counts = ", ".join(f"{len(items)} {kind}" for kind, items in rendered.payload.items())
+    out.summary(f"valid: {counts or 'no items'}")
+    return out.finish(0)
+
+
+def _warn_unmanaged(rendered: Rendered, settings: Settings, out: Findings | None = None) -> None:
     for warning in unmanaged_warnings(rendered.payload, settings.unmanaged):
-        print(f"warning: {warning}", file=sys.stderr)
+        (out or Findings()).warning(warning)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -143,116 +181,121 @@ def _by_id(payload: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
             for item in items}
 
 
-def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], secret_values: frozenset[str],
-                show_secrets: bool, every_item: bool) -> None:
-    """Per kind and item what a sync would do; values masked unless asked. Many items of a kind
-    changed alike are one line, unless `every_item`."""
+def _print_diff(diff: GatewayDiff, desired_shown: dict[str, Any], rendered: Rendered, show_secrets: bool,
+                out: Findings, every_item: bool) -> None:
+    """Per kind and item what a sync would do, as lines of `out`; values masked unless asked (the live
+    side's secrets are registered with the log redactor too: they are the gateway's, which render never
+    saw). Many items of a kind changed alike are one line, unless `every_item`."""
     assert diff.plan is not None
     live_lists = {k: v for k, v in diff.live.items() if isinstance(v, list)}
+    register_secrets(secret_values(live_lists, rendered.secret_rules))
     wanted = _by_id(desired_shown)
-    live = _by_id(live_lists if show_secrets else mask_secrets(live_lists, secret_values))
+    live = _by_id(live_lists if show_secrets
+                  else mask_secrets(live_lists, rendered.secret_values, rendered.secret_rules))
     changed_kinds = [k for k in diff.plan.kinds if k.status is KindStatus.CHANGED]
-    print(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
+    out.line(f"{diff.url}: {len(diff.changes)} item change(s) in {len(changed_kinds)} kind(s)")
     if diff.first_step is not None:
-        print(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
+        out.line(f"  two-step apply: {'; '.join(map(str, diff.first_step.moves))}")
     folded = False
     for kp in diff.plan.kinds:
         if kp.status is KindStatus.UNMANAGED and kp.count:
-            print(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
+            out.line(f"  {kp.key}: unmanaged, {kp.count} live item(s) kept")
         if kp.status is not KindStatus.CHANGED:
             continue
-        print(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
+        out.line(f"  {kp.key}: {kp.version_key} {kp.live_version} → {kp.version}")
         changes = [c for c in diff.changes if c.kind == kp.key]
         for entry in summarise(changes, live, wanted, minimum=len(changes) + 1 if every_item else GROUP_MIN):
             if isinstance(entry, ChangeGroup):
                 folded = True
-                _print_group(entry)
+                _print_group(entry, out)
             else:
-                _print_change(entry, live, wanted)
+                _print_change(entry, live, wanted, out)
         if not changes:
-            print("    (order of items changed)")
+            out.line("    (order of items changed)")
     if folded:
-        print("  (gitsync diff -v lists every item)")
+        out.line("  (gitsync diff -v lists every item)")
 
 
-def _print_group(group: ChangeGroup) -> None:
+def _print_group(group: ChangeGroup, out: Findings) -> None:
     mark = {"add": "+", "remove": "-", "prune": "!", "change": "~"}[group.action]
-    print(f"    {mark} {group.describe()}")
+    out.line(f"    {mark} {group.describe()}")
     hint = diff_hint(group.kind, group.fields, group.values, ABSENT)
     if hint:
-        print(f"      {hint}")
-    print(f"      e.g. {group.examples()}")
+        out.line(f"      {hint}")
+    out.line(f"      e.g. {group.examples()}")
 
 
 def _print_change(change: ItemChange, live: dict[tuple[str, str | None], Any],
-                  wanted: dict[tuple[str, str | None], Any]) -> None:
+                  wanted: dict[tuple[str, str | None], Any], out: Findings) -> None:
     subject = f"{change.kind}[{change.id}]"
     if change.action != "change":
         mark, note = {"add": ("+", ""), "remove": ("-", ""),
                       "prune": ("!", "  (written out of band; pruned)")}[change.action]
-        print(f"    {mark} {subject}{note}")
+        out.line(f"    {mark} {subject}{note}")
         return
-    print(f"    ~ {subject}")
+    out.line(f"    ~ {subject}")
     key = (change.kind, change.id)
     for path in change.fields:
         before, after = value_at(live.get(key), path), value_at(wanted.get(key), path)
-        print(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
+        out.line(f"        {field_text(path) or '(whole item)'}: {value_text(before)} → {value_text(after)}")
 
 
-def _gateways(settings: Settings, command: str) -> GatewayPool | int:
-    """A client for each gateway, or print why not (a TLS file that cannot be used) and return 2."""
+def _gateways(settings: Settings, command: str, out: Findings | None = None) -> GatewayPool | int:
+    """A client for each gateway, or say why not (a TLS file that cannot be used) and return 2."""
     try:
         return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
     except SettingsError as exc:
-        print(f"gitsync {command}: error: {redact(str(exc))}", file=sys.stderr)
+        (out or Findings()).error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
     """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
-    commit the deletion guard would refuse."""
+    commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
     from gitsync.agent.statedir import StateDir
 
-    read = _render_commit(settings, "diff")
+    out = findings(args, "diff", settings)
+    read = _render_commit(settings, "diff", out)
     if isinstance(read, int):
-        return 2
+        return out.finish(2)
     rendered, message = read
-    guard = GuardPolicy.from_settings(settings, allowed_kinds(message))
-    gateways = _gateways(settings, "diff")
+    guard = GuardPolicy.from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
+    gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
-        return gateways
-    _warn_unmanaged(rendered, settings)
+        return out.finish(gateways)
+    _warn_unmanaged(rendered, settings, out)
     policy = policy_from_settings(settings)
     pushed = StateDir(settings.state_dir).load_pushed()  # the agent's memory, when this host runs one
     with gateways:
         diffs, _ = wait_for(gateways.each(gateways.urls, lambda g: diff_gateway(
             g, rendered.payload, policy, pushed.get(g.url))))
     show = bool(getattr(args, "show_secrets", False))
-    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values)
+    desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values,
+                                                               rendered.secret_rules)
     status = 0
     for url in gateways.urls:
         one = diffs[url]
         if one.error is not None or one.plan is None:
-            print(f"gitsync diff: {one.url}: {one.error}", file=sys.stderr)
+            out.error(f"gitsync diff: {one.url}: {one.error}")
             status = 2
             continue
         if one.plan.problems:
             for problem in one.plan.problems:
-                print(f"gitsync diff: {one.url}: {redact(str(problem))}", file=sys.stderr)
+                out.error(f"gitsync diff: {one.url}: {redact(str(problem))}")
             status = 2
         if one.plan.changes:
-            _print_diff(one, desired_shown, rendered.secret_values, show, every_item=settings.verbose > 0)
+            _print_diff(one, desired_shown, rendered, show, out, every_item=settings.verbose > 0)
             status = max(status, 1)
         else:
-            print(f"{one.url}: no changes")
+            out.line(f"{one.url}: no changes")
         verdict = check_deletions(rendered.payload, one.live, policy.managed, guard)
         for change in verdict.kinds:
             if change.deleted:
-                print(f"  guard: {change.describe()}")
+                out.line(f"  guard: {change.describe()}")
         if verdict.refused:
-            print(f"gitsync diff: {one.url}: the deletion guard would refuse this commit", file=sys.stderr)
+            out.refused(f"gitsync diff: {one.url}: the deletion guard would refuse this commit")
             status = 2
-    return status
+    return out.finish(status)
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -264,7 +307,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     write-back live in the state dir (a temporary one when it is not writable). With ``--dir``
     there is no commit: the directory is rendered and pushed.
     """
-    if settings.dir is None and settings.repo:
+    if settings.dir is None and (settings.repo or settings.sources):
         return _sync_repo(settings)
     rendered = _render_source(settings, "sync")
     if isinstance(rendered, int):
@@ -275,7 +318,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings), managed=policy.managed,
+                   guard=GuardPolicy.from_settings(settings, by_flag=True), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents,
                                                   rendered.ids, rendered.splits))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
@@ -287,7 +330,10 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
         print(results[url].summary())
         for problem in results[url].problems:
             print(redact(str(problem)), file=sys.stderr)
-    return 0 if all(r.ok for r in results.values()) else 1
+    # A failed health check fails the sync as with --repo (a directory has no last good to go back to:
+    # the config stays live); "report" only reports it, as with --repo.
+    failed_checks = settings.on_check_failure == "rollback" and any(r.unhealthy for r in results.values())
+    return 0 if all(r.ok for r in results.values()) and not failed_checks else 1
 
 
 def _sync_repo(settings: Settings) -> int:
@@ -295,6 +341,7 @@ def _sync_repo(settings: Settings) -> int:
     from gitsync.agent.state import StateError
     from gitsync.agent.statedir import StateDir
     from gitsync.agent.sync import Agent
+    from gitsync.feedback.outbox import Feedback
 
     with contextlib.ExitStack() as stack:
         if not writable_dir(settings.state_dir):
@@ -305,7 +352,11 @@ def _sync_repo(settings: Settings) -> int:
         state_dir = StateDir(settings.state_dir)
         try:
             stack.enter_context(state_dir.locked())
-            agent = Agent(settings, state_dir=state_dir, metrics=Metrics(recorded=False))  # none exported
+            metrics = Metrics(recorded=False)  # none exported
+            feedback = stack.enter_context(contextlib.closing(
+                Feedback.from_settings(settings, metrics, state_dir.path)))
+            agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback,
+                          remote_attempts=ONCE_GIT_ATTEMPTS)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2
@@ -313,15 +364,16 @@ def _sync_repo(settings: Settings) -> int:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 1
         stack.callback(agent.close)  # waits for the write-backs of this sync
-        outcome = agent.sync_once("cli")
+        outcome = agent.sync_once({Trigger.CLI})
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
-    unwritten = agent.writeback.pending if agent.writeback is not None else 0
+    unwritten = (agent.writeback.pending if agent.writeback is not None else 0) + \
+        (agent.sources.pending if agent.sources is not None else 0)
     if unwritten:
-        assert agent.writeback is not None
-        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: "
-              f"{agent.writeback.last_error}", file=sys.stderr)
+        last_error = agent.writeback.last_error if agent.writeback is not None else "see the log"
+        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: {last_error}",
+              file=sys.stderr)
     if outcome.ok:
         print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
         for problem in outcome.problems:  # e.g. what partial apply left out
@@ -347,9 +399,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print("gitsync run: error: the daemon follows a git repo (--repo); --dir is for validate, render, "
               "diff and sync", file=sys.stderr)
         return 2
-    if not settings.repo:
+    if not settings.repo and not settings.sources:
         print("gitsync run: error: repo is required: set --repo, GITSYNC_REPO or source.repo in the "
-              "settings file", file=sys.stderr)
+              "settings file (or list [[sources]])", file=sys.stderr)
         return 2
     try:
         return Daemon(settings, getattr(args, "reload_settings", None)).run_forever()
@@ -370,7 +422,7 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         state_dir = StateDir(settings.state_dir)
         print(summary_text(state_dir.load(repair=False).last_result, now, state_dir.checked_at()), end="")
         return 0
-    if not settings.repo:
+    if not settings.repo and not settings.sources:
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
     try:
@@ -378,6 +430,18 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
         return 2
+    if not settings.sources:
+        return _fleet(settings, signers, now, args)
+    worst = 0
+    for spec in settings.sources:  # each source's statuses are on its own repo
+        own = source_settings(settings, spec)
+        print(f"source {spec.name} ({display_url(own.repo or '')}):")
+        worst = max(worst, _fleet(own, signers, now, args))
+    return worst
+
+
+def _fleet(settings: Settings, signers: Any, now: datetime, args: argparse.Namespace) -> int:
+    """Every agent's status on the repo of `settings` (and with ``--publish``, each group's on the forge)."""
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
             fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)
@@ -389,4 +453,41 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0
     print(fleet_table(fleet, now, own_heartbeat(settings)), end="")
+    return _publish(settings, fleet) if getattr(args, "publish", False) else 0
+
+
+def _publish(settings: Settings, fleet: list[FleetEntry]) -> int:
+    """`status --fleet --publish`: each group's status on the tip, from the statuses that count (readable,
+    and verified with `status_signers`), posted on the forge."""
+    from gitsync.feedback.forge import ForgeError, forge_from_settings
+    from gitsync.feedback.outbox import publish_fleet
+    from gitsync.writeback.wire import full_ref
+
+    try:
+        forge = forge_from_settings(settings)
+    except SettingsError as exc:
+        print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    if forge is None:
+        print("gitsync status: --publish needs forge_token (GITSYNC_FORGE_TOKEN, forge_token_file)",
+              file=sys.stderr)
+        return 2
+    ref = full_ref(settings.ref, "refs/heads/")
+    pinned = settings.ref.encode() if re.fullmatch(r"[0-9a-f]{40}", settings.ref) else None
+    try:
+        tip = pinned or Remote.from_settings(settings).ls_refs([ref]).get(ref)
+        if tip is None:
+            print(f"gitsync status: the remote has no {ref.decode()}", file=sys.stderr)
+            return 1
+        state_dir = settings.state_dir if writable_dir(settings.state_dir) else None
+        for status in publish_fleet(settings, fleet, tip.decode(), forge, state_dir):
+            print(f"{status.context}: {status.state} on {status.sha[:7]}: {forge.description(status)}")
+    except SourceError as exc:
+        print(redact(f"gitsync status: error: {exc.reason}"), file=sys.stderr)
+        return 1
+    except ForgeError as exc:
+        print(f"gitsync status: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        forge.close()
     return 0

@@ -57,7 +57,7 @@ from dulwich.server import DictBackend, TCPGitServer
 import gitsync
 from gitsync import __version__
 from gitsync import log as gslog
-from gitsync.agent.gate import fleet_table
+from gitsync.agent.gate import fleet_table, own_heartbeat
 from gitsync.agent.outcomes import SyncOutcome
 from gitsync.agent.sync import Agent
 from gitsync.daemon.service import Daemon
@@ -664,7 +664,7 @@ class Demo:
         with tempfile.TemporaryDirectory(prefix="gitsync-demo-fleet-") as tmp:
             fleet = read_fleet(Remote.of(self.remote.url), s.status_refs, Path(tmp))
         self.say.say(f"gitsync status --fleet --repo {self.remote.url}")
-        self.say.block(fleet_table(fleet, datetime.now(UTC), s.status_heartbeat))
+        self.say.block(fleet_table(fleet, datetime.now(UTC), own_heartbeat(s)))
         self.summary["status_file"] = text
 
     def finish(self, *, json_summary: bool) -> None:

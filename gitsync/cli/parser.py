@@ -37,27 +37,32 @@ COMMANDS: tuple[Command, ...] = (
     Command("render", "print the rendered payload as JSON (secret values masked unless asked)",
             "gitsync.cli.commands:render", ("source", "state"), closes_all=True),
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
-            "gitsync.cli.commands:validate", ("source", "state", "unmanaged"), closes_all=True),
+            "gitsync.cli.commands:validate", ("source", "state", "unmanaged"),
+            arguments="gitsync.feedback.review:format_arguments", closes_all=True),
     Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
             "gitsync.cli.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
-            closes_all=True),
+            arguments="gitsync.feedback.review:format_arguments", closes_all=True),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "
             "3 synced but the write-back failed)",
-            "gitsync.cli.commands:sync", ("source", "gateway", "writeback", "state"),
+            "gitsync.cli.commands:sync", ("source", "gateway", "writeback", "state", "feedback"),
             ("gateways", "admin_key"),
             closes_all=True),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
-            "gitsync.cli.commands:run", ("source", "gateway", "daemon", "writeback"),
+            "gitsync.cli.commands:run", ("source", "gateway", "daemon", "writeback", "feedback"),
             ("gateways", "admin_key")),
     Command("status", "this agent's last result; --fleet: every agent's, from the status refs",
-            "gitsync.cli.commands:status", ("state", "source", "writeback")),
+            "gitsync.cli.commands:status", ("state", "source", "writeback", "feedback")),
+    Command("pr-comment", "put a validate/diff report on the pull request as its one gitsync comment "
+            "(created once, then updated)", "gitsync.feedback.review:pr_comment_command", ("feedback",), (),
+            "gitsync.feedback.review:pr_comment_arguments", closes_all=True),
     Command("demo", "the whole loop on the embedded sample repo, narrated",
             "gitsync.cli.demo:run_demo", ()),
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
-            "proven", "gitsync.adopt.export:export_command", ("gateway",), ("gateways",),
+            "proven", "gitsync.adopt.export:export_command", ("gateway", "secret_fields"), ("gateways",),
             "gitsync.adopt.arguments:export"),
     Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
-            "gitsync.adopt.importing:import_command", ("connect",), (), "gitsync.adopt.arguments:import_"),
+            "gitsync.adopt.importing:import_command", ("connect", "secret_fields"), (),
+            "gitsync.adopt.arguments:import_"),
     Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",
             "gitsync.adopt.init:init_command", (), (), "gitsync.adopt.arguments:init"),
     Command("schema", "write JSON Schema files of the repo format for editors (yaml-language-server)",
@@ -116,12 +121,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             getattr(importlib.import_module(module_name), func_name)(p)
         if command.name == "render":
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
+            p.add_argument("--explain", nargs=2, metavar=("KIND", "ID"), default=None,
+                           help="instead of the payload: each field of one item and the file:line it came "
+                                "from (the base item's or an overlay patch's)")
         if command.name in ("diff",):
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
         if command.name == "sync":
             p.add_argument("--once", action="store_true", help="one sync, then exit (the only mode of sync)")
         if command.name == "status":
             p.add_argument("--fleet", action="store_true", help="every agent's status from the status refs")
+            p.add_argument("--publish", action="store_true",
+                           help="with --fleet: post each group's commit status on the forge (forge_token)")
         if command.name == "demo":
             p.add_argument("--keep-running", action="store_true", help="stay up after the last step")
             p.add_argument("--json", action="store_true",
@@ -148,8 +158,8 @@ def ending_process() -> None:
 
 def leave_to_exit(*objects: Any) -> None:
     """Keep `objects` alive until gitsync's own process ends, rather than free them one by one as the
-    command returns: after a sync of 10,000 routes its agent holds hundreds of thousands of objects,
-    50-60 ms of a ``sync --once`` spent only on freeing them. In any other program, nothing is kept."""
+    command returns: after a sync of a large config its agent holds hundreds of thousands of objects,
+    and freeing them is a measurable part of a ``sync --once``. In any other program, nothing is kept."""
     if _left_to_exit is not None:
         _left_to_exit.extend(objects)
 

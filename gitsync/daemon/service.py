@@ -19,28 +19,33 @@ from types import FrameType
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitsync import __version__
+from gitsync.agent.outcomes import Trigger, describe
+from gitsync.agent.record import short
 from gitsync.agent.statedir import StateDir
-from gitsync.agent.sync import Agent, short
+from gitsync.agent.sync import Agent
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.daemon.sdnotify import Notifier
+from gitsync.feedback.outbox import Feedback
 from gitsync.log import logger, redact
 from gitsync.settings import Settings, SettingsError
 from gitsync.web import WebView
+from gitsync.web.auth import MAX_FORM_BYTES
 
 STOP_GRACE = 60.0  # seconds a SIGTERM waits for the sync in flight
 
 
 class Triggers:
-    """A coalescing "run again" flag with reasons: set from any thread, taken by the worker."""
+    """A coalescing "run again" flag with the triggers that set it: set from any thread, taken by the
+    worker."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._reasons: list[str] = []
+        self._reasons: set[Trigger] = set()
         self._stopping = False
 
-    def request(self, reason: str) -> None:
+    def request(self, trigger: Trigger) -> None:
         with self._cond:
-            self._reasons.append(reason)
+            self._reasons.add(trigger)
             self._cond.notify_all()
 
     def stop(self) -> None:
@@ -57,14 +62,14 @@ class Triggers:
         is not one: SIGTERM lets the pushes in flight finish.)"""
         return bool(self._reasons)
 
-    def take(self, timeout: float) -> list[str] | None:
-        """Wait up to `timeout` for triggers; return them all (coalesced), [] on timeout, None on stop."""
+    def take(self, timeout: float) -> frozenset[Trigger] | None:
+        """Wait up to `timeout` for triggers; return them all (coalesced), none on timeout, None on stop."""
         with self._cond:
             if not self._reasons and not self._stopping:
                 self._cond.wait(timeout)
             if self._stopping:
                 return None
-            reasons, self._reasons = self._reasons, []
+            reasons, self._reasons = frozenset(self._reasons), set()
             return reasons
 
 
@@ -93,7 +98,8 @@ class Daemon:
                 self.web = WebView(lambda: self.settings, lambda: self.agent, self.state_dir.path / "web")
             self.server = StatusServer(self.settings.listen, self.metrics, self._readiness,
                                        self._hooked, self.settings.webhook_secret,
-                                       web=self.web.answer if self.web else None).start()
+                                       web=self.web.answer if self.web else None,
+                                       web_max_body=MAX_FORM_BYTES).start()
         except OSError as exc:
             self.state_dir.release()
             raise SettingsError(f"listen = {self.settings.listen}: cannot listen there: "
@@ -104,23 +110,30 @@ class Daemon:
         self._schedule()
         self.scheduler.start()
         self._worker.start()
-        self.triggers.request("start")
+        self.triggers.request(Trigger.START)
         logger.info("gitsync {} running: repo {} ref {} → {} gateway(s); listening on {}:{}", __version__,
-                    self.settings.repo, self.settings.ref, len(self.settings.gateways),
-                    self.server.httpd.server_address[0], self.server.port)
+                    self.settings.repo or f"[[sources]] {', '.join(s.name for s in self.settings.sources)}",
+                    self.settings.ref, len(self.settings.gateways),
+                    self.server.host, self.server.port)
         if self.web is not None:
-            logger.info("web view on http://{}:{}/", self.server.httpd.server_address[0], self.server.port)
+            logger.info("web view on http://{}:{}/", self.server.host, self.server.port)
         self.notifier.ready(f"started; last good {short(self.agent.state.last_good)}")
 
     def _agent(self, settings: Settings) -> Agent:
-        return Agent(settings, metrics=self.metrics, state_dir=self.state_dir,
-                     interrupted=self.triggers.pending, wake=self.triggers.request)
+        """The agent for `settings`, its outcomes told to the forge and `notify_urls` (`gitsync.feedback`)."""
+        feedback = Feedback.from_settings(settings, self.metrics, self.state_dir.path)
+        try:
+            return Agent(settings, metrics=self.metrics, state_dir=self.state_dir,
+                         interrupted=self.triggers.pending, wake=self.triggers.request, observer=feedback)
+        except BaseException:
+            feedback.close()
+            raise
 
-    def _hooked(self, reason: str) -> None:
+    def _hooked(self, reason: Trigger) -> None:
         """A webhook's trigger: at once, or after a random part of `webhook_jitter`, so that the agents
         of a fleet woken by one push do not all fetch from the git server at the same instant."""
         jitter = self.settings.webhook_jitter
-        if jitter <= 0 or not reason.startswith("webhook"):
+        if jitter <= 0 or reason is not Trigger.WEBHOOK:
             self.triggers.request(reason)
             return
         when = datetime.now(UTC) + timedelta(seconds=random.uniform(0, jitter))
@@ -128,7 +141,7 @@ class Daemon:
 
     def _schedule(self) -> None:
         s = self.settings
-        self.scheduler.add_job(self.triggers.request, "interval", args=["poll"], id="poll",
+        self.scheduler.add_job(self.triggers.request, "interval", args=[Trigger.POLL], id="poll",
                                seconds=max(s.interval, 0.1), jitter=s.jitter or None, replace_existing=True)
         self.scheduler.add_job(self._drift_watch, "interval", id="drift", seconds=max(s.drift_interval, 0.1),
                                replace_existing=True)
@@ -145,20 +158,20 @@ class Daemon:
                 return
             if not reasons:
                 continue
-            if "reload" in reasons:
+            if Trigger.RELOAD in reasons:
                 self._apply_reload()
             agent = self.agent
             assert agent is not None
             try:
-                outcome = agent.sync_once(",".join(dict.fromkeys(reasons)))
+                outcome = agent.sync_once(reasons)
             except Exception as exc:  # a bug must not end the worker: the next trigger tries again
-                logger.opt(exception=exc).error("sync ({}) crashed: {}", ",".join(reasons), redact(str(exc)))
+                logger.opt(exception=exc).error("sync ({}) crashed: {}", describe(reasons), redact(str(exc)))
                 self.metrics.syncs.labels("error").inc()
                 continue
             finally:
                 self._beat = time.monotonic()
             if outcome.wake_at is not None:  # the canary's soak ends then: look again
-                self.scheduler.add_job(self.triggers.request, "date", args=["soak"], id="wake",
+                self.scheduler.add_job(self.triggers.request, "date", args=[Trigger.SOAK], id="wake",
                                        run_date=datetime.fromtimestamp(outcome.wake_at + 0.05, UTC),
                                        replace_existing=True)
             self.notifier.status(f"{outcome.result} {short(outcome.commit)}; last good "
@@ -173,7 +186,7 @@ class Daemon:
         if suspects:
             logger.warning("drift: {} may no longer hold {}", ", ".join(suspects),
                            short(agent.state.last_good))
-            self.triggers.request("drift")
+            self.triggers.request(Trigger.DRIFT)
 
     def _watchdog(self) -> None:
         interval = self.notifier.watchdog_interval() or 30.0
@@ -189,7 +202,7 @@ class Daemon:
 
     def reload(self) -> None:
         """SIGHUP: the worker re-reads the settings before its next sync (never during one)."""
-        self.triggers.request("reload")
+        self.triggers.request(Trigger.RELOAD)
 
     def _apply_reload(self) -> None:
         """In the worker, between syncs: new settings, a new agent on the same state; bad ones are refused."""

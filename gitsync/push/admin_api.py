@@ -241,7 +241,7 @@ def endpoints_from_settings(settings: Settings) -> list[Endpoint]:
 
 def uses_tls(endpoint: Endpoint) -> bool:
     """An https gateway (or status URL), or TLS files to load: a plain-HTTP gateway on the same host
-    or network (the usual one) needs no TLS context, whose trust store costs ~50 ms to load."""
+    or network (the usual one) needs no TLS context, whose trust store is slow to load."""
     urls = (endpoint.url, endpoint.status_url)
     return bool(endpoint.ca_file or endpoint.client_cert_file) or any(
         url is not None and urlsplit(url).scheme.lower() == "https" for url in urls)

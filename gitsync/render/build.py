@@ -2,7 +2,8 @@
 
 Within one layer the same kind and id twice is an error naming both places; an
 item of a later layer replaces the earlier item with the same kind and id, whole,
-in the earlier item's place (so indices stay stable across environments).
+in the earlier item's place (so indices stay stable across environments), or, when
+it is marked ``$patch: merge``, patches it there (`gitsync.render.patch`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 from gitsync.kinds import KINDS, REPO_ONLY_KINDS, VERSION_SUFFIX, item_id
 from gitsync.problems import Location, Problem
 from gitsync.render.load import Document, Pos
-from gitsync.render.sourcemap import ItemSource, describe
+from gitsync.render.patch import apply_patch, is_patch, patch_problem
+from gitsync.render.sourcemap import ItemSource, Patched, describe
 
 
 @dataclass
@@ -36,6 +38,8 @@ class Built:
     problems: list[Problem] = field(default_factory=list)
     ids: dict[str, list[str | None]] = field(default_factory=dict)  # each item's id, as `item_id` gives it
     segments: dict[str, list[Segment]] = field(default_factory=dict)  # runs appended whole
+    #: Items made by overlays that patch, by their (last patch's) source: where their parts come from.
+    patched: dict[ItemSource, Patched] = field(default_factory=dict)
 
 
 def _hint(word: str) -> str:
@@ -95,6 +99,7 @@ class Unit:
     ids: list[str | None]
     id_set: frozenset[str]
     unique: bool  # no id twice in this unit (else each item goes through the duplicate check)
+    patches: bool = False  # some item is marked `$patch` (each goes through the layers one by one)
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,8 @@ def units_of(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
                               else doc.key_pos.get(kind, doc.pos), ident)
                    for index, ident in enumerate(ids)]
         id_set = frozenset(i for i in ids if i is not None)
-        units.append(Unit(kind, items, sources, ids, id_set, len(id_set) == len(ids) - ids.count(None)))
+        units.append(Unit(kind, items, sources, ids, id_set, len(id_set) == len(ids) - ids.count(None),
+                          any(is_patch(item) for item in items)))
     if loaded.memo is not None:
         loaded.memo[key] = (problems, units)
     return problems, units
@@ -147,6 +153,7 @@ def build(documents: list[Loaded]) -> Built:
     replaced: dict[str, set[int]] = {kind: set() for kind in every}
     # kind → id → index in payload[kind]: built for a kind only when a unit repeats an id
     placed: dict[str, dict[str, int]] = {}
+    patched: dict[ItemSource, Patched] = {}
     problems: list[Problem] = []
     for loaded in documents:
         top_problems, units = units_of(loaded)
@@ -154,7 +161,7 @@ def build(documents: list[Loaded]) -> Built:
         for unit in units:
             kind = unit.kind
             start = len(payload[kind])
-            if unit.unique and seen_ids[kind].isdisjoint(unit.id_set):
+            if unit.unique and not unit.patches and seen_ids[kind].isdisjoint(unit.id_set):
                 payload[kind] += unit.items
                 sources[kind] += unit.sources
                 ids[kind] += unit.ids
@@ -171,7 +178,7 @@ def build(documents: list[Loaded]) -> Built:
                     if ident is not None:
                         placed[kind].setdefault(ident, index)
             _add_one_by_one(loaded, unit, payload[kind], sources[kind], ids[kind], layer_of[kind],
-                            placed[kind], replaced[kind], problems)
+                            placed[kind], replaced[kind], problems, patched)
             seen_ids[kind] |= unit.id_set
     kept = [kind for kind in every if payload[kind]]
     # a run with an item replaced by a later layer is no document's list any more
@@ -179,18 +186,23 @@ def build(documents: list[Loaded]) -> Built:
                                                          for i in replaced[kind])]
              if replaced[kind] else segments[kind] for kind in kept}
     return Built({k: payload[k] for k in kept}, {k: sources[k] for k in kept}, problems,
-                 {k: ids[k] for k in kept}, whole)
+                 {k: ids[k] for k in kept}, whole, patched)
 
 
 def _add_one_by_one(loaded: Loaded, unit: Unit, payload: list[Any], sources: list[ItemSource],
                     ids: list[str | None], layer_of: list[int], placed: dict[str, int], replaced: set[int],
-                    problems: list[Problem]) -> None:
+                    problems: list[Problem], patched: dict[ItemSource, Patched]) -> None:
     """Append a unit's items to one kind's lists one at a time: a duplicate id within a layer is a
-    problem naming both places; an id of an earlier layer is replaced in place (`replaced`)."""
+    problem naming both places; an id of an earlier layer is replaced (or patched) in place
+    (`replaced`)."""
     kind = unit.kind
     for item, source, ident in zip(unit.items, unit.sources, unit.ids, strict=True):
         earlier = None if ident is None else placed.get(ident)
-        if earlier is None:
+        if is_patch(item) and (earlier is None or layer_of[earlier] != loaded.layer):
+            _patch(loaded, kind, item, source, earlier, payload, sources, layer_of, patched, problems)
+            if earlier is not None:
+                replaced.add(earlier)
+        elif earlier is None:
             if ident is not None:
                 placed[ident] = len(payload)
             payload.append(item)
@@ -202,11 +214,36 @@ def _add_one_by_one(loaded: Loaded, unit: Unit, payload: list[Any], sources: lis
             what = "username" if kind == "consumers" and "/credentials/" not in str(ident) \
                 and isinstance(item, dict) and "id" not in item else "id"
             what = "name" if kind in REPO_ONLY_KINDS else what
+            hint = " (a $patch changes the item of an earlier path: put the patch in a directory listed " \
+                "after it in `paths`)" if is_patch(item) else ""
             problems.append(Problem(
-                f"duplicate {what} {ident!r} in {kind}: also at {Location(first.file, *first.pos)}",
+                f"duplicate {what} {ident!r} in {kind}: also at {Location(first.file, *first.pos)}{hint}",
                 Location(loaded.file, *source.pos), kind, ident))
         else:
+            patched.pop(sources[earlier], None)
             payload[earlier] = item
             sources[earlier] = source
             layer_of[earlier] = loaded.layer
             replaced.add(earlier)
+
+
+def _patch(loaded: Loaded, kind: str, item: dict[str, Any], source: ItemSource, earlier: int | None,
+           payload: list[Any], sources: list[ItemSource], layer_of: list[int],
+           patched: dict[ItemSource, Patched], problems: list[Problem]) -> None:
+    """Apply an overlay's patch to the item of an earlier layer it names, in that item's place; or say
+    why it cannot be (a patch without a base, or of an unknown sort), at the patch's place."""
+    where = Location(loaded.file, *source.pos)
+    why = patch_problem(item)
+    if why is None and earlier is None:
+        what = f"{kind}[{source.id}]" if source.id is not None else f"an item of {kind} without an id"
+        why = (f"$patch: merge patches {what}, but no earlier path declares it "
+               "(a patch changes an item of an earlier path in `paths`; without $patch the item is new)")
+    if why is not None:
+        problems.append(Problem(why, where, kind, source.id))
+        return
+    assert earlier is not None
+    base_source = sources[earlier]
+    payload[earlier], patched[source] = apply_patch(payload[earlier], item, base_source, source,
+                                                    patched.pop(base_source, None))
+    sources[earlier] = source
+    layer_of[earlier] = loaded.layer

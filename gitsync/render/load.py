@@ -18,6 +18,7 @@ import hashlib
 import marshal
 import math
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -402,14 +403,11 @@ def _yaml_issue(exc: YAMLError, data: bytes) -> LoadIssue:
     return LoadIssue(mark.line + 1, mark.column + 1, message)
 
 
-def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
-    """Every node's position in `data`, keyed by ``(document, *path)``: for error messages only.
-
-    A mapping entry maps to its key's position, a list item to the item's start. Built
-    lazily for one file at a time when an error needs a field's line.
-    """
+def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
+    """Every node event of `data` with its path ``(document, *path)`` and its role: ``"key"`` (a
+    mapping key: the path of its entry), ``"value"`` (a mapping's value), ``"item"`` (a list item) or
+    ``"root"`` (a document's)."""
     loader = _Loader(data)
-    found: dict[tuple[str | int, ...], Pos] = {}
     # Each frame: [is_mapping, current key or index, expecting_key, is_complex_key]
     stack: list[list[Any]] = []
     doc = -1
@@ -428,20 +426,17 @@ def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
                 if not stack.pop()[3]:
                     _after_value(stack)
                 continue
-            pos = _pos(event.start_mark)
             opens = kind is MappingStartEvent or kind is SequenceStartEvent
             top = stack[-1] if stack else None
             if top is not None and top[0] and top[2]:  # a mapping key
                 top[1] = _key_text(event.value) if kind is ScalarEvent else None
                 top[2] = False
-                found.setdefault((doc, *(f[1] for f in stack)), pos)
+                yield (doc, *(f[1] for f in stack)), event, "key"
                 if opens:
                     stack.append([kind is MappingStartEvent, 0, True, True])
                 continue
-            if top is None:
-                found.setdefault((doc,), pos)
-            elif not top[0]:
-                found.setdefault((doc, *(f[1] for f in stack)), pos)
+            role = "root" if top is None else "value" if top[0] else "item"
+            yield (doc, *(f[1] for f in stack)), event, role
             if opens:
                 stack.append([kind is MappingStartEvent, 0, True, False])
             else:
@@ -450,7 +445,31 @@ def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
         pass
     finally:
         loader.close()
+
+
+def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
+    """Every node's position in `data`, keyed by ``(document, *path)``: for error messages only.
+
+    A mapping entry maps to its key's position, a list item to the item's start. Built
+    lazily for one file at a time when an error needs a field's line.
+    """
+    found: dict[tuple[str | int, ...], Pos] = {}
+    for path, event, role in _nodes(data):
+        if role != "value":
+            found.setdefault(path, _pos(event.start_mark))
     return found
+
+
+def value_spans(data: bytes) -> dict[tuple[str | int, ...], tuple[int, int]]:
+    """Where each scalar value (not a key) is written in `data`, keyed like `positions`: the offsets of
+    its first character and of the one after it in the text as the parser counts it (decoded, a
+    byte-order mark not counted), quotes and block indicators included. The web view masks a secret
+    as written by these, whatever the style (flow, JSON, quoted keys, block and multi-line scalars)."""
+    spans: dict[tuple[str | int, ...], tuple[int, int]] = {}
+    for path, event, role in _nodes(data):
+        if role != "key" and type(event) is ScalarEvent:
+            spans.setdefault(path, (event.start_mark.index, event.end_mark.index))
+    return spans
 
 
 def _after_value(stack: list[list[Any]]) -> None:

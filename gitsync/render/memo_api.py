@@ -43,7 +43,9 @@ class RenderMemo(Protocol):
         ...
 
     def render_next(self, files: Mapping[str, bytes], options: RenderOptions) -> Rendered | None:
-        """The render of `files` made from the last one, or None: render in full."""
+        """The render of `files` made from the last one, or None: render in full. The values the
+        classifier finds secret in the files it changed are registered with the log redactor
+        (`gitsync.render.pipeline.register_file_secrets`), as a full render registers every file's."""
         ...
 
     def remember(self, options: RenderOptions, files: Mapping[str, bytes], built: Built,

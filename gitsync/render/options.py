@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gitsync.log import register_secret
 from gitsync.render.healthchecks import CheckLimits
+from gitsync.render.secrets import NO_RULES, SecretRules
 from gitsync.render.sops import SopsError, decryptor, identities_from_settings
 from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
 
@@ -40,6 +41,8 @@ class RenderOptions:
     partial: bool = False
     #: The bounds of the repo's health checks (their number, their time, the body they read).
     check_limits: CheckLimits = field(default_factory=CheckLimits)
+    #: Secret fields the settings declare (`secret_fields`), besides the repo's own.
+    secret_rules: SecretRules = NO_RULES
 
 
 class SecretsLookup:
@@ -140,4 +143,5 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
         unmanaged=frozenset(settings.unmanaged),
         partial=settings.partial,
         check_limits=CheckLimits(settings.max_checks, settings.max_check_time, settings.max_check_body),
+        secret_rules=SecretRules.of(settings.secret_fields),
     )

@@ -12,24 +12,26 @@ import copy
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import KINDS, item_id
-from gitsync.log import MASK, Redactor, redact, register_secret
+from gitsync.log import MASK, Redactor, redact, register_secret, register_secrets
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.facts import FileFacts
-from gitsync.render.healthchecks import CHECKS, parse_checks
+from gitsync.render.healthchecks import CHECKS, Check, parse_checks
 from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParsedFile, blob_sha
 from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.render.options import RenderOptions
 from gitsync.render.result import LastGood, LeftOut, Rendered
+from gitsync.render.secrets import SecretRules, classify, document_secret_values, value_at
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
 from gitsync.render.validate import dependants, item_contents, refers_to, validate
+from gitsync.settings import secret_field_problem
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -113,6 +115,67 @@ def _secret_fields(content: Any, leaves: list[tuple[tuple[str | int, ...], str]]
                 (field_text(path[2:]), value))
 
 
+SECRET_FIELDS = "secret_fields"
+
+
+def _repo_rules(built: Built, source_map: SourceMap, options: RenderOptions) -> tuple[SecretRules,
+                                                                                        list[Problem]]:
+    """The secret fields the repo declares (top-level ``secret_fields:``, never pushed) with the
+    settings' own, and a problem for each entry that is not ``PLUGIN.PATH`` or ``KIND.PATH``."""
+    entries = built.payload.pop(SECRET_FIELDS, [])
+    built.ids.pop(SECRET_FIELDS, None)
+    built.segments.pop(SECRET_FIELDS, None)
+    problems = [source_map.problem(SECRET_FIELDS, index, why) for index, entry in enumerate(entries)
+                if (why := secret_field_problem(entry)) is not None]
+    return options.secret_rules + SecretRules.of(e for e in entries if isinstance(e, str)), problems
+
+
+def _register_classified(parsed_files: list[ParsedFile], documents: list[Any], rules: SecretRules) -> None:
+    """Every value the classifier finds secret goes to the log redactor (and so out of every log line,
+    note, status file and web page): a plain file's once per parse (`register_file_secrets`), others
+    each time."""
+    for parsed in parsed_files:
+        register_file_secrets(parsed, rules)
+    for content in documents:
+        register_secrets(document_secret_values(content, rules))
+
+
+def register_file_secrets(parsed: ParsedFile, rules: SecretRules) -> None:
+    """Register the values the classifier finds secret in a plain file (one without templates or SOPS)
+    with the log redactor, worked out once per parse (kept in its memo, never stored). A render from
+    the last one (`gitsync.render.memo_api.RenderMemo.render_next`) calls it for the files it changed,
+    as a full render does for every file."""
+    key = ("secret values", rules.entries)
+    values = parsed.memo.get(key)
+    if values is None:
+        facts = parsed.memo.get("facts")
+        values = parsed.memo[key] = frozenset(
+            v for doc in parsed.documents
+            for v in document_secret_values(doc.shared, rules, _contents(facts, doc.index)))
+    register_secrets(values)
+
+
+def _contents(facts: FileFacts | None, doc: int) -> dict[str, list[bytes]]:
+    """The canonical contents validation worked out for a plain document's lists, by kind."""
+    if facts is None:
+        return {}
+    return {kind: known.contents for (at, kind), known in facts.segments.items() if at == doc}
+
+
+def _classified_fields(built: Built, problems: list[Problem], rules: SecretRules, into: SecretFields) -> None:
+    """The fields of each item a problem is about that the classifier finds secret, with their values, so
+    that the problem's message masks them in every spelling (`_redacted`)."""
+    wanted = {(p.kind, p.id) for p in problems if p.kind in KINDS and p.id is not None}
+    for kind, ident in wanted:
+        ids = built.ids.get(kind, [])
+        if ident not in ids:
+            continue
+        item = built.payload[kind][ids.index(ident)]
+        for finding in classify(kind, item, rules):
+            for piece in finding.pieces(value_at(item, finding.path)):
+                into.setdefault((kind, ident), []).append((field_text(finding.path), piece))
+
+
 def _doc_problem(file: str, doc: Document, data: Any, path: tuple[str | int, ...], message: str,
                  positions: FilePositions) -> Problem:
     """A problem at `path` inside a document, named ``kind[id].field`` when the path is inside an item."""
@@ -179,104 +242,173 @@ def render(files: Mapping[str, bytes], options: RenderOptions | None = None,
         memo.end_render()
 
 
+@dataclass
+class _Loading:
+    """What loading a commit's files gathers: their documents (after decryption and substitution), the
+    problems found on the way, and what later stages need to know of each file."""
+
+    files: Mapping[str, bytes]
+    options: RenderOptions
+    positions: FilePositions
+    substitution: Substitution
+    problems: list[Problem] = field(default_factory=list)
+    loaded: list[Loaded] = field(default_factory=list)
+    secrets: set[str] = field(default_factory=set)  # decrypted values
+    facts: dict[str, FileFacts] = field(default_factory=dict)  # plain files: what validation may reuse
+    plain_files: list[ParsedFile] = field(default_factory=list)
+    unsubstituted: set[tuple[str, int, str, int]] = field(default_factory=set)  # items with a failed ${{ }}
+    secret_fields: SecretFields = field(default_factory=dict)
+    #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
+    #: searched) or None (never read, or encrypted: they may declare anything).
+    unknown: dict[str, bytes | None] = field(default_factory=dict)
+    rendered_files: list[str] = field(default_factory=list)  # the config files under the paths, in order
+
+    def too_large(self, name: str, size: int) -> None:
+        self.problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
+                                     f"{self.options.max_file_size}", Location(name)))
+        self.unknown[name] = None
+
+    def file(self, name: str, layer: int, parsed: ParsedFile) -> None:
+        """Load one parsed file: its documents, or why it cannot be used."""
+        if parsed.issues:
+            self.problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
+            self.unknown[name] = self.files[name]
+            return
+        plain = not parsed.has_templates and not parsed.has_sops
+        if plain:
+            self.facts[name] = FileFacts.of(parsed)
+            self.plain_files.append(parsed)
+        if parsed.has_sops and len(parsed.documents) > 1:
+            # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
+            self.problems.append(Problem("a SOPS file with several YAML documents is not supported: keep one "
+                                         "document per encrypted file", Location(name)))
+            self.unknown[name] = None
+            return
+        for doc in parsed.documents:
+            content = self.document(name, parsed, doc)
+            if content is not _UNREADABLE:
+                self.loaded.append(Loaded(name, layer, doc, content, parsed.memo if plain else None))
+
+    def document(self, name: str, parsed: ParsedFile, doc: Document) -> Any:
+        """A document's content, decrypted and substituted as its file needs (`_UNREADABLE`: none)."""
+        if not parsed.has_templates and not parsed.has_sops:
+            return doc.shared
+        content = doc.data
+        encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"), dict)
+        if encrypted:
+            content = _decrypt(name, doc, content, self.options, self.secrets, self.problems,
+                               self.secret_fields)
+            if content is None:
+                self.unknown[name] = None
+                return _UNREADABLE
+        if parsed.has_templates or encrypted:
+            substitution = self.substitution
+            before, leaves_before = len(substitution.problems), len(substitution.secret_leaves)
+            content = substitution.document(content)
+            _secret_fields(content, substitution.secret_leaves[leaves_before:], self.secret_fields)
+            for path, message in substitution.problems[before:]:
+                self.problems.append(_doc_problem(name, doc, content, path, message, self.positions))
+                if len(path) >= 2 and isinstance(path[1], int):
+                    self.unsubstituted.add((name, doc.index, str(path[0]), path[1]))
+        return content
+
+
+_UNREADABLE = object()
+
+
 def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo,
             fallback: LastGood | None = None) -> Rendered:
     following = memo.render_next(files, options) if fallback is None else None
     if following is not None:
         return following
-    render_problems: list[Problem] = []
+    run = _load(files, options, memo)
+    built = build(run.loaded)
+    source_map = SourceMap(files, built.sources, run.positions, built.patched)
+    checks, rules, problems = _checked(built, source_map, run, options)
+    _register_classified(run.plain_files, [one.data for one in run.loaded if one.memo is None], rules)
+    everything = run.problems + problems
+    left_out: dict[tuple[str, str], LeftOut] = {}
+    if everything and options.partial and _each_of_one_item(everything):
+        everything, source_map = _partial(built, everything, run, fallback, left_out)
+    if everything:
+        stage = "render" if run.problems else "validate"
+        _classified_fields(built, everything, rules, run.secret_fields)
+        redactors: dict[frozenset[str], Redactor] = {}
+        raise ProblemsError(stage, [_redacted(p, run.secret_fields, redactors) for p in _sorted(everything)])
+    rendered = _result(built, source_map, run, checks, rules, left_out, fallback)
+    memo.remember(options, files, built, run.facts, rendered, run.rendered_files)
+    return rendered
+
+
+def _load(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo) -> _Loading:
+    """Every config file under the configured paths, loaded in layer order (parsed by the memo)."""
     known = files if isinstance(files, ConfigFiles) else ConfigFiles()
-    oversized = known.oversized
-    buckets, empty = layers([*files, *known.unread, *oversized], options.paths)
-    for path in empty:
-        render_problems.append(Problem(f"no config files (*.yaml, *.yml, *.json) under the path {path!r}"))
-    positions = FilePositions(files)
-    substitution = Substitution(options.vars, options.secret_lookup)
-    secrets: set[str] = set()
-    loaded: list[Loaded] = []
-    facts: dict[str, FileFacts] = {}
-    unsubstituted: set[tuple[str, int, str, int]] = set()  # items still holding a failed expression
-    secret_fields: SecretFields = {}
-    #: Files whose items are unknown, with their bytes (a YAML error: what they may declare can be
-    #: searched) or None (never read, or encrypted: they may declare anything).
-    unknown: dict[str, bytes | None] = {}
-    hashed = _parse_missing(files, known, [name for names in buckets for name in names], options, memo)
+    buckets, empty = layers([*files, *known.unread, *known.oversized], options.paths)
+    run = _Loading(files, options, FilePositions(files), Substitution(options.vars, options.secret_lookup))
+    run.problems += [Problem(f"no config files (*.yaml, *.yml, *.json) under the path {path!r}")
+                     for path in empty]
+    run.rendered_files = [name for names in buckets for name in names]
+    hashed = _parse_missing(files, known, run.rendered_files, options, memo)
     for layer, names in enumerate(buckets):
         for name in names:
             blob = known.blob_ids.get(name) or hashed.get(name)
-            parsed: ParsedFile | None = memo.cached(blob) if blob else None
-            size = parsed.size if parsed is not None else oversized.get(name) or len(files.get(name) or b"")
-            if name in oversized or size > options.max_file_size:
-                render_problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
-                                               f"{options.max_file_size}", Location(name)))
-                unknown[name] = None
+            parsed = memo.cached(blob) if blob else None
+            unread = known.oversized.get(name) or len(files.get(name) or b"")
+            size = parsed.size if parsed is not None else unread
+            if name in known.oversized or size > options.max_file_size:
+                run.too_large(name, size)
                 continue
-            parsed = parsed or memo.get(files[name], blob)
-            if parsed.issues:
-                render_problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
-                unknown[name] = files[name]
-                continue
-            if not parsed.has_templates and not parsed.has_sops:
-                facts[name] = FileFacts.of(parsed)
-            if parsed.has_sops and len(parsed.documents) > 1:
-                # sops's MAC covers every document of the file; the decrypt seam takes one at a time.
-                render_problems.append(Problem("a SOPS file with several YAML documents is not supported: "
-                                               "keep one document per encrypted file", Location(name)))
-                unknown[name] = None
-                continue
-            plain = not parsed.has_templates and not parsed.has_sops
-            for doc in parsed.documents:
-                content = doc.shared if plain else doc.data
-                encrypted = parsed.has_sops and isinstance(content, dict) and isinstance(content.get("sops"),
-                                                                                           dict)
-                if encrypted:
-                    content = _decrypt(name, doc, content, options, secrets, render_problems, secret_fields)
-                    if content is None:
-                        unknown[name] = None
-                        continue
-                if parsed.has_templates or encrypted:
-                    before, leaves_before = len(substitution.problems), len(substitution.secret_leaves)
-                    content = substitution.document(content)
-                    _secret_fields(content, substitution.secret_leaves[leaves_before:], secret_fields)
-                    for path, message in substitution.problems[before:]:
-                        render_problems.append(_doc_problem(name, doc, content, path, message, positions))
-                        if len(path) >= 2 and isinstance(path[1], int):
-                            unsubstituted.add((name, doc.index, str(path[0]), path[1]))
-                loaded.append(Loaded(name, layer, doc, content, parsed.memo if plain else None))
-    built = build(loaded)
-    source_map = SourceMap(files, built.sources, positions)
+            run.file(name, layer, parsed or memo.get(files[name], blob))
+    return run
+
+
+def _checked(built: Built, source_map: SourceMap, run: _Loading, options: RenderOptions,
+             ) -> tuple[list[Check], SecretRules, list[Problem]]:
+    """The repo's health checks and secret rules taken out of the payload, and every problem of the
+    rest (its items, references and limits)."""
     def check_field(index: int, path: tuple[str | int, ...]) -> Location | None:
         return source_map.problem(CHECKS, index, "", path).location
 
-    checks, check_problems = parse_checks(built.payload.pop(CHECKS, []), check_field, options.check_limits)
+    checks, problems = parse_checks(built.payload.pop(CHECKS, []), check_field, options.check_limits)
     built.ids.pop(CHECKS, None)
     built.segments.pop(CHECKS, None)
-    problems = built.problems + check_problems + validate(built.payload, source_map, options, unknown, facts,
-                                                          unsubstituted, built.segments, built.ids)
-    everything = render_problems + problems
-    left_out: dict[tuple[str, str], LeftOut] = {}
-    while everything and options.partial and _each_of_one_item(everything):
-        for out in _leave_out(built, source_map, everything, fallback, set(left_out)):
+    rules, rule_problems = _repo_rules(built, source_map, options)
+    problems = built.problems + problems + rule_problems
+    problems += validate(built.payload, source_map, options, run.unknown, run.facts, run.unsubstituted,
+                         built.segments, built.ids)
+    return checks, rules, problems
+
+
+def _partial(built: Built, problems: list[Problem], run: _Loading, fallback: LastGood | None,
+             left_out: dict[tuple[str, str], LeftOut]) -> tuple[list[Problem], SourceMap]:
+    """Partial apply: leave out the items with problems (and what refers to them) until what is left
+    validates, or a problem is not one item's; `left_out` gathers them. What is still wrong, and the
+    source map of what is left."""
+    source_map = SourceMap(run.files, built.sources, run.positions, built.patched)
+    while problems and _each_of_one_item(problems):
+        for out in _leave_out(built, source_map, problems, fallback, set(left_out)):
             left_out[out.kind, out.id] = out
-        source_map = SourceMap(files, built.sources, positions)
-        facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
-        everything = validate(built.payload, source_map, options, unknown, facts, unsubstituted,
-                              ids=built.ids)
-    if everything:
-        stage = "render" if render_problems else "validate"
-        redactors: dict[frozenset[str], Redactor] = {}
-        raise ProblemsError(stage, [_redacted(p, secret_fields, redactors) for p in _sorted(everything)])
+        source_map = SourceMap(run.files, built.sources, run.positions, built.patched)
+        run.facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
+        problems = validate(built.payload, source_map, run.options, run.unknown, run.facts, run.unsubstituted,
+                            ids=built.ids)
+    return problems, source_map
+
+
+def _result(built: Built, source_map: SourceMap, run: _Loading, checks: list[Check], rules: SecretRules,
+            left_out: Mapping[tuple[str, str], LeftOut], fallback: LastGood | None) -> Rendered:
+    """The render of a commit that validated (with what partial apply left out of it)."""
+    secrets = run.secrets | run.substitution.secret_values
     if left_out and fallback is not None:
         secrets |= fallback.secret_values
-    redactors = {}
-    contents, splits = item_contents(built.payload, source_map, facts, built.segments if not left_out else {})
-    rendered = Rendered(built.payload, source_map, frozenset(secrets | substitution.secret_values),
-                        tuple(checks), contents,
-                        tuple(sorted((replace(out, why=_redacted(out.why, secret_fields, redactors))
-                                      for out in left_out.values()), key=_where)),
-                        built.ids, splits)
-    memo.remember(options, files, built, facts, rendered, [name for names in buckets for name in names])
-    return rendered
+    _classified_fields(built, [out.why for out in left_out.values()], rules, run.secret_fields)
+    redactors: dict[frozenset[str], Redactor] = {}
+    contents, splits = item_contents(built.payload, source_map, run.facts,
+                                     built.segments if not left_out else {})
+    outs = sorted((replace(out, why=_redacted(out.why, run.secret_fields, redactors))
+                   for out in left_out.values()), key=_where)
+    return Rendered(built.payload, source_map, frozenset(secrets), tuple(checks), contents, tuple(outs),
+                    built.ids, splits, rules)
 
 
 def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[str], options: RenderOptions,

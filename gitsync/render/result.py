@@ -10,6 +10,7 @@ from typing import Any
 from gitsync.kinds import item_id
 from gitsync.problems import Problem
 from gitsync.render.healthchecks import Check
+from gitsync.render.secrets import SecretRules
 from gitsync.render.sourcemap import SourceMap
 
 
@@ -29,6 +30,8 @@ class Rendered:
     ids: dict[str, list[str | None]] = field(default_factory=dict, repr=False, compare=False)
     #: Where each item's modifiedIndex goes in its content (`gitsync.content.content_split`), by kind.
     splits: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
+    #: The secret fields declared by the settings and the repo (`secret_fields`), for every mask.
+    secret_rules: SecretRules = field(default_factory=SecretRules)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     """`Identity`, pyrage's age identity, imported when first used: pyrage and cryptography are
-    loaded only by a process that has a key or a SOPS file (25 ms of every start otherwise)."""
+    loaded only by a process that has a key or a SOPS file (their import weighs on every start)."""
     if name == "Identity":
         import pyrage
 

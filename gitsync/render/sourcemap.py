@@ -9,6 +9,7 @@ re-reading just the one file that holds it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gitsync.problems import Location, Problem
@@ -29,6 +30,31 @@ class ItemSource(NamedTuple):
     id: str | None
 
 
+@dataclass(frozen=True)
+class Patched:
+    """Where the parts of an item made by overlays that patch come from (`gitsync.render.patch`):
+    `sources[0]` is the base item, each later one a patch applied on top, in layer order; `owners`
+    maps a path inside the item to the index (in `sources`) of the layer that wrote that part whole.
+    A path owned by no entry, nor by any entry for a prefix of it, is the base item's."""
+
+    sources: tuple[ItemSource, ...]
+    owners: Mapping[FieldPath, int]
+
+    def origin(self, path: FieldPath) -> ItemSource:
+        """The item source (base or patch) that wrote the field at `path`."""
+        for length in range(len(path), -1, -1):
+            owner = self.owners.get(path[:length])
+            if owner is not None:
+                return self.sources[owner]
+        return self.sources[0]
+
+    def describe(self) -> str:
+        """``patched by P onto its base at B`` (every patch, in order)."""
+        patches = ", ".join(str(Location(s.file, *s.pos)) for s in self.sources[1:])
+        base = self.sources[0]
+        return f"patched by {patches} onto its base item at {Location(base.file, *base.pos)}"
+
+
 def string_leaves(value: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
     """Every string inside `value` (mappings and lists walked), with its path from `value`."""
     if isinstance(value, str):
@@ -39,6 +65,19 @@ def string_leaves(value: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath,
     elif isinstance(value, list):
         for i, child in enumerate(value):
             yield from string_leaves(child, (*path, i))
+
+
+def leaves(value: Any, path: FieldPath = ()) -> Iterator[FieldPath]:
+    """The path of every field of `value` that holds no other field: a scalar, an empty mapping or
+    list; the items of a list one by one."""
+    if isinstance(value, Mapping) and value:
+        for key, child in value.items():
+            yield from leaves(child, (*path, key))
+    elif isinstance(value, list) and value:
+        for index, child in enumerate(value):
+            yield from leaves(child, (*path, index))
+    else:
+        yield path
 
 
 def field_text(field: FieldPath) -> str:
@@ -76,13 +115,24 @@ class FilePositions:
 
 
 class SourceMap:
-    """(kind, index) → where the item was written, and problems located at a field of an item."""
+    """(kind, index) → where the item was written, and problems located at a field of an item.
+
+    `patched`: for each item an overlay patched (by its source, the last patch's), where its parts
+    come from; a problem about such an item is placed at the field's own file and line, and names
+    the patch and the base item."""
 
     def __init__(self, files: Mapping[str, bytes], items: Mapping[str, list[ItemSource]],
-                 positions_cache: FilePositions | None = None) -> None:
+                 positions_cache: FilePositions | None = None,
+                 patched: Mapping[ItemSource, Patched] | None = None) -> None:
         self._items = {kind: list(sources) for kind, sources in items.items()}
         self._positions = positions_cache or FilePositions(files)
         self._ids: dict[str, dict[str, int]] = {}
+        self._patched: Mapping[ItemSource, Patched] = patched or {}
+
+    @property
+    def patched(self) -> Mapping[ItemSource, Patched]:
+        """Each patched item's provenance, by the item's source."""
+        return self._patched
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._items)
@@ -114,13 +164,33 @@ class SourceMap:
         source = None if index is None else self.source(kind, index)
         if source is None:
             return Problem(message, None, kind, None, field_text(field) or None)
+        patched = self.patched.get(source) if self.patched else None
+        if patched is not None:
+            message = f"{message} ({patched.describe()})"
+        return Problem(message, self.field_location(kind, source, field), kind, source.id,
+                       field_text(field) or None)
+
+    def field_location(self, kind: str, source: ItemSource, field: FieldPath) -> Location:
+        """Where the field at `field` of the item written at `source` is (for a patched item: in the
+        base item or the patch that wrote it)."""
+        patched = self.patched.get(source) if self.patched else None
+        if patched is not None:
+            source = patched.origin(field)
         location = Location(source.file, *source.pos)
         if field:
             location = self._positions.location(source.file, source.doc, (kind, source.index, *field),
                                                 source.pos)
             if location.line < source.pos[0]:  # the path left the item (e.g. a key renamed by substitution)
                 location = Location(source.file, *source.pos)
-        return Problem(message, location, kind, source.id, field_text(field) or None)
+        return location
+
+    def explain(self, kind: str, index: int, item: Any) -> list[tuple[FieldPath, Location]]:
+        """Every field of the item (its leaves: scalars, empty mappings and lists, each list item) and
+        the place it came from: for a patched item, the base item's or the patch's line."""
+        source = self.source(kind, index)
+        if source is None:
+            return []
+        return [(path, self.field_location(kind, source, path)) for path in leaves(item)]
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._items.values())

@@ -331,19 +331,30 @@ def _references(kind: str, item: Any) -> tuple[Reference, ...]:
     return tuple(found)
 
 
+def references_of(kind: str, item: Any) -> list[tuple[Reference, str]]:
+    """Every item `item` names (references, the consumer a credential belongs to, the secret managers
+    of its ``$secret://`` references), each with what a problem says when no item of that id exists."""
+    if not isinstance(item, dict):
+        return []
+    found = [(ref, f"{ref.label} {ref.ident!r} names no item of {ref.target}")
+             for ref in _references(kind, item)]
+    if is_credential(kind, item) and isinstance(item.get("id"), str):
+        owner = item["id"].split("/credentials/")[0]
+        found.append((Reference("consumers", ("id",), owner, "consumer"),
+                      f"credential of an unknown consumer {owner!r}"))
+    for path, text in string_leaves(item):
+        match = SECRET_REFERENCE.match(text) if text.startswith("$secret://") else None
+        if match:
+            manager = f"{match.group(1)}/{match.group(2)}"
+            found.append((Reference("secrets", path, manager, "secret reference"),
+                          f"{text!r} names no item of secrets (declare one with id {manager})"))
+    return found
+
+
 def refers_to(kind: str, item: Any) -> set[tuple[str, str]]:
     """(kind, id) of every item `item` names: references, the consumer a credential belongs to, the
     secret managers of its ``$secret://`` references."""
-    if not isinstance(item, dict):
-        return set()
-    found = {(ref.target, ref.ident) for ref in _references(kind, item)}
-    if is_credential(kind, item) and isinstance(item.get("id"), str):
-        found.add(("consumers", item["id"].split("/credentials/")[0]))
-    for _, text in string_leaves(item):
-        match = SECRET_REFERENCE.match(text) if text.startswith("$secret://") else None
-        if match:
-            found.add(("secrets", f"{match.group(1)}/{match.group(2)}"))
-    return found
+    return {(ref.target, ref.ident) for ref, _ in references_of(kind, item)}
 
 
 def dependants(payload: Mapping[str, list[Any]], named: set[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -30,6 +30,10 @@ DEFAULT_ENABLED: tuple[str, ...] = (
     "tencent-cloud-cls", "inspect", "example-plugin", "aws-lambda", "azure-functions",
     "openwhisk", "openfunction", "serverless-post-function", "ext-plugin-post-req",
     "ext-plugin-post-resp", "ai-request-rewrite",
+    # Also default-enabled in 3.18, and each declares encrypt_fields (gitsync.schema.encrypt_fields):
+    # known here so that their secret fields are known wherever they are used.
+    "ai-cache", "ai-lakera-guard", "dingtalk-auth", "feishu-auth", "graphql-limit-count",
+    "ldap-auth-advanced", "saml-auth",
 )
 
 #: Shipped with APISIX but disabled in the default ``config.lua``.

@@ -17,6 +17,7 @@ fingerprint.
 from __future__ import annotations
 
 import contextlib
+import math
 import select
 import socket
 from collections.abc import Callable
@@ -82,9 +83,18 @@ class TimeoutTCPGitClient(TCPGitClient):
         proto.write_pkt_line(daemon_request(cmd, path, self._host, self.protocol_version == 2))
 
         def can_read() -> bool:
-            return bool(select.select([sock], [], [], 0)[0])
+            return readable(sock.fileno(), 0)
 
         return proto, can_read, None
+
+
+def readable(fd: int, timeout: float) -> bool:
+    """Whether `fd` has something to read (or its end) within `timeout` seconds. poll(), not dulwich's
+    select(): select() cannot watch a descriptor above 1,023, and the agent's listener, holding many
+    connections, makes the agent's own descriptors that high."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, math.ceil(timeout * 1000))))
 
 
 def daemon_socket(host: str, port: int, timeout: float) -> socket.socket:
@@ -135,4 +145,4 @@ def remove_pack(store: DiskObjectStore, pack: Pack) -> None:
     store._remove_pack(pack)
 
 
-__all__ = ["TimeoutTCPGitClient", "daemon_request", "daemon_socket", "remove_pack"]
+__all__ = ["TimeoutTCPGitClient", "daemon_request", "daemon_socket", "readable", "remove_pack"]

@@ -184,9 +184,9 @@ def _packs_to_merge(sizes: Sequence[int]) -> int:
 def _consolidate_packs(store: DiskObjectStore) -> None:
     """Merge the small packs incremental fetches leave behind, once there are more than MAX_PACKS.
 
-    Without it every read walks one more pack per commit ever fetched: at 400 packs reading 1,000
-    files took 121 ms instead of 5, and the daemon's memory grew with them. dulwich's own
-    `repack()` holds every object of the mirror in memory (718 MB for 10,000 files, 2,000 commits).
+    Without it every read walks one more pack per commit ever fetched, so reads slow down and the
+    daemon's memory grows with every commit. dulwich's own `repack()` holds every object of the
+    mirror in memory at once, which a large mirror cannot afford (bench/README.md has the figures).
     Best effort: the fetch has succeeded whatever happens here.
     """
     packs = sorted(store.packs, key=len)

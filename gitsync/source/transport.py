@@ -9,9 +9,7 @@ transport raises into a `SourceError` worded for people and free of secrets.
 from __future__ import annotations
 
 import os
-import select
 import shlex
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,16 +25,13 @@ from dulwich.client import (
     SubprocessWrapper,
     Urllib3HttpGitClient,
     default_urllib3_manager,
-    read_pkt_refs_v1,
-    read_pkt_refs_v2,
 )
 from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
-from dulwich.protocol import PEELED_TAG_SUFFIX, pkt_line
 from dulwich.refs import filter_ref_prefix
 
 from gitsync.log import logger, redact, register_secret
 from gitsync.settings import Secret
-from gitsync.source.compat import TimeoutTCPGitClient, daemon_request, daemon_socket
+from gitsync.source.compat import TimeoutTCPGitClient, readable
 
 if TYPE_CHECKING:
     import urllib3
@@ -48,10 +43,14 @@ class SourceError(Exception):
     """A failure of the config source. The message starts with the stage
     (config/check/fetch/verify/read/writeback) and holds no secret."""
 
-    def __init__(self, stage: str, message: str, *, unreachable: bool = False) -> None:
+    def __init__(self, stage: str, message: str, *, unreachable: bool = False,
+                 transient: bool = False) -> None:
         self.stage = stage
         self.reason = redact(message)
         self.unreachable = unreachable  # the remote did not answer, refused us, or was not there
+        #: The transport failed (no connection, a hang-up, a timeout, an HTTP error) rather than the remote
+        #: giving an answer (a missing ref, a refused login): another try may go through.
+        self.transient = transient
         super().__init__(f"{stage}: {self.reason}")
 
 
@@ -98,8 +97,7 @@ class _TimedPipe(SubprocessWrapper):
         chunks: list[bytes] = []
         wanted = size if size >= 0 else 1 << 62
         while wanted > 0:
-            ready, _, _ = select.select([fd], [], [], self.timeout)
-            if not ready:
+            if not readable(fd, self.timeout):
                 self.proc.kill()
                 raise TimeoutError(f"no answer within {self.timeout:g}s")
             chunk = os.read(fd, min(wanted, 1 << 16))
@@ -108,6 +106,10 @@ class _TimedPipe(SubprocessWrapper):
             chunks.append(chunk)
             wanted -= len(chunk)
         return b"".join(chunks)
+
+    def can_read(self) -> bool:
+        assert self.proc.stdout is not None
+        return readable(self.proc.stdout.fileno(), 0)
 
 
 class _TimedSSHVendor(SubprocessSSHVendor):
@@ -210,7 +212,7 @@ _ERROR_MAP: tuple[tuple[type[BaseException], Callable[[Any, Remote], tuple[str, 
 def _pool_manager(cls: type[urllib3.PoolManager], headers: Mapping[str, str]) -> Callable[..., Any]:
     """A urllib3 pool manager class as dulwich builds it, plus our headers and one try per request
     (urllib3 would retry a timed-out read, multiplying the timeout)."""
-    import urllib3  # only for http(s) remotes: 45 ms of every start otherwise
+    import urllib3  # only for http(s) remotes: its import is a visible part of every start otherwise
 
     once = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5)
 
@@ -293,15 +295,21 @@ class Remote:
 
     def ls_refs(self, prefixes: list[bytes]) -> Mapping[bytes, bytes | None]:
         """The remote's refs under `prefixes` (full names), as dulwich's ``get_refs`` gives them: an
-        annotated tag's commit as ``name^{}``. Over ``git://`` it is asked directly (`git_refs`):
-        the poll's one question, and most of its own cost when asked through dulwich's client."""
-        parts = urlsplit(self.url)
-        if parts.scheme == "git":
-            return git_refs(parts.hostname or "", parts.port or 9418, parts.path.encode(), prefixes,
-                            self.timeout)
+        annotated tag's commit as ``name^{}``. A ``git://`` server is asked in protocol v2 (it filters
+        the refs itself), and whether it spoke it is remembered for the next fetch (`_WHOLE_PACKS`)."""
         client, path = self.client()
         try:
-            return client.get_refs(path.encode(), ref_prefix=prefixes).refs
+            if not isinstance(client, TimeoutTCPGitClient):
+                return client.get_refs(path.encode(), ref_prefix=prefixes).refs
+            refs = client.get_refs(path.encode(), protocol_version=2, ref_prefix=prefixes).refs
+            parts = urlsplit(self.url)
+            address = (parts.hostname or "", parts.port or 9418)
+            if client.protocol_version == 2:
+                _WHOLE_PACKS.add(address)
+            else:
+                _WHOLE_PACKS.discard(address)
+                refs = filter_ref_prefix(dict(refs), prefixes)  # a v0 server lists every ref
+            return refs
         finally:
             client.close()
 
@@ -350,83 +358,16 @@ class Remote:
             else:  # a remote that breaks the protocol in a way dulwich does not name
                 logger.opt(exception=True).debug("unexpected error from {}", self.url)
                 reason, unreachable = f"{type(exc).__name__}: {_first_lines(str(exc))}", False
-            raise SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable) from None
-
-
-class _PktReader:
-    """pkt-lines from a socket, read in as large pieces as the server sends them (a v0 advertisement
-    of many refs is read in linear time: what is left of a piece is copied only to join the next)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._data = b""
-        self._at = 0
-
-    def _take(self, size: int) -> bytes:
-        while len(self._data) - self._at < size:
-            try:
-                chunk = self._sock.recv(65536)
-            except ConnectionResetError as exc:
-                raise HangupException from exc
-            if not chunk:
-                raise HangupException
-            self._data, self._at = self._data[self._at:] + chunk, 0
-        taken = self._data[self._at:self._at + size]
-        self._at += size
-        return taken
-
-    def until_flush(self) -> list[bytes]:
-        """The pkt-lines up to the next flush-pkt (or delim-pkt); an ``ERR`` line raises at once (the
-        server ends the conversation with it)."""
-        lines = []
-        while True:
-            head = self._take(4)
-            try:
-                size = int(head, 16)
-            except ValueError:
-                raise GitProtocolError(f"invalid pkt-line length {head!r}") from None
-            if size <= 1:
-                return lines
-            if size < 4:
-                raise GitProtocolError(f"invalid pkt-line length {size:04x}")
-            line = self._take(size - 4)
-            if line.startswith(b"ERR "):
-                raise GitProtocolError(line[4:].rstrip(b"\n").decode("utf-8", "replace"))
-            lines.append(line)
+            raise SourceError(stage, f"{self.url}: {reason}", unreachable=unreachable,
+                              transient=not isinstance(exc, HTTPUnauthorized | NotGitRepository)) from None
 
 
 #: ``git://`` servers (host, port) last seen speaking protocol v2: git's own ``upload-pack``, which sends
 #: a whole pack to a client that does not ask for a thin one. A fetch from one asks for a whole pack,
-#: which the mirror takes as it comes (a thin pack must first be completed with its bases: 3-7 ms of
-#: a one-commit fetch at 10,000 files). A server speaking only v0 (dulwich's own, the demo's remote)
-#: requires a client that takes thin packs: `git_refs` forgets a server once it answers in v0.
+#: which the mirror takes as it comes (a thin pack must first be completed with its bases, most of a
+#: one-commit fetch into a large mirror). A server speaking only v0 (dulwich's own, the demo's remote)
+#: requires a client that takes thin packs: `Remote.ls_refs` forgets a server once it answers in v0.
 _WHOLE_PACKS: set[tuple[str, int]] = set()
 
 
-def git_refs(host: str, port: int, path: bytes, prefixes: list[bytes],
-             timeout: float) -> dict[bytes, bytes | None]:
-    """The refs under `prefixes` of a ``git://`` remote, each annotated tag's commit as ``name^{}``:
-    protocol v2's ``ls-refs`` (the server filters), or, from a server that speaks only v0 (dulwich's
-    own), its advertisement filtered by prefix. The answers are parsed by dulwich's own readers, as its
-    ``get_refs`` parses them; only the exchange is ours (one socket, no per-pkt-line work). Every socket
-    operation is bounded by `timeout`. Errors are dulwich's (`HangupException`, `GitProtocolError`) or
-    the socket's, which `Remote.network` words."""
-    with daemon_socket(host, port, timeout) as sock:
-        sock.sendall(pkt_line(daemon_request(b"upload-pack", path, host, v2=True)))
-        reader = _PktReader(sock)
-        first = reader.until_flush()
-        if not first or first[0].rstrip(b"\n") != b"version 2":
-            _WHOLE_PACKS.discard((host, port))
-            sock.sendall(b"0000")  # no wants: the server ends the conversation
-            return filter_ref_prefix(dict(read_pkt_refs_v1(first)[0]), prefixes)
-        _WHOLE_PACKS.add((host, port))
-        request = [b"command=ls-refs\n"]
-        request += [line for line in first if line.startswith(b"object-format=")]
-        sock.sendall(b"".join(map(pkt_line, request)) + b"0001" + pkt_line(b"peel\n")
-                     + b"".join(pkt_line(b"ref-prefix " + prefix + b"\n") for prefix in prefixes) + b"0000")
-        listed, _symrefs, peeled = read_pkt_refs_v2(reader.until_flush())
-        listed.update({name + PEELED_TAG_SUFFIX: sha for name, sha in peeled.items()})
-        return listed
-
-
-__all__ = ["GitAuth", "Remote", "SourceError", "git_refs", "is_local", "split_credentials"]
+__all__ = ["GitAuth", "Remote", "SourceError", "is_local", "split_credentials"]

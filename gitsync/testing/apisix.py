@@ -27,21 +27,16 @@ or from Python::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import http.cookies
 import ipaddress
-import json
 import re
 import signal
-import socket
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from copy import deepcopy
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 from typing import Any
 from urllib.parse import parse_qs
@@ -54,6 +49,17 @@ from gitsync.schema import check_payload
 from gitsync.schema.checks import CONFIG_VALIDATE, PayloadIssue
 from gitsync.schema.jsonschema import cjson_encode, is_number, lua_number, lua_tostring, lua_type
 from gitsync.testing.cjson import CJsonError, as_double, decode, empty_arrays_as_objects, round_numbers
+from gitsync.testing.dataplane import DataPlane, Live, Workers, forward
+from gitsync.testing.http import (
+    PREFLIGHT,
+    TEXT,
+    DoubleServer,
+    Handler,
+    ProxyHandler,
+    Reply,
+    json_body,
+    nginx_reply,
+)
 
 LAST_MODIFIED, DIGEST = METADATA_KEYS
 ADMIN = "/apisix/admin"
@@ -63,58 +69,6 @@ VALIDATE_MAX_BODY = 1572864  # 1.5 MiB, 3.17+
 SHARED_DICT_BYTES = 10 * 1024 * 1024  # lua_shared_dict standalone-config 10m
 ALLOW_ADMIN = ipaddress.ip_network("127.0.0.0/24")
 KEYS_313 = tuple(k for k in VERSIONED_KEYS if k not in ("stream_routes", "plugins"))
-
-_NGINX_REASONS = {
-    403: "Forbidden", 404: "Not Found", 405: "Not Allowed", 413: "Request Entity Too Large",
-    500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Temporarily Unavailable",
-    504: "Gateway Time-out",
-}
-_CORS = (
-    ("Access-Control-Allow-Origin", "*"),
-    ("Access-Control-Allow-Credentials", "true"),
-    ("Access-Control-Expose-Headers", "*"),
-    ("Access-Control-Max-Age", "3600"),
-)
-_PREFLIGHT = (
-    ("Access-Control-Allow-Origin", "*"),
-    ("Access-Control-Allow-Methods", "POST, GET, PUT, OPTIONS, DELETE, PATCH"),
-    ("Access-Control-Max-Age", "3600"),
-    ("Access-Control-Allow-Headers", "*"),
-    ("Access-Control-Allow-Credentials", "true"),
-)
-
-Headers = list[tuple[str, str]]
-
-
-def nginx_page(status: int) -> bytes:
-    """nginx's own error page, as APISIX sends it for unrouted paths and crashes (its footer added)."""
-    title = f"{status} {_NGINX_REASONS.get(status, 'Error')}"
-    return (f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1>"
-            "</center>\r\n<hr><center>openresty</center>\r\n"
-            '<p><em>Powered by <a href="https://apisix.apache.org/">APISIX</a>.</em></p></body>\r\n'
-            "</html>\r\n").encode()
-
-
-#: nginx's ``charset utf-8`` adds the charset to these types (the admin JSON has none).
-HTML, TEXT = "text/html; charset=utf-8", "text/plain; charset=utf-8"
-_CHARSET_TYPES = ("text/html", "text/xml", "text/plain", "text/vnd.wap.wml", "application/javascript",
-                  "application/rss+xml")  # nginx's default charset_types
-
-
-def json_body(value: Mapping[str, Any]) -> bytes:
-    """``core.response.exit(status, table)``: cjson text and a newline."""
-    return (cjson_encode(value) + "\n").encode()
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = ()
-    content_type: str | None = "application/json"
-    cors: bool = True  # the preflight carries its own CORS set
-    upstream: dict[str, Any] | None = None  # the data plane's matched upstream (for `forward`)
-
 
 def _error(status: int, message: str) -> Reply:
     return Reply(status, json_body({"error_msg": message}))
@@ -169,65 +123,6 @@ def _validation_failed(errors: list[dict[str, Any]]) -> Reply:
     return Reply(400, json_body({"error_msg": "Configuration validation failed", "errors": errors}))
 
 
-def _page(status: int) -> Reply:
-    return Reply(status, nginx_page(status), content_type=HTML)
-
-
-@dataclass
-class _Live:
-    """A data-plane object: the content it was built from and its effective modifiedIndex."""
-
-    item: dict[str, Any]
-    modified_index: Any
-
-
-class _Workers:
-    """The gateway's workers: each accepted config reaches the data plane `delay` seconds after its PUT.
-
-    `publish` hands them the objects a commit built; `served` is what they run now.
-    APISIX 3.19's ``PUT ?wait=`` asks whether every worker applied a config in time.
-    """
-
-    def __init__(self, lock: threading.RLock) -> None:
-        self.delay = 0.0
-        self.served: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
-        self._applied = threading.Condition(lock)
-        self._published = 0
-        self._applied_seq = 0
-        self._generation = 0  # a restart: timers of the old generation apply nothing
-
-    def reset(self) -> None:
-        self.served = {kind: {} for kind in KINDS}
-        self._generation += 1
-        self._published = self._applied_seq = 0
-
-    def publish(self, running: Mapping[str, dict[str, _Live]]) -> int:
-        """Hand the workers this commit's objects; its sequence number, for `wait_applied`."""
-        self._published += 1
-        snapshot = {kind: dict(objects) for kind, objects in running.items()}
-        if self.delay <= 0:
-            self._apply(self._generation, self._published, snapshot)
-        else:
-            timer = threading.Timer(self.delay, self._apply, (self._generation, self._published, snapshot))
-            timer.daemon = True
-            timer.start()
-        return self._published
-
-    def _apply(self, generation: int, seq: int, snapshot: dict[str, dict[str, _Live]]) -> None:
-        with self._applied:
-            if generation == self._generation and seq > self._applied_seq:
-                self.served, self._applied_seq = snapshot, seq
-                self._applied.notify_all()
-
-    def wait_applied(self, seq: int, timeout: float) -> bool:
-        """True once every worker runs commit `seq` (or a later one), False when `timeout` passes first."""
-        with self._applied:
-            generation = self._generation
-            return self._applied.wait_for(
-                lambda: self._applied_seq >= seq or self._generation != generation, timeout) \
-                and generation == self._generation
-
-
 def _object_id(item: Mapping[str, Any], index: int) -> str:
     value = item.get("id")
     return f"arr_{index + 1}" if value is None else lua_tostring(value)
@@ -262,96 +157,6 @@ def _yaml_text(value: Any) -> str:
     return text.strip() + "\n"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 double: ApisixDouble) -> None:
-        self.double = double
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        self.open_sockets: set[socket.socket] = set()
-        self.sockets_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def close_clients(self) -> None:
-        """Cut every open connection, as a gateway restart does."""
-        with self.sockets_lock:
-            for sock in list(self.open_sockets):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            self.open_sockets.clear()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms delayed-ACK stall
-    server: _Server
-    plane = "admin"
-
-    def setup(self) -> None:
-        super().setup()
-        with self.server.sockets_lock:
-            self.server.open_sockets.add(self.connection)
-
-    def finish(self) -> None:
-        with self.server.sockets_lock:
-            self.server.open_sockets.discard(self.connection)
-        super().finish()
-
-    def version_string(self) -> str:
-        return f"APISIX/{self.server.double.version}"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: the double keeps its own request log (without query strings, which may hold keys)."""
-
-    def _handle(self) -> None:
-        double = self.server.double
-        if self.plane == "admin":
-            double._serve_admin(self)
-        else:
-            double._serve_proxy(self)
-
-    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = _handle
-
-    def reply(self, reply: Reply, *, cors: bool = True) -> None:
-        self.send_response(reply.status)
-        if reply.content_type and reply.status != 204:
-            self.send_header("Content-Type", reply.content_type)
-        for name, value in reply.headers:
-            self.send_header(name, value)
-        if cors:
-            for name, value in _CORS:
-                self.send_header(name, value)
-        if reply.status != 204:
-            self.send_header("Content-Length", str(len(reply.body)))
-        if self.close_connection:  # nginx says so (a 413's body was not read): no client reuses it
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD" and reply.status != 204:
-            self.wfile.write(reply.body)
-
-    def read_body(self) -> bytes:
-        """The request body, by Content-Length or chunked transfer coding (nginx accepts both)."""
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
-            while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-
-class _ProxyHandler(_Handler):
-    plane = "proxy"
-
-
 class ApisixDouble:
     """The Admin API double. Start it, point a client at `url`, inspect `config()`, `requests`."""
 
@@ -365,14 +170,15 @@ class ApisixDouble:
         self.version = version if version.count(".") >= 2 else version + ".0"
         self._features = tuple(int(part) for part in version.split(".")[:2])
         self._ports = [port, proxy_port if proxy else None]
-        self._servers: list[_Server] = []
+        self._servers: list[DoubleServer] = []
         self._threads: list[threading.Thread] = []
         if self._features >= (3, 21) and (admin_key == "" or viewer_key == ""):
             raise ValueError("APISIX 3.21 refuses to start with an empty admin_key entry")
         self._lock = threading.RLock()
         self._stored: dict[str, Any] | None = None
-        self._running: dict[str, dict[str, _Live]] = {kind: {} for kind in KINDS}
-        self._workers = _Workers(self._lock)
+        self._running: dict[str, dict[str, Live]] = {kind: {} for kind in KINDS}
+        self.plane = DataPlane(Workers(self._lock), self.version)
+        self._workers = self.plane.workers
         self._oob_count = 0
         self.put_bodies: list[bytes] = []
         self.put_queries: list[str] = []  # each PUT's query string, as sent (?wait on 3.19+)
@@ -389,12 +195,12 @@ class ApisixDouble:
 
     def start(self) -> ApisixDouble:
         """Listen (admin, then data plane) in background threads; ports are kept across restarts."""
-        handlers: list[type[_Handler]] = [_Handler, _ProxyHandler]
+        handlers: list[type[Handler]] = [Handler, ProxyHandler]
         for slot, handler in enumerate(handlers):
             port = self._ports[slot]
             if port is None:
                 continue
-            server = _Server((self.host, port), handler, self)
+            server = DoubleServer((self.host, port), handler, self)
             self._ports[slot] = server.server_address[1]
             thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                                       name=f"apisix-double-{handler.plane}", daemon=True)
@@ -505,7 +311,7 @@ class ApisixDouble:
 
     # ---------------------------------------------------------------- admin plane
 
-    def _serve_admin(self, h: _Handler) -> None:
+    def serve_admin(self, h: Handler) -> None:
         path, _, query = h.path.partition("?")
         method = h.command
         if self._latency:
@@ -514,7 +320,7 @@ class ApisixDouble:
         length = int(h.headers.get("Content-Length") or 0)
         if limit is not None and length > limit:
             h.close_connection = True
-            self._answer(h, method, path, _page(413))
+            self._answer(h, method, path, nginx_reply(413))
             return
         body = h.read_body()
         if method == "PUT":
@@ -526,27 +332,27 @@ class ApisixDouble:
             self.requests.append((method, path, 0))
             return
         if isinstance(fault, int):
-            self._answer(h, method, path, _page(fault))
+            self._answer(h, method, path, nginx_reply(fault))
             return
         try:
             reply = self._admin_reply(h, method, path, query, body)
         except Exception:  # a crash in the double answers like a Lua error: nginx's 500 page
-            reply = _page(500)
+            reply = nginx_reply(500)
         self._answer(h, method, path, reply)
 
-    def _answer(self, h: _Handler, method: str, path: str, reply: Reply) -> None:
+    def _answer(self, h: Handler, method: str, path: str, reply: Reply) -> None:
         self.requests.append((method, path, reply.status))
         h.reply(reply, cors=reply.cors)
 
-    def _admin_reply(self, h: _Handler, method: str, path: str, query: str, body: bytes) -> Reply:
+    def _admin_reply(self, h: Handler, method: str, path: str, query: str, body: bytes) -> Reply:
         client = ipaddress.ip_address(h.client_address[0])
         if client.version != 4 or client not in ALLOW_ADMIN:
-            return _page(403)
+            return nginx_reply(403)
         if method == "OPTIONS" and path.startswith(ADMIN):
-            return Reply(200, headers=_PREFLIGHT, content_type=TEXT, cors=False)
+            return Reply(200, headers=PREFLIGHT, content_type=TEXT, cors=False)
         route = self._route(method, path)
         if route is None:
-            return _page(404)
+            return nginx_reply(404)
         if route == "ping":
             return Reply(200)
         problem = self._check_token(h, query, method)
@@ -574,7 +380,7 @@ class ApisixDouble:
             return "validate"
         return None
 
-    def _check_token(self, h: _Handler, query: str, method: str) -> str | None:
+    def _check_token(self, h: Handler, query: str, method: str) -> str | None:
         token = parse_qs(query, keep_blank_values=True).get("api_key", [None])[0]
         if token is None:
             token = h.headers.get("X-API-KEY")
@@ -604,7 +410,7 @@ class ApisixDouble:
             return Reply(200, text.encode(), headers, "application/yaml")
         return Reply(200, cjson_encode(empty_arrays_as_objects(config)).encode(), headers)
 
-    def _parse(self, h: _Handler, body: bytes, *, for_validate: bool) -> Any | Reply:
+    def _parse(self, h: Handler, body: bytes, *, for_validate: bool) -> Any | Reply:
         """Decode a JSON or YAML body as APISIX does, or the reply refusing it."""
         content_type = h.headers.get("Content-Type") or "application/json"
         if content_type.startswith("application/yaml"):
@@ -613,7 +419,7 @@ class ApisixDouble:
             except YAMLError:
                 if for_validate:
                     return _error(400, "invalid request body: invalid yaml request body")
-                return _page(500)  # PUT's yaml.load is not wrapped in pcall
+                return nginx_reply(500)  # PUT's yaml.load is not wrapped in pcall
             if not isinstance(data, dict | list):
                 return _error(400, "invalid request body: invalid yaml request body")
         else:
@@ -629,7 +435,7 @@ class ApisixDouble:
             if for_validate and self._features >= (3, 17):
                 return _validation_failed([{"error": f"{CONFIG_VALIDATE}:129: attempt to index local "
                                                      f"'req_body' (a {lua_type(data)} value)"}])
-            return _page(500)
+            return nginx_reply(500)
         return data
 
     def _legacy_message(self, kind: str | None, index: int | None, message: str) -> str:
@@ -658,7 +464,7 @@ class ApisixDouble:
                     return True
         return False
 
-    def _validate(self, h: _Handler, body: bytes) -> Reply:
+    def _validate(self, h: Handler, body: bytes) -> Reply:
         if self._features >= (3, 17) and len(body) > VALIDATE_MAX_BODY:
             return _error(400, f"invalid request body: request size {len(body)} is greater than the "
                                f"maximum size {VALIDATE_MAX_BODY} allowed")
@@ -668,7 +474,7 @@ class ApisixDouble:
         if isinstance(data, Reply):
             return data
         if self._idless_crash(data):
-            return _page(500)
+            return nginx_reply(500)
         if self._features >= (3, 19) and (shape := _shape_problems(data)):
             return _validation_failed([_entry(kind, index, message, data) for kind, index, message in shape])
         with self._lock:
@@ -677,7 +483,7 @@ class ApisixDouble:
             return Reply(200, b"{}\n" if self._features >= (3, 17) else b"")
         if issues[0].lua_line is not None:
             return _validation_failed([{"error": issues[0].lua_error}]) if self._features >= (3, 17) \
-                else _page(500)  # ≤3.16 has no pcall around the checks
+                else nginx_reply(500)  # ≤3.16 has no pcall around the checks
         errors = []
         for issue in issues:
             entry: dict[str, Any] = {"resource_type": issue.kind}
@@ -699,7 +505,7 @@ class ApisixDouble:
                     return item[key]
         return ""
 
-    def _put(self, h: _Handler, body: bytes) -> Reply:
+    def _put(self, h: Handler, body: bytes) -> Reply:
         with_digest = self._features >= (3, 14)
         digests = h.headers.get_all("X-Digest") or []
         if with_digest and not digests:
@@ -719,13 +525,13 @@ class ApisixDouble:
             if with_digest and old is not None and old.get(DIGEST) == digests[0]:
                 return Reply(204)
             if self._idless_crash(data):
-                return _page(500)
+                return nginx_reply(500)
             problem = _shape_problems(data)[:1] if self._features >= (3, 19) else None
             if problem:
                 return _error(400, problem[0][2])
             problem = self._refusal(data, old)
             if isinstance(problem, PayloadIssue):
-                return _page(500)  # a Lua error outside the per-item guard: PUT has no pcall around it
+                return nginx_reply(500)  # a Lua error outside the per-item guard: PUT has no pcall around it
             if problem:
                 return _error(400, problem)
             new = self._next_config(data, old)
@@ -805,7 +611,7 @@ class ApisixDouble:
 
     def _commit(self, old: Mapping[str, Any] | None, new: dict[str, Any]) -> int:
         """Store `new` and hand the workers every kind whose stored version changed (the modifiedIndex
-        rule applied); the commit's sequence number, for `_Workers.wait_applied`.
+        rule applied); the commit's sequence number, for `Workers.wait_applied`.
 
         Stored means rounded to 14 significant digits: a higher version that rounds to the
         stored one changes what GET shows, but not what the data plane serves.
@@ -820,7 +626,7 @@ class ApisixDouble:
             if version == self._live_version(old, kind):
                 continue
             previous = self._running[kind]
-            rebuilt: dict[str, _Live] = {}
+            rebuilt: dict[str, Live] = {}
             items = new.get(kind)
             for index, item in enumerate(items if isinstance(items, list) else []):
                 if not isinstance(item, dict):
@@ -831,192 +637,22 @@ class ApisixDouble:
                 if kept is not None and index_sent is not None and kept.modified_index == index_sent:
                     rebuilt[oid] = kept
                 else:
-                    rebuilt[oid] = _Live(deepcopy(item), index_sent if index_sent is not None else version)
+                    rebuilt[oid] = Live(deepcopy(item), index_sent if index_sent is not None else version)
             self._running[kind] = rebuilt
         return self._workers.publish(self._running)
 
     # ---------------------------------------------------------------- data plane
 
-    def _serve_proxy(self, h: _Handler) -> None:
+    def serve_proxy(self, h: Handler) -> None:
         body = h.read_body()
         path = h.path.partition("?")[0]
         host = (h.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
         with self._lock:
-            reply = self._proxy_reply(h.command, path, host, h.client_address[0])
+            reply = self.plane.reply(h.command, path, host, h.client_address[0])
         if self.forward and reply.status == 200 and reply.upstream is not None:
-            reply = _forward(h, body, reply.upstream)
+            reply = forward(h, body, reply.upstream)
         self.proxy_requests.append((h.command, path, reply.status))
         h.reply(reply, cors=False)
-
-    def _proxy_reply(self, method: str, path: str, host: str, client: str) -> Reply:
-        matched = self._match_route(method, path, host, client)
-        if matched is None:
-            return Reply(404, json_body({"error_msg": "404 Route Not Found"}), content_type=TEXT)
-        route_id, route = matched
-        service = None
-        if route.get("service_id") is not None:
-            service_obj = self._workers.served["services"].get(lua_tostring(route["service_id"]))
-            if service_obj is None:
-                return _page(404)
-            service = service_obj.item
-        if route.get("plugin_config_id") is not None and \
-                lua_tostring(route["plugin_config_id"]) not in self._workers.served["plugin_configs"]:
-            return _page(503)
-        mock = self._mocking(route, service)
-        if mock is not None:
-            return mock  # the access phase answers before any upstream is looked up
-        upstream_id: Any = None
-        upstream: dict[str, Any] | None = None
-        for source in (route, service or {}):
-            if source.get("upstream_id") is not None:
-                upstream_id = lua_tostring(source["upstream_id"])
-                live = self._workers.served["upstreams"].get(upstream_id)
-                if live is None:
-                    return _page(502)
-                upstream = live.item
-                break
-            if isinstance(source.get("upstream"), dict):
-                upstream = source["upstream"]
-                upstream_id = lua_tostring(upstream["id"]) if upstream.get("id") is not None else ""
-                break
-        if upstream is None:
-            return _page(503)
-        headers = [("X-Route-Id", route_id), ("X-Upstream-Id", upstream_id or "")]
-        if service is not None:
-            headers.append(("X-Service-Id", lua_tostring(service.get("id", ""))))
-        answer = {"route_id": route_id, "upstream_id": upstream_id, "uri": path, "host": host,
-                  "route": route, "upstream": upstream}
-        return Reply(200, (json.dumps(answer) + "\n").encode(), tuple(headers), upstream=upstream)
-
-    def _mocking(self, route: Mapping[str, Any], service: Mapping[str, Any] | None) -> Reply | None:
-        """The ``mocking`` plugin of the route (or its service or plugin config): its canned answer.
-
-        ``response_example`` is answered as is; a ``response_schema`` alone gets ``{}``
-        (APISIX would generate an example) and ``delay`` is not slept.
-        """
-        sources: list[Mapping[str, Any]] = [route]
-        config_id = route.get("plugin_config_id")
-        if config_id is not None:
-            sources.append(self._workers.served["plugin_configs"][lua_tostring(config_id)].item)
-        sources.append(service or {})
-        for source in sources:
-            plugins = source.get("plugins")
-            conf = plugins.get("mocking") if isinstance(plugins, dict) else None
-            meta = conf.get("_meta") if isinstance(conf, dict) else None
-            if not isinstance(conf, dict) or (isinstance(meta, dict) and meta.get("disable")):
-                continue
-            content_type = str(conf.get("content_type", "application/json;charset=utf8"))
-            if content_type.split(";")[0].strip() in _CHARSET_TYPES and "charset" not in content_type:
-                content_type += "; charset=utf-8"
-            headers = [(str(k), str(v)) for k, v in (conf.get("response_headers") or {}).items()]
-            if conf.get("with_mock_header", True):
-                headers.append(("x-mock-by", f"APISIX/{self.version}"))
-            body = conf.get("response_example", "{}")
-            status = int(conf.get("response_status", 200))
-            return Reply(status, str(body).encode(), tuple(headers), content_type)
-        return None
-
-    def _match_route(self, method: str, path: str, host: str,
-                     client: str) -> tuple[str, dict[str, Any]] | None:
-        """The live route radixtree would pick: exact paths first, then the longest prefix, then priority."""
-        candidates: list[tuple[tuple[int, int, float], tuple[str, dict[str, Any]]]] = []
-        for route_id, live in self._workers.served["routes"].items():
-            route = live.item
-            if route.get("status", 1) == 0:
-                continue
-            methods = route.get("methods")
-            if isinstance(methods, list) and methods and method not in methods:
-                continue
-            if not self._host_matches(route, host):
-                continue
-            if not _remote_matches(route, client):
-                continue
-            uris = route.get("uris") if isinstance(route.get("uris"), list) else [route.get("uri")]
-            best: tuple[int, int] | None = None
-            for uri in uris:
-                if not isinstance(uri, str):
-                    continue
-                if uri.endswith("*") and path.startswith(uri[:-1]):
-                    rank = (0, len(uri) - 1)
-                elif uri == path:
-                    rank = (1, len(uri))
-                else:
-                    continue
-                best = rank if best is None or rank > best else best
-            if best is not None:
-                priority = route.get("priority", 0)
-                candidates.append(((*best, priority if is_number(priority) else 0), (route_id, route)))
-        if not candidates:
-            return None
-        return max(candidates, key=lambda pair: pair[0])[1]
-
-    def _host_matches(self, route: Mapping[str, Any], host: str) -> bool:
-        hosts = route.get("hosts") if isinstance(route.get("hosts"), list) else (
-            [route["host"]] if isinstance(route.get("host"), str) else None)
-        if hosts is None and route.get("service_id") is not None:
-            service = self._workers.served["services"].get(lua_tostring(route["service_id"]))
-            if service is not None and isinstance(service.item.get("hosts"), list):
-                hosts = service.item["hosts"]
-        if not hosts:
-            return True
-        for pattern in hosts:
-            pattern = str(pattern).lower()
-            if pattern == "*" or pattern == host or (pattern.startswith("*") and host.endswith(pattern[1:])):
-                return True
-        return False
-
-
-def _first_node(upstream: Mapping[str, Any]) -> tuple[str, int] | None:
-    nodes = upstream.get("nodes")
-    if isinstance(nodes, dict) and nodes:
-        address = next(iter(nodes))
-    elif isinstance(nodes, list) and nodes and isinstance(nodes[0], dict):
-        address = f"{nodes[0].get('host')}:{nodes[0].get('port', 80)}"
-    else:
-        return None
-    host, _, port = str(address).rpartition(":")
-    return (host.strip("[]"), int(port)) if port.isdigit() else (str(address), 80)
-
-
-def _forward(h: _Handler, body: bytes, upstream: Mapping[str, Any]) -> Reply:
-    """Proxy the request to the upstream's first node as nginx would: its answer, or 502 when the node
-    does not answer (504 when it answers too slowly)."""
-    node = _first_node(upstream)
-    if node is None:
-        return _page(503)
-    skip = {"host", "connection", "content-length", "transfer-encoding"}
-    headers = {k: v for k, v in h.headers.items() if k.lower() not in skip}
-    timeouts = upstream.get("timeout") if isinstance(upstream.get("timeout"), dict) else {}
-    connection = http.client.HTTPConnection(*node, timeout=timeouts.get("read", 6))
-    try:
-        connection.request(h.command, h.path, body=body or None,
-                           headers={**headers, "Host": h.headers.get("Host", "")})
-        answer = connection.getresponse()
-        data = answer.read()
-    except TimeoutError:
-        return _page(504)
-    except OSError:
-        return _page(502)
-    finally:
-        connection.close()
-    hop = ("content-length", "transfer-encoding", "connection", "content-type", "server")
-    kept = tuple((k, v) for k, v in answer.getheaders() if k.lower() not in hop)
-    return Reply(answer.status, data, kept, content_type=answer.getheader("Content-Type"), cors=False)
-
-
-def _remote_matches(route: Mapping[str, Any], client: str) -> bool:
-    addrs = route.get("remote_addrs") if isinstance(route.get("remote_addrs"), list) else (
-        [route["remote_addr"]] if isinstance(route.get("remote_addr"), str) else None)
-    if not addrs:
-        return True
-    address = ipaddress.ip_address(client)
-    for addr in addrs:
-        try:
-            if address in ipaddress.ip_network(addr, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -3,7 +3,8 @@
 and the fleet (`/fleet`). Server-rendered HTML; a little JavaScript filters a table in place.
 
 Modules, along the data flow: `live` asks the gateways and the status branch (I/O, cached briefly);
-`catalog` indexes a commit's items and shows one as written and as pushed (pure); `pages` turns
+`catalog` indexes a commit's items and shows one as written and as pushed (pure), each item's lines
+parsed from an excerpt of its file (`excerpt`); `pages` turns
 plain data into HTML (pure, everything escaped through `html`); `auth` decides who may look; `app`
 routes a request and adds the security headers.
 """

@@ -6,6 +6,7 @@ goes through the log redactor as well, so a secret the masking missed still neve
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode
 from gitsync.agent.view import AgentView
 from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
+from gitsync.render.compose import split_file
 from gitsync.settings import Settings
 from gitsync.web import auth, pages
 from gitsync.web.catalog import paginate
@@ -37,6 +39,7 @@ SECURITY_HEADERS = [("Content-Security-Policy", CSP), ("X-Content-Type-Options",
 STATIC = {"style.css": "text/css; charset=utf-8", "filter.js": "text/javascript; charset=utf-8",
           "favicon.svg": "image/svg+xml"}
 PAGES = ("/", "/items", "/fleet", "/login", "/logout")
+_PAGE = re.compile(r"[0-9]{1,9}")
 
 
 def serves(path: str) -> bool:
@@ -95,7 +98,10 @@ class WebView:
             if path == "/logout":
                 if method != "POST":
                     return _text(405, "Log out with POST.", [("Allow", "POST")])
-                return _redirect("/login", [("Set-Cookie", auth.clear_cookie())])
+                session = auth.cookie_value(headers.get("Cookie") or "")
+                if session is not None:
+                    self.access.sessions.end(session)  # the same cookie is refused from now on
+                return _redirect("/login", [("Set-Cookie", auth.clear_cookie(settings.ui_secure_cookie))])
             if method not in ("GET", "HEAD"):
                 return _text(405, "This view is read-only.", [("Allow", "GET, HEAD")])
             if not self.access.authorized(headers, settings.ui_token):
@@ -117,11 +123,16 @@ class WebView:
             return self._page(200, "Log in", pages.login(next_path, failed=False), settings, nav="")
         if method != "POST":
             return _text(405, "Log in with GET or POST.", [("Allow", "GET, HEAD, POST")])
-        length = (headers.get("Content-Length") or "").strip()
-        if not length.isdigit() or int(length) > auth.MAX_FORM_BYTES:
-            return _text(400, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
+        length = auth.form_length(headers.get("Content-Length"))
+        if length is None or length > auth.MAX_FORM_BYTES:
+            self.failures.add(client)  # a login attempt all the same: it counts towards the limit
+            logger.warning("web view: a login form from {} was refused: its length is {}", client,
+                           "not a number" if length is None else "too large")
+            if length is None:
+                return _text(400, "The login form must say its length (Content-Length).")
+            return _text(413, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
         try:
-            form = body.read(int(length))
+            form = body.read(length)
         except (TimeoutError, ConnectionError):  # the listener's deadline for a request passed
             return _text(408, "The login form did not arrive in time.")
         given, next_path = auth.login_form(form)
@@ -132,12 +143,16 @@ class WebView:
             logger.warning("web view: a wrong token was typed into the login form")
             # 200, not 401: a browser reports a 401 page as an error in its console
             return self._page(200, "Log in", pages.login(next_path, failed=True), settings, nav="")
-        return _redirect(next_path, [("Set-Cookie", auth.set_cookie(auth.session_value(settings.ui_token)))])
+        session = self.access.sessions.start(settings.ui_token, settings.ui_session_ttl)
+        cookie = auth.set_cookie(session, settings.ui_session_ttl, settings.ui_secure_cookie)
+        return _redirect(next_path, [("Set-Cookie", cookie)])
 
     def _route(self, path: str, params: dict[str, list[str]], settings: Settings) -> Reply:
         agent = self._agent()
         view = agent.view() if agent is not None else AgentView()
-        links = Links(settings.commit_url)
+        # with several sources, a commit of the live composition is its own repo's: commit_url, one
+        # repo's template, would link it to the wrong one
+        links = Links(settings.commit_url if not view.sources else None)
         now = time.time()
         if path == "/":
             known = self.catalog.peek(view.last_good)
@@ -154,7 +169,7 @@ class WebView:
             kind = _one(params, "kind")
             kind = kind if kind in KINDS else None
             query = _one(params, "q")[:200]
-            number = int(_one(params, "page")) if _one(params, "page").isdigit() else 1
+            number = _page_number(_one(params, "page"))
             if catalog is None:
                 body = pages.items(None, {}, None, query, kind, links, error)
             else:
@@ -168,7 +183,9 @@ class WebView:
             what = error or f"The live commit has no item {kind}/{ident}."
             return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
         lives = self.gateways(settings).lives()
-        body = pages.item(detail, catalog.sha, lives, list(view.unmanaged), links, now)
+        sha = view.sources.get(split_file(detail.row.file or "")[0] or "", catalog.sha) if view.sources \
+            else catalog.sha  # the item's own source's commit
+        body = pages.item(detail, sha, lives, list(view.unmanaged), links, now)
         return self._page(200, f"{kind} {ident}", body, settings, nav="items")
 
     def _page(self, status: int, title: str, main: Markup, settings: Settings,
@@ -181,6 +198,11 @@ class WebView:
 
 def _one(params: Mapping[str, list[str]], name: str) -> str:
     return (params.get(name) or [""])[0]
+
+
+def _page_number(text: str) -> int:
+    """``page=N``: ASCII digits only (``²`` is a digit to str.isdigit(), not to int()); else page 1."""
+    return int(text) if _PAGE.fullmatch(text) else 1
 
 
 def _text(status: int, message: str, extra: list[tuple[str, str]] | None = None) -> Reply:

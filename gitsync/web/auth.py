@@ -4,12 +4,15 @@ It shows configuration, so it is off unless ``ui = true``. On a loopback listen 
 can reach it may look (as anyone there can read ``/metrics``), but only through a loopback host name:
 a page from elsewhere that re-points its own host name at 127.0.0.1 (DNS rebinding) is refused.
 On any other address, or whenever ``ui_token_file`` is set, the token is required: typed into the
-login form, which sets a cookie (HttpOnly, SameSite=Strict) holding an HMAC of it, never the token
-itself; or sent as ``Authorization: Bearer``. Comparisons are constant-time, and the token never
-appears in a log line, a page or an error. A client that sends a wrong token (login form or Bearer)
-`MAX_FAILURES` times within `FAILURE_WINDOW` is answered 429 without its token being looked at until
-the window moves on (`Failures`): guessing is slowed to a crawl, and other addresses are not locked
-out. (The cookie is an HMAC of the token: guessing it is no easier than guessing the token.)
+login form, which starts a session, or sent as ``Authorization: Bearer``. A session lives on the
+server (`Sessions`): the cookie (HttpOnly, SameSite=Strict, Secure with ``ui_secure_cookie``) holds
+only its random id, never the token; it ends after ``ui_session_ttl``, at "Log out" (the same cookie
+is refused afterwards), when the token changes (a SIGHUP with a new ``ui_token_file``) and when the
+agent restarts. Comparisons are constant-time, and the token never appears in a log line, a page or
+an error. A client that sends a wrong token (login form or Bearer), or a login form that cannot be
+read, `MAX_FAILURES` times within `FAILURE_WINDOW` is answered 429 without its token being looked
+at until the window moves on (`Failures`): guessing is slowed to a crawl, and other addresses are
+not locked out. A session id is 256 random bits: guessing one is hopeless.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
@@ -32,7 +37,9 @@ MAX_FORM_BYTES = 4096
 MAX_FAILURES = 10  # wrong tokens a client may send within FAILURE_WINDOW
 FAILURE_WINDOW = 60.0  # seconds
 MAX_CLIENTS = 1024  # clients whose failures are remembered (the oldest is forgotten first)
+MAX_SESSIONS = 1024  # sessions kept at once (the oldest ends first)
 _SESSION_LABEL = b"gitsync web view session"
+_LENGTH = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
 
 
 def is_loopback(host: str) -> bool:
@@ -54,9 +61,56 @@ def host_name(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
-def session_value(token: Secret) -> str:
-    """What the login cookie holds: an HMAC of the token (the cookie never carries the token)."""
-    return hmac.new(token.reveal().encode(), _SESSION_LABEL, hashlib.sha256).hexdigest()
+def token_mark(token: Secret) -> bytes:
+    """Which token a session was opened with (an HMAC of it, never the token): a new token ends the
+    sessions of the old one."""
+    return hmac.new(token.reveal().encode(), _SESSION_LABEL, hashlib.sha256).digest()
+
+
+class Sessions:
+    """The login form's sessions, on the server: a random id (the cookie's value), when it ends and
+    which token opened it, for at most `limit` sessions at once; thread-safe. Ids are kept hashed:
+    the table holds nothing a cookie could be made from."""
+
+    def __init__(self, limit: int = MAX_SESSIONS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self._clock = limit, clock
+        self._table: OrderedDict[bytes, tuple[float, bytes]] = OrderedDict()  # hash → (end, token mark)
+        self._lock = threading.Lock()
+
+    def start(self, token: Secret, ttl: float) -> str:
+        """A new session of `ttl` seconds: its id, for the cookie."""
+        session = secrets.token_urlsafe(32)
+        with self._lock:
+            self._forget_ended()
+            self._table[_hashed(session)] = (self._clock() + ttl, token_mark(token))
+            while len(self._table) > self.limit:
+                self._table.popitem(last=False)
+        return session
+
+    def valid(self, session: str, token: Secret) -> bool:
+        """`session` is one this table holds, not ended, opened with `token`."""
+        with self._lock:
+            entry = self._table.get(_hashed(session))
+        return (entry is not None and entry[0] > self._clock()
+                and hmac.compare_digest(entry[1], token_mark(token)))
+
+    def end(self, session: str) -> None:
+        with self._lock:
+            self._table.pop(_hashed(session), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._forget_ended()
+            return len(self._table)
+
+    def _forget_ended(self) -> None:
+        now = self._clock()
+        for key in [key for key, (end, _) in self._table.items() if end <= now]:
+            del self._table[key]
+
+
+def _hashed(session: str) -> bytes:
+    return hashlib.sha256(session.encode("utf-8", "surrogateescape")).digest()
 
 
 def _same(given: str, expected: str) -> bool:
@@ -67,7 +121,8 @@ class Access:
     """The access rule of one listener: `token_required` is fixed by the listen address at start;
     the token itself is read from the settings at each request (a SIGHUP may rotate it)."""
 
-    def __init__(self, listen: str, token: Secret | None) -> None:
+    def __init__(self, listen: str, token: Secret | None, sessions: Sessions | None = None) -> None:
+        self.sessions = sessions or Sessions()
         host = listen.rpartition(":")[0].strip("[]") or "127.0.0.1"  # as the listener binds it
         self.loopback = is_loopback(host)
         if not self.loopback and token is None:
@@ -90,7 +145,7 @@ class Access:
         if auth[:7].lower() == "bearer ":
             return _same(auth[7:].strip(), token.reveal())
         cookie = cookie_value(headers.get("Cookie") or "")
-        return cookie is not None and _same(cookie, session_value(token))
+        return cookie is not None and self.sessions.valid(cookie, token)
 
 
 class Failures:
@@ -137,12 +192,20 @@ def cookie_value(header: str) -> str | None:
     return morsel.value if morsel is not None else None
 
 
-def set_cookie(value: str) -> str:
-    return f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict"
+def set_cookie(value: str, max_age: float, secure: bool) -> str:
+    """The session cookie: gone from the browser when the session ends on the server."""
+    return f"{COOKIE}={value}; Path=/; Max-Age={int(max_age)}; HttpOnly; SameSite=Strict" + (
+        "; Secure" if secure else "")
 
 
-def clear_cookie() -> str:
-    return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+def clear_cookie(secure: bool = False) -> str:
+    return f"{COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
+
+
+def form_length(header: str | None) -> int | None:
+    """The login form's Content-Length, or None when it is no plain number (``²``, 5,000 digits)."""
+    text = (header or "").strip()
+    return int(text) if _LENGTH.fullmatch(text) else None
 
 
 def login_form(body: bytes) -> tuple[str, str]:
@@ -164,5 +227,5 @@ def token_matches(given: str, token: Secret | None) -> bool:
     return token is not None and _same(given, token.reveal())
 
 
-__all__ = ["COOKIE", "MAX_FORM_BYTES", "Access", "clear_cookie", "is_loopback", "local_path", "login_form",
-           "session_value", "set_cookie", "token_matches"]
+__all__ = ["COOKIE", "MAX_FORM_BYTES", "Access", "Sessions", "clear_cookie", "form_length", "is_loopback",
+           "local_path", "login_form", "set_cookie", "token_mark", "token_matches"]

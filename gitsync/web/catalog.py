@@ -1,31 +1,41 @@
 """The items of one commit as the web view lists them: rows to search and page through, and one
 item as written in its file and as pushed, secret values masked. Pure: no I/O.
 
-Masking is `gitsync.render.mask`'s, the same as ``gitsync render`` and ``gitsync diff``: the pushed
-JSON is the masked item; the text as written is the file's own lines, where every value the
-masker would change is cut from its key on (a multi-line value is dropped), and every line then
-goes through the masker's known-value and URL-password masking. When the item's lines cannot be
-told apart from its neighbours' (several items on one line, as in JSON files), the masked item is
-shown re-formatted instead.
+Masking is the classifier's (`gitsync.render.secrets`), the same as ``gitsync render`` and ``gitsync
+diff``: the pushed JSON is the masked item. The text as written is the file's own lines, where each
+secret the classifier finds in the item as parsed is replaced by its masked value, at the place the
+parse says that value is written (`gitsync.render.load.value_spans`: plain, quoted, flow, JSON or
+block style; a multi-line value keeps its first line, masked, and drops the others), never found by
+a pattern over the text; known secret values are masked on every line besides. When the item's
+lines cannot be told apart from its neighbours' (several items on one line, as in JSON files), the
+masked item is shown re-formatted instead.
 """
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 from gitsync.kinds import KINDS, item_id
+from gitsync.log import MASK, MIN_SECRET_LENGTH
 from gitsync.render import Rendered, mask_secrets
-from gitsync.render.load import parse, positions
+from gitsync.render.load import ParsedFile, parse, positions, value_spans
+from gitsync.render.mask import mask_known
+from gitsync.render.secrets import NO_RULES, SecretRules, classify, value_at
 from gitsync.render.sourcemap import FieldPath, ItemSource
+from gitsync.web.excerpt import LineStarts, Recent, cut, item_starts, next_start, shares_a_line
 from gitsync.writeback.wire import dump_yaml
 
 PER_PAGE = 100
-_KEY_END = re.compile(r":(?=\s|$)")
+Places = dict[FieldPath, tuple[int, int]]
+FILES_KEPT = 8  # files whose line starts an item page keeps (about 8 bytes a line)
+TABLES_KEPT = 2  # files whose every node's position is kept, for items an excerpt cannot show
 #: Trailing lines of an item's span that belong to no item: blank lines, comments, document markers.
 _NOT_ITEM = re.compile(r"^\s*(#.*)?$|^(---|\.\.\.)(\s.*)?$")
 
@@ -109,7 +119,9 @@ class Catalog:
         self._rows: dict[int, Row] = {}
         self._haystacks: list[str] | None = None
         self._lock = threading.Lock()
-        self._positions: dict[str, dict[FieldPath, tuple[int, int]]] = {}
+        self._starts: dict[str, list[int]] | None = None  # each file's item start lines
+        self._lines = Recent[str, LineStarts](FILES_KEPT)
+        self._tables = Recent[str, tuple[Places, Places]](TABLES_KEPT)  # `positions` and `value_spans`
         for kind in KINDS:
             for index, item in enumerate(rendered.payload.get(kind) or ()):
                 ident = item_id(kind, item)
@@ -134,7 +146,7 @@ class Catalog:
             payload = self.rendered.payload
             described = [describe(k, payload[k][i]) for k, i, _ in (self._entries[p] for p in missing)]
             shown = mask_secrets({"titles": [d[0] for d in described], "matches": [d[1] for d in described]},
-                                 self.rendered.secret_values)
+                                 self.rendered.secret_values, self.rendered.secret_rules)
             for position, title, match in zip(missing, shown["titles"], shown["matches"], strict=True):
                 kind, index, ident = self._entries[position]
                 item = payload[kind][index]
@@ -176,19 +188,44 @@ class Catalog:
         if row is None:
             return None
         item = self.rendered.payload[kind][row.index]
-        secrets = self.rendered.secret_values
-        masked = mask_secrets({kind: [item]}, secrets)[kind][0]
+        secrets, rules = self.rendered.secret_values, self.rendered.secret_rules
+        masked = mask_secrets({kind: [item]}, secrets, rules)[kind][0]
         pushed = json.dumps(masked, indent=2, ensure_ascii=False, default=str)
         source = self.rendered.source_map.source(kind, row.index)
         data = self.files.get(source.file) if source is not None else None
         lines = None
         if source is not None and data is not None:
-            if source.file not in self._positions:
-                self._positions = {source.file: positions(data)}  # the last file asked for
-            lines = written_lines(data, kind, source, secrets, self._positions[source.file])
+            lines = self._written(kind, source, data, secrets, rules)
         if lines is None:
             return ItemDetail(row, (), dump_yaml(masked), pushed, item)
         return ItemDetail(row, tuple(lines), None, pushed, item)
+
+    def _written(self, kind: str, source: ItemSource, data: bytes, secrets: Iterable[str],
+                 rules: SecretRules) -> list[tuple[int, str]] | None:
+        """`written_lines` of the item, parsed from an excerpt of its file (`gitsync.web.excerpt`);
+        from the whole file only when the excerpt cannot stand for it (its positions then kept for
+        the next page of that file)."""
+        if self._starts is None:
+            self._starts = item_starts(self.rendered.source_map.lists())
+        lines = self._lines.get(source.file, lambda: LineStarts(data))
+        if lines.plain:
+            following = next_start(self._starts.get(source.file, ()), source.pos[0])
+            if shares_a_line(lines, source, following):
+                return None
+            excerpt = cut(lines, kind, source, following)
+            parsed = parse(excerpt.data)
+            if not parsed.issues and _first_item_is(parsed, kind, source.id):
+                found = written_lines(excerpt.data, kind, excerpt.source, secrets, rules=rules)
+                return None if found is None else excerpt.in_file(found)
+        table, spans = self._tables.get(source.file, lambda: (positions(data), value_spans(data)))
+        return written_lines(data, kind, source, secrets, table, rules, spans)
+
+
+def _first_item_is(parsed: ParsedFile, kind: str, ident: str | None) -> bool:
+    """The excerpt's first document lists, first under `kind`, the item of id `ident`."""
+    content = parsed.documents[0].shared if parsed.documents else None
+    listed = content.get(kind) if isinstance(content, dict) else None
+    return isinstance(listed, list) and bool(listed) and item_id(kind, listed[0]) == ident
 
 
 class Rows(Sequence[Row]):
@@ -235,82 +272,86 @@ def _after(table: Mapping[FieldPath, tuple[int, int]], path: FieldPath) -> int |
     return None
 
 
-def changed_paths(original: Any, masked: Any, path: FieldPath = ()) -> Iterator[FieldPath]:
-    """The outermost paths where masking changed a value."""
-    if original == masked:
-        return
-    if isinstance(original, dict) and isinstance(masked, dict) and original.keys() == masked.keys():
-        for key in original:
-            yield from changed_paths(original[key], masked[key], (*path, key))
-    elif isinstance(original, list) and isinstance(masked, list) and len(original) == len(masked):
-        for i, (a, b) in enumerate(zip(original, masked, strict=True)):
-            yield from changed_paths(a, b, (*path, i))
-    else:
-        yield path
+def _lines_at(text: str) -> list[int]:
+    """The offset of each line's first character in `text` (lines as `str.splitlines` cuts them)."""
+    starts, pos = [], 0
+    for line in text.splitlines(keepends=True):
+        starts.append(pos)
+        pos += len(line)
+    return starts or [0]
 
 
-def _value_at(value: Any, path: FieldPath) -> Any:
-    for step in path:
-        value = value[step]
-    return value
+def _place(starts: list[int], offset: int) -> tuple[int, int]:
+    """(0-based line, column) of a character offset."""
+    line = bisect.bisect_right(starts, offset) - 1
+    return line, offset - starts[line]
 
 
-def _cut(text: str, col: int, is_key: bool, masked: Any) -> str:
-    """`text` up to the node at `col` (its key and colon, for a mapping entry), then the masked value."""
-    head = text[:col - 1]
-    if is_key:
-        end = _KEY_END.search(text, col - 1)
-        if end is None:
-            return head + "***"
-        head = text[:end.end()]
-    shown = json.dumps(masked, ensure_ascii=False) if isinstance(masked, str) else "***"
-    return f"{head} {shown}" if is_key else head + shown
+def _mask_written(text: str, lines: list[str], edits: list[tuple[int, int, str]]) -> dict[int, str | None]:
+    """Each edit (offsets of a value as written, its masked text) applied to `lines`: its first line
+    takes the masked text, the other lines it spanned are dropped (None). Edits must not overlap."""
+    starts = _lines_at(text)
+    changed: dict[int, str | None] = {}
+    for start, stop, shown in sorted(edits, reverse=True):
+        while stop > start and text[stop - 1] in " \t\r\n":
+            stop -= 1  # a block scalar's end is the next line's start
+        (first, col), (last, end_col) = _place(starts, start), _place(starts, stop)
+        head = changed.get(first, lines[first])
+        tail = changed.get(last, lines[last]) if last != first else head
+        assert head is not None and tail is not None
+        changed[first] = head[:col] + shown + tail[end_col:]
+        changed.update((n, None) for n in range(first + 1, last + 1))
+    return changed
 
 
 def written_lines(data: bytes, kind: str, source: ItemSource, secret_values: Iterable[str],
-                  table: Mapping[FieldPath, tuple[int, int]] | None = None) -> list[tuple[int, str]] | None:
-    """The item's lines in its file, numbered, with every value the masker changes cut; None when its
-    lines are shared with other items or its place cannot be found again. `table`: the file's
-    `positions`, when already known."""
+                  table: Mapping[FieldPath, tuple[int, int]] | None = None, rules: SecretRules = NO_RULES,
+                  spans: Mapping[FieldPath, tuple[int, int]] | None = None) -> list[tuple[int, str]] | None:
+    """The item's lines in its file, numbered, each secret the classifier finds in the item as parsed
+    masked where the parse says it is written (`value_spans`: any style), and known secret values
+    masked; None when its lines are shared with other items or its place cannot be found again.
+    `table`, `spans`: the file's `positions` and `value_spans`, when already known."""
     table = positions(data) if table is None else table
     item_path: FieldPath = (source.doc, kind, source.index)
     if item_path not in table:
         return None
-    text = data.decode("utf-8", "replace").splitlines()
+    text = _decoded(data)
+    lines = text.splitlines()
     first, col = table[item_path]
-    end = _after(table, item_path) or len(text) + 1
-    if end <= first or text[first - 1][:col - 1].strip() not in ("", "-"):
+    end = _after(table, item_path) or len(lines) + 1
+    if end <= first or lines[first - 1][:col - 1].strip() not in ("", "-"):
         return None  # another item shares its first or its next line
     try:
         original = parse(data).documents[source.doc].data[kind][source.index]
     except (IndexError, KeyError, TypeError):
         return None
-    secret_values = tuple(secret_values)
-    masked = mask_secrets({kind: [original]}, secret_values)[kind][0]
-    cuts: dict[int, tuple[int, str | None]] = {}  # line → (column, its new text; None: dropped)
-    for path in changed_paths(original, masked):
-        full = (*item_path, *path)
-        if not path or full not in table:
+    spans = value_spans(data) if spans is None else spans
+    edits, pieces = [], []
+    for finding in classify(kind, original, rules):
+        at = spans.get((*item_path, *finding.path))
+        if at is None:
             return None
-        line, at = table[full]
-        stop = _after(table, full) or end
-        if line not in cuts or cuts[line][0] > at:  # the leftmost cut of a line wins: it hides the rest
-            cuts[line] = (at, _cut(text[line - 1], at, isinstance(path[-1], str), _value_at(masked, path)))
-        for dropped in range(line + 1, min(stop, end)):
-            cuts.setdefault(dropped, (0, None))
-    out = []
-    for number in range(first, end):
-        if number in cuts:
-            new = cuts[number][1]
-            if new is not None:
-                out.append((number, new))
-        else:
-            out.append((number, text[number - 1]))
-    while out and _NOT_ITEM.match(out[-1][1]):
-        out.pop()
-    shown = mask_secrets({"lines": [line for _, line in out]}, secret_values)["lines"]
-    return [(number, line) for (number, _), line in zip(out, shown, strict=True)]
+        value = value_at(original, finding.path)
+        pieces += [p.strip() for p in finding.pieces(value) if len(p.strip()) >= MIN_SECRET_LENGTH]
+        edits.append((*at, json.dumps(finding.masked(value, MASK), ensure_ascii=False)))
+    changed = _mask_written(text, lines, edits)
+    out = [(number, changed.get(number - 1, lines[number - 1])) for number in range(first, end)]
+    kept = [(number, line) for number, line in out if line is not None]
+    while kept and _NOT_ITEM.match(kept[-1][1]):
+        kept.pop()
+    values = tuple(secret_values)
+    shown = [(number, mask_known(line, values)) for number, line in kept]
+    if any(piece in line for piece in pieces for _, line in shown):
+        return None  # a place the parser gave did not hold the value as read: show the masked item instead
+    return shown
 
 
-__all__ = ["PER_PAGE", "Catalog", "ItemDetail", "Page", "Row", "Rows", "changed_paths", "describe",
+def _decoded(data: bytes) -> str:
+    """A file's text as the YAML parser counted its characters (a byte-order mark is not one)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8-sig", "replace")
+
+
+__all__ = ["PER_PAGE", "Catalog", "ItemDetail", "Page", "Row", "Rows", "describe",
            "paginate", "written_lines"]

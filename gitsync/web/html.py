@@ -2,40 +2,28 @@
 
 Everything the view shows comes from git or a gateway (ids, descriptions, file names, error
 messages) and may hold markup; so the one way to put a value into a page is `esc` (or a helper
-that calls it), and only the fragments built here are trusted as HTML.
+that calls it), and only the fragments built here are trusted as HTML. `Markup` is markupsafe's:
+adding a plain string to it escapes that string, so concatenation cannot let markup in.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from importlib import resources
 from string import Template
 from typing import Any
 
-
-class Markup(str):
-    """A string that is already HTML (built by this package from escaped parts). Adding a plain string
-    to it escapes that string: concatenation cannot let markup in."""
-
-    __slots__ = ()
-
-    def __add__(self, other: str) -> Markup:
-        return Markup(str.__add__(self, esc(other)))
-
-    def __radd__(self, other: str) -> Markup:
-        return Markup(str.__add__(esc(other), self))
+from markupsafe import Markup, escape
 
 
 def esc(value: Any) -> Markup:
-    """`value` as HTML text: escaped, quotes included (safe in text and in quoted attributes)."""
-    if isinstance(value, Markup):
-        return value
-    return Markup(html.escape("" if value is None else str(value), quote=True))
+    """`value` as HTML text: escaped, quotes included (safe in text and in quoted attributes); Markup
+    as it is; None as nothing."""
+    return escape("" if value is None else value)
 
 
 def join(parts: Iterable[Any], separator: str = "") -> Markup:
-    return Markup(esc(separator).join(esc(p) for p in parts))
+    return esc(separator).join(esc(p) for p in parts)
 
 
 def attrs(values: dict[str, Any]) -> Markup:

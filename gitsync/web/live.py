@@ -170,6 +170,9 @@ class ViewFleet:
 
     def _read(self) -> Fleet:
         settings = self._settings()
+        if settings.sources:
+            return Fleet((), "several sources: each has its fleet on its own repo (gitsync status --fleet)",
+                         time.time())
         if not settings.repo:
             return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time())
         try:
@@ -238,6 +241,8 @@ class LiveCatalog:
                 return self._catalog, None
             if self._error is not None and self._error[0] == sha:
                 return None, self._error[1]
+            if getattr(agent, "sources", None) is not None:  # a composition: the agent renders it
+                return None, "the items of the live commits are shown once the agent has rendered them"
             try:
                 commit = agent.source.read(sha)
                 with gc_paused():  # as a sync renders: no full collections over the growing payload

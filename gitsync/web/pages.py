@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from gitsync.agent.decide import GatewayView, Holding, Probe, holding
+from gitsync.agent.decision import GatewayView, Holding, Probe, holding
 from gitsync.agent.state import GatewayState
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, SyncRecord
 from gitsync.kinds import KINDS
@@ -23,7 +23,7 @@ from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import format_age
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
-_LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::(?P<col>\d+))?(?=: )")
+_LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>[0-9]{1,9})(?::(?P<col>[0-9]{1,9}))?(?=: )")
 GOOD = ("applied", "healed", "noop", "canary", "soaking", "in sync", "equal", "unchanged")
 BAD = ("failed", "refused", "drifted", "no answer", "fetch_failed", "drift_reported", "differs", "missing",
        "behind", "unreadable")
@@ -118,7 +118,7 @@ def tip_verdict(view: AgentView, links: Links) -> Markup:
 
 def drift_state(gateway: GatewayRow, head: Head | None, good: str | None,
                 unmanaged: Sequence[str]) -> str:
-    """in sync, drifted, behind, unknown or no answer: `gitsync.agent.decide.holding` on this HEAD."""
+    """in sync, drifted, behind, unknown or no answer: `gitsync.agent.decision.holding` on this HEAD."""
     if head is not None and not head.answered:
         return "no answer"
     if not good:

@@ -133,8 +133,10 @@ class WriteBack:
     publish or refresh.
     """
 
-    def __init__(self, remote: Remote, work_dir: Path, options: WriteBackOptions | None = None) -> None:
+    def __init__(self, remote: Remote, work_dir: Path, options: WriteBackOptions | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.remote = remote
+        self.clock = clock  # commit times, heartbeats and retention (tests move it instead of sleeping)
         self.url = remote.url
         self.work_dir = Path(work_dir)
         self.options = options = options or WriteBackOptions()
@@ -349,7 +351,7 @@ class WriteBack:
         commit.tree = tree.id
         commit.parents = list(parents)
         commit.author = commit.committer = self.options.author.encode()
-        commit.author_time = commit.commit_time = int(time.time())
+        commit.author_time = commit.commit_time = int(self.clock())
         commit.author_timezone = commit.commit_timezone = 0
         commit.encoding = b"UTF-8"
         commit.message = message.encode() if isinstance(message, str) else message
@@ -377,7 +379,7 @@ class WriteBack:
                 tree.add(STATUS_FILE, stat.S_IFREG | 0o644, blob.id)
                 store.add_objects([(blob, None), (tree, None)])
                 return self._commit(repo, tree, [], status_message(report)), True
-        if tip is None or not ours or time.time() - store[tip].commit_time < self.options.heartbeat:
+        if tip is None or not ours or self.clock() - store[tip].commit_time < self.options.heartbeat:
             return None, False
         old = store[tip]  # the heartbeat: a child of the status commit, with the same tree and message
         status = old.parents[0] if old.parents else tip
@@ -445,7 +447,7 @@ class WriteBack:
                 tree = notes_tree.set_note(note.commit.encode(), merged.encode())
                 changed.append(f"{note.stage} on {short_sha(note.commit)}")
         pruned = 0
-        cutoff = datetime.fromtimestamp(time.time() - self.options.notes_retention, UTC)
+        cutoff = datetime.fromtimestamp(self.clock() - self.options.notes_retention, UTC)
         for target, blob_sha in list(notes_tree.list_notes()):
             oldest = self._oldest(store, blob_sha)
             if oldest is None or oldest >= cutoff:

@@ -302,6 +302,10 @@ def summary_text(result: Mapping[str, Any], now: datetime, checked: datetime | N
             lines.append(f"  error:  {gateway['error']}")
     if result.get("last_good") and result.get("last_good") != result.get("commit"):
         lines.append(f"live:     {result['last_good']}  (last good)")
+    for name, source in (result.get("sources") or {}).items():  # [[sources]]: each one's own
+        refused = f"  (its tip {str(source['refused'])[:7]} refused: {source.get('why', '')})" \
+            if source.get("refused") else ""
+        lines.append(f"source:   {name}  {source.get('last_good') or '-'}{refused}")
     problems = list(result.get("problems") or [])
     for problem in problems[:10]:
         lines.append(f"problem:  {result.get('stage') or '?'}: {problem}")

@@ -14,6 +14,7 @@ from gitsync.render.load import ParsedFile, blob_sha, parse
 from gitsync.render.memo.incremental import remember, render_next
 from gitsync.render.memo.workers import parse_all
 from gitsync.render.options import RenderOptions
+from gitsync.render.pipeline import register_file_secrets
 from gitsync.render.result import Rendered
 
 if TYPE_CHECKING:
@@ -111,13 +112,20 @@ class ParseCache:
         parse_all(files, self.put, self._store)
 
     def render_next(self, files: Mapping[str, bytes], options: RenderOptions) -> Rendered | None:
-        """The render of `files` from the last clean one, when only a few plain files' items changed."""
-        following = render_next(files, options, self.last_render,
+        """The render of `files` from the last clean one, when only a few plain files' items changed;
+        the secret values of the files it changed registered, as the render it follows registered
+        every other file's (the log redactor keeps them for the process's life)."""
+        last = self.last_render
+        following = render_next(files, options, last,
                                 lambda name, blob: self.cached(blob) or self.get(files[name], blob))
-        if following is None:
+        if following is None or last is None:
             return None
         rendered, self.last_render = following
         self.touch(self.last_render.blobs.values())
+        for name, blob in self.last_render.blobs.items():
+            parsed = self.cached(blob) if last.blobs.get(name) != blob else None
+            if parsed is not None:
+                register_file_secrets(parsed, rendered.secret_rules)
         return rendered
 
     def remember(self, options: RenderOptions, files: Mapping[str, bytes], built: Built,

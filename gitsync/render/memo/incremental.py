@@ -7,8 +7,9 @@ files' items where their old items were: the ids, and so every cross-item check 
 references into them, layers), are what they were, and each changed item is checked on its own
 (`SegmentFacts`) and for the ids it names. Anything else — a new, removed or renamed file, an id
 added, removed or moved, a problem, a file with ``${{ }}`` or SOPS, ssls (their SNIs are checked
-across items), health checks, an overlay that replaced an item, more than a few changed files — is
-a full render (`gitsync.render.pipeline`), which says the same in every case.
+across items), a file that holds or held health checks or secret fields (the repo's, not pushed),
+an overlay that replaced an item, more than a few changed files — is a full render
+(`gitsync.render.pipeline`), which says the same in every case.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class LastRender:
     sizes: dict[str, int]  # file → its items' JSON size
     size: int  # the payload's JSON size
     rendered: Rendered
+    #: The files that declare what is not pushed (health checks, secret fields): one changed is a full render.
+    declaring: frozenset[str] = frozenset()
 
 
 def remember(options: RenderOptions, files: Mapping[str, bytes], built: Built, facts: Mapping[str, FileFacts],
@@ -76,7 +79,9 @@ def remember(options: RenderOptions, files: Mapping[str, bytes], built: Built, f
     blobs = _blobs(files)
     if blobs is None or not set(rendered_files) <= set(facts):
         return None  # a file that is not plain: its values may change with the same bytes
-    return LastRender(options, blobs, {name: tuple(p) for name, p in places.items()}, sizes, size, rendered)
+    declaring = frozenset(source.file for kind in REPO_ONLY_KINDS for source in built.sources.get(kind, ()))
+    return LastRender(options, blobs, {name: tuple(p) for name, p in places.items()}, sizes, size, rendered,
+                      declaring)
 
 
 def _blobs(files: Mapping[str, bytes]) -> dict[str, str] | None:
@@ -99,7 +104,7 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, last: LastRe
     if blobs is None or blobs.keys() != last.blobs.keys():
         return None
     changed = [name for name, blob in blobs.items() if last.blobs[name] != blob]
-    if len(changed) > MAX_CHANGED:
+    if len(changed) > MAX_CHANGED or not last.declaring.isdisjoint(changed):
         return None
     before = last.rendered
     payload, sources = dict(before.payload), dict(before.source_map.lists())
@@ -130,8 +135,8 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, last: LastRe
     if size > options.max_payload_size:
         return None
     rendered = Rendered(payload, SourceMap(files, sources, FilePositions(files)), before.secret_values,
-                        before.checks, contents, (), before.ids, splits)
-    return rendered, LastRender(options, blobs, last.places, sizes, size, rendered)
+                        before.checks, contents, (), before.ids, splits, before.secret_rules)
+    return rendered, LastRender(options, blobs, last.places, sizes, size, rendered, last.declaring)
 
 
 def _lists(name: str, blob: str, parsed_of: Callable[[str, str], ParsedFile]
@@ -147,8 +152,8 @@ def _lists(name: str, blob: str, parsed_of: Callable[[str, str], ParsedFile]
         if problems:
             return None
         for unit in units:
-            if unit.kind in LOOKED_ACROSS:
-                return None
+            if unit.kind in LOOKED_ACROSS or unit.patches:
+                return None  # a patch is applied on the item of another layer: a full render does it
             lists.append((doc.index, unit, segment_of(facts, doc.index, unit.kind, unit.items)))
     return lists
 

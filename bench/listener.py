@@ -1,0 +1,172 @@
+"""The listener under stalled clients: `/healthz`, threads and memory of `gitsync run --ui`.
+
+``python -m bench.listener`` serves a small generated config repo (bench/generate.py) with git daemon,
+runs `gitsync run --ui` as a real process against a gateway double in a child process, waits until the
+commit is live, then for each count of stalled connections (default 0, 100 and 1,000): opens that many
+connections that each send a request line and one header and then say nothing more, and, while they
+are held open (well within the listener's 10 s header deadline), asks `/healthz` on a new connection
+each time as a container's probe does, and reads the process's thread count and RSS from /proc. The
+connections are then closed and the agent given a few seconds to drop them before the next count.
+
+``--tree DIR`` runs the gitsync of another checkout (its code only: the child's working directory and
+PYTHONPATH are DIR; bytecode goes to the usual cache outside it), for a before/after comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.double import DoubleProcess
+from bench.run import ADMIN_KEY, DaemonProcess, Fixture, add_tree_and_out, machine
+from testkit.git import GitDaemon
+
+STALL = b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # and nothing more
+PROBE = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def raise_open_files(needed: int) -> None:
+    """This process holds one socket per stalled connection: a soft limit of 1,024 is not enough."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(needed, hard), hard))
+
+
+def stall(port: int, count: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(STALL)
+        socks.append(sock)
+    return socks
+
+
+def probe(port: int) -> tuple[int, float]:
+    """(status, seconds) of one `GET /healthz` on a new connection: connect to the last byte."""
+    started = time.perf_counter()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(PROBE)
+            answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    except OSError:
+        return 0, time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    status = answer.split(b" ", 2)[1] if answer.count(b" ") >= 2 else b"0"
+    return int(status) if status.isdigit() else 0, elapsed
+
+
+def process_status(pid: int) -> tuple[int, float]:
+    """(threads, RSS in MB) of a process, from /proc."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    threads = re.search(r"^Threads:\s+(\d+)", text, re.M)
+    rss = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
+    assert threads is not None and rss is not None
+    return int(threads[1]), int(rss[1]) / 1024
+
+
+def measure(port: int, pid: int, stalled: int, probes: int) -> dict[str, Any]:
+    started = time.monotonic()
+    socks = stall(port, stalled)
+    opened = time.monotonic() - started
+    time.sleep(0.5)  # the listener has seen them all
+    most_threads, most_rss = process_status(pid)
+    answers = []
+    for _ in range(probes):
+        answers.append(probe(port))
+        threads, rss = process_status(pid)
+        most_threads, most_rss = max(most_threads, threads), max(most_rss, rss)
+        time.sleep(0.05)
+    measured_within = time.monotonic() - started
+    held = sum(1 for sock in socks if _still_open(sock))
+    for sock in socks:
+        sock.close()
+    latencies = sorted(seconds for _, seconds in answers)
+    statuses: dict[str, int] = {}
+    for status, _ in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    return {"stalled": stalled, "held_open": held, "open_s": opened, "measured_within_s": measured_within,
+            "threads": most_threads, "rss_mb": most_rss, "statuses": statuses,
+            "p50_s": statistics.median(latencies), "max_s": latencies[-1], "samples": latencies}
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """The server has neither answered nor closed this connection."""
+    sock.setblocking(False)
+    try:
+        return not sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def run(counts: Sequence[int], probes: int, tree: Path, out: Path) -> dict[str, Any]:
+    raise_open_files(max(counts) + 256)
+    tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-listener-"))
+    report: dict[str, Any] = {"machine": machine(), "tree": str(tree), "probes": probes, "results": []}
+    try:
+        served, work = tmp / "served", tmp / "work"
+        served.mkdir()
+        work.mkdir()
+        with GitDaemon(served) as daemon, DoubleProcess(ADMIN_KEY) as gateway:
+            fixture = Fixture(100, work, daemon)
+            with DaemonProcess(fixture, gateway.url, work / "state", drift_interval=3600, webhook=True,
+                               extra=["--ui"], tree=tree) as agent:
+                agent.wait_ready()
+                for count in counts:
+                    report["results"].append(measure(agent.port, agent.proc.pid, count, probes))
+                    time.sleep(3)  # the agent drops the closed connections
+                report["threads_after"], report["rss_mb_after"] = process_status(agent.proc.pid)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report["table"] = table(report["results"])
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for name in (f"listener-{stamp}.json", "listener-latest.json"):
+        (out / name).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def table(results: Sequence[dict[str, Any]]) -> str:
+    lines = [f"{'stalled':>7} {'held':>5} {'threads':>7} {'RSS':>8} {'healthz p50':>11} {'max':>9}  answers",
+             "-" * 66]
+    for r in results:
+        answers = ", ".join(f"{n}× {status}" for status, n in sorted(r["statuses"].items()))
+        lines.append(f"{r['stalled']:>7,} {r['held_open']:>5} {r['threads']:>7} {r['rss_mb']:>6.1f}MB "
+                     f"{r['p50_s'] * 1000:>9.1f}ms {r['max_s'] * 1000:>7.1f}ms  {answers}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.listener", description=__doc__.split("\n")[0])
+    parser.add_argument("--stalled", default="0,100,1000",
+                        help="counts of stalled connections, comma-separated (default %(default)s)")
+    parser.add_argument("--probes", type=int, default=20, help="/healthz requests per count (default "
+                        "%(default)s; they must fit in the 10 s header deadline of the stalled ones)")
+    add_tree_and_out(parser)
+    args = parser.parse_args(argv)
+    counts = [int(n) for n in args.stalled.split(",") if n.strip()]
+    report = run(counts, args.probes, args.tree.resolve(), args.out)
+    m = report["machine"]
+    print(f"gitsync of {report['tree']} on {m['cpus']} CPUs, Python {m['python']}; {m['date']}; "
+          f"{args.probes} /healthz probes per count")
+    print(report["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Several sources, one payload: what each source may declare, and the payload they make together
+(pure; the agent's `gitsync.agent.sources` does the I/O).
+
+Each source is rendered alone, by `render`, with the kinds it does not own whole treated as it treats
+unmanaged kinds: a reference into one of them may name another source's item, so it is checked here,
+on the composed payload, instead. Then:
+
+* `facts_of(part, others)`: what the source declares outside what it owns (refused at the item's
+  file:line, saying whose it is), an item another source may claim too (labels against a prefix:
+  refused where it is declared), and the references into the kinds it shares. Worked out once per
+  commit of a source; an item the last commit of the source held as the same object (an unchanged
+  file: the render keeps its parse) is not looked at again.
+* `compose(parts)`: one payload: per kind, the sources' items in the order the settings list the
+  sources; a source map whose every place is ``name:file``; the sources' health checks, each named
+  ``name:check``.
+* `dangling(parts, facts)`: the references of the composed payload that name no item.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gitsync.kinds import KINDS, item_id
+from gitsync.ownership import Claim, Ownership, may_meet, static_overlap
+from gitsync.problems import Location, Problem
+from gitsync.render.facts import Reference
+from gitsync.render.result import Rendered
+from gitsync.render.sourcemap import FieldPath, ItemSource, Patched, SourceMap
+from gitsync.render.validate import references_of
+
+#: Between a source's name and a file of it, in every place a composed payload reports.
+SEPARATOR = ":"
+
+
+def in_source(name: str, file: str) -> str:
+    """``name:file``: a file of source `name`, as a composed payload names it."""
+    return f"{name}{SEPARATOR}{file}"
+
+
+def split_file(file: str) -> tuple[str | None, str]:
+    """(source name, file) of a composed payload's ``name:file`` (None: not a source's)."""
+    name, sep, rest = file.partition(SEPARATOR)
+    return (name, rest) if sep else (None, file)
+
+
+def relabel(name: str, problem: Problem) -> Problem:
+    """A problem of source `name`'s own render, as the composed payload states it."""
+    if problem.location is None:
+        return dataclasses.replace(problem, message=f"source {name!r}: {problem.message}")
+    return dataclasses.replace(problem, location=_moved(name, problem.location))
+
+
+def _moved(name: str, location: Location) -> Location:
+    return Location(in_source(name, location.file), location.line, location.col)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One source at one commit, rendered alone."""
+
+    name: str
+    commit: str
+    rendered: Rendered
+    ownership: Ownership
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A reference of a source's item into a kind other sources declare items of too."""
+
+    kind: str
+    index: int  # the item's index in its source's own payload
+    reference: Reference
+    message: str  # what a problem says when it names nothing
+
+
+@dataclass(frozen=True)
+class PartFacts:
+    """What composing needs of one source's render (`facts_of`)."""
+
+    problems: tuple[Problem, ...]  # items it may not declare, at their file:line (its own files)
+    references: tuple[Outgoing, ...]  # those into shared kinds that none of its own items answers
+    declared: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # its ids, by kind
+    #: id(item) → (item, its problem, its references): what the next commit need not work out again.
+    memo: Mapping[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
+
+
+def shared_kinds(ownership: Ownership) -> frozenset[str]:
+    """The kinds a source shares with others: references into them are checked on the composed payload."""
+    return frozenset(KINDS) - ownership.whole_kinds()
+
+
+def rivals(name: str, ownership: Ownership, others: Sequence[tuple[str, Ownership]]
+           ) -> tuple[tuple[str, Claim], ...]:
+    """The other sources' claims that may meet one of this source's on an item the settings cannot tell
+    (by prefix against labels): each item of the source is checked against them."""
+    def unsettled(theirs: Claim) -> bool:
+        return any(may_meet(ours, theirs) and not static_overlap(ours, theirs) for ours in ownership.claims)
+
+    return tuple((other, theirs) for other, owns in others if other != name for theirs in owns.claims
+                 if unsettled(theirs))
+
+
+def facts_of(part: Part, others: Sequence[tuple[str, Ownership]], before: PartFacts | None = None
+             ) -> PartFacts:
+    """What the source `part` declares that it may not, and its references into shared kinds (see the
+    module). `others`: every source's name and ownership (this one's is skipped); `before`: the facts
+    of the source's last commit."""
+    rendered, owns = part.rendered, part.ownership
+    shared = shared_kinds(owns)
+    contenders = rivals(part.name, owns, others)
+    known = before.memo if before is not None else {}
+    memo: dict[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = {}
+    problems: list[Problem] = []
+    references: list[Outgoing] = []
+    every = {kind: rendered.ids.get(kind) or [item_id(kind, item) for item in items]
+             for kind, items in rendered.payload.items()}
+    declared = {kind: frozenset(i for i in ids if i is not None) for kind, ids in every.items()}
+    for kind, items in rendered.payload.items():
+        for index, (item, ident) in enumerate(zip(items, every[kind], strict=True)):
+            seen = known.get(id(item))
+            if seen is None or seen[0] is not item:
+                why = _not_owned(part.name, owns, contenders, others, kind, ident, item)
+                refs = tuple((ref, message) for ref, message in references_of(kind, item)
+                             if ref.target in shared)
+                seen = (item, why, refs)
+            memo[id(item)] = seen
+            if seen[1] is not None:
+                problems.append(rendered.source_map.problem(kind, index, seen[1]))
+            references += [Outgoing(kind, index, ref, message) for ref, message in seen[2]
+                           if ref.ident not in declared.get(ref.target, ())]
+    return PartFacts(tuple(problems), tuple(references), declared, memo)
+
+
+def _not_owned(name: str, owns: Ownership, contenders: Sequence[tuple[str, Claim]],
+               others: Sequence[tuple[str, Ownership]], kind: str, ident: str | None,
+               item: Any) -> str | None:
+    """Why source `name` may not declare this item, or None."""
+    if not owns.owns(kind, ident, item):
+        whose = next((f"; it belongs to source {other!r} ({theirs.describe(kind)})"
+                      for other, theirs in others if other != name and theirs.owns(kind, ident, item)), "")
+        return f"source {name!r} may not declare this item: it owns {owns.describe(kind)}{whose}"
+    claimed = next((other for other, claim in contenders if claim.matches(kind, ident, item)), None)
+    if claimed is not None:
+        return (f"claimed by two sources: {name!r} ({owns.describe(kind)}) and {claimed!r} "
+                f"({dict(others)[claimed].describe(kind)}); give it an id or labels only one of them claims")
+    return None
+
+
+@dataclass(frozen=True)
+class Dangling:
+    """A reference of the composed payload that names no item: the source whose item holds it, what it
+    names, and the problem (placed ``name:file:line``)."""
+
+    source: str
+    target: tuple[str, str]  # (kind, id)
+    problem: Problem
+
+
+def dangling(parts: Sequence[Part], facts: Sequence[PartFacts], unmanaged: frozenset[str] = frozenset()
+             ) -> list[Dangling]:
+    """The references into shared kinds that name no item of the composed payload (a kind in
+    `unmanaged` cannot be checked: its items are the gateway's own). Those a source's own items
+    answer were left out by `facts_of`: only the others are looked up, in the other sources' ids."""
+    found = []
+    for part, known in zip(parts, facts, strict=True):
+        for out in known.references:
+            ref = out.reference
+            if ref.target in unmanaged or any(ref.ident in f.declared.get(ref.target, ()) for f in facts):
+                continue
+            problem = part.rendered.source_map.problem(out.kind, out.index, out.message, ref.at)
+            found.append(Dangling(part.name, (ref.target, ref.ident), relabel(part.name, problem)))
+    return found
+
+
+def compose(parts: Sequence[Part]) -> Rendered:
+    """One payload of every part (see the module)."""
+    payload: dict[str, list[Any]] = {}
+    contents: dict[str, list[bytes]] = {}
+    ids: dict[str, list[str | None]] = {}
+    splits: dict[str, list[int]] = {}
+    starts: dict[str, list[tuple[int, int]]] = {}
+    for kind in KINDS:
+        holding = [(number, part.rendered) for number, part in enumerate(parts)
+                   if part.rendered.payload.get(kind)]
+        if not holding:
+            continue
+        at = 0
+        starts[kind] = []
+        for number, rendered in holding:
+            starts[kind].append((at, number))
+            at += len(rendered.payload[kind])
+        payload[kind] = [item for _, rendered in holding for item in rendered.payload[kind]]
+        contents[kind] = [c for _, rendered in holding for c in _per_item(rendered, rendered.contents, kind)]
+        ids[kind] = [i for _, rendered in holding for i in _per_item(rendered, rendered.ids, kind)]
+        splits[kind] = [s for _, rendered in holding for s in _per_item(rendered, rendered.splits, kind)]
+    checks = tuple(dataclasses.replace(check, name=in_source(part.name, check.name),
+                                       location=_moved(part.name, check.location))
+                   for part in parts for check in part.rendered.checks)
+    secrets = frozenset().union(*(part.rendered.secret_values for part in parts))
+    source_map = ComposedSourceMap([(part.name, part.rendered.source_map) for part in parts], starts)
+    return Rendered(payload, source_map, secrets, checks, contents, (), ids, splits)
+
+
+def _per_item(rendered: Rendered, table: Mapping[str, list[Any]], kind: str) -> list[Any]:
+    """A kind's per-item list of a render's `contents`, `ids` or `splits` (each as long as the payload's)."""
+    found = table.get(kind)
+    if found is None or len(found) != len(rendered.payload[kind]):
+        raise ValueError(f"a render without its per-item {kind} lists cannot be composed")
+    return found
+
+
+class ComposedSourceMap(SourceMap):
+    """The source map of a composed payload: each place is the part's own, its file named ``name:file``."""
+
+    def __init__(self, parts: Sequence[tuple[str, SourceMap]],
+                 starts: Mapping[str, list[tuple[int, int]]]) -> None:
+        super().__init__({}, {})
+        self._parts = list(parts)
+        self._starts = dict(starts)
+        self._lists: dict[str, list[ItemSource]] | None = None
+        self._relabeled: dict[ItemSource, Patched] | None = None
+
+    def _find(self, kind: str, index: int) -> tuple[str, SourceMap, int] | None:
+        """The part holding item `index` of `kind`: its name, source map and the item's own index."""
+        starts = self._starts.get(kind)
+        if not starts or index < 0:
+            return None
+        at = bisect.bisect_right([start for start, _ in starts], index) - 1
+        if at < 0:
+            return None
+        start, number = starts[at]
+        name, source_map = self._parts[number]
+        return name, source_map, index - start
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._starts)
+
+    def lists(self) -> Mapping[str, list[ItemSource]]:
+        if self._lists is None:
+            self._lists = {kind: [s._replace(file=in_source(self._parts[number][0], s.file))
+                                  for _, number in starts
+                                  for s in self._parts[number][1].lists().get(kind, ())]
+                           for kind, starts in self._starts.items()}
+        return self._lists
+
+    def source(self, kind: str, index: int) -> ItemSource | None:
+        found = self._find(kind, index)
+        if found is None:
+            return None
+        name, source_map, local = found
+        source = source_map.source(kind, local)
+        return None if source is None else source._replace(file=in_source(name, source.file))
+
+    def location(self, kind: str, index: int) -> Location | None:
+        source = self.source(kind, index)
+        return None if source is None else Location(source.file, *source.pos)
+
+    def index_of(self, kind: str, item_id: str) -> int | None:
+        for start, number in self._starts.get(kind, ()):
+            local = self._parts[number][1].index_of(kind, item_id)
+            if local is not None:
+                return start + local
+        return None
+
+    def problem(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> Problem:
+        found = None if index is None else self._find(kind, index)
+        if found is None:
+            return super().problem(kind, None, message, field)
+        name, source_map, local = found
+        return relabel(name, source_map.problem(kind, local, message, field))
+
+    def field_location(self, kind: str, source: ItemSource, field: FieldPath) -> Location:
+        name, file = split_file(source.file)
+        for part, source_map in self._parts:
+            if part == name:
+                return _moved(part, source_map.field_location(kind, source._replace(file=file), field))
+        return super().field_location(kind, source, field)
+
+    @property
+    def patched(self) -> Mapping[ItemSource, Patched]:
+        if self._relabeled is None:
+            self._relabeled = {key._replace(file=in_source(name, key.file)): Patched(
+                tuple(s._replace(file=in_source(name, s.file)) for s in value.sources), value.owners)
+                for name, source_map in self._parts for key, value in source_map.patched.items()}
+        return self._relabeled
+
+    def __len__(self) -> int:
+        return sum(len(source_map) for _, source_map in self._parts)
+
+
+class ComposedFiles(Mapping[str, bytes]):
+    """The files of every part, named ``name:file`` (read through, never copied)."""
+
+    def __init__(self, parts: Sequence[tuple[str, Mapping[str, bytes]]]) -> None:
+        self._parts = dict(parts)
+
+    def __getitem__(self, key: str) -> bytes:
+        name, file = split_file(key)
+        if name is None or name not in self._parts:
+            raise KeyError(key)
+        return self._parts[name][file]
+
+    def __iter__(self) -> Iterator[str]:
+        return (in_source(name, file) for name, files in self._parts.items() for file in files)
+
+    def __len__(self) -> int:
+        return sum(len(files) for files in self._parts.values())
+
+
+__all__ = ["SEPARATOR", "ComposedFiles", "ComposedSourceMap", "Dangling", "Outgoing", "Part", "PartFacts",
+           "compose", "dangling", "facts_of", "in_source", "relabel", "rivals", "shared_kinds", "split_file"]
