@@ -480,12 +480,12 @@ def test_a_webhook_syncs_at_once_or_after_a_random_part_of_webhook_jitter(tmp_pa
                     config="/dev/null", env={})
     daemon = Daemon(settings)
     before = datetime.now(UTC)
-    daemon._hooked("webhook:generic")
-    daemon._hooked("drift")  # not a webhook: never delayed
+    daemon._hooked(Trigger.WEBHOOK)
+    daemon._hooked(Trigger.DRIFT)  # not a webhook: never delayed
     jobs = daemon.scheduler.get_jobs()
     if jitter:
-        assert daemon.triggers.take(0) == ["drift"] and len(jobs) == 1
+        assert daemon.triggers.take(0) == {Trigger.DRIFT} and len(jobs) == 1
         assert before <= jobs[0].trigger.run_date <= datetime.now(UTC) + timedelta(seconds=jitter)
-        assert jobs[0].args == ("webhook:generic",)
+        assert jobs[0].args == (Trigger.WEBHOOK,)
     else:
-        assert daemon.triggers.take(0) == ["webhook:generic", "drift"] and jobs == []
+        assert daemon.triggers.take(0) == {Trigger.WEBHOOK, Trigger.DRIFT} and jobs == []
