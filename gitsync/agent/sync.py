@@ -240,11 +240,20 @@ class Agent:
                 logger.debug("fetching at once failed ({}): checking the remote", exc)
             else:
                 if self._fetched != self.state.last_good and self._fetched not in self.state.bad:
-                    with contextlib.suppress(ProblemsError, SourceError):
-                        self._render(self._fetched, fetch=False)
+                    self._render_early(self._fetched)
                 return self._fetched
         with self._phases.timed("check"):
             return self._contact(self.source.check)
+
+    def _render_early(self, sha: str) -> None:
+        """Render `sha` now, after the commits our gateways hold by the state file (their plans are
+        rebuilt from those, `_restored`; in that order the parse cache holds both trees' files). A
+        render that fails is left to the sync's own render to report."""
+        held = {gw.commit for url, gw in self.state.gateways.items()
+                if gw.digest and gw.commit and url not in self.memory.known}
+        for commit in [*sorted(held - {sha}), sha]:
+            with contextlib.suppress(ProblemsError, SourceError):
+                self._render(commit, fetch=False)
 
     def _contact(self, action: Callable[[], str]) -> str:
         """A git contact (`Source.check`, `Source.fetch`), tried up to `remote_attempts` times while
