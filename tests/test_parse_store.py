@@ -13,6 +13,7 @@ import stat
 
 import pytest
 
+from gitsync.configfiles import ConfigFiles
 from gitsync.render import RenderOptions, render
 from gitsync.render.load import blob_sha
 from gitsync.render.memo import ParseCache
@@ -80,6 +81,22 @@ def test_a_later_run_reads_back_what_was_stored_and_parses_nothing(tmp_path) -> 
     for kind, items in rendered.payload.items():  # every item at the same file:line
         assert [stored.source_map.location(kind, i) for i in range(len(items))] == \
             [rendered.source_map.location(kind, i) for i in range(len(items))]
+
+
+def test_a_later_run_reads_no_file_the_store_holds(tmp_path) -> None:
+    """As a git source gives a commit to a later run: every file unread, its blob named; render asks
+    for no file's bytes that the store holds (at 10,000 routes reading them all cost a second)."""
+    files = {name: text.encode() for name, text in THOUSAND.items()}
+    rendered = render(files, RenderOptions(), memo=ParseCache(store=ParseStore(tmp_path)))
+    by_sha = {blob_sha(data): data for data in files.values()}
+    asked: list[str] = []
+    lazy = ConfigFiles()
+    lazy.blob_ids = {name: blob_sha(data) for name, data in files.items()}
+    lazy.unread = set(files)
+    lazy.load = lambda sha: asked.append(sha) or by_sha[sha]
+    again = render(lazy, RenderOptions(), memo=ParseCache(store=ParseStore(tmp_path)))
+    assert asked == [] and lazy.unread == set(files)
+    assert again.payload == rendered.payload
 
 
 @pytest.mark.slow

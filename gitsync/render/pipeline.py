@@ -353,13 +353,17 @@ def _load(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo) 
         for name in names:
             blob = known.blob_ids.get(name) or hashed.get(name)
             parsed = memo.cached(blob) if blob else None
-            unread = known.oversized.get(name) or len(files.get(name) or b"")
-            size = parsed.size if parsed is not None else unread
+            # a parsed file's size is the memo's: its bytes are read (from the mirror) only when needed
+            size = parsed.size if parsed is not None else _unread_size(files, known, name)
             if name in known.oversized or size > options.max_file_size:
                 run.too_large(name, size)
                 continue
             run.file(name, layer, parsed or memo.get(files[name], blob))
     return run
+
+
+def _unread_size(files: Mapping[str, bytes], known: ConfigFiles, name: str) -> int:
+    return known.oversized.get(name) or len(files.get(name) or b"")
 
 
 def _checked(built: Built, source_map: SourceMap, run: _Loading, options: RenderOptions,
