@@ -221,3 +221,26 @@ def test_a_config_the_gateway_cannot_hold_is_refused_and_the_last_good_one_put_b
     assert agent.sync_once("drift").result == "healed"
     assert [r["id"] for r in apisix.config()["routes"]] == ["r1"] and apisix.running("routes") == held
     agent.close()
+
+
+def test_a_first_sync_reads_a_new_gateway_while_it_renders(agent_for, apisix: ApisixDouble):
+    """A gateway never pushed to needs a GET before its push: it starts before the commit's render
+    (which a sync that fetches at once does while the gateways answer), so the two overlap."""
+    agent = agent_for()
+    events: list[str] = []
+    read_live, render = agent.gateways.read_live, agent._render
+
+    def reading(urls):
+        urls = list(urls)
+        events.extend(f"GET {url}" for url in urls)
+        return read_live(urls)
+
+    def rendering(sha: str, *, fetch: bool):
+        events.append("render")
+        return render(sha, fetch=fetch)
+
+    agent.gateways.read_live, agent._render = reading, rendering
+    assert agent.sync_once({Trigger.CLI}).result == "applied"
+    assert events[:2] == [f"GET {apisix.url}", "render"], events
+    assert events.count(f"GET {apisix.url}") == 1  # the push took that GET: no second one
+    assert [m for m, path, _ in apisix.requests if path.startswith("/apisix/admin/configs")].count("GET") == 1

@@ -141,7 +141,8 @@ class Agent:
                                              self._writeback_queue.submit_once)
         self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
-        self._fetched: str | None = None  # the commit a webhook's check fetched
+        self._fetched: str | None = None  # the commit a sync fetched at once (`_look`)
+        self._early_lives: dict[str, Future[LiveConfig]] = {}  # GETs started before that commit's render
         self._closed = False
         self._view = self._snapshot()  # what readers on other threads see (`view`)
 
@@ -189,6 +190,7 @@ class Agent:
             # Before the collector is back: its first collection (of all the sync left alive) comes
             # with the next allocation, and belongs to no phase of the sync; it runs as it is recorded.
             outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
+        self._early_lives = {}  # a GET no push took: its answer is stale by the next sync
         self._record(outcome)
         if self.source is not None:
             self.source.tidy()  # after the sync: a merge of packs never holds up a push
@@ -240,6 +242,10 @@ class Agent:
                 logger.debug("fetching at once failed ({}): checking the remote", exc)
             else:
                 if self._fetched != self.state.last_good and self._fetched not in self.state.bad:
+                    # a gateway we never pushed to needs a GET before its push: under way meanwhile
+                    self._early_lives = self.gateways.read_live(
+                        url for url in self.gateways.urls if url not in self.state.gateways
+                        and url not in self.memory.known)
                     self._render_early(self._fetched)
                 return self._fetched
         with self._phases.timed("check"):
@@ -349,8 +355,11 @@ class Agent:
         known = {url: ours for url in (*decision.push, *decision.keep)
                  if (ours := self.memory.known.get(url) or self._restored(url)) is not None
                  and ours.digest is not None and self.memory.digests.get(url) == ours.digest}
-        # Each other gateway's GET starts now, to overlap the fetch and render below.
-        lives = self.gateways.read_live(url for url in (*decision.push, *decision.keep) if url not in known)
+        # Each other gateway's GET starts now (unless `_look` started it), to overlap the render below.
+        early, self._early_lives = self._early_lives, {}
+        wanted = [url for url in (*decision.push, *decision.keep) if url not in known]
+        lives = {url: early[url] for url in wanted if url in early}
+        lives |= self.gateways.read_live(url for url in wanted if url not in lives)
         if decision.new:
             self.observer.started(target)
         try:
