@@ -4,6 +4,7 @@ health checks). Each source is its own transaction."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -12,7 +13,7 @@ from ruamel.yaml import YAML
 
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import BareRepo, GitDaemon, git
-from testkit.processes import free_port, wait_for
+from testkit.processes import free_port, run_gitsync, wait_for
 from tests.agents import ADMIN_KEY, CHECKS, upstream
 
 PLATFORM_UPSTREAM = ("upstreams:\n  - id: platform-web\n    type: roundrobin\n    nodes:\n"
@@ -141,3 +142,50 @@ owns = [{{ kinds = ["routes", "services", "upstreams"], prefix = "b-" }}]
         assert sources["b"]["bad"][b_bad].startswith("health: ")
         assert (sources["a"]["last_good"], sources["b"]["last_good"]) == (a_fixed, b_new)
         assert httpx.get(double.proxy_url + "/orders", headers={"Host": "api.example.com"}).status_code == 200
+
+
+def test_render_validate_and_diff_compose_the_sources_as_the_agent_would(git_daemon: GitDaemon,
+                                                                         remotes_root: Path,
+                                                                         tmp_path: Path) -> None:
+    platform, a = (BareRepo.create(remotes_root / f"{tmp_path.name}-{name}.git")
+                   for name in ("platform", "a"))
+    platform.commit({"platform.yaml": PLATFORM_UPSTREAM.format(node="127.0.0.1:1980")}, "platform v1")
+    a.commit(team_a("/a/v1"), "a v1")
+    config = tmp_path / "gitsync.toml"
+    config.write_text(f"""
+[[sources]]
+name = "platform"
+repo = "{git_daemon.url(platform.path.name)}"
+owns = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
+
+[[sources]]
+name = "a"
+repo = "{git_daemon.url(a.path.name)}"
+owns = [{{ kinds = ["routes"], prefix = "a-" }}]
+""")
+    key = tmp_path / "admin-key"
+    key.write_text(ADMIN_KEY)
+    common = ["--config", str(config), "--state-dir", str(tmp_path / "state")]
+    rendered = run_gitsync("render", *common)
+    assert rendered.returncode == 0, rendered.stderr
+    payload = json.loads(rendered.stdout)
+    assert [r["id"] for r in payload["routes"]] == ["a-orders"]
+    assert [u["id"] for u in payload["upstreams"]] == ["platform-web"]  # referred to across sources
+    explained = run_gitsync("render", *common, "--explain", "routes", "a-orders")
+    assert explained.returncode == 0 and "a:routes/orders.yaml:2" in explained.stdout, explained.stdout
+    assert run_gitsync("validate", *common).returncode == 0
+    with ApisixDouble(ADMIN_KEY) as double:
+        diff = run_gitsync("diff", *common, "--gateway", double.url, "--admin-key-file", str(key))
+        assert diff.returncode == 1, diff.stderr
+        assert "a-orders" in diff.stdout and "platform-web" in diff.stdout, diff.stdout
+        # an item a source does not own, and a reference that names nothing, at source:file:line
+        a.commit(team_a("/a/v1", "  - id: stray\n    uri: /stray\n    upstream_id: platform-gone\n"), "a v2")
+        refused = run_gitsync("validate", *common)
+        assert refused.returncode == 1
+        assert "a:routes/orders.yaml:5" in refused.stderr and "stray" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        a.commit(team_a("/a/v1", "  - id: a-more\n    uri: /more\n    upstream_id: platform-gone\n"), "a v3")
+        dangling = run_gitsync("validate", *common)
+        assert dangling.returncode == 1 and "platform-gone" in dangling.stderr, dangling.stderr
+        assert "a:routes/orders.yaml:" in dangling.stderr
+        assert double.config().get("routes") is None  # diff and validate never push

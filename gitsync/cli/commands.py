@@ -28,7 +28,7 @@ from gitsync.feedback.review import Findings, findings
 from gitsync.httpclient import HttpClient
 from gitsync.kinds import item_id
 from gitsync.log import logger, redact, register_secrets
-from gitsync.problems import ProblemsError
+from gitsync.problems import Problem, ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
 from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
 from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
@@ -46,6 +46,7 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
+from gitsync.render.compose import Part, PartFacts, compose, dangling, facts_of, relabel, shared_kinds
 from gitsync.render.memo import ParseCache
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
@@ -97,6 +98,8 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
                    ) -> tuple[Rendered, str] | int:
     """Render the configured source (and its commit message), or say why not and return the exit status."""
     out = out or Findings()
+    if settings.sources and settings.dir is None:
+        return _render_sources(settings, command, out)
     read = _read_files(settings, command, out)
     if isinstance(read, int):
         return read
@@ -116,6 +119,45 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
     for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
         out.warning(redact(left_out.describe()))
     return rendered, message
+
+
+def _render_sources(settings: Settings, command: str, out: Findings) -> tuple[Rendered, str] | int:
+    """``[[sources]]``: each source's tip read and rendered alone, its ownership and the references
+    across sources checked, composed into the one payload an agent would push (its problems at
+    ``source:file:line``); the sources' commit messages, one after another."""
+    others = tuple((spec.name, spec.owns) for spec in settings.sources)
+    parts: list[Part] = []
+    facts: list[PartFacts] = []
+    problems: list[Problem] = []
+    messages: list[str] = []
+    for spec in settings.sources:
+        own = source_settings(settings, spec)
+        try:
+            commit = read_input(own)
+            options = options_from_settings(own, os.environ)
+        except (SourceError, SettingsError) as exc:
+            out.error(f"gitsync {command}: source {spec.name!r}: error: {redact(str(exc))}")
+            return 2
+        logger.info("source {}: read {} file(s) of {} {}", spec.name, len(commit.files), commit.sha[:7],
+                    commit.subject)
+        options = dataclasses.replace(options, unmanaged=options.unmanaged | shared_kinds(spec.owns))
+        try:
+            rendered = render_files(commit.files, options, memo=ParseCache())
+        except ProblemsError as exc:
+            problems += [relabel(spec.name, problem) for problem in exc.problems]
+            continue
+        part = Part(spec.name, commit.sha, rendered, spec.owns)
+        parts.append(part)
+        facts.append(facts_of(part, others))
+        problems += [relabel(spec.name, problem) for problem in facts[-1].problems]
+        messages.append(commit.message)
+    if not problems:
+        problems = [miss.problem for miss in dangling(parts, facts, frozenset(settings.unmanaged))]
+    if problems:
+        for problem in problems:
+            out.problem(redact(str(problem)))
+        return 1
+    return compose(parts), "\n".join(messages)
 
 
 def render(settings: Settings, args: argparse.Namespace) -> int:
