@@ -17,7 +17,7 @@ import pytest
 from gitsync.backoff import Backoff, retried
 from gitsync.cli.commands import ONCE_GIT_ATTEMPTS
 from gitsync.testing.apisix import ApisixDouble
-from testkit.gitservers import GitGate, HungServer
+from testkit.gitservers import BareRepo, GitGate, HungServer
 from testkit.processes import run_gitsync
 from tests.agents import ADMIN_KEY
 
@@ -138,3 +138,35 @@ def test_retried_tries_up_to_the_bound_with_the_backoffs_delays() -> None:
             retried(action, 4, Backoff(1.0, 60.0), retry_if=lambda exc: isinstance(exc, ConnectionError),
                     on_retry=lambda *_: None, sleep=lambda _: None)
         assert len(calls) == tries
+
+
+@pytest.mark.slow
+def test_sync_once_with_sources_retries_each_sources_contacts(tmp_path, git_daemon, remotes_root,
+                                                              apisix: ApisixDouble) -> None:
+    """[[sources]]: a source whose remote drops its tip check, then its fetch, is retried within the
+    sync as one repo is; the other source is asked once."""
+    platform, team = (BareRepo.create(remotes_root / f"{tmp_path.name}-{name}.git") for name in ("p", "t"))
+    platform.commit({"up.yaml": "upstreams:\n  - id: p-u\n    nodes: {'127.0.0.1:1980': 1}\n"}, "platform")
+    team.commit({"routes.yaml": "routes:\n  - id: t-r1\n    uri: /r1\n    upstream_id: p-u\n"}, "team")
+    with DroppingGate(git_daemon.port, drop={1, 3}) as gate:  # the team's tip check, then its first fetch
+        config = tmp_path / "gitsync.toml"
+        config.write_text(f"""
+[[sources]]
+name = "team"
+repo = "{gate.url(team.path.name)}"
+owns = [{{ kinds = ["routes"], prefix = "t-" }}]
+
+[[sources]]
+name = "platform"
+repo = "{git_daemon.url(platform.path.name)}"
+owns = [{{ kinds = ["upstreams"], prefix = "p-" }}]
+""")
+        key = tmp_path / "key"
+        key.write_text(ADMIN_KEY)
+        result = run_gitsync("sync", "--once", "--config", str(config), "--gateway", apisix.url,
+                             "--admin-key-file", str(key), "--state-dir", str(tmp_path / "state"),
+                             "--writeback", "off")
+    assert result.returncode == 0, result.stderr
+    assert attempts_logged(result.stderr) == [1, 1], result.stderr  # the check, then the fetch
+    assert gate.seen == 4
+    assert [r["id"] for r in apisix.config()["routes"]] == ["t-r1"]

@@ -51,7 +51,7 @@ from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import ParseStore
 from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.settings import Settings, SourceSpec, source_settings
-from gitsync.source.mirror import Source
+from gitsync.source.mirror import Source, contacted
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.writeback.publisher import WriteBack
@@ -92,8 +92,11 @@ class SourceSet:
     """The sources of one agent (see the module); `submit` runs a write-back in the background."""
 
     def __init__(self, settings: Settings, env: Mapping[str, str], memory: AgentMemory,
-                 submit: Callable[..., None], submit_once: Callable[[Callable[[], Any]], None]) -> None:
+                 submit: Callable[..., None], submit_once: Callable[[Callable[[], Any]], None],
+                 attempts: int = 1) -> None:
         self.memory = memory
+        self.attempts = attempts  # tries of each git contact within one sync (`remote_attempts`)
+        self.max_backoff = settings.max_backoff
         self.submit = submit
         self.submit_once = submit_once
         self.unmanaged = frozenset(settings.unmanaged)
@@ -142,7 +145,7 @@ class SourceSet:
         if not entry.backoff.ready() and Trigger.WEBHOOK not in reason:
             return SourceTip(name, error=IN_BACKOFF)
         try:
-            tip = entry.source.check()
+            tip = contacted(entry.source.check, entry.source.url, self.attempts, self.max_backoff)
         except SourceError as exc:
             delay = entry.backoff.failed()
             logger.warning("source {}: git remote {}: {}; retrying in {:.1f}s; it stays on {}", name,
@@ -287,7 +290,8 @@ class SourceSet:
         local = source.local_sha()
         if local is None or (fetch and sha == memory.tip.tip and local != sha):
             with phases.timed("fetch"):
-                source.fetch()  # the source's new tip (an older commit is in the mirror already)
+                # the source's new tip (an older commit is in the mirror already)
+                contacted(source.fetch, source.url, self.attempts, self.max_backoff)
         with phases.timed("read"):
             source.verify(sha)
             files = source.read(sha, have=entry.cache.has)
@@ -444,11 +448,12 @@ def _own_text(name: str | None, problem: Problem) -> str:
 
 def sources_from_settings(settings: Settings, env: Mapping[str, str] | None, memory: AgentMemory,
                           submit: Callable[..., None], submit_once: Callable[[Callable[[], Any]], None],
-                          ) -> SourceSet | None:
+                          attempts: int = 1) -> SourceSet | None:
     """The agent's sources when the settings list some (``[[sources]]``), else None."""
     if not settings.sources:
         return None
-    return SourceSet(settings, dict(os.environ if env is None else env), memory, submit, submit_once)
+    env = dict(os.environ if env is None else env)
+    return SourceSet(settings, env, memory, submit, submit_once, attempts)
 
 
 __all__ = ["SourceSet", "SourcesRefused", "sources_from_settings"]

@@ -45,7 +45,7 @@ from gitsync.agent.sources import Blame, SourcesRefused, sources_from_settings
 from gitsync.agent.state import AgentState, GatewayState
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, RenderedCommit, SyncRecord, remember
-from gitsync.backoff import Backoff, retried
+from gitsync.backoff import Backoff
 from gitsync.httpclient import HttpClient
 from gitsync.log import context as log_context
 from gitsync.log import logger, redact, set_agent
@@ -62,15 +62,12 @@ from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import ParseStore
 from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.settings import Settings
-from gitsync.source.mirror import Source
+from gitsync.source.mirror import Source, contacted
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
 from gitsync.urls import display_url
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, GatewayStatus, StatusReport
-
-#: The first wait between tries of a git contact within one sync (`remote_attempts`), doubled each time.
-RETRY_BASE = 1.0
 
 
 @contextlib.contextmanager
@@ -138,7 +135,7 @@ class Agent:
                                   self.state_dir.load_indexes())
         # [[sources]]: several repos, one payload (gitsync.agent.sources); each commit is a composition
         self.sources = sources_from_settings(settings, self.env, self.memory, self._writeback_queue.submit,
-                                             self._writeback_queue.submit_once)
+                                             self._writeback_queue.submit_once, attempts=remote_attempts)
         self._lock = threading.Lock()  # memory.state.gateways, between the sync worker and the drift watch
         self._phases = Phases()  # the running sync's
         self._fetched: str | None = None  # the commit a sync fetched at once (`_look`)
@@ -262,14 +259,8 @@ class Agent:
                 self._render(commit, fetch=False)
 
     def _contact(self, action: Callable[[], str]) -> str:
-        """A git contact (`Source.check`, `Source.fetch`), tried up to `remote_attempts` times while
-        the transport fails, with the one backoff's jitter between tries; the last failure raised."""
-        def retrying(exc: Exception, attempt: int, delay: float) -> None:
-            logger.warning("git remote {}: {} (attempt {} of {}); retrying in {:.1f}s", self.source.url, exc,
-                           attempt, self.remote_attempts, delay)
-
-        return retried(action, self.remote_attempts, Backoff(RETRY_BASE, self.settings.max_backoff),
-                       retry_if=lambda exc: isinstance(exc, SourceError) and exc.transient, on_retry=retrying)
+        assert self.source is not None
+        return contacted(action, self.source.url, self.remote_attempts, self.settings.max_backoff)
 
     def _held(self) -> dict[str, str]:
         """url → the digest of our last push, for each gateway holding one that a HEAD may check now

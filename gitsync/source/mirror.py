@@ -30,13 +30,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dulwich.object_store import DiskObjectStore, ObjectStoreGraphWalker
 from dulwich.objects import Blob, Commit, Tag
 from dulwich.pack import full_unpacked_object
 from dulwich.repo import ParentsProvider, Repo
 
+from gitsync.backoff import Backoff, retried
 from gitsync.configfiles import DEFAULT_MAX_FILE_SIZE
 from gitsync.log import logger
 from gitsync.source.compat import remove_pack
@@ -574,5 +575,21 @@ def _normalize_path(path: str) -> str:
         raise SourceError("config", f"path {path!r} leaves the repo")
     return "/".join(parts)
 
+
+
+T = TypeVar("T")
+#: The first wait between tries of a git contact within one sync (`contacted`), doubled each time.
+RETRY_BASE = 1.0
+
+
+def contacted(action: Callable[[], T], url: str, attempts: int, max_backoff: float) -> T:
+    """A git contact (`Source.check`, `Source.fetch`), tried up to `attempts` times while the transport
+    fails, with a jittered backoff between tries; the last failure raised."""
+    def retrying(exc: Exception, attempt: int, delay: float) -> None:
+        logger.warning("git remote {}: {} (attempt {} of {}); retrying in {:.1f}s", url, exc, attempt,
+                       attempts, delay)
+
+    return retried(action, attempts, Backoff(RETRY_BASE, max_backoff),
+                   retry_if=lambda exc: isinstance(exc, SourceError) and exc.transient, on_retry=retrying)
 
 __all__ = ["GitAuth", "Source", "SourceError"]
