@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +245,17 @@ def config(node: str) -> dict[str, str]:
     }
 
 
+
+
+def sources_toml(*sources: tuple[str, str, str, str]) -> str:
+    """``[[sources]]`` tables, one per (name, repo URL, kind owned, id prefix)."""
+    return "".join(f'[[sources]]\nname = "{name}"\nrepo = "{repo}"\n'
+                   f'owns = [{{ kinds = ["{kind}"], prefix = "{prefix}" }}]\n\n'
+                   for name, repo, kind, prefix in sources)
+
+
+@contextmanager
+def forwarding_doubles(count: int) -> Iterator[list[ApisixDouble]]:
+    """`count` doubles whose data planes forward to real upstreams (for the health checks)."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(ApisixDouble(ADMIN_KEY, forward=True)) for _ in range(count)]

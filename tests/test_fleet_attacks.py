@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import BareRepo
 from testkit.processes import free_port, gitsync_env, run_gitsync, wait_for
-from tests.agents import ADMIN_KEY, config, memory_limit, repo_url, upstream
+from tests.agents import ADMIN_KEY, config, forwarding_doubles, memory_limit, repo_url, upstream
 
 pytestmark = pytest.mark.slow
 
@@ -74,8 +73,8 @@ def nodes(double: ApisixDouble) -> dict | None:
 
 @pytest.fixture
 def doubles() -> Iterator[list[ApisixDouble]]:
-    with ExitStack() as stack:
-        yield [stack.enter_context(ApisixDouble(ADMIN_KEY, forward=True)) for _ in range(2)]
+    with forwarding_doubles(2) as started:
+        yield started
 
 
 def test_hostile_status_files_crash_no_reader_and_count_toward_no_gate(spawn, git_daemon, remote_repo,

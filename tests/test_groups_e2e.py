@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
 from testkit.processes import free_port, wait_for
-from tests.agents import ADMIN_KEY, config, repo_url, upstream
+from tests.agents import config, forwarding_doubles, repo_url, upstream
 
 SOAK = 2.0
 
@@ -25,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def doubles() -> Iterator[list[ApisixDouble]]:
-    with ExitStack() as stack:
-        yield [stack.enter_context(ApisixDouble(ADMIN_KEY, forward=True)) for _ in range(5)]
+    with forwarding_doubles(5) as started:
+        yield started
 
 
 def nodes(double: ApisixDouble) -> dict | None:

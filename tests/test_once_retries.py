@@ -19,7 +19,7 @@ from gitsync.cli.commands import ONCE_GIT_ATTEMPTS
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import BareRepo, GitGate, HungServer
 from testkit.processes import run_gitsync
-from tests.agents import ADMIN_KEY
+from tests.agents import ADMIN_KEY, sources_toml
 
 ROUTE = "upstreams:\n  - id: u\n    nodes: {'127.0.0.1:1980': 1}\nroutes:\n  - id: r1\n    uri: /r1\n" \
         "    upstream_id: u\n"
@@ -150,17 +150,8 @@ def test_sync_once_with_sources_retries_each_sources_contacts(tmp_path, git_daem
     team.commit({"routes.yaml": "routes:\n  - id: t-r1\n    uri: /r1\n    upstream_id: p-u\n"}, "team")
     with DroppingGate(git_daemon.port, drop={1, 3}) as gate:  # the team's tip check, then its first fetch
         config = tmp_path / "gitsync.toml"
-        config.write_text(f"""
-[[sources]]
-name = "team"
-repo = "{gate.url(team.path.name)}"
-owns = [{{ kinds = ["routes"], prefix = "t-" }}]
-
-[[sources]]
-name = "platform"
-repo = "{git_daemon.url(platform.path.name)}"
-owns = [{{ kinds = ["upstreams"], prefix = "p-" }}]
-""")
+        config.write_text(sources_toml(("team", gate.url(team.path.name), "routes", "t-"),
+                                       ("platform", git_daemon.url(platform.path.name), "upstreams", "p-")))
         key = tmp_path / "key"
         key.write_text(ADMIN_KEY)
         result = run_gitsync("sync", "--once", "--config", str(config), "--gateway", apisix.url,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import git
 from testkit.processes import wait_for
-from tests.agents import ADMIN_KEY, config, repo_url, upstream
+from tests.agents import config, forwarding_doubles, repo_url, upstream
 from tests.test_fleet_attacks import forge, go_ahead, nodes
 
 SOAK = 2.0
@@ -26,8 +25,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def doubles() -> Iterator[list[ApisixDouble]]:
-    with ExitStack() as stack:
-        yield [stack.enter_context(ApisixDouble(ADMIN_KEY, forward=True)) for _ in range(6)]
+    with forwarding_doubles(6) as started:
+        yield started
 
 
 def keygen(path: Path) -> str:

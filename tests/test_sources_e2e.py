@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 from gitsync.testing.apisix import ApisixDouble
 from testkit.gitservers import BareRepo, GitDaemon, git
 from testkit.processes import free_port, run_gitsync, wait_for
-from tests.agents import ADMIN_KEY, CHECKS, upstream
+from tests.agents import ADMIN_KEY, CHECKS, sources_toml, upstream
 
 PLATFORM_UPSTREAM = ("upstreams:\n  - id: platform-web\n    type: roundrobin\n    nodes:\n"
                      "      \"{node}\": 1\n")
@@ -152,17 +152,8 @@ def test_render_validate_and_diff_compose_the_sources_as_the_agent_would(git_dae
     platform.commit({"platform.yaml": PLATFORM_UPSTREAM.format(node="127.0.0.1:1980")}, "platform v1")
     a.commit(team_a("/a/v1"), "a v1")
     config = tmp_path / "gitsync.toml"
-    config.write_text(f"""
-[[sources]]
-name = "platform"
-repo = "{git_daemon.url(platform.path.name)}"
-owns = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
-
-[[sources]]
-name = "a"
-repo = "{git_daemon.url(a.path.name)}"
-owns = [{{ kinds = ["routes"], prefix = "a-" }}]
-""")
+    config.write_text(sources_toml(("platform", git_daemon.url(platform.path.name), "upstreams", "platform-"),
+                                   ("a", git_daemon.url(a.path.name), "routes", "a-")))
     key = tmp_path / "admin-key"
     key.write_text(ADMIN_KEY)
     common = ["--config", str(config), "--state-dir", str(tmp_path / "state")]
