@@ -244,3 +244,27 @@ def test_a_first_sync_reads_a_new_gateway_while_it_renders(agent_for, apisix: Ap
     assert events[:2] == [f"GET {apisix.url}", "render"], events
     assert events.count(f"GET {apisix.url}") == 1  # the push took that GET: no second one
     assert [m for m, path, _ in apisix.requests if path.startswith("/apisix/admin/configs")].count("GET") == 1
+
+
+def test_a_gateway_that_cannot_show_its_digest_counts_as_healed_when_it_needed_puts(tmp_path: Path,
+                                                                                    remote_repo):
+    """APISIX before 3.14 has no HEAD digest, so a lost config is not seen as drift before the push; a
+    push of the commit it was given that had to change it is a drift heal all the same."""
+    remote_repo.commit({"apisix.yaml": ROUTES}, "routes")
+    key = tmp_path / "admin_key"
+    key.write_text("test-admin-key")
+    with ApisixDouble("test-admin-key", version="3.13.0") as old:
+        settings = load({"repo": str(remote_repo.path), "gateways": [old.url], "admin_key_file": str(key),
+                         "state_dir": str(tmp_path / "state"), "writeback": "off"},
+                        config="/dev/null", env={})
+        agent = Agent(settings)
+        try:
+            heals = agent.metrics.drift_heals.labels(old.url)
+            assert agent.sync_once().result == "applied"
+            assert agent.sync_once().result == "noop" and heals._value.get() == 0
+            old.restart()
+            assert agent.sync_once({Trigger.DRIFT}).result == "healed"
+            assert heals._value.get() == 1
+            assert agent.sync_once().result == "noop" and heals._value.get() == 1
+        finally:
+            agent.close()

@@ -599,13 +599,14 @@ class Agent:
                 logger.error("cannot save state in {}: {}", self.state_dir.path, exc)
         return recheck
 
-    def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False) -> None:
+    def _applied(self, commit: str, result: GatewayResult, *, drifted: bool = False,
+                 rollback: bool = False) -> None:
         """Remember what a gateway holds after a push (after its rollback, when it had one)."""
         self.state.after_push(result.url, commit, ok=result.ok, checked=result.checks is not None,
                               changed=bool(result.puts))
         if result.rollback is not None:
             if result.rollback.ok and self.state.last_good:
-                self._applied(self.state.last_good, result.rollback)
+                self._applied(self.state.last_good, result.rollback, rollback=True)
             else:
                 self.memory.known.pop(result.url, None)
             return
@@ -625,7 +626,9 @@ class Agent:
             since = before.since if before is not None and before.commit == commit else time.time()
             self.state.gateways[result.url] = GatewayState(commit, result.digest or "", dict(result.versions),
                                                            sorted(self.policy.unmanaged), since)
-        if drifted:
+        # Drifted too: a gateway our last push gave this commit that needed PUTs to hold it again (its
+        # HEAD could not tell: no digest before 3.14, or no answer when the sync asked).
+        if drifted or (not rollback and before is not None and before.commit == commit and bool(result.puts)):
             self.metrics.drift_heals.labels(result.url).inc()
             logger.info("drift healed on {}: {} re-applied", result.url, short(commit))
 
