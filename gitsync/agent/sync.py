@@ -683,6 +683,9 @@ class Agent:
     # record: state, metrics, log, write-back
 
     def _record(self, outcome: SyncOutcome) -> None:
+        # The view first: once `last_outcome` is set, /readyz may answer 200, and the web view must
+        # then show what it says is live.
+        self._publish_view(outcome)
         self.memory.last_outcome = outcome
         report = None if self._repeats(outcome) else self._report(outcome)
         if report is None:
@@ -693,7 +696,6 @@ class Agent:
         live = self.memory.rendered.get(self.state.last_good or "")
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
-        self._publish_view(outcome)
         self.observer.ended(outcome, self.state)
         changed = outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
                                      SyncResult.DRIFT_REPORTED)
