@@ -64,7 +64,9 @@ def test_webhook_applies_at_once_and_is_never_lost_during_a_sync(spawn, git_daem
     wait_for(lambda: live_uri(apisix) == "/v2", 1, "the webhook's commit live in under a second")
     assert time.monotonic() - started < 1
 
-    # A wrong signature: 401, and no sync at all.
+    # A wrong signature: 401, and no sync at all (counted from when v2's sync is recorded: it ends
+    # after its PUT, with the read-back).
+    wait_for(lambda: agent.metric("gitsync_syncs_total", result="applied") == 2, 5, "v2's sync recorded")
     syncs = agent.syncs()
     assert agent.hook(secret="not-the-secret") == 401
     assert agent.hook(body=b'{"ref": "x"}' + b" " * 10, secret="") == 401
