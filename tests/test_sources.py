@@ -23,6 +23,7 @@ from gitsync.push.plan import items_equal
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
 from gitsync.settings import SettingsError, load, source_settings
+from gitsync.source.mirror import MAX_PACKS, UNTIDY_PACKS
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
 from testkit.gitservers import BareRepo, git
 from testkit.processes import ROOT, free_port, run_gitsync
@@ -654,3 +655,16 @@ def test_export_split_by_refuses_a_kind_only_some_of_whose_items_carry_the_label
     assert ("gitsync export: --split-by team: routes[nobody] carries no label 'team' while other routes do: "
             "label them (each item needs one owner), or export without --split-by") in done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_each_sources_mirror_is_tidied_after_its_syncs(fleet: Fleet) -> None:
+    """The packs incremental fetches leave are merged once a sync is over, in every source's mirror
+    as in one repo's (past MAX_PACKS; a fetch alone merges only past UNTIDY_PACKS)."""
+    agent = fleet.start()
+    assert agent.sync_once().result is SyncResult.APPLIED
+    for n in range(MAX_PACKS + 4):
+        fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", f"/a/{n}")}, f"a v{n}")
+        assert agent.sync_once().result is SyncResult.APPLIED
+    assert agent.sources is not None
+    packs = list((agent.sources.entries["a"].source.mirror_path / "objects" / "pack").glob("*.pack"))
+    assert 0 < len(packs) <= MAX_PACKS + 1 < UNTIDY_PACKS

@@ -434,6 +434,11 @@ class SourceSet:
         """Statuses and notes not written back yet, over every source."""
         return sum(e.writeback.pending for e in self.entries.values() if e.writeback is not None)
 
+    def tidy(self) -> None:
+        """Each source's mirror tidied (`Source.tidy`), as the agent tidies one repo's after a sync."""
+        for entry in self.entries.values():
+            entry.source.tidy()
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 

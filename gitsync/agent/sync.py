@@ -87,8 +87,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-
-
 def _given_up(exc: SourceError, attempts: int) -> str:
     """What a sync with retries says when a git contact failed for good."""
     return f"gave up after {attempts} attempts" if exc.transient else "not retried (the remote answered)"
@@ -189,8 +187,11 @@ class Agent:
             outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
         self._early_lives = {}  # a GET no push took: its answer is stale by the next sync
         self._record(outcome)
-        if self.source is not None:
-            self.source.tidy()  # after the sync: a merge of packs never holds up a push
+        # after the sync: a merge of packs never holds up a push
+        if self.sources is not None:
+            self.sources.tidy()
+        elif self.source is not None:
+            self.source.tidy()
         return outcome
 
     # -- observe -------------------------------------------------------------------------------------
