@@ -157,7 +157,9 @@ def _render_sources(settings: Settings, command: str, out: Findings) -> tuple[Re
         for problem in problems:
             out.problem(redact(str(problem)))
         return 1
-    return compose(parts), "\n".join(messages)
+    composed = compose(parts)
+    leave_to_exit(composed, parts)
+    return composed, "\n".join(messages)
 
 
 def render(settings: Settings, args: argparse.Namespace) -> int:

@@ -576,7 +576,6 @@ def _normalize_path(path: str) -> str:
     return "/".join(parts)
 
 
-
 T = TypeVar("T")
 #: The first wait between tries of a git contact within one sync (`contacted`), doubled each time.
 RETRY_BASE = 1.0
@@ -592,4 +591,5 @@ def contacted(action: Callable[[], T], url: str, attempts: int, max_backoff: flo
     return retried(action, attempts, Backoff(RETRY_BASE, max_backoff),
                    retry_if=lambda exc: isinstance(exc, SourceError) and exc.transient, on_retry=retrying)
 
-__all__ = ["GitAuth", "Source", "SourceError"]
+
+__all__ = ["GitAuth", "Source", "SourceError", "contacted"]
