@@ -12,9 +12,9 @@ import pytest
 import testkit.profiles  # noqa: F401 - the Hypothesis profile (dev, or ci from scripts/test)
 from gitsync import log as gslog
 from gitsync.testing.apisix import ApisixDouble
+from testkit.agents import own_daemon, spawn  # noqa: F401 - fixtures for every test module
 from testkit.gitservers import BareRepo, GitDaemon, HttpGitServer, SshGitServer
-from tests.agents import own_daemon, spawn  # noqa: F401 - fixtures for every test module
-from tests.vaultserver import VaultServer, start_vault
+from testkit.vaultserver import VaultServer, start_vault
 
 _repo_names = itertools.count()
 
@@ -91,6 +91,6 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist's controller: a worker's golden-fidelity figures, for the run's summary."""
     figures = getattr(node, "workeroutput", {}).get("golden-fidelity")
     if figures:
-        from tests.test_golden import fidelity_of
+        from tests.testing.test_golden import fidelity_of
 
         fidelity_of(node.config).merge(figures)

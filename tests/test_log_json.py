@@ -12,8 +12,8 @@ import pytest
 from loguru import logger
 
 from gitsync import log as gslog
+from testkit.agents import ADMIN_KEY, config_files, repo_url
 from testkit.processes import ROOT, run_gitsync
-from tests.agents import ADMIN_KEY, config_files, repo_url
 
 CANARY = "canary-51d0-7e2a-b9c4"
 

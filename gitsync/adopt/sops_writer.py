@@ -4,7 +4,7 @@ The mirror of `gitsync.render.sops` (which decrypts): each value is AES-256-GCM 
 32-byte IV and its key path (``NAME:``) as additional data, the data key is wrapped for
 each recipient with age (armored), and ``sops.mac`` is the SHA-512 of the values in file
 order, encrypted with ``sops.lastmodified`` as additional data. The real ``sops -d``
-decrypts it (tests/test_adopt_export.py checks that).
+decrypts it (tests/adopt/test_export.py checks that).
 """
 
 from __future__ import annotations

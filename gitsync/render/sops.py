@@ -9,7 +9,7 @@ of every leaf value in walk order, encrypted with ``sops.lastmodified`` as
 additional data: it is what catches values swapped inside a list, dropped,
 added, or edited in clear. This module follows sops 3.11 (``sops.go``,
 ``aes/cipher.go``, the YAML and JSON stores) and was checked against files
-written by the real binary (tests/test_sops.py).
+written by the real binary (tests/render/test_sops.py).
 
 Every decrypted value is registered with the log redactor the moment it is
 decrypted. A failure of any kind raises `SopsError` naming the file; nothing is

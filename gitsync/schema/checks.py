@@ -4,7 +4,7 @@
 checks of ``apisix/admin/<kind>.lua``, ``apisix/upstream.lua``,
 ``apisix/ssl.lua``, ``apisix/plugin.lua``); `check_payload` is
 ``config_validate.validate_configuration`` over a whole standalone body. Both
-are pure. tests/test_golden.py holds them to a real 3.18's recorded answers.
+are pure. tests/testing/test_golden.py holds them to a real 3.18's recorded answers.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every use of dulwich's private API, in one place.
 
 dulwich is pinned below 2; these pieces reach past its public surface because the public one
-cannot do what gitsync needs. `tests/test_compat.py` checks each against the installed dulwich and
+cannot do what gitsync needs. `tests/source/test_compat.py` checks each against the installed dulwich and
 fails loudly, naming the piece, when dulwich changes it: review the piece, then update the recorded
 fingerprint.
 

@@ -2,7 +2,7 @@
 
 Every integration test of gitsync (and a user's CI) talks to this instead of a
 real gateway, so it answers as a real APISIX 3.18 does, byte for byte where the
-recorded answers in tests/data/golden show it (tests/test_golden.py replays them):
+recorded answers in tests/data/golden show it (tests/testing/test_golden.py replays them):
 routing before auth, the 401/400/404 bodies and nginx pages, ``X-Digest`` and
 204, validation (the shared `gitsync.schema`) before the per-kind version
 algorithm, storage as sent plus metadata keys, GET's empty-array quirk, YAML,

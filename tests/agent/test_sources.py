@@ -1,0 +1,670 @@
+"""Several sources, one payload: settings, ownership, composition, and the agent with each source its
+own transaction (in process, against bare repos on disk and the APISIX double over loopback).
+The same with `gitsync run` as a real process and a git daemon: tests/e2e/test_sources.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from gitsync.agent.choice import SourceTip, blamed, choose, composition_id_of
+from gitsync.agent.outcomes import Stage, SyncResult
+from gitsync.agent.state import SourceState
+from gitsync.agent.sync import Agent
+from gitsync.ownership import Claim, Ownership, static_overlap
+from gitsync.problems import Location
+from gitsync.push.plan import items_equal
+from gitsync.render import RenderOptions, render
+from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
+from gitsync.settings import SettingsError, load, source_settings
+from gitsync.source.mirror import MAX_PACKS, UNTIDY_PACKS
+from gitsync.testing.apisix import ApisixDouble, Reply, json_body
+from testkit.agents import ADMIN_KEY, CHECKS, upstream
+from testkit.gitservers import BareRepo, git
+from testkit.processes import ROOT, free_port, run_gitsync
+
+# ---------------------------------------------------------------------------------------------------------
+# settings
+
+
+def test_sources_take_the_keys_of_source_and_inherit_the_others(tmp_path: Path) -> None:
+    token = tmp_path / "orders-token"
+    token.write_text("orders-token-value")
+    config = tmp_path / "gitsync.toml"
+    config.write_text(f"""
+[source]
+git_timeout = "7s"
+paths = ["base"]
+
+[[sources]]
+name = "platform"
+repo = "https://git.example/platform.git"
+owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+
+[[sources]]
+name = "orders"
+repo = "https://git.example/orders.git"
+ref = "release"
+paths = ["base", "envs/prod"]
+git_token_file = "{token}"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
+        {{ kinds = ["consumers"], labels = {{ team = "orders" }} }}]
+""")
+    settings = load(config=config, env={}, require=("repo",))
+    platform, orders = settings.sources
+    assert (platform.name, platform.values) == ("platform", {"repo": "https://git.example/platform.git"})
+    assert orders.values["ref"] == "release" and orders.values["paths"] == ("base", "envs/prod")
+    assert orders.values["git_token"].reveal() == "orders-token-value"
+    assert orders.owns.claims == (Claim(("routes", "upstreams"), "orders-"),
+                                  Claim(("consumers",), None, (("team", "orders"),)))
+    own = source_settings(settings, platform)
+    assert (own.repo, own.ref, own.paths, own.git_timeout) == ("https://git.example/platform.git", "main",
+                                                               ("base",), 7.0)
+    assert own.state_dir == settings.state_dir / "sources" / "platform" and own.sources == ()
+
+
+def test_the_example_for_a_platform_and_twenty_teams_loads(tmp_path: Path) -> None:
+    text = (ROOT / "examples" / "sources" / "gitsync.toml").read_text()
+    for name in ("known_hosts", "deploy-key", "allowed_signers", "admin_key"):
+        (tmp_path / name).write_text("placeholder-" + name)
+    config = tmp_path / "gitsync.toml"
+    config.write_text(text.replace("/etc/gitsync/", f"{tmp_path}/").replace("/run/credentials/gitsync/",
+                                                                             f"{tmp_path}/"))
+    settings = load(config=config, env={})
+    assert [s.name for s in settings.sources][:3] == ["platform", "orders", "payments"]
+    assert len(settings.sources) == 21
+    assert {source_settings(settings, s).verify for s in settings.sources} == {"ssh"}
+
+
+@pytest.mark.parametrize(("owns_a", "owns_b", "error"), [
+    ('["routes"]', '[{ kinds = ["routes"], prefix = "b-" }]', "both claim every item of routes / routes with "
+                                                             "id prefix 'b-'"),
+    ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], prefix = "a-b" }]', "id prefix 'a-'"),
+    ('[{ kinds = ["routes"], labels = { team = "a" } }]',
+     '[{ kinds = ["routes"], labels = { team = "a", env = "prod" } }]', "label team=a"),
+    ('[{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } }]',
+     '[{ kinds = ["routes"], prefix = "a" }]', "id prefix 'a'"),
+])
+def test_two_sources_that_may_claim_one_item_are_a_settings_error_naming_both(
+        tmp_path: Path, owns_a: str, owns_b: str, error: str) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text(f'[[sources]]\nname = "a"\nrepo = "/a"\nowns = {owns_a}\n\n'
+                      f'[[sources]]\nname = "b"\nrepo = "/b"\nowns = {owns_b}\n')
+    with pytest.raises(SettingsError) as refused:
+        load(config=config, env={})
+    text = str(refused.value)
+    assert text.startswith(f"{config}:6: sources[1]: sources 'a' and 'b' may both claim one item: ")
+    assert error in text and f"(also {config}:1: sources[0])" in text
+
+
+@pytest.mark.parametrize(("owns_a", "owns_b"), [
+    ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], prefix = "b-" }]'),
+    ('[{ kinds = ["routes"], labels = { team = "a" } }]',
+     '[{ kinds = ["routes"], labels = { team = "b" } }]'),
+    ('["routes"]', '["upstreams"]'),
+    # one by prefix, the other by labels: only an item can make them meet (checked per item)
+    ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], labels = { team = "b" } }]'),
+])
+def test_sources_told_apart_by_the_settings_or_by_their_items_start(tmp_path: Path, owns_a: str,
+                                                                   owns_b: str) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text(f'[[sources]]\nname = "a"\nrepo = "/a"\nowns = {owns_a}\n\n'
+                      f'[[sources]]\nname = "b"\nrepo = "/b"\nowns = {owns_b}\n')
+    assert [s.name for s in load(config=config, env={}).sources] == ["a", "b"]
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('[[sources]]\nrepo = "/a"\nowns = ["routes"]\n', ":1: sources[0]: every source needs a name"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\n', ":1: sources[0]: source 'a' owns nothing"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["route"]\n', ":4: sources[0].owns: unknown kind 'route' "
+                                                                "(did you mean 'routes'?)"),
+    ('[[sources]]\nname = "a"\nrepos = "/a"\nowns = ["routes"]\n', ":3: sources[0].repos: unknown key "
+                                                                  "(did you mean 'repo'?)"),
+    ('[[sources]]\nname = "a"\nowns = ["routes"]\n', ":1: sources[0]: source 'a' has no repo"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\n[[sources]]\nname = "a"\nrepo = "/b"\n'
+     'owns = ["ssls"]\n', ":5: sources[1]: a second source named 'a'"),
+    ('[source]\nrepo = "/x"\n[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\n',
+     ":2: source.repo: repo cannot be set with [[sources]]"),
+    ('[gateways]\nunmanaged = ["secrets"]\n[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["secrets"]\n',
+     ":3: sources[0]: source 'a' owns secrets, which unmanaged leaves as it is live"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\ngit_token = "x"\nowns = ["routes"]\n',
+     ":4: sources[0].git_token: secrets are not read from the settings file"),
+])
+def test_a_bad_source_table_is_a_settings_error_at_its_line(tmp_path: Path, text: str, error: str) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text(text)
+    with pytest.raises(SettingsError) as refused:
+        load(config=config, env={})
+    assert str(refused.value).startswith(str(config) + error), str(refused.value)
+
+
+def test_overlapping_sources_stop_the_agent_with_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[gateways]\ngateways = ["http://127.0.0.1:9"]\n'
+                      '[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\n'
+                      '[[sources]]\nname = "b"\nrepo = "/b"\n'
+                      'owns = [{ kinds = ["routes"], prefix = "b-" }]\n')
+    result = run_gitsync("run", "--config", str(config), "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 2
+    assert f"{config}:7: sources[1]: sources 'a' and 'b' may both claim one item" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ownership, composition, choice (pure)
+
+
+def test_static_overlap_and_items_told_apart_by_prefix_and_labels() -> None:
+    by_prefix, by_label = Claim(("routes",), "a-"), Claim(("routes",), None, (("team", "b"),))
+    assert static_overlap(by_prefix, by_label) is None
+    assert static_overlap(by_prefix, Claim(("upstreams",))) is None
+    assert static_overlap(Claim(("routes",), "a-"), Claim(("routes",), "b-")) is None
+    assert static_overlap(Claim(("routes",)), by_label)
+    assert by_prefix.matches("routes", "a-1", {}) and not by_prefix.matches("routes", "b-1", {})
+    assert by_label.matches("routes", "x", {"labels": {"team": "b", "env": "p"}})
+    assert not by_label.matches("routes", "x", {"labels": {"team": "a"}})
+    assert not by_label.matches("routes", "x", {})
+
+
+def rendered(files: dict[str, str], **options: Any) -> Any:
+    return render({name: text.encode() for name, text in files.items()}, RenderOptions(**options))
+
+
+PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")))
+TEAM_A = Ownership((Claim(("routes", "upstreams"), "a-"),))
+TEAM_B = Ownership((Claim(("routes",), None, (("team", "b"),)),))
+OTHERS = (("platform", PLATFORM), ("a", TEAM_A), ("b", TEAM_B))
+
+
+def part(name: str, files: dict[str, str]) -> Part:
+    owns = dict(OTHERS)[name]
+    return Part(name, "0" * 40, rendered(files, unmanaged=shared_kinds(owns)), owns)
+
+
+def test_an_item_outside_its_sources_ownership_or_claimed_by_another_is_refused_at_its_line() -> None:
+    a = part("a", {"r.yaml": "routes:\n  - id: a-one\n    uri: /a\n    upstream_id: platform-web\n"
+                             "  - id: b-one\n    uri: /b\n    upstream_id: platform-web\n"
+                             "  - id: a-two\n    uri: /c\n    upstream_id: platform-web\n"
+                             "    labels: {team: b}\n"})
+    assert [str(p) for p in facts_of(a, OTHERS).problems] == [
+        "r.yaml:5:5: routes[b-one]: source 'a' may not declare this item: it owns routes with id prefix 'a-'",
+        "r.yaml:8:5: routes[a-two]: claimed by two sources: 'a' (routes with id prefix 'a-') and 'b' (routes "
+        "with label team=b); give it an id or labels only one of them claims",
+    ]
+    b = part("b", {"r.yaml": "routes:\n  - id: a-three\n    uri: /a\n    upstream_id: platform-web\n"})
+    assert [str(p) for p in facts_of(b, OTHERS).problems] == [
+        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with label "
+        "team=b; it belongs to source 'a' (routes with id prefix 'a-')"]
+
+
+def test_a_composed_payload_keeps_the_sources_order_and_places_and_checks_references_across_them() -> None:
+    platform = part("platform", {"p.yaml": UPSTREAM})
+    a = part("a", {"r.yaml": "routes:\n  - id: a-one\n    uri: /a\n    upstream_id: platform-web\n"
+                             "  - id: a-two\n    uri: /b\n    upstream_id: platform-gone\n"
+                             "upstreams:\n  - id: a-up\n    nodes: {\"127.0.0.1:2\": 1}\n"})
+    parts = [platform, a]
+    composed = compose(parts)
+    assert [u["id"] for u in composed.payload["upstreams"]] == ["platform-web", "a-up"]
+    assert composed.ids["upstreams"] == ["platform-web", "a-up"]
+    assert len(composed.contents["routes"]) == 2 and len(composed.splits["upstreams"]) == 2
+    assert composed.source_map.location("upstreams", 1) == Location("a:r.yaml", 9, 5)
+    assert composed.source_map.index_of("routes", "a-two") == 1
+    problem = composed.source_map.problem("routes", 1, "no", ("uri",))
+    assert str(problem) == "a:r.yaml:6:5: routes[a-two].uri: no"
+    found = dangling(parts, [facts_of(p, OTHERS) for p in parts])
+    assert [(d.source, d.target, str(d.problem)) for d in found] == [
+        ("a", ("upstreams", "platform-gone"),
+         "a:r.yaml:7:5: routes[a-two].upstream_id: upstream_id 'platform-gone' names no item of upstreams")]
+
+
+def test_the_composition_is_every_source_at_its_last_good_commit_the_newest_where_good() -> None:
+    states = {"a": SourceState("a1", bad={"a2": "render: x"}), "b": SourceState("b1"), "c": SourceState()}
+    choice = choose([SourceTip("a", "a2"), SourceTip("b", "b2"), SourceTip("c", "c1")], states)
+    assert [(c.name, c.commit, c.new) for c in choice.candidates] == [("a", "a1", False), ("b", "b2", True),
+                                                                       ("c", "c1", True)]
+    assert choice.composition == composition_id_of(choice.candidates)
+    down = choose([SourceTip("a", error="timed out"), SourceTip("b", "b1")], states)
+    assert down.commits == {"a": "a1", "b": "b1"}
+    assert choose([SourceTip("c", error="timed out")], states).error.startswith("source 'c': timed out")
+    never = choose([SourceTip("c", "c9"), SourceTip("b", "b1")], states | {"c": SourceState(bad={"c9": "x"})})
+    assert never.commits == {"b": "b1"}  # a source with no good commit and a refused tip: nothing yet
+    assert blamed({"a"}, {"a", "b"}) == {"a"} and blamed({"x"}, {"a", "b"}) == {"a", "b"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the agent (in process)
+
+
+@dataclass
+class Fleet:
+    """Three source repos, one gateway, and an agent over them (made by `start`)."""
+
+    root: Path
+    apisix: ApisixDouble
+    platform: BareRepo
+    a: BareRepo
+    b: BareRepo
+    extra: str = ""
+
+    def settings_file(self) -> Path:
+        path = self.root / "gitsync.toml"
+        path.write_text(f"""
+[gateways]
+gateways = ["{self.apisix.url}"]
+admin_key_file = "{self.root / 'key'}"
+{self.extra}
+[agent]
+state_dir = "{self.root / 'state'}"
+[writeback]
+agent_name = "edge-1"
+
+[[sources]]
+name = "platform"
+repo = "{self.platform.path}"
+owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+
+[[sources]]
+name = "a"
+repo = "{self.a.path}"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "a-" }}]
+
+[[sources]]
+name = "b"
+repo = "{self.b.path}"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "b-" }}]
+""")
+        return path
+
+    def start(self) -> Agent:
+        agent = Agent(load(config=self.settings_file(), env={}), env={})
+        self.agents.append(agent)
+        return agent
+
+    def uris(self) -> dict[str, str]:
+        return {r["id"]: r.get("uri") for r in self.apisix.config().get("routes") or []}
+
+    def __post_init__(self) -> None:
+        self.agents: list[Agent] = []
+        (self.root / "key").write_text(ADMIN_KEY)
+
+
+UPSTREAM = "upstreams:\n  - id: platform-web\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+
+
+def route(rid: str, uri: str, upstream: str = "platform-web", extra: str = "") -> str:
+    return f"  - id: {rid}\n    uri: {uri}\n    upstream_id: {upstream}\n{extra}"
+
+
+def rule(plugin: str) -> str:
+    return f"global_rules:\n  - id: platform-rule\n    plugins: {{{plugin}: {{}}}}\n"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, apisix: ApisixDouble) -> Iterator[Fleet]:
+    made = Fleet(tmp_path, apisix, *repos(tmp_path))
+    made.platform.commit({"p.yaml": UPSTREAM + rule("prometheus")}, "platform v1")
+    made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1")}, "a v1")
+    made.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/1")}, "b v1")
+    yield made
+    for agent in made.agents:
+        agent.close()
+
+
+def repos(root: Path) -> list[BareRepo]:
+    return [BareRepo.create(root / f"{name}.git") for name in ("platform", "a", "b")]
+
+
+def note(repo: BareRepo, sha: str) -> str:
+    return git("--git-dir", str(repo.path), "notes", "--ref=gitsync", "show", sha, check=False) or ""
+
+
+def status_of(repo: BareRepo, agent: str = "edge-1") -> dict[str, Any]:
+    text = git("--git-dir", str(repo.path), "show", f"refs/gitsync/status/{agent}:status.yaml", check=False)
+    return YAML(typ="safe").load(text) if text else {}
+
+
+def test_a_broken_commit_in_one_source_leaves_the_others_moving(fleet: Fleet) -> None:
+    agent = fleet.start()
+    assert agent.sync_once().result is SyncResult.APPLIED
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+    a_good = fleet.a.tip()
+
+    broken = fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "42")}, "a broken")
+    b_new = fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
+    outcome = agent.sync_once()
+    assert outcome.result is SyncResult.FAILED and outcome.stage is Stage.VALIDATE
+    assert outcome.problems[0].startswith("a:r.yaml:3:5: routes[a-one].uri: invalid configuration")
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/2"}  # b moved on, a stays at its last good
+    sources = agent.state.sources
+    assert (sources["a"].last_good, sources["b"].last_good) == (a_good, b_new)
+    assert sources["a"].bad[broken].startswith("validate: r.yaml:3:5: routes[a-one].uri:")
+    agent.close()  # the write-backs of this sync are done
+    text = note(fleet.a, broken)
+    assert "stage: validate" in text and "r.yaml:3:5: routes[a-one].uri: invalid configuration" in text
+    assert status_of(fleet.a)["commit"] == broken and status_of(fleet.a)["result"] == "failed"
+    assert status_of(fleet.b)["commit"] == b_new and status_of(fleet.b)["result"] == "applied"
+    assert status_of(fleet.platform)["result"] == "noop"
+    assert note(fleet.b, b_new) == ""
+
+    # a platform change reaches the gateway while a is still broken; a's refused tip is not tried again
+    again = fleet.start()
+    fleet.platform.commit({"p.yaml": UPSTREAM + rule("zipkin")}, "platform v2")
+    puts = len([r for r in fleet.apisix.requests if r[0] == "PUT"])
+    assert again.sync_once().result is SyncResult.APPLIED
+    assert list(fleet.apisix.config()["global_rules"][0]["plugins"]) == ["zipkin"]
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/2"}
+    assert len([r for r in fleet.apisix.requests if r[0] == "PUT"]) == puts + 1
+    assert again.sync_once().result is SyncResult.NOOP
+    fixed = fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/3")}, "a fixed")
+    assert again.sync_once().result is SyncResult.APPLIED
+    assert fleet.uris() == {"a-one": "/a/3", "b-one": "/b/2"}
+    assert again.state.sources["a"].last_good == fixed
+
+
+def test_a_team_route_using_the_platforms_upstream_applies_and_dropping_it_blames_the_platform(
+        fleet: Fleet) -> None:
+    agent = fleet.start()
+    agent.sync_once()
+    assert fleet.apisix.config()["routes"][0]["upstream_id"] == "platform-web"
+    platform_good = fleet.platform.tip()
+    dropped = fleet.platform.commit({"p.yaml": "upstreams:\n  - id: platform-other\n    nodes: "
+                                               "{\"127.0.0.1:1981\": 1}\n" + rule("prometheus")}, "drop web")
+    b_new = fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
+    outcome = agent.sync_once()
+    assert outcome.result is SyncResult.FAILED and outcome.stage is Stage.VALIDATE
+    assert outcome.problems == [
+        "a:r.yaml:4:5: routes[a-one].upstream_id: upstream_id 'platform-web' names no item of upstreams",
+        "b:r.yaml:4:5: routes[b-one].upstream_id: upstream_id 'platform-web' names no item of upstreams"]
+    # a is unchanged and b's new commit still names it: the platform's new commit is blamed, b's too
+    assert dropped in agent.state.sources["platform"].bad and b_new in agent.state.sources["b"].bad
+    assert agent.state.sources["platform"].last_good == platform_good
+    assert [u["id"] for u in fleet.apisix.config()["upstreams"]] == ["platform-web"]
+
+
+def test_an_item_with_another_sources_prefix_is_refused_at_its_file_line(fleet: Fleet) -> None:
+    agent = fleet.start()
+    agent.sync_once()
+    steal = fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1") + route("b-two", "/x")}, "steal")
+    outcome = agent.sync_once()
+    assert outcome.stage is Stage.OWNERSHIP
+    assert outcome.problems == ["a:r.yaml:5:5: routes[b-two]: source 'a' may not declare this item: it owns "
+                                "routes with id prefix 'a-'; it belongs to source 'b' (routes with id prefix "
+                                "'b-')"]
+    assert agent.state.sources["a"].bad[steal].startswith("ownership: r.yaml:5:5: routes[b-two]")
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+
+
+def test_a_source_deleting_its_own_items_is_held_by_the_guard_against_its_own_last_good_commit(
+        fleet: Fleet) -> None:
+    agent = fleet.start()
+    fleet.a.commit({"r.yaml": "routes:\n" + "".join(route(f"a-{n}", f"/a/{n}") for n in range(8))}, "a: 8")
+    agent.sync_once()
+    # 8 of the 9 live routes: few enough for the guard on the whole gateway (max_delete_count = 10),
+    # but every one of a's own
+    only_upstream = "upstreams:\n  - id: a-up\n    nodes: {\"127.0.0.1:1\": 1}\n"
+    emptied = fleet.a.commit({"r.yaml": only_upstream}, "a: none")
+    b_new = fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
+    outcome = agent.sync_once()
+    assert outcome.stage is Stage.GUARD
+    good = (agent.state.sources["a"].last_good or "")[:7]
+    assert outcome.problems == [f"source 'a': deletion guard: against its last good commit {good}: routes: "
+                                "8 → 0 (−100 %), refused: add \"Gitsync-Allow-Delete: routes\" (it would "
+                                "leave routes empty)"]
+    assert emptied in agent.state.sources["a"].bad and agent.state.sources["b"].last_good == b_new
+    assert len(fleet.uris()) == 9
+    fleet.a.commit({"r.yaml": "routes:\n" + route("a-0", "/a/0")}, "a: one\n\nGitsync-Allow-Delete: routes")
+    assert agent.sync_once().result is SyncResult.APPLIED  # its author allows it
+    assert fleet.uris() == {"a-0": "/a/0", "b-one": "/b/2"}
+
+
+class RefusingDouble(ApisixDouble):
+    """An APISIX 3.14 whose PUT refuses any route of uri /refused, naming it by its index (as 3.13-3.16
+    name an item they refuse), and applies the rest."""
+
+    def _put(self, h: Any, body: bytes) -> Any:
+        routes = json.loads(body).get("routes") or []
+        for index, item in enumerate(routes):
+            if isinstance(item, dict) and item.get("uri") == "/refused":
+                return Reply(400, json_body({"error_msg": f"invalid routes at index {index}, err: refused "
+                                                          "by this gateway"}))
+        return super()._put(h, body)
+
+
+def test_a_push_refused_for_one_sources_item_refuses_that_sources_commit_only(tmp_path: Path) -> None:
+    with RefusingDouble(ADMIN_KEY, version="3.14.0") as apisix:
+        made = Fleet(tmp_path, apisix, *repos(tmp_path))
+        made.platform.commit({"p.yaml": UPSTREAM + rule("prometheus")}, "platform v1")
+        made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1")}, "a v1")
+        made.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/1")}, "b v1")
+        agent = made.start()
+        assert agent.sync_once().result is SyncResult.APPLIED
+        a_new = made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/2")}, "a v2")
+        refused_route = route("b-one", "/b/1") + route("b-two", "/refused")
+        b_refused = made.b.commit({"r.yaml": "routes:\n" + refused_route}, "b: a route the gateway refuses")
+        outcome = agent.sync_once()
+        assert outcome.stage is Stage.PUSH
+        assert outcome.problems == ["b:r.yaml:5:5: routes[b-two]: refused by this gateway"]
+        assert agent.state.sources["b"].bad[b_refused] == \
+            "push: r.yaml:5:5: routes[b-two]: refused by this gateway"
+        assert agent.state.sources["a"].last_good == a_new
+        assert made.uris() == {"a-one": "/a/2", "b-one": "/b/1"}
+        agent.close()
+
+
+def test_an_item_written_out_of_band_in_a_sources_slice_is_that_sources_drift(fleet: Fleet) -> None:
+    agent = fleet.start()
+    agent.sync_once()
+    live = fleet.apisix.config()["routes"]
+    fleet.apisix.out_of_band("routes", [*live, {"id": "a-by-hand", "uri": "/by-hand"},
+                                        {"id": "nobodys", "uri": "/nobody"}])
+    outcome = agent.sync_once()
+    assert outcome.result is SyncResult.HEALED and fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+    agent.close()
+    assert status_of(fleet.a)["gateways"][0]["pruned"] == {"routes": ["a-by-hand"]}
+    assert status_of(fleet.b)["gateways"][0].get("pruned") in (None, {})
+
+
+def test_the_last_good_commits_survive_a_restart_and_nothing_is_pushed_again(fleet: Fleet) -> None:
+    agent = fleet.start()
+    agent.sync_once()
+    fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "42")}, "a broken")
+    agent.sync_once()
+    agent.close()
+    state = json.loads((fleet.root / "state" / "state.json").read_text())
+    assert set(state["sources"]) == {"platform", "a", "b"} and state["last_good"] in state["compositions"]
+    shown = run_gitsync("status", "--config", str(fleet.settings_file())).stdout
+    broken = fleet.a.tip() or ""
+    assert f"source:   a  {state['sources']['a']['last_good']}  (its tip {broken[:7]} refused: validate: " \
+        "r.yaml:3:5: routes[a-one].uri:" in shown
+    assert f"source:   b  {fleet.b.tip()}\n" in shown
+    puts = len([r for r in fleet.apisix.requests if r[0] == "PUT"])
+    again = fleet.start()
+    assert again.sync_once().result is SyncResult.NOOP  # a's tip is known bad: the last good one is live
+    assert again.tip_refused
+    refused = f"source a: the tip {fleet.a.tip()[:7]} is refused (validate: r.yaml:3:5:"
+    assert refused in again.readiness().reason
+    assert len([r for r in fleet.apisix.requests if r[0] == "PUT"]) == puts
+
+
+def test_a_failing_health_check_rolls_back_its_own_source_only(tmp_path: Path) -> None:
+    with ApisixDouble(ADMIN_KEY, forward=True) as apisix, upstream() as node:
+        made = Fleet(tmp_path, apisix, *repos(tmp_path))
+        made.extra = f'proxy_urls = ["{apisix.proxy_url}"]\n'
+        made.platform.commit({"p.yaml": f"upstreams:\n  - id: platform-web\n    nodes: {{\"{node}\": 1}}\n"
+                                        + rule("prometheus")}, "platform v1")
+        made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1")}, "a v1")
+        made.b.commit(b_files(node, "/orders"), "b v1")
+        agent = made.start()
+        try:
+            assert agent.sync_once().result is SyncResult.APPLIED
+            a_new = made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/2")}, "a v2")
+            dead = f"127.0.0.1:{free_port()}"
+            b_bad = made.b.commit(b_files(dead, "/orders"), "b to a dead upstream")
+            outcome = agent.sync_once()
+            assert outcome.stage is Stage.HEALTH
+            assert outcome.problems[0].startswith(f"{apisix.url}: b:conf/checks.yaml:2:5: check "
+                                                  "b:orders-answer failed after 3 attempt(s): status 502")
+            assert agent.state.sources["b"].bad[b_bad].startswith("health: ")
+            assert agent.state.sources["a"].last_good == a_new  # a's change stays
+            assert made.uris() == {"a-one": "/a/2", "b-orders": "/orders"}
+            nodes = {u["id"]: u["nodes"] for u in apisix.config()["upstreams"]}
+            assert nodes["b-up"] == {node: 1}  # b's items are its last good ones
+        finally:
+            agent.close()
+        stage, errors = note_of(made.b, b_bad)
+        assert stage == "health"
+        assert errors[0].startswith(f"{apisix.url}: conf/checks.yaml:2:5: check orders-answer failed after 3 "
+                                    "attempt(s): status 502")
+
+
+def test_a_failing_health_check_reported_is_noted_on_its_own_sources_commit(tmp_path: Path) -> None:
+    with ApisixDouble(ADMIN_KEY, forward=True) as apisix, upstream() as node:
+        made = Fleet(tmp_path, apisix, *repos(tmp_path))
+        made.extra = f'proxy_urls = ["{apisix.proxy_url}"]\n[rollout]\non_check_failure = "report"\n'
+        made.platform.commit({"p.yaml": UPSTREAM + rule("prometheus")}, "platform v1")
+        made.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1")}, "a v1")
+        made.b.commit(b_files(node, "/orders"), "b v1")
+        agent = made.start()
+        try:
+            agent.sync_once()
+            b_bad = made.b.commit(b_files(f"127.0.0.1:{free_port()}", "/orders"), "b to a dead upstream")
+            outcome = agent.sync_once()
+            assert outcome.result is SyncResult.APPLIED and outcome.stage is Stage.HEALTH
+            assert agent.state.sources["b"].last_good == b_bad  # reported, not refused
+        finally:
+            agent.close()
+        stage, errors = note_of(made.b, b_bad)
+        assert stage == "health"
+        assert errors[0].startswith(f"{apisix.url}: conf/checks.yaml:2:5: check orders-answer failed")
+        assert note(made.a, made.a.tip() or "") == ""
+
+
+def note_of(repo: BareRepo, sha: str) -> tuple[str, list[str]]:
+    """The stage and errors of the agent's section of the note on `sha`."""
+    section = next(s for s in YAML(typ="safe").load_all(note(repo, sha)) if s and s.get("agent") == "edge-1")
+    return section["stage"], section["errors"]
+
+
+def b_files(node: str, uri: str) -> dict[str, str]:
+    return {"conf/routes.yaml": (f"upstreams:\n  - id: b-up\n    type: roundrobin\n    nodes:\n"
+                                 f"      \"{node}\": 1\n"
+                                 f"routes:\n  - id: b-orders\n    uri: {uri}\n    host: api.example.com\n"
+                                 "    upstream_id: b-up\n"),
+            "conf/checks.yaml": CHECKS}
+
+
+@pytest.mark.slow
+def test_sync_once_with_sources_applies_their_composition_and_exits_1_on_a_refused_source(
+        fleet: Fleet) -> None:
+    done = run_gitsync("sync", "--once", "--config", str(fleet.settings_file()))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("applied: ")
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+    fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "42")}, "a broken")
+    fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
+    done = run_gitsync("sync", "--once", "--config", str(fleet.settings_file()))
+    assert done.returncode == 1
+    assert "a:r.yaml:3:5: routes[a-one].uri: invalid configuration" in done.stderr
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/2"}
+
+
+def test_an_agent_with_sources_reports_each_sources_status_in_gitsync_status_fleet(fleet: Fleet) -> None:
+    agent = fleet.start()
+    agent.sync_once()
+    agent.close()
+    result = run_gitsync("status", "--fleet", "--config", str(fleet.settings_file()))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for name, repo in (("platform", fleet.platform), ("a", fleet.a), ("b", fleet.b)):
+        at = lines.index(f"source {name} ({repo.path}):")
+        tip = repo.tip() or ""
+        assert any("edge-1" in line and tip[:7] in line for line in lines[at + 1:at + 4]), result.stdout
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gitsync export --split-by: one repo per owner, composed again by an agent
+
+
+LIVE = {
+    "upstreams": [{"id": "platform-web", "type": "roundrobin", "nodes": {"127.0.0.1:1980": 1}}],
+    "global_rules": [{"id": "observability", "plugins": {"prometheus": {}}}],
+    "routes": [{"id": "a-one", "uri": "/a", "upstream_id": "platform-web", "labels": {"team": "a"}},
+               {"id": "b-one", "uri": "/b", "upstream_id": "platform-web", "labels": {"team": "b"}},
+               {"id": "a-two", "uri": "/a2", "upstream_id": "platform-web", "labels": {"team": "a"}}],
+    "consumers": [{"username": "alice", "labels": {"team": "a"},
+                   "plugins": {"key-auth": {"key": "alice-secret-key-1"}}}],
+}
+
+
+@pytest.mark.slow
+def test_export_split_by_a_label_gives_one_repo_per_owner_that_the_agent_composes_again(
+        tmp_path: Path, apisix: ApisixDouble) -> None:
+    for kind, items in LIVE.items():
+        apisix.out_of_band(kind, items)
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    out, secrets = tmp_path / "out", tmp_path / "secrets"
+    done = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key), "--out", str(out),
+                       "--secrets-out", str(secrets), "--split-by", "team")
+    assert done.returncode == 0, done.stderr
+    assert "round trip: render of each written repo equals its live items" in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "platform", "sources.toml"]
+    assert sorted(p.name for p in secrets.iterdir()) == ["a"]  # alice's key, out of a's repo
+    assert "alice-secret-key-1" not in "".join(p.read_text() for p in out.rglob("*.yaml"))
+
+    # each directory a repo, the settings written composing them: a fresh gateway gets the same items
+    urls = {}
+    for name in ("platform", "a", "b"):
+        repo = BareRepo.create(tmp_path / f"{name}.git")
+        repo.commit({str(p.relative_to(out / name)): p.read_text() for p in (out / name).rglob("*")
+                     if p.is_file()}, f"{name} exported")
+        urls[name] = str(repo.path)
+    tables = (out / "sources.toml").read_text()
+    for name, url in urls.items():
+        tables = tables.replace(f"<the URL of the {name} repo>", url)
+    assert 'owns = [{ kinds = ["routes", "consumers"], labels = { team = "a" } }]' in tables
+    assert 'owns = ["upstreams", "global_rules"]' in tables
+    with ApisixDouble(ADMIN_KEY) as fresh:
+        config = tmp_path / "gitsync.toml"
+        config.write_text(f'[gateways]\ngateways = ["{fresh.url}"]\nadmin_key_file = "{key}"\n'
+                          f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[writeback]\nwriteback = "off"\n'
+                          f'[render]\nsecrets_dir = "{secrets / "a"}"\n\n' + tables)
+        done = run_gitsync("sync", "--once", "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        held = fresh.config()
+    for kind, items in LIVE.items():
+        assert items_equal(sorted(items, key=str), sorted(held[kind], key=str)), kind
+
+
+def test_export_split_by_refuses_a_kind_only_some_of_whose_items_carry_the_label(
+        tmp_path: Path, apisix: ApisixDouble) -> None:
+    nobody = {"id": "nobody", "uri": "/x", "upstream_id": "platform-web"}
+    apisix.out_of_band("routes", [*LIVE["routes"], nobody])
+    apisix.out_of_band("upstreams", LIVE["upstreams"])
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    done = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key), "--out",
+                       str(tmp_path / "out"), "--split-by", "team")
+    assert done.returncode == 2
+    assert ("gitsync export: --split-by team: routes[nobody] carries no label 'team' while other routes do: "
+            "label them (each item needs one owner), or export without --split-by") in done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_each_sources_mirror_is_tidied_after_its_syncs(fleet: Fleet) -> None:
+    """The packs incremental fetches leave are merged once a sync is over, in every source's mirror
+    as in one repo's (past MAX_PACKS; a fetch alone merges only past UNTIDY_PACKS)."""
+    agent = fleet.start()
+    assert agent.sync_once().result is SyncResult.APPLIED
+    for n in range(MAX_PACKS + 4):
+        fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", f"/a/{n}")}, f"a v{n}")
+        assert agent.sync_once().result is SyncResult.APPLIED
+    assert agent.sources is not None
+    packs = list((agent.sources.entries["a"].source.mirror_path / "objects" / "pack").glob("*.pack"))
+    assert 0 < len(packs) <= MAX_PACKS + 1 < UNTIDY_PACKS
