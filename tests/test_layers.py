@@ -50,6 +50,15 @@ def test_the_memo_wall_names_every_module_of_renders_core():
     ("gitsync/agent/sync.py", "from gitsync.feedback import outbox", "each stage imports only"),
     ("gitsync/kinds.py", "from gitsync.schema import plugins", "the shared vocabulary imports no stage"),
     ("gitsync/writeback/wire.py", "from gitsync.writeback import notes", "no import cycle"),
+    # the decisions do no I/O: neither the settings (files, the host name), the log, nor the modules that
+    # reach the network, other processes, threads, the clock or the file system
+    ("gitsync/agent/gate.py", "from gitsync.settings import Settings", "nothing that does I/O"),
+    ("gitsync/push/plan.py", "from gitsync.log import logger", "nothing that does I/O"),
+    ("gitsync/agent/choice.py", "import socket", "nothing that does I/O"),
+    ("gitsync/push/moves.py", "import subprocess", "nothing that does I/O"),
+    ("gitsync/render/compose.py", "import threading", "nothing that does I/O"),
+    ("gitsync/agent/canary.py", "import time", "nothing that does I/O"),
+    ("gitsync/ownership.py", "import os", "nothing that does I/O"),
 ])
 def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract):
     """In a copy of the tree, one import against the layering: lint-imports fails, naming the contract."""

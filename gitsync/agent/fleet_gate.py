@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gitsync.agent.gate import GateVerdict, group_gate, judge, own_heartbeat
+from gitsync.agent.gate import GateVerdict, group_gate, judge
 from gitsync.log import logger
 from gitsync.source.transport import SourceError
 from gitsync.writeback.fleet import FleetReader
@@ -65,4 +65,9 @@ class FleetGate:
         return {agent: moment for (agent, _), moment in kept.items()}
 
 
-__all__ = ["FleetGate"]
+def own_heartbeat(settings: Settings) -> float:
+    """The heartbeat period this agent expects of others: what it writes its own status at."""
+    return max(settings.status_heartbeat, settings.interval + settings.jitter)
+
+
+__all__ = ["FleetGate", "own_heartbeat"]

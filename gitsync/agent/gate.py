@@ -31,13 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
+from gitsync.display import format_age, short_sha
 from gitsync.writeback.statusfile import FleetEntry
-from gitsync.writeback.wire import format_age, short_sha
-
-if TYPE_CHECKING:
-    from gitsync.settings import Settings
 
 DOWN_AFTER = 2.0  # heartbeat periods without a write before an agent counts as down
 CLOCK_SKEW = 120.0  # seconds another agent's clock (or a committer's) may be ahead of this one's
@@ -184,11 +180,6 @@ def _ago(entry: FleetEntry, now: datetime) -> str:
     return f"{format_age((now - entry.seen).total_seconds())} ago" if entry.seen else "never"
 
 
-def own_heartbeat(settings: Settings) -> float:
-    """The heartbeat period this agent expects of others: what it writes its own status at."""
-    return max(settings.status_heartbeat, settings.interval + settings.jitter)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # `gitsync status --fleet`
 
@@ -230,4 +221,4 @@ def _printable(text: str) -> str:
 
 
 __all__ = ["APPLIED_RESULTS", "CLOCK_SKEW", "DOWN_AFTER", "GateVerdict", "checks_of",
-           "checks_passed", "fleet_table", "group_gate", "is_live", "judge", "own_heartbeat", "time_problem"]
+           "checks_passed", "fleet_table", "group_gate", "is_live", "judge", "time_problem"]

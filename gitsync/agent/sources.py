@@ -33,7 +33,8 @@ from gitsync.agent.view import RenderedCommit, SourceCommit
 from gitsync.backoff import Backoff
 from gitsync.log import logger, redact
 from gitsync.problems import Problem, ProblemsError
-from gitsync.push.guard import GuardPolicy, allowed_kinds, deletion_verdict
+from gitsync.push.apply import guard_policy_from_settings
+from gitsync.push.guard import allowed_kinds, deletion_verdict
 from gitsync.push.plan import Desired, Policy
 from gitsync.push.results import GatewayResult
 from gitsync.render import RenderOptions, options_from_settings, render
@@ -100,7 +101,7 @@ class SourceSet:
         self.submit = submit
         self.submit_once = submit_once
         self.unmanaged = frozenset(settings.unmanaged)
-        self.guard = GuardPolicy.from_settings(settings)
+        self.guard = guard_policy_from_settings(settings)
         self.others = tuple((spec.name, spec.owns) for spec in settings.sources)
         self.entries: dict[str, _Entry] = {}
         for spec in settings.sources:

@@ -39,7 +39,15 @@ from gitsync.agent.gate import GateVerdict
 from gitsync.agent.memory import AgentMemory, RunningPush
 from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.observer import NoObserver, SyncObserver
-from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult, Trigger, healed_after, with_late
+from gitsync.agent.outcomes import (
+    PhaseTimes,
+    Stage,
+    SyncOutcome,
+    SyncResult,
+    Trigger,
+    healed_after,
+    with_late,
+)
 from gitsync.agent.record import WriteBackQueue, log_outcome, record_metrics, short
 from gitsync.agent.sources import Blame, SourcesRefused, sources_from_settings
 from gitsync.agent.state import AgentState, GatewayState
@@ -51,8 +59,8 @@ from gitsync.log import context as log_context
 from gitsync.log import logger, redact, set_agent
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import ConfigHead, Gateway, GatewayError, LiveConfig, endpoints_from_settings
-from gitsync.push.apply import RetryPolicy, policy_from_settings
-from gitsync.push.guard import GuardPolicy, allowed_kinds
+from gitsync.push.apply import RetryPolicy, guard_policy_from_settings, policy_from_settings
+from gitsync.push.guard import allowed_kinds
 from gitsync.push.plan import Desired, LiveView, plan
 from gitsync.push.release import Release, release
 from gitsync.push.results import GatewayResult, Known, SyncStatus
@@ -184,7 +192,8 @@ class Agent:
             outcome = with_late(outcome, late)
             # Before the collector is back: its first collection (of all the sync left alive) comes
             # with the next allocation, and belongs to no phase of the sync; it runs as it is recorded.
-            outcome = replace(outcome, duration=time.monotonic() - started, phases=phases)
+            outcome = replace(outcome, duration=time.monotonic() - started,
+                              phases=PhaseTimes(phases.snapshot(), phases.waits()))
         self._early_lives = {}  # a GET no push took: its answer is stale by the next sync
         self._record(outcome)
         # after the sync: a merge of packs never holds up a push
@@ -369,7 +378,7 @@ class Agent:
             return SyncOutcome(reason, SyncResult.FAILED, target, stage=Stage.FETCH, problems=[exc.reason])
         rendered, subject = commit.rendered, commit.subject
         good = self._last_good_rendered() if decision.keep or (rendered.checks and decision.new) else None
-        guard = GuardPolicy.from_settings(self.settings, commit.allowed_delete) if decision.new else None
+        guard = guard_policy_from_settings(self.settings, commit.allowed_delete) if decision.new else None
         release = Release(rendered.payload, rendered.source_map, rendered.checks,
                           fallback=good.rendered.payload if good is not None and decision.new else None,
                           # with sources, the agent rolls back the blamed sources only (it decides again)

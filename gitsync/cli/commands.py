@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gitsync.adopt.adc_releases import diff_hint
-from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.fleet_gate import own_heartbeat
+from gitsync.agent.gate import fleet_table
 from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
 from gitsync.feedback.review import Findings, findings
@@ -30,8 +31,14 @@ from gitsync.kinds import item_id
 from gitsync.log import logger, redact, register_secrets
 from gitsync.problems import Problem, ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
-from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
-from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.push.apply import (
+    GatewayDiff,
+    RetryPolicy,
+    diff_gateway,
+    guard_policy_from_settings,
+    policy_from_settings,
+)
+from gitsync.push.guard import allowed_kinds, check_deletions
 from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
 from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
@@ -303,7 +310,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     if isinstance(read, int):
         return out.finish(2)
     rendered, message = read
-    guard = GuardPolicy.from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
+    guard = guard_policy_from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
     gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
         return out.finish(gateways)
@@ -362,7 +369,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings, by_flag=True), managed=policy.managed,
+                   guard=guard_policy_from_settings(settings, by_flag=True), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents,
                                                   rendered.ids, rendered.splits))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))

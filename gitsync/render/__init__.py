@@ -4,8 +4,9 @@ load (YAML, cached by blob SHA) → decrypt (SOPS seam) → substitute (vars/sec
 → build (layering) → validate; pure over ``{path: bytes}``.
 """
 
+from gitsync.render.environment import options_from_settings
 from gitsync.render.mask import mask_secrets
-from gitsync.render.options import RenderOptions, options_from_settings
+from gitsync.render.options import RenderOptions
 from gitsync.render.pipeline import render
 from gitsync.render.result import LastGood, LeftOut, Rendered
 from gitsync.render.sourcemap import SourceMap

@@ -27,10 +27,9 @@ from typing import Any
 from gitsync.kinds import KINDS, item_id
 from gitsync.ownership import Claim, Ownership, may_meet, static_overlap
 from gitsync.problems import Location, Problem
-from gitsync.render.facts import Reference
+from gitsync.render.references import Reference, references_of
 from gitsync.render.result import Rendered
 from gitsync.render.sourcemap import FieldPath, ItemSource, Patched, SourceMap
-from gitsync.render.validate import references_of
 
 #: Between a source's name and a file of it, in every place a composed payload reports.
 SEPARATOR = ":"

@@ -10,20 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.render.load import ParsedFile
+from gitsync.render.references import Reference
 from gitsync.render.sourcemap import FieldPath
 
 #: An item's value a `SegmentFacts` does not know (asked again of the item).
 UNKNOWN = object()
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An id an item names: the kind it must be in, where in the item, and how a problem calls it."""
-
-    target: str
-    at: FieldPath
-    ident: str
-    label: str  # "upstream_id", "whitelist entry", ...
 
 
 @dataclass

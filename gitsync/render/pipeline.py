@@ -18,6 +18,7 @@ from typing import Any
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import MASK, Redactor, redact, register_secret, register_secrets
+from gitsync.notation import secret_field_problem
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
 from gitsync.render.facts import FileFacts
@@ -26,12 +27,12 @@ from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParsedFile, blob_sha
 from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.render.options import RenderOptions
+from gitsync.render.references import dependants, refers_to
 from gitsync.render.result import LastGood, LeftOut, Rendered
 from gitsync.render.secrets import SecretRules, classify, document_secret_values, value_at
 from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
 from gitsync.render.substitute import Substitution
-from gitsync.render.validate import dependants, item_contents, refers_to, validate
-from gitsync.settings import secret_field_problem
+from gitsync.render.validate import item_contents, validate
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:

@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 from gitsync.agent.decision import GatewayView, Holding, Probe, holding
 from gitsync.agent.state import GatewayState
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, SyncRecord
+from gitsync.display import format_age
 from gitsync.kinds import KINDS
 from gitsync.push.plan import changed_fields, content_bytes
 from gitsync.render.sourcemap import field_text
@@ -20,7 +21,6 @@ from gitsync.web.html import Markup, esc, join, link, table, tag
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, Head, LiveItems
 from gitsync.writeback.statusfile import FleetEntry
-from gitsync.writeback.wire import format_age
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
 _LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>[0-9]{1,9})(?::(?P<col>[0-9]{1,9}))?(?=: )")

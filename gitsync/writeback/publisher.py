@@ -49,6 +49,7 @@ from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
 from gitsync.backoff import Backoff, backoff_delay
+from gitsync.display import short_sha
 from gitsync.log import logger, redact
 from gitsync.source.mirror import SHA_RE
 from gitsync.source.transport import Remote, SourceError
@@ -75,7 +76,6 @@ from gitsync.writeback.wire import (
     full_ref,
     render_status,
     same_substance,
-    short_sha,
     status_document,
     status_headline,
     status_message,

@@ -29,7 +29,7 @@ from gitsync.render.secrets import (
 )
 from gitsync.schema.encrypt_fields import ENCRYPT_FIELDS, field_count
 from gitsync.schema.plugins import PLUGINS
-from gitsync.settings import secret_field_problem
+from gitsync.notation import secret_field_problem
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.urls import credentials, display_url
 from gitsync.web.catalog import Catalog, written_lines

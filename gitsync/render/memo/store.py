@@ -35,8 +35,9 @@ from typing import Any
 
 from gitsync import __version__
 from gitsync.log import logger
-from gitsync.render.facts import FileFacts, Reference, SegmentFacts
+from gitsync.render.facts import FileFacts, SegmentFacts
 from gitsync.render.load import Document, ParsedFile
+from gitsync.render.references import Reference
 
 FORMAT = 5  # 2: facts per document list (segments), items outside one; 3, 4: with content splits; 5: marshal
 SUFFIX = ".parsed"
