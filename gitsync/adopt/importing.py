@@ -38,7 +38,7 @@ from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_setting
 from gitsync.push.plan import ItemChange
 from gitsync.push.summary import ChangeGroup, summarise
 from gitsync.render import RenderOptions, render
-from gitsync.render.memo import ParseCache
+from gitsync.render.memo import render_memo
 from gitsync.render.secrets import SecretRules
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
@@ -163,7 +163,7 @@ def result_problems(written: Mapping[str, bytes], imported: _Imported, settings:
     options = RenderOptions(max_file_size=settings.max_file_size, max_items=settings.max_items,
                             secret_lookup=secrets.get)
     try:
-        render(written, options, memo=ParseCache())
+        render(written, options, memo=render_memo(settings))
     except ProblemsError as exc:
         return [_at_origin(p, imported.origins) for p in exc.problems
                 if not p.message.startswith("undefined ")]

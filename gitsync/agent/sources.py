@@ -48,9 +48,8 @@ from gitsync.render.compose import (
     shared_kinds,
     split_file,
 )
-from gitsync.render.memo import ParseCache
-from gitsync.render.memo.store import ParseStore
-from gitsync.render.memo_api import NoMemo, RenderMemo
+from gitsync.render.memo import render_memo
+from gitsync.render.memo_api import RenderMemo
 from gitsync.settings import Settings, SourceSpec, source_settings
 from gitsync.source.mirror import Source, contacted
 from gitsync.source.transport import SourceError
@@ -109,9 +108,7 @@ class SourceSet:
             options = options_from_settings(own, env)
             # a reference into a kind other sources declare items of too is checked on the composed payload
             options = replace(options, unmanaged=options.unmanaged | shared_kinds(spec.owns))
-            cache: RenderMemo = NoMemo()
-            if settings.parse_cache:
-                cache = ParseCache(store=ParseStore(StateDir(own.state_dir).parse_cache))
+            cache = render_memo(settings, StateDir(own.state_dir).parse_cache)
             self.entries[spec.name] = _Entry(spec, own, Source.from_settings(own), options, cache,
                                              WriteBack.from_settings(own),
                                              Backoff(min(settings.interval, 5.0), settings.max_backoff))

@@ -66,9 +66,8 @@ from gitsync.push.release import Release, release
 from gitsync.push.results import GatewayResult, Known, SyncStatus
 from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import LastGood, Rendered, options_from_settings, render, unmanaged_warnings
-from gitsync.render.memo import ParseCache
-from gitsync.render.memo.store import ParseStore
-from gitsync.render.memo_api import NoMemo, RenderMemo
+from gitsync.render.memo import render_memo
+from gitsync.render.memo_api import RenderMemo
 from gitsync.settings import Settings
 from gitsync.source.mirror import Source, contacted
 from gitsync.source.transport import SourceError
@@ -122,8 +121,7 @@ class Agent:
         self.state_dir = state_dir or StateDir(settings.state_dir)
         self.source = Source.from_settings(settings) if not settings.sources else None  # else `sources`
         self.render_options = options_from_settings(settings, self.env)
-        self.cache: RenderMemo = ParseCache(store=ParseStore(self.state_dir.parse_cache)) \
-            if settings.parse_cache else NoMemo()
+        self.cache: RenderMemo = render_memo(settings, self.state_dir.parse_cache)
         self.policy = policy_from_settings(settings)
         self.retry = RetryPolicy.from_settings(settings)
         endpoints = endpoints_from_settings(settings)

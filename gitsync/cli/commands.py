@@ -54,7 +54,7 @@ from gitsync.render import (
     render as render_files,
 )
 from gitsync.render.compose import Part, PartFacts, compose, dangling, facts_of, relabel, shared_kinds
-from gitsync.render.memo import ParseCache
+from gitsync.render.memo import render_memo
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError, source_settings
@@ -117,7 +117,7 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
         out.error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
     try:
-        rendered = render_files(files, options, memo=ParseCache())
+        rendered = render_files(files, options, memo=render_memo(settings))
         leave_to_exit(rendered)
     except ProblemsError as exc:
         for problem in exc.problems:
@@ -149,7 +149,7 @@ def _render_sources(settings: Settings, command: str, out: Findings) -> tuple[Re
                     commit.subject)
         options = dataclasses.replace(options, unmanaged=options.unmanaged | shared_kinds(spec.owns))
         try:
-            rendered = render_files(commit.files, options, memo=ParseCache())
+            rendered = render_files(commit.files, options, memo=render_memo(settings))
         except ProblemsError as exc:
             problems += [relabel(spec.name, problem) for problem in exc.problems]
             continue

@@ -38,6 +38,8 @@ from ruamel.yaml.events import (
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
+from gitsync.render.filememo import FileMemo
+
 #: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
 MAX_DEPTH = 64
 #: Digits of the largest integer a 64-bit float (what APISIX's JSON decoder makes of a number) can hold.
@@ -142,7 +144,7 @@ class ParsedFile:
     has_secret_references: bool  # contains ``$secret://``
     size: int = 0  # bytes
     #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: FileMemo = field(default_factory=FileMemo, compare=False, repr=False)
 
 
 def blob_sha(data: bytes) -> str:

@@ -21,7 +21,8 @@ from gitsync.log import MASK, Redactor, redact, register_secret, register_secret
 from gitsync.notation import secret_field_problem
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
-from gitsync.render.facts import FileFacts
+from gitsync.render.facts import FACTS, FileFacts
+from gitsync.render.filememo import MemoSlot
 from gitsync.render.healthchecks import CHECKS, Check, parse_checks
 from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParsedFile, blob_sha
@@ -141,16 +142,20 @@ def _register_classified(parsed_files: list[ParsedFile], documents: list[Any], r
         register_secrets(document_secret_values(content, rules))
 
 
+#: Where a plain file's parse keeps the values the classifier finds secret in it, by the rules it used.
+SECRET_VALUES: MemoSlot[dict[tuple[str, ...], frozenset[str]]] = MemoSlot("secret values")
+
+
 def register_file_secrets(parsed: ParsedFile, rules: SecretRules) -> None:
     """Register the values the classifier finds secret in a plain file (one without templates or SOPS)
     with the log redactor, worked out once per parse (kept in its memo, never stored). A render from
     the last one (`gitsync.render.memo_api.RenderMemo.render_next`) calls it for the files it changed,
     as a full render does for every file."""
-    key = ("secret values", rules.entries)
-    values = parsed.memo.get(key)
+    kept = parsed.memo.setdefault(SECRET_VALUES, {})
+    values = kept.get(rules.entries)
     if values is None:
-        facts = parsed.memo.get("facts")
-        values = parsed.memo[key] = frozenset(
+        facts = parsed.memo.get(FACTS)
+        values = kept[rules.entries] = frozenset(
             v for doc in parsed.documents
             for v in document_secret_values(doc.shared, rules, _contents(facts, doc.index)))
     register_secrets(values)

@@ -24,7 +24,7 @@ from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.render import render
-from gitsync.render.memo import ParseCache
+from gitsync.render.memo import render_memo
 from gitsync.settings import Settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
@@ -246,7 +246,7 @@ class LiveCatalog:
             try:
                 commit = agent.source.read(sha)
                 with gc_paused():  # as a sync renders: no full collections over the growing payload
-                    rendered = render(commit.files, agent.render_options, memo=ParseCache())
+                    rendered = render(commit.files, agent.render_options, memo=render_memo())
             except (SourceError, ProblemsError) as exc:
                 why = redact(f"cannot render {sha[:7]} again: {exc}")
                 self._error = (sha, why)
