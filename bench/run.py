@@ -525,9 +525,10 @@ def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list
 
 def cold_render(fx: Fixture, agent: Agent, reps: Reps) -> Result:
     """render() of every file with an empty parse cache vs ruamel's C safe loader over the same bytes."""
-    tip = agent.source.local_sha()
+    (repo,) = agent.repos.all
+    tip = repo.source.local_sha()
     assert tip is not None
-    files = agent.source.read(tip).files
+    files = repo.source.read(tip).files
     yaml = YAML(typ="safe", pure=False)
     if "clib" not in yaml.Parser.__module__:
         raise RuntimeError("ruamel.yaml's C loader is not installed: the floor would be wrong")
@@ -539,7 +540,7 @@ def cold_render(fx: Fixture, agent: Agent, reps: Reps) -> Result:
     ours, floors = [], []
     for _ in range(reps.reps):
         floors.append(timed(parse_only))
-        ours.append(timed(lambda: render(files, agent.render_options, ParseCache())))
+        ours.append(timed(lambda: render(files, repo.options, ParseCache())))
     return Result("cold_render", fx.routes, median(ours), "s", median(floors), 2.0, samples=ours,
                   floor_samples=floors, details={"files": len(files),
                                                  "yaml_bytes": sum(len(d) for d in files.values())})
@@ -588,7 +589,8 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
     protocol v2's ``ls-refs`` and `git ls-remote` for reference. Before each poll the drift watch
     runs, as the daemon's does every `drift_interval` (its HEAD, timed apart): a poll does not ask a
     gateway the watch has just seen holding our push."""
-    tip = agent.source.local_sha()
+    (repo,) = agent.repos.all
+    tip = repo.source.local_sha()
     assert tip is not None
     path = fx.repo.name
     ours, floors, v2, ls_remote, watch = [], [], [], [], []

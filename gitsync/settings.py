@@ -770,10 +770,20 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
     if not sources:
         return
     for name, why in (("repo", "each source names its own repo"), ("dir", "a source is a git repo"),
-                      ("partial", "partial apply is for one repo"),
-                      ("after_group", "groups that follow one another are for one repo")):
+                      ("partial", "a left-out item keeps its last good version from its repo's last good "
+                                  "commit, which the state of a source does not record"),
+                      ("after_group", "the group gate compares the commit each agent of a group applied, "
+                                      "read from one repo's status refs, and a composition is no repo's "
+                                      "commit")):
         if values.get(name):
             raise SettingsError(f"{merged[name].origin}: {name} cannot be set with [[sources]] ({why})")
+    if values.get("forge_token") is not None and values.get("forge_status", "group") != "off":
+        where = merged.get("forge_token") or merged.get("forge_token_file")
+        origin = where.origin if where else "forge_token"
+        raise SettingsError(f"{origin}: commit statuses on the forge cannot be posted with [[sources]] (a "
+                            "status is posted on the commit the gateways run, and a composition of several "
+                            "repos is no repo's commit; each source's status is on its own status ref): "
+                            "unset forge_token or set forge_status = \"off\"")
     seen: dict[str, SourceSpec] = {}
     for spec in sources:
         if spec.name in seen:
@@ -794,6 +804,25 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
             raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} may both claim "
                                 f"one item: {why} (also {one.origin}); tell them apart by id prefixes "
                                 "that do not start one another, or by one label with different values")
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    """One config repo of an agent: its name (None for the one repo of ``[source]``), its own settings
+    (a repo of its own, `source_settings`) and what it owns."""
+
+    name: str | None
+    settings: Settings
+    owns: Ownership
+
+
+def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
+    """The config repos the settings name: one per ``[[sources]]`` table, or the one repo of ``[source]``
+    (unnamed, owning every item): a composition of one. The one place that tells the two apart."""
+    if settings.sources:
+        return tuple(RepoSettings(spec.name, source_settings(settings, spec), spec.owns)
+                     for spec in settings.sources)
+    return (RepoSettings(None, settings, Ownership(everything=True)),)
 
 
 def source_settings(settings: Settings, spec: SourceSpec) -> Settings:

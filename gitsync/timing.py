@@ -1,4 +1,5 @@
-"""Where a sync's time goes: its phases, and how much of it was the gateways' rather than gitsync's.
+"""Where a sync's time goes: its phases, and how much of it was the gateways' rather than gitsync's;
+and the clock the agent reads the time from (`Clock`).
 
 A sync's wall time mixes gitsync's own work (asking git, reading and rendering the commit, planning,
 serializing) with waiting for gateways to answer (the GET before a push, the PUT, the read-back).
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 #: The phases, in the order a sync goes through them. ``probe`` (a gateway's HEAD the git check did
 #: not overlap), ``push-wait`` and ``read-back`` are spent waiting for a gateway; the others are
@@ -54,4 +57,20 @@ class Phases:
             return dict(self.waited)
 
 
-__all__ = ["GATEWAY_PHASES", "PHASES", "Phases"]
+@dataclass(frozen=True)
+class Clock:
+    """Where the agent reads the time, one clock for all of it: `wall` (seconds since the epoch: what it
+    records, shows and compares with other agents) and `monotonic` (what it measures and waits by).
+    Handed to the agent, so a test can set the time instead of waiting for it."""
+
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+
+    def now(self) -> datetime:
+        """The wall time, as an aware datetime (UTC)."""
+        return datetime.fromtimestamp(self.wall(), UTC)
+
+
+SYSTEM_CLOCK = Clock()
+
+__all__ = ["GATEWAY_PHASES", "PHASES", "SYSTEM_CLOCK", "Clock", "Phases"]

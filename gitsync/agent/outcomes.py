@@ -93,21 +93,28 @@ class PhaseTimes:
         return f"{parts}; gitsync's own {self.agent_time(wall) * 1000:.1f} ms of {wall * 1000:.1f} ms"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SyncOutcome:
-    """What one sync did: the data behind logs, state, metrics, status commits and notes."""
+    """What one sync did: the data behind logs, state, metrics, status commits and notes. Built once,
+    never changed (a later step makes a new one, `dataclasses.replace`); its sequences are tuples."""
 
     triggers: frozenset[Trigger]
     result: SyncResult
     commit: str | None = None
     subject: str = ""
     stage: Stage | None = None
-    problems: list[str] = field(default_factory=list)
-    gateways: list[GatewayResult] = field(default_factory=list)
-    drifted: list[str] = field(default_factory=list)  # gateways found to have lost the target
+    problems: tuple[str, ...] = ()
+    gateways: tuple[GatewayResult, ...] = ()
+    drifted: tuple[str, ...] = ()  # gateways found to have lost the target
     wake_at: float | None = None  # time.time() at which a sync should run again (the canary's soak)
     duration: float = 0.0
     phases: PhaseTimes = field(default_factory=PhaseTimes, repr=False)  # where the time went
+
+    def __post_init__(self) -> None:
+        for name in ("problems", "gateways", "drifted"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
 
     @property
     def ok(self) -> bool:
@@ -122,15 +129,15 @@ class SyncOutcome:
 def healed_after(refused: SyncOutcome, healed: SyncOutcome) -> SyncOutcome:
     """A refused commit's outcome with what the second decision of the sync (for the last good commit)
     did to the gateways."""
-    return replace(refused, gateways=[*refused.gateways, *healed.gateways],
-                   drifted=[*refused.drifted, *healed.drifted])
+    return replace(refused, gateways=(*refused.gateways, *healed.gateways),
+                   drifted=(*refused.drifted, *healed.drifted))
 
 
 def with_late(outcome: SyncOutcome, late: Iterable[SyncOutcome]) -> SyncOutcome:
     """`outcome` with what pushes left running by earlier syncs did, for those that ended: their
     gateways first, and their result when this sync itself had nothing else to report."""
     for ended in late:
-        outcome = replace(outcome, gateways=[*ended.gateways, *outcome.gateways])
+        outcome = replace(outcome, gateways=(*ended.gateways, *outcome.gateways))
         idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
         if idle and ended.result is not SyncResult.NOOP:
             outcome = replace(outcome, result=ended.result, commit=ended.commit, stage=ended.stage,

@@ -20,11 +20,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitsync import __version__
 from gitsync.agent.outcomes import Trigger, describe
-from gitsync.agent.record import short
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.sync import Agent
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.daemon.sdnotify import Notifier
+from gitsync.display import short
 from gitsync.feedback.outbox import Feedback
 from gitsync.log import logger, redact
 from gitsync.settings import Settings, SettingsError

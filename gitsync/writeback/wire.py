@@ -263,7 +263,6 @@ def load_status(data: bytes) -> dict[str, Any] | None:
     return doc
 
 
-
 def summary_text(result: Mapping[str, Any], now: datetime, checked: datetime | None = None) -> str:
     """`gitsync status`: the last result from the state dir, readable; `checked`: when the agent last
     looked (polls that change nothing do not rewrite the result)."""

@@ -70,7 +70,7 @@ def test_drift_report_only_reports(agent_for, apisix: ApisixDouble):
     apisix.restart()  # the gateway comes back empty
     outcome = agent.sync_once({Trigger.DRIFT})
     assert outcome.result == "drift_reported"
-    assert outcome.problems == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
+    assert list(outcome.problems) == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
     assert len(apisix.put_bodies) == puts and "routes" not in apisix.config()
     assert agent.metrics.drift_detected.labels(apisix.url)._value.get() == 1
     agent.close()
@@ -170,7 +170,8 @@ def test_a_sync_changes_no_item_the_render_cache_shares(agent_for, apisix, remot
     assert agent.sync_once().ok
     apisix.restart()
     assert agent.sync_once().ok  # a heal: plans on a fresh GET
-    documents = [doc for parsed, _ in agent.cache._entries.values() for doc in parsed.documents]
+    (repo,) = agent.repos.all
+    documents = [doc for parsed, _ in repo.memo._entries.values() for doc in parsed.documents]
     assert documents and all(doc.shared == doc.data for doc in documents)
     agent.close()
 
@@ -228,18 +229,18 @@ def test_a_first_sync_reads_a_new_gateway_while_it_renders(agent_for, apisix: Ap
     (which a sync that fetches at once does while the gateways answer), so the two overlap."""
     agent = agent_for()
     events: list[str] = []
-    read_live, render = agent.gateways.read_live, agent._render
+    read_live, render = agent.gateways.pool.read_live, agent._render
 
     def reading(urls):
         urls = list(urls)
         events.extend(f"GET {url}" for url in urls)
         return read_live(urls)
 
-    def rendering(sha: str, *, fetch: bool):
+    def rendering(sha: str, *, fetch: bool, run):
         events.append("render")
-        return render(sha, fetch=fetch)
+        return render(sha, fetch=fetch, run=run)
 
-    agent.gateways.read_live, agent._render = reading, rendering
+    agent.gateways.pool.read_live, agent._render = reading, rendering
     assert agent.sync_once({Trigger.CLI}).result == "applied"
     assert events[:2] == [f"GET {apisix.url}", "render"], events
     assert events.count(f"GET {apisix.url}") == 1  # the push took that GET: no second one
