@@ -112,7 +112,7 @@ class Daemon:
         self._worker.start()
         self.triggers.request(Trigger.START)
         logger.info("gitsync {} running: repo {} ref {} → {} gateway(s); listening on {}:{}", __version__,
-                    self.settings.repo or f"[[sources]] {', '.join(s.name for s in self.settings.sources)}",
+                    self.agent.repos.title(),
                     self.settings.ref, len(self.settings.gateways),
                     self.server.host, self.server.port)
         if self.web is not None:

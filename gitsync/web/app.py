@@ -185,8 +185,8 @@ class WebView:
             what = error or f"The live commit has no item {kind}/{ident}."
             return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
         lives = self.gateways(settings).lives()
-        sha = view.sources.get(split_file(detail.row.file or "")[0] or "", catalog.sha) if view.sources \
-            else catalog.sha  # the item's own source's commit
+        # the item's own [[sources]] repo's commit (the live commit itself for the repo of [source])
+        sha = view.sources.get(split_file(detail.row.file or "")[0] or "", catalog.sha)
         body = pages.item(detail, sha, lives, list(view.unmanaged), links, now)
         return self._page(200, f"{kind} {ident}", body, settings, nav="items")
 

@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitsync.agent.choice import SourceTip, blamed, choose, composition_id_of
 from gitsync.agent.outcomes import Stage, SyncResult
-from gitsync.agent.state import SourceState
 from gitsync.agent.sync import Agent
 from gitsync.kinds import KINDS
 from gitsync.ownership import Claim, Ownership, static_overlap
@@ -224,20 +222,6 @@ def test_a_composed_payload_keeps_the_sources_order_and_places_and_checks_refere
     assert [(d.source, d.target, str(d.problem)) for d in found] == [
         ("a", ("upstreams", "platform-gone"),
          "a:r.yaml:7:5: routes[a-two].upstream_id: upstream_id 'platform-gone' names no item of upstreams")]
-
-
-def test_the_composition_is_every_source_at_its_last_good_commit_the_newest_where_good() -> None:
-    states = {"a": SourceState("a1", bad={"a2": "render: x"}), "b": SourceState("b1"), "c": SourceState()}
-    choice = choose([SourceTip("a", "a2"), SourceTip("b", "b2"), SourceTip("c", "c1")], states)
-    assert [(c.name, c.commit, c.new) for c in choice.candidates] == [("a", "a1", False), ("b", "b2", True),
-                                                                       ("c", "c1", True)]
-    assert choice.composition == composition_id_of(choice.candidates)
-    down = choose([SourceTip("a", error="timed out"), SourceTip("b", "b1")], states)
-    assert down.commits == {"a": "a1", "b": "b1"}
-    assert choose([SourceTip("c", error="timed out")], states).error.startswith("source 'c': timed out")
-    never = choose([SourceTip("c", "c9"), SourceTip("b", "b1")], states | {"c": SourceState(bad={"c9": "x"})})
-    assert never.commits == {"b": "b1"}  # a source with no good commit and a refused tip: nothing yet
-    assert blamed({"a"}, {"a", "b"}) == {"a"} and blamed({"x"}, {"a", "b"}) == {"a", "b"}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from gitsync.agent.sync import Agent
 from gitsync.settings import load
 from gitsync.testing import apisix as double
 from gitsync.testing.apisix import ApisixDouble
-from testkit.processes import run_gitsync
+from gitsync.timing import Clock
+from testkit.processes import run_gitsync, wait_for
 
 ROUTES = """\
 routes:
@@ -98,7 +99,8 @@ def test_a_poll_trusts_the_drift_watchs_recent_head_and_asks_when_it_is_old(agen
     assert apisix.requests[before:] == []  # the git check alone
     assert agent.sync_once({Trigger.WEBHOOK}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]
-    time.sleep(0.6)
+    wait_for(lambda: agent.gateways.pool.client(apisix.url).recent_head(0.5) is None, 5,
+             "the last HEAD older than drift_interval")
     before = len(apisix.requests)
     assert agent.sync_once({Trigger.POLL}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]  # older than drift_interval: asked
@@ -267,5 +269,34 @@ def test_a_gateway_that_cannot_show_its_digest_counts_as_healed_when_it_needed_p
             assert agent.sync_once({Trigger.DRIFT}).result == "healed"
             assert heals._value.get() == 1
             assert agent.sync_once().result == "noop" and heals._value.get() == 1
+        finally:
+            agent.close()
+
+
+def test_the_agent_reads_the_time_from_the_clock_it_is_given(tmp_path: Path, remote_repo):
+    """Every time the agent records or compares comes from its clock: a canary's soak of an hour ends
+    when the clock says so, and what the agent records carries the clock's time."""
+    remote_repo.commit({"apisix.yaml": ROUTES}, "routes")
+    key = tmp_path / "admin_key"
+    key.write_text("test-admin-key")
+    now = [1_800_000_000.0]
+    clock = Clock(wall=lambda: now[0])
+    with ApisixDouble("test-admin-key") as canary, ApisixDouble("test-admin-key") as other:
+        settings = load({"repo": str(remote_repo.path), "gateways": [canary.url, other.url],
+                         "admin_key_file": str(key), "state_dir": str(tmp_path / "state"), "writeback": "off",
+                         "rollout": "canary", "soak": "1h"}, config="/dev/null", env={})
+        agent = Agent(settings, clock=clock)
+        try:
+            started = now[0]
+            assert agent.sync_once().result == "canary"
+            assert agent.state.gateways[canary.url].since == started and not other.config().get("routes")
+            now[0] += 3599
+            soaking = agent.sync_once()
+            assert soaking.result == "soaking" and soaking.wake_at == started + 3600
+            now[0] += 1  # the soak is over by the clock, not by waiting an hour
+            assert agent.sync_once().result == "applied"
+            assert other.config()["routes"][0]["uri"] == "/a"
+            assert agent.view().time == now[0] and agent.view().history[0].time == now[0]
+            assert agent.state.last_result["time"].startswith("2027-01-15T09:00:00")  # 1,800,003,600 s
         finally:
             agent.close()
