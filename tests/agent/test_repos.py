@@ -146,6 +146,17 @@ def test_a_bad_source_table_is_a_settings_error_at_its_line(tmp_path: Path, text
     assert str(refused.value).startswith(str(config) + error), str(refused.value)
 
 
+def test_commit_statuses_on_the_forge_are_refused_with_sources_unless_turned_off(tmp_path: Path) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[[sources]]\nname = "a"\nrepo = "https://git.example/a.git"\nowns = ["routes"]\n')
+    env = {"GITSYNC_FORGE_TOKEN": "forge-token-of-the-test"}
+    with pytest.raises(SettingsError) as refused:
+        load(config=config, env=env)
+    assert str(refused.value).startswith("GITSYNC_FORGE_TOKEN: commit statuses on the forge cannot be posted "
+                                         "with [[sources]]")
+    assert load(config=config, env=env | {"GITSYNC_FORGE_STATUS": "off"}).forge_token is not None
+
+
 def test_overlapping_sources_stop_the_agent_with_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "gitsync.toml"
     config.write_text('[gateways]\ngateways = ["http://127.0.0.1:9"]\n'
