@@ -673,18 +673,6 @@ def test_each_sources_mirror_is_tidied_after_its_syncs(fleet: Fleet) -> None:
 # one repo is a composition of one: the same code, the same bytes
 
 
-class RecordingDouble(RefusingDouble):
-    """`RefusingDouble` that keeps each PUT body as it received it."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.bodies: list[bytes] = []
-
-    def _put(self, h: Any, body: bytes) -> Any:
-        self.bodies.append(body)
-        return super()._put(h, body)
-
-
 ROUTES = "routes:\n" + route("r-one", "/one", "web") + route("r-two", "/two", "web")
 WEB = "upstreams:\n  - id: web\n    nodes: {\"127.0.0.1:1980\": 1}\n"
 #: Each step: the files of a new commit (a refused one among them), or None: a write on the gateway by
@@ -718,7 +706,7 @@ def one_scenario(root: Path, port: int, *, sources: bool) -> dict[str, Any]:
     (on `port`: its URL is in the statuses); what the gateway received and what went back to the repo."""
     root.mkdir()
     repo = BareRepo.create(root / "config.git")  # the same commits make the same SHAs in both runs
-    with RecordingDouble(ADMIN_KEY, version="3.14.0", port=port) as apisix:
+    with RefusingDouble(ADMIN_KEY, version="3.14.0", port=port) as apisix:
         config = both_ways_settings(root, apisix, repo, sources=sources)
         results, statuses, shas = [], [], []
         for files in STEPS:
@@ -734,7 +722,7 @@ def one_scenario(root: Path, port: int, *, sources: bool) -> dict[str, Any]:
             statuses.append(git("--git-dir", str(repo.path), "show",
                                 "refs/gitsync/status/edge-1:status.yaml"))
         notes = {sha: note(repo, sha) for sha in shas}
-        return {"results": results, "puts": apisix.bodies, "statuses": statuses, "notes": notes,
+        return {"results": results, "puts": apisix.put_bodies, "statuses": statuses, "notes": notes,
                 "state": json.loads((root / "state" / "state.json").read_text())}
 
 
