@@ -42,7 +42,7 @@ from gitsync.render.memo import render_memo
 from gitsync.settings import RepoSettings
 from gitsync.source.mirror import Source, contacted
 from gitsync.source.transport import SourceError
-from gitsync.timing import Clock
+from gitsync.timing import Clock, Phases
 from gitsync.writeback.publisher import WriteBack
 from gitsync.writeback.wire import FailureNote, StatusReport
 
@@ -85,17 +85,18 @@ class Repo:
 
     # -- observe -------------------------------------------------------------------------------------
 
-    def look(self, run: SyncRun) -> SourceTip:
+    def look(self, run: SyncRun, phases: Phases) -> SourceTip:
         """The repo's tip. A poll asks for the refs alone (most find nothing new); any other sync (a
         webhook, the command line, a drifted gateway, the start) fetches at once, which asks for the refs
         as the check does (one connection to the remote, not two) and lets the agent render a new commit
         while the gateways answer. A remote that does not answer fails the look; a fetch that fails
         otherwise leaves the check to tell (and the render's fetch to report it, as it would have).
-        A failure starts the remote's backoff, during which only a webhook asks."""
+        A failure starts the remote's backoff, during which only a webhook asks. `phases`: where its
+        time goes (the sync's, on the sync's thread)."""
         if not self.backoff.ready(self._clock.monotonic()) and Trigger.WEBHOOK not in run.triggers:
             return SourceTip(self.name, error=IN_BACKOFF)
         try:
-            tip = self._look(run)
+            tip = self._look(run, phases)
         except SourceError as exc:
             delay = self.backoff.failed(self._clock.monotonic())
             when = given_up(exc, self._attempts) if self._attempts > 1 else \
@@ -107,10 +108,10 @@ class Repo:
         self.memory.known_tip = tip
         return SourceTip(self.name, tip)
 
-    def _look(self, run: SyncRun) -> str:
+    def _look(self, run: SyncRun, phases: Phases) -> str:
         if run.triggers != {Trigger.POLL}:
             try:
-                with run.phases.timed("fetch"):
+                with phases.timed("fetch"):
                     fetched = self._contact(self.source.fetch)
             except SourceError as exc:
                 if exc.unreachable:
@@ -119,7 +120,7 @@ class Repo:
             else:
                 run.fetched[self.name] = fetched
                 return fetched
-        with run.phases.timed("check"):
+        with phases.timed("check"):
             return self._contact(self.source.check)
 
     def _contact(self, action: Callable[[], str]) -> str:

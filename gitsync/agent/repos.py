@@ -44,7 +44,7 @@ from gitsync.render import LastGood, LeftOut, Rendered
 from gitsync.render.compose import Part, compose, compose_files, dangling, label, relabel
 from gitsync.settings import RepoSettings, Settings, repos_of
 from gitsync.source.transport import SourceError
-from gitsync.timing import Clock
+from gitsync.timing import Clock, Phases
 from gitsync.urls import display_url
 from gitsync.writeback.wire import StatusReport
 
@@ -106,8 +106,13 @@ class Repos:
         be asked."""
         run.before = {repo.name: repo.state.last_good for repo in self.all}
         first, *others = self.all
-        asked = [self._pool.submit(repo.look, run) for repo in others]
-        tips = [first.look(run), *(future.result() for future in asked)]
+        # the others' time overlaps the first's, on the sync's thread: what the sync waits for them beyond
+        # it is its `check` phase
+        asked = [self._pool.submit(repo.look, run, Phases()) for repo in others]
+        tips = [first.look(run, run.phases)]
+        for future in asked:
+            with run.phases.timed("check"):
+                tips.append(future.result())
         for tip in tips:
             self.memory.repos[tip.name].tip = tip
         return self.view(), sum(1 for tip in tips if tip.error not in (None, IN_BACKOFF))
