@@ -113,7 +113,7 @@ error. `*_conf_version` keys never belong here: gitsync chooses versions.
 ## Before you commit
 
 Install the gitsync your agents run, as CI does: the wheel pinned by its sha256 in `ci/`
-(never `pip install gitsync`: that name on the package index is another project's):
+(never the bare name `gitsync` from a package index: that one is another project's):
 
 ```sh
 {INSTALL_LINES}
@@ -168,7 +168,7 @@ secrets/
 PRE_COMMIT = """\
 # pre-commit (https://pre-commit.com): `pre-commit install` once, then every commit is checked.
 # Uses the gitsync installed on your machine: the wheel pinned in ci/ (see README.md), never a bare
-# `pip install gitsync` (that name on the package index is another project's).
+# install of the bare name `gitsync` (that name on the package index is another project's).
 repos:
   - repo: local
     hooks:

@@ -1,7 +1,7 @@
 """How a scaffolded repo's CI installs gitsync: one wheel, named by its sha256, and never a bare name.
 
 The project publishes as ``apisix-gitsync`` (`gitsync.DISTRIBUTION`); the name ``gitsync`` on the package
-index belongs to an unrelated project, so a CI job that ran ``pip install gitsync…`` would run someone
+index belongs to an unrelated project, so a CI job that installed by that name would run someone
 else's code. `gitsync init` therefore writes two files under ``ci/``:
 
 - ``gitsync-requirements.txt``: ``apisix-gitsync==<version> --hash=sha256:<wheel>`` (or the wheel's URL
