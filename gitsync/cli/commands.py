@@ -427,10 +427,13 @@ def _sync_repo(settings: Settings) -> int:
         for problem in outcome.problems:  # e.g. what partial apply left out
             print(f"warning: {redact(problem)}", file=sys.stderr)
         return EXIT_WRITEBACK_FAILED if unwritten else 0
-    print(f"gitsync sync: {outcome.result} at {outcome.stage or '?'}: {outcome.commit or '-'}",
-          file=sys.stderr)
-    for problem in outcome.problems:
+    # The verdict comes last, with its first reason: the line a person (or CI) reads first.
+    for problem in outcome.problems[1:]:
         print(redact(problem), file=sys.stderr)
+    commit = outcome.commit[:12] if outcome.commit else "no commit read"
+    reason = f": {redact(outcome.problems[0])}" if outcome.problems else ""
+    verdict = str(outcome.result).replace("_", " ")
+    print(f"gitsync sync: {verdict} at {outcome.stage or '?'} ({commit}){reason}", file=sys.stderr)
     return 1
 
 
