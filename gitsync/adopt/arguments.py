@@ -72,6 +72,14 @@ def import_(parser: argparse.ArgumentParser) -> None:
 
 def init(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", type=Path, help="a new (or empty) directory")
+    parser.add_argument("--wheel", metavar="FILE", type=Path, default=None,
+                        help="the apisix-gitsync wheel your agents run: CI installs it by its sha256 "
+                             "(default: the wheel this gitsync was installed from)")
+    parser.add_argument("--wheel-url", metavar="URL", default=None,
+                        help="where CI downloads that wheel (default: the package index)")
+    parser.add_argument("--pin-only", action="store_true",
+                        help="only rewrite ci/gitsync-requirements.txt and ci/gitsync-libraries.txt in DIR "
+                             "(move an existing repo's CI to another gitsync version)")
 
 
 def schema(parser: argparse.ArgumentParser) -> None:

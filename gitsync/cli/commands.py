@@ -60,6 +60,9 @@ from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
+#: diff: the commit renders and the gateways answer, but the deletion guard would hold it (2 stays the
+#: code of a check that could not be made: a CI can tell "allow the deletion" from "fix the pipeline").
+EXIT_GUARD_WOULD_HOLD = 4
 #: Tries of each git contact by ``sync --once`` (it has no next poll): 1 + 3 retries, at most 1, 2 and
 #: 4 s apart (half of each wait is random: agents started together do not retry together).
 ONCE_GIT_ATTEMPTS = 4
@@ -294,8 +297,9 @@ def _gateways(settings: Settings, command: str, out: Findings | None = None) -> 
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
-    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
-    commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
+    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error, 4 a commit
+    the deletion guard would hold (`EXIT_GUARD_WOULD_HOLD`; an error wins). A report format has its own
+    codes (`gitsync.feedback.review`)."""
     from gitsync.agent.statedir import StateDir
 
     out = findings(args, "diff", settings)
@@ -316,7 +320,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     show = bool(getattr(args, "show_secrets", False))
     desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values,
                                                                rendered.secret_rules)
-    status = 0
+    status, held = 0, False
     for url in gateways.urls:
         one = diffs[url]
         if one.error is not None or one.plan is None:
@@ -337,9 +341,9 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             if change.deleted:
                 out.line(f"  guard: {change.describe()}")
         if verdict.refused:
-            out.refused(f"gitsync diff: {one.url}: the deletion guard would refuse this commit")
-            status = 2
-    return out.finish(status)
+            out.refused(f"gitsync diff: {one.url}: the deletion guard would hold this commit")
+            held = True
+    return out.finish(EXIT_GUARD_WOULD_HOLD if held and status != 2 else status)
 
 
 def sync(settings: Settings, args: argparse.Namespace) -> int:
@@ -423,10 +427,13 @@ def _sync_repo(settings: Settings) -> int:
         for problem in outcome.problems:  # e.g. what partial apply left out
             print(f"warning: {redact(problem)}", file=sys.stderr)
         return EXIT_WRITEBACK_FAILED if unwritten else 0
-    print(f"gitsync sync: {outcome.result} at {outcome.stage or '?'}: {outcome.commit or '-'}",
-          file=sys.stderr)
-    for problem in outcome.problems:
+    # The verdict comes last, with its first reason: the line a person (or CI) reads first.
+    for problem in outcome.problems[1:]:
         print(redact(problem), file=sys.stderr)
+    commit = outcome.commit[:12] if outcome.commit else "no commit read"
+    reason = f": {redact(outcome.problems[0])}" if outcome.problems else ""
+    verdict = str(outcome.result).replace("_", " ")
+    print(f"gitsync sync: {verdict} at {outcome.stage or '?'} ({commit}){reason}", file=sys.stderr)
     return 1
 
 

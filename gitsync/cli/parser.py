@@ -39,7 +39,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
             "gitsync.cli.commands:validate", ("source", "state", "unmanaged"),
             arguments="gitsync.feedback.review:format_arguments", closes_all=True),
-    Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
+    Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error, 4 the "
+            "deletion guard would hold the commit)",
             "gitsync.cli.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
             arguments="gitsync.feedback.review:format_arguments", closes_all=True),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "

@@ -63,7 +63,9 @@ def _redacted(problem: Problem, secret_fields: SecretFields,
         return local.redact(redact(text))
 
     message = _mask_quoted_parts(problem.message, own) if own else problem.message
-    return replace(problem, message=clean(message),
+    detail = None if problem.detail is None else clean(_mask_quoted_parts(problem.detail, own) if own else
+                                                       problem.detail)
+    return replace(problem, message=clean(message), detail=detail,
                    id=None if problem.id is None else clean(problem.id),
                    field=None if problem.field is None else clean(problem.field))
 

@@ -159,16 +159,19 @@ class SourceMap:
                     self._ids[kind].setdefault(source.id, index)
         return self._ids[kind].get(str(item_id))
 
-    def problem(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> Problem:
+    def problem(self, kind: str, index: int | None, message: str, field: FieldPath = (),
+                detail: str | None = None) -> Problem:
         """A problem about item `index` of `kind` (or the kind as a whole), at the field's line when known."""
         source = None if index is None else self.source(kind, index)
         if source is None:
-            return Problem(message, None, kind, None, field_text(field) or None)
+            return Problem(message, None, kind, None, field_text(field) or None, detail)
         patched = self.patched.get(source) if self.patched else None
-        if patched is not None:
-            message = f"{message} ({patched.describe()})"
+        if patched is not None:  # the detail says what the message is about: before where it came from
+            message = f"{message} ({detail}) ({patched.describe()})" if detail else \
+                f"{message} ({patched.describe()})"
+            detail = None
         return Problem(message, self.field_location(kind, source, field), kind, source.id,
-                       field_text(field) or None)
+                       field_text(field) or None, detail)
 
     def field_location(self, kind: str, source: ItemSource, field: FieldPath) -> Location:
         """Where the field at `field` of the item written at `source` is (for a patched item: in the

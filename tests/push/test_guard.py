@@ -41,8 +41,8 @@ def test_the_verdict(live: int, desired: int, refused: str | None) -> None:
 def test_the_described_line_and_the_allowances() -> None:
     live = {"routes": routes(812), "upstreams": [{"id": "u"}]}
     verdict = check_deletions({"upstreams": [{"id": "u"}]}, live, ["routes", "upstreams"], GuardPolicy())
-    assert verdict.problems == ['routes: 812 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes" '
-                                "(it would leave routes empty)"]
+    assert verdict.problems == ['routes: 812 → 0, deletes 812 of 812 (100 %), refused: add '
+                                '"Gitsync-Allow-Delete: routes" (it would leave routes empty)']
     for allowed in ({"routes"}, {"all"}):
         assert not check_deletions({}, live, ["routes"], GuardPolicy(allowed=frozenset(allowed))).refused
     assert not check_deletions({}, live, ["routes"], GuardPolicy(enabled=False)).refused
@@ -152,13 +152,14 @@ def test_an_emptied_commit_is_refused_and_its_trailer_lets_it_through(once, remo
     result = once()
     assert result.returncode == 1
     assert "failed at guard" in result.stderr
-    assert 'routes: 20 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes"' in result.stderr
+    assert ('routes: 20 → 0, deletes 20 of 20 (100 %), refused: add "Gitsync-Allow-Delete: routes"'
+            in result.stderr)
     assert len(apisix.put_bodies) == puts and live_routes(apisix) == 20  # nothing pushed
     note = git("--git-dir", str(remote_repo.path), "notes", "--ref=gitsync", "show", bad)
     assert "stage: guard" in note and "refused: add" in note
 
     diff = once("diff")
-    assert diff.returncode == 2 and "the deletion guard would refuse" in diff.stderr
+    assert diff.returncode == 4 and "the deletion guard would hold this commit" in diff.stderr
 
     remote_repo.commit({"conf/routes.yaml": emptied},
                        "Retire every route\n\nGitsync-Allow-Delete: routes, upstreams")
@@ -172,13 +173,13 @@ def test_a_60_percent_deletion_is_refused_and_a_10_percent_one_applied(once, rem
     assert once().returncode == 0
     remote_repo.commit({"conf/routes.yaml": route_file(8)}, "twelve gone")
     refused = once()
-    assert refused.returncode == 1 and "routes: 20 → 8 (−60 %)" in refused.stderr
+    assert refused.returncode == 1 and "routes: 20 → 8, deletes 12 of 20 (60 %)" in refused.stderr
     assert live_routes(apisix) == 20
     diff = once("diff")
-    assert diff.returncode == 2 and "guard: routes: 20 → 18 (−10 %)" not in diff.stdout
+    assert diff.returncode == 4 and "guard: routes: 20 → 8, deletes 12 of 20 (60 %)" in diff.stdout
     remote_repo.commit({"conf/routes.yaml": route_file(18)}, "two gone")
     diff = once("diff")
-    assert diff.returncode == 1 and "guard: routes: 20 → 18 (−10 %)" in diff.stdout
+    assert diff.returncode == 1 and "guard: routes: 20 → 18, deletes 2 of 20 (10 %)" in diff.stdout
     assert once().returncode == 0 and live_routes(apisix) == 18
 
 
@@ -195,10 +196,10 @@ def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
     refused = run_gitsync(*args)
     assert refused.returncode == 1 and "refused by the deletion guard" in refused.stdout
     # --dir has no commit message: the refusal points at the flag, not at a trailer
-    assert "routes: 20 → 0 (−100 %), refused: pass --allow-delete routes" in refused.stderr
+    assert "routes: 20 → 0, deletes 20 of 20 (100 %), refused: pass --allow-delete routes" in refused.stderr
     assert "Gitsync-Allow-Delete" not in refused.stderr
     diff = run_gitsync("diff", *args[2:])
-    assert diff.returncode == 2 and "refused: pass --allow-delete routes" in diff.stdout, diff.stdout
+    assert diff.returncode == 4 and "refused: pass --allow-delete routes" in diff.stdout, diff.stdout
     assert live_routes(apisix) == 20
     # the trailer takes kind names in any case; so does the flag
     assert run_gitsync(*args, "--allow-delete", "ROUTES", "--allow-delete", "Upstreams").returncode == 0
@@ -242,3 +243,15 @@ def test_the_same_ids_on_both_sides_count_as_the_sets_would() -> None:
         verdict = deletion_verdict({"routes": wanted}, {"routes": list(live)}, ["routes"], GuardPolicy())
         expected = by_sets(wanted, live)
         assert verdict.kinds == ((expected,) if expected else ()), (wanted, live)
+
+
+def test_a_kind_that_grows_while_it_loses_items_reads_right() -> None:
+    """`routes: 1 → 3 (−100 %)` read as a contradiction: the share is of what is live; the adds are told."""
+    verdict = check_deletions({"routes": routes(3, start=10)}, {"routes": routes(1)}, ["routes"],
+                              GuardPolicy(max_delete_count=0))
+    [change] = verdict.kinds
+    assert change.describe().startswith("routes: 1 → 3, deletes 1 of 1 (100 %), adds 3, refused: ")
+    kept = check_deletions({"routes": routes(19)}, {"routes": routes(20)}, ["routes"], GuardPolicy())
+    assert [c.describe() for c in kept.kinds] == ["routes: 20 → 19, deletes 1 of 20 (5 %)"]
+    same = check_deletions({"routes": routes(4)}, {"routes": routes(4)}, ["routes"], GuardPolicy())
+    assert [c.describe() for c in same.kinds] == ["routes: 4 → 4"]

@@ -101,7 +101,7 @@ def test_schema_error_positions():
             + UPSTREAM)
     assert errors(files(a_yaml=text)) == [
         'a.yaml:3:5: routes[r1].uri: invalid configuration: property "uri" validation failed: wrong type: '
-        "expected string, got number",
+        "expected string, got number (value 42)",
         "a.yaml:6:7: routes[r1].plugins.no-such-plugin: unknown plugin [no-such-plugin]",
     ]
 
