@@ -496,3 +496,51 @@ def plain_value(text: str) -> Any:
         return text
     finally:
         loader.close()
+
+
+def shallow_positions(data: bytes, depth: int) -> dict[tuple[str | int, ...], Pos]:
+    """`positions` of the nodes at most `depth` levels below their document's root (the rest of the
+    file is read, not recorded): where a large document's outline is, at a fraction of the memory."""
+    found: dict[tuple[str | int, ...], Pos] = {}
+    loader = _Loader(data)
+    get_event = loader.get_event
+    # Each frame: [is_mapping, current key or index, expecting_key]; a complex key pushes [None, …].
+    stack: list[list[Any]] = []
+    doc = -1
+    try:
+        while True:
+            event = get_event()
+            if event is None:
+                break
+            kind = type(event)
+            if kind is DocumentStartEvent:
+                doc += 1
+                continue
+            if doc < 0 or kind is DocumentEndEvent:
+                continue
+            if kind is MappingEndEvent or kind is SequenceEndEvent:
+                if stack.pop()[0] is not None:
+                    _after_value(stack)
+                continue
+            opens = kind is MappingStartEvent or kind is SequenceStartEvent
+            top = stack[-1] if stack else None
+            if top is not None and top[0] and top[2]:  # a mapping key
+                top[1] = _key_text(event.value) if kind is ScalarEvent else None
+                top[2] = False
+                if len(stack) <= depth:
+                    found.setdefault((doc, *(f[1] for f in stack)), _pos(event.start_mark))
+                if opens:
+                    stack.append([None, 0, False])
+                continue
+            if top is None or not top[0]:  # a document's root or a list item
+                if len(stack) <= depth:
+                    found.setdefault((doc, *(f[1] for f in stack)), _pos(event.start_mark))
+            if opens:
+                stack.append([kind is MappingStartEvent, 0, True])
+            else:
+                _after_value(stack)
+    except YAMLError:
+        pass
+    finally:
+        loader.close()
+    return found
