@@ -26,7 +26,8 @@ KINDS: tuple[str, ...] = (
 )
 
 #: Kinds a config repo may declare that are gitsync's own, never pushed: health checks (gitsync.push.health),
-#: the site's secret fields (gitsync.render.secrets) and the OpenAPI specs it renders (gitsync.render.openapi).
+#: the site's secret fields (gitsync.render.secrets) and the OpenAPI specs it renders
+#: (gitsync.render.openapi).
 REPO_ONLY_KINDS: tuple[str, ...] = ("checks", "secret_fields", "openapi")
 
 #: Every key APISIX 3.14+ keeps a ``<key>_conf_version`` for: the kinds plus ``plugins``.

@@ -532,9 +532,8 @@ def shallow_positions(data: bytes, depth: int) -> dict[tuple[str | int, ...], Po
                 if opens:
                     stack.append([None, 0, False])
                 continue
-            if top is None or not top[0]:  # a document's root or a list item
-                if len(stack) <= depth:
-                    found.setdefault((doc, *(f[1] for f in stack)), _pos(event.start_mark))
+            if (top is None or not top[0]) and len(stack) <= depth:  # a document's root or a list item
+                found.setdefault((doc, *(f[1] for f in stack)), _pos(event.start_mark))
             if opens:
                 stack.append([kind is MappingStartEvent, 0, True])
             else:

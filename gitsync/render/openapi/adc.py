@@ -227,7 +227,8 @@ class Converter:
 
     # -- upstreams ----------------------------------------------------------------------------------------
 
-    def upstream(self, servers: list[Server] | None, where: Location, layers: list[Layer]) -> tuple[Shaped, str]:
+    def upstream(self, servers: list[Server] | None, where: Location, layers: list[Layer],
+                 ) -> tuple[Shaped, str]:
         """An ADC upstream of `servers` with the defaults' `layers` over it, and the servers' path prefix."""
         up = Shaped()
         prefix = ""
@@ -341,8 +342,9 @@ class Converter:
             route_layers = [*self.root_routes, *path_routes,
                             *self.defaults(operation.place, operation.data, ROUTE_DEFAULTS)]
             if op_servers is not None or op_up or op_service:
-                alone = self._split(main, generated, op_servers if op_servers is not None else path_servers,
-                                    self.where(operation.place), [*path_up, *op_up], [*path_service, *op_service])
+                servers = op_servers if op_servers is not None else path_servers
+                alone = self._split(main, generated, servers, self.where(operation.place), [*path_up, *op_up],
+                                    [*path_service, *op_service])
                 alone.routes.append(self._route(operation, generated, path_plugins, route_layers, alone))
                 alone.operation = operation
                 services.append(alone)

@@ -11,7 +11,7 @@ from gitsync.render.openapi.adc import Converter, Service
 from gitsync.render.openapi.declaration import Declaration
 from gitsync.render.openapi.items import Item, items
 from gitsync.render.openapi.refs import MISSING, Documents, Place, Resolver
-from gitsync.render.openapi.spec import Spec
+from gitsync.render.openapi.spec import METHODS, Spec
 
 
 @dataclass
@@ -50,7 +50,8 @@ def convert(declaration: Declaration, documents: Documents, locate: Callable[[Pl
             converter = Converter(spec, declaration)
             out.services = converter.services()
             made = items(spec, declaration, out.services)
-            out.items, out.problems = made.items, [Problem(m, w) for w, m in converter.refused] + made.problems
+            out.items = made.items
+            out.problems = [Problem(message, where) for where, message in converter.refused] + made.problems
     for name in sorted(set(declaration.server_variables) - spec.used_variables):
         if spec.version is not None:
             out.problems.append(Problem(f"no server of the spec has a variable {name!r}",
@@ -64,9 +65,7 @@ def _count(spec: Spec) -> int:
     paths = spec.data.get("paths")
     if not isinstance(paths, dict):
         return 0
-    return sum(sum(1 for key in item if key in ("get", "put", "post", "delete", "options", "head", "patch",
-                                                "trace"))
-               for item in paths.values() if isinstance(item, dict))
+    return sum(sum(1 for key in item if key in METHODS) for item in paths.values() if isinstance(item, dict))
 
 
 __all__ = ["Conversion", "convert"]

@@ -3,10 +3,10 @@
 ::
 
     openapi:
-      - name: petstore                     # the declaration's name: unique; an overlay replaces or patches it by name
-        spec: specs/petstore.yaml          # relative to this file ("/specs/…": to the repo's root)
-        service_defaults: {hosts: [petstore.example.com]}       # as x-adc-service-defaults at the spec's root
-        upstream_defaults:                                      # as x-adc-upstream-defaults at the spec's root
+      - name: petstore                 # unique; an overlay replaces or patches it by name
+        spec: specs/petstore.yaml      # relative to this file ("/specs/…": to the repo's root)
+        service_defaults: {hosts: [petstore.example.com]}   # as x-adc-service-defaults at the root
+        upstream_defaults:                                  # as x-adc-upstream-defaults at the root
           nodes: [{host: 10.0.0.5, port: 8080, weight: 1}]
           scheme: http
         route_defaults: {plugins: {limit-count: {count: 100, time_window: 60}}}   # as x-adc-route-defaults
@@ -93,8 +93,8 @@ def declaration(entry: Any, locate: Callable[[FieldPath], Location]) -> Declarat
         variables = {}
     for key, value in variables.items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            problems.append(problem(f"server variable {key!r} must be text or a number, not {describe(value)}",
-                                    "server_variables", key))
+            problems.append(problem(f"server variable {key!r} must be text or a number, not "
+                                    f"{describe(value)}", "server_variables", key))
     validation = entry.get("request_validation", False)
     why = validation_problem(validation)
     if why is not None:

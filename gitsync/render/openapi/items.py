@@ -70,7 +70,8 @@ def _cut(text: Any) -> Any:
     return text
 
 
-def _apisix_origins(origins: Mapping[FieldPath, Location], under: str | None = None) -> dict[FieldPath, Location]:
+def _apisix_origins(origins: Mapping[FieldPath, Location], under: str | None = None,
+                    ) -> dict[FieldPath, Location]:
     """An ADC object's field origins as the APISIX item's (``description`` → ``desc``); `under`: only
     those of that field, without it (an upstream's inside its service)."""
     out = {}
@@ -93,7 +94,8 @@ class Mapper:
         self.declaration = declaration
         self.out = Items()
 
-    def problem(self, message: str, where: Location, kind: str | None = None, ident: str | None = None) -> None:
+    def problem(self, message: str, where: Location, kind: str | None = None, ident: str | None = None,
+                ) -> None:
         self.out.problems.append(Problem(message, where, kind, ident))
 
     def generated(self, at: Location, origins: dict[FieldPath, Location], route: Route | None = None,
@@ -130,10 +132,11 @@ class Mapper:
             up_origins.setdefault((key,), origins.get(("id",)) or origins.get(("name",), service.at))
         servers_at = origins.get(("upstream", "nodes"), service.at)
         if "nodes" not in upstream and not any(key in upstream for key in DISCOVERY):
-            self.problem(f"{what}: no server of the spec names a host, so its upstream has no nodes: give the "
-                         "declaration's upstream_defaults.nodes (or x-adc-upstream-defaults.nodes)",
+            self.problem(f"{what}: no server of the spec names a host, so its upstream has no nodes: give "
+                         "the declaration's upstream_defaults.nodes (or x-adc-upstream-defaults.nodes)",
                          servers_at, "upstreams", ident)
-        item = service_item({**fields, "name": _cut(name), "description": _cut(fields.get("description"))}, ident)
+        item = service_item({**fields, "name": _cut(name), "description": _cut(fields.get("description"))},
+                            ident)
         operation = service.routes[0] if service.operation is not None else None
         self.out.items.append(Item("services", item, service.at,
                                    self.generated(service.at, _apisix_origins(origins), operation)))

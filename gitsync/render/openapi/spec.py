@@ -122,8 +122,8 @@ class Spec:
             schemes = self.data.get("schemes")
             names = [s for s in schemes if isinstance(s, str)] if isinstance(schemes, list) and schemes \
                 else ["http"]
-            return [Server(f"{scheme}://{host}{base if isinstance(base, str) else ''}", self.root.child("host"))
-                    for scheme in names]
+            path = base if isinstance(base, str) else ""
+            return [Server(f"{scheme}://{host}{path}", self.root.child("host")) for scheme in names]
         if isinstance(base, str) and base:
             return [Server(base, self.root.child("basePath"))]
         return None

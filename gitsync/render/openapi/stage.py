@@ -196,9 +196,10 @@ def _one_route_each(conversions: list[Conversion]) -> list[Problem]:
                 continue
             why = f"the same route id {ident} (the same name, {item.item.get('name')!r}, in one service)" \
                 if ident in seen_ids else "the same route (the same path, method and hosts)"
-            problems.append(Problem(f"{item.origin.operation} and {earlier.origin.operation} of "
-                                    f"{earlier.origin.spec} (at {earlier.at}) would make {why}: give one "
-                                    "another operationId or x-adc-name, or remove one", item.at, "routes", ident))
+            message = (f"{item.origin.operation} and {earlier.origin.operation} of {earlier.origin.spec} (at "
+                       f"{earlier.at}) would make {why}: give one another operationId or x-adc-name, or "
+                       "remove one")
+            problems.append(Problem(message, item.at, "routes", ident))
         conversion.items = kept
     return problems
 

@@ -58,7 +58,7 @@ def switch(spec: Spec, operation: Operation, declared: bool | Mapping[str, Any])
     item's, the document's, else the declaration's."""
     for data in (operation.data, operation.item, spec.data):
         value = data.get(EXTENSION)
-        if isinstance(value, bool) or isinstance(value, Mapping):
+        if isinstance(value, bool | Mapping):
             return value
     return declared
 
@@ -94,7 +94,8 @@ def _parameters(spec: Spec, operation: Operation) -> list[tuple[Place, Mapping[s
             if followed is None:
                 continue
             at, value = followed
-            if isinstance(value, Mapping) and isinstance(value.get("name"), str) and isinstance(value.get("in"), str):
+            if isinstance(value, Mapping) and isinstance(value.get("name"), str) \
+                    and isinstance(value.get("in"), str):
                 found[(value["name"], value["in"])] = (at, value)
     return list(found.values())
 
@@ -151,7 +152,8 @@ def _body_schema(spec: Spec, operation: Operation) -> dict[str, Any] | None:
             return None
         for at, parameter in _parameters(spec, operation):
             if parameter["in"] == "body" and parameter.get("required") is True:
-                return _for_validator(spec.resolver.expand(at.child("schema"), parameter.get("schema", {})), "2.0")
+                schema = spec.resolver.expand(at.child("schema"), parameter.get("schema", {}))
+                return _for_validator(schema, "2.0")
         return None
     place = operation.place.child("requestBody")
     followed = spec.resolver.follow(place, operation.data.get("requestBody"))
