@@ -58,6 +58,8 @@ def convert(declaration: Declaration, documents: Documents, locate: Callable[[Pl
                                         declaration.locate(("server_variables", name)), "openapi",
                                         declaration.name, f"server_variables.{name}"))
     out.problems = [Problem(message, locate(place)) for place, message in resolver.problems] + out.problems
+    if out.problems:
+        out.items = []  # the commit is refused: what the items would say of themselves adds only noise
     return out
 
 

@@ -131,7 +131,8 @@ class Mapper:
         for key in ("id", "name"):  # both are the service's
             up_origins.setdefault((key,), origins.get(("id",)) or origins.get(("name",), service.at))
         servers_at = origins.get(("upstream", "nodes"), service.at)
-        if "nodes" not in upstream and not any(key in upstream for key in DISCOVERY):
+        told = self.spec.bad_servers  # a server that could not be read is the cause, told already
+        if "nodes" not in upstream and not any(key in upstream for key in DISCOVERY) and not told:
             self.problem(f"{what}: no server of the spec names a host, so its upstream has no nodes: give "
                          "the declaration's upstream_defaults.nodes (or x-adc-upstream-defaults.nodes)",
                          servers_at, "upstreams", ident)

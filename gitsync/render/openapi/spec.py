@@ -1,9 +1,10 @@
 """Reading one OpenAPI document: its version, its servers and its operations, every problem at its place.
 
-OpenAPI 3.0, 3.1 (and 3.x) and Swagger 2.0 are read. Of Swagger 2.0, what OpenAPI 3 would say is
-taken as ADC's converter takes it (it upgrades the document first, with ``@scalar/openapi-parser``):
-``host``, ``basePath`` and ``schemes`` are the servers (``http`` when no scheme is given), a
-``body`` parameter is the request body.
+OpenAPI 3.0, 3.1 (and 3.x) and Swagger 2.0 are read; a document that says no version is read as
+3.0, as ADC's converter reads it (its own tests' documents say none). Of Swagger 2.0, what OpenAPI
+3 would say is taken as ADC's converter takes it (it upgrades the document first, with
+``@scalar/openapi-parser``): ``host``, ``basePath`` and ``schemes`` are the servers (``http`` when
+no scheme is given), a ``body`` parameter is the request body.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Spec:
         self.locate = locate
         self.variables = variables  # the declaration's values for the servers' variables
         self.used_variables: set[str] = set()
+        self.bad_servers = False  # a server could not be read (an upstream without nodes says nothing new)
         self.version = self._version(data)
 
     @property
@@ -79,6 +81,8 @@ class Spec:
             return "3.0" if openapi.startswith("3.0") else "3.1"
         if str(swagger) == "2.0":
             return "2.0"
+        if openapi is None and swagger is None:
+            return "3.0"  # as ADC's converter reads one: what the document says is 3.0's
         key = "openapi" if "openapi" in data else "swagger" if "swagger" in data else None
         self.problem(self.root.child(key) if key else self.root,
                      "not an OpenAPI document gitsync reads: expected `openapi: 3.x` (3.0, 3.1) or "
@@ -108,6 +112,7 @@ class Spec:
                 self.problem(where, "a server needs a url (text)")
                 continue
             url = self._filled(where, server["url"], server.get("variables"))
+            self.bad_servers = self.bad_servers or url is None
             defaults = server.get(NODE_DEFAULTS)
             if defaults is not None and not isinstance(defaults, Mapping):
                 self.problem(where.child(NODE_DEFAULTS), f"{NODE_DEFAULTS} must be a mapping of node fields")
@@ -167,6 +172,7 @@ class Spec:
         return None
 
     def _refuse(self, where: Place, message: str) -> str:
+        self.bad_servers = True
         self.problem(where, message)
         return message
 
