@@ -212,7 +212,7 @@ def _variables(method: str, path: str, host: str, client: str) -> dict[str, str]
 
 def _expression(rule: Any, variables: Mapping[str, str]) -> bool:
     """lua-resty-expr (v1) as a route's ``vars`` uses it: a list of conditions ``[var, op, value]`` (all
-    must hold), or ``["AND" | "OR" | "!AND" | "!OR", …]``; ``!`` before an operator negates it."""
+    must hold), or ``["AND" | "OR" | "!AND" | "!OR", …]``; ``[var, "!", op, value]`` negates one."""
     if not isinstance(rule, list) or not rule:
         return True
     if isinstance(rule[0], str) and rule[0] in ("AND", "OR", "!AND", "!OR"):
@@ -225,11 +225,11 @@ def _expression(rule: Any, variables: Mapping[str, str]) -> bool:
 
 
 def _condition(rule: list[Any], variables: Mapping[str, str]) -> bool:
-    name, op, expected = [*rule, None, None][:3]
+    negate = len(rule) == 4 and rule[1] == "!"  # [var, "!", op, value]
+    name, op, expected = (rule[0], rule[2], rule[3]) if negate else [*rule, None, None][:3]
     if len(rule) == 2:  # [var, value]: equality
         op, expected = "==", rule[1]
-    negate = isinstance(op, str) and op.startswith("!") and op != "!"
-    op = op[1:] if negate else op
+    op = op.lower() if isinstance(op, str) else op
     value = variables.get(str(name))
     if op == "==":
         held = value is not None and value == lua_tostring(expected)
