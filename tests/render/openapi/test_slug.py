@@ -10,7 +10,7 @@ from gitsync.render.openapi.slug import slugify
 
 @pytest.mark.parametrize(("text", "slug"), [
     ("httpbin.org", "httpbin.org"),
-    ("/absolute-redirect/{n}", "absolute-redirectn"),  # ADC's test "case 2": httpbin.org_absolute-redirectn_get
+    ("/absolute-redirect/{n}", "absolute-redirectn"),  # ADC's "case 2": httpbin.org_absolute-redirectn_get
     ("My API v2 (beta) & co ÄÖ ß", "My-API-v2-(beta)-and-co-AO-ss"),
     ("/Über uns/$x|y%z<a>b", "Uber-unsdollarxorypercentzlessagreaterb"),
     ("/a--b/ c  d/", "a-b-c-d"),

@@ -46,7 +46,7 @@ def test_a_json_body_becomes_the_body_schema_in_jsonschemas_words() -> None:
         "properties": {
             "id": {"type": "integer"},
             "name": {"type": ["string", "null"], "enum": ["a", "b", None]},
-            "size": {"type": "number", "minimum": 0, "exclusiveMaximum": 10},  # no default: it would be written
+            "size": {"type": "number", "minimum": 0, "exclusiveMaximum": 10},  # no default: it is written
             "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}}}}
 
 
@@ -86,7 +86,8 @@ def test_validation_is_opt_in_and_the_most_specific_switch_wins() -> None:
 
 
 def test_openapi_3_1_schemas_keep_their_types_and_ref_siblings() -> None:
-    body = BODY.replace("{$ref: '#/components/schemas/Thing'}", "{$ref: '#/components/schemas/N', maximum: 3}")
+    body = BODY.replace("{$ref: '#/components/schemas/Thing'}",
+                        "{$ref: '#/components/schemas/N', maximum: 3}")
     extra = "components:\n  schemas:\n    N: {type: [integer, 'null'], exclusiveMinimum: 0}\n"
     assert plugin(body, version="3.1.0", extra=extra) == {"body_schema": {
         "allOf": [{"type": ["integer", "null"], "exclusiveMinimum": 0}, {"maximum": 3}]}}
