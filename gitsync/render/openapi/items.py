@@ -167,7 +167,8 @@ class Mapper:
 
     def _match(self, route: Route, fields: dict[str, Any], origins: dict[FieldPath, Location]) -> None:
         """The route matches exactly its path: uris, and for a templated one vars and priority."""
-        found = matcher(route.path)
+        own = matcher(route.operation.path)  # the spec's own path, as it is written, first
+        found = own if isinstance(own, str) else matcher(route.path)
         where = origins.get(("uris",), route.at)
         if isinstance(found, str):
             self.problem(f"{found}: it cannot become an APISIX route", where)
@@ -199,34 +200,44 @@ def items(spec: Spec, declaration: Declaration, services: list[Service]) -> Item
     seen: dict[str, Location] = {}
     for service in services:
         mapper.service(service, seen)
-    _one_route_each(mapper)
+    mapper.out.items, problems = one_route_each(mapper.out.items, Routes())
+    mapper.out.problems += problems
     return mapper.out
 
 
-def _one_route_each(mapper: Mapper) -> None:
-    """Two operations that would be one route (the same id, or what the router matches) are a problem
-    at the second, naming the first."""
-    ids: dict[str, Item] = {}
-    matches: dict[str, Item] = {}
-    hosts = {item.item["id"]: item.item.get("hosts") for item in mapper.out.items if item.kind == "services"}
-    kept = []
-    for item in mapper.out.items:
+@dataclass
+class Routes:
+    """The routes seen so far (of one spec, or of every spec of a render): by id, and by what the router
+    matches."""
+
+    ids: dict[str, Item] = field(default_factory=dict)
+    matches: dict[str, Item] = field(default_factory=dict)
+
+
+def one_route_each(made: list[Item], seen: Routes) -> tuple[list[Item], list[Problem]]:
+    """`made` without the routes that would be one route with a route `seen` or made before them (the
+    same id, or what the router matches), and a problem for each, at it, naming the other."""
+    hosts = {item.item["id"]: item.item.get("hosts") for item in made if item.kind == "services"}
+    kept, problems = [], []
+    for item in made:
         if item.kind != "routes":
             kept.append(item)
             continue
         ident = item.item["id"]
         key = same_route_key(item.item, item.item.get("hosts") or hosts.get(item.item.get("service_id")))
-        first = ids.get(ident) or matches.get(key)
-        if first is not None:
-            why = f"the same route id {ident} (the same name, {item.item.get('name')!r}, in one service)" \
-                if ident in ids else "the same route (the same path template, method and hosts)"
-            mapper.problem(f"{item.origin.operation} and {first.origin.operation} (at {first.at}) would make "
-                           f"{why}: give one another operationId or x-adc-name, or remove one",
-                           item.at, "routes", ident)
+        first = seen.ids.get(ident) or seen.matches.get(key)
+        if first is None:
+            seen.ids[ident] = seen.matches[key] = item
+            kept.append(item)
             continue
-        ids[ident], matches[key] = item, item
-        kept.append(item)
-    mapper.out.items = kept
+        why = f"the same route id {ident} (the same name, {item.item.get('name')!r}, in one service)" \
+            if ident in seen.ids else "the same route (the same path template, method and hosts)"
+        other = first.origin.operation + ("" if first.origin.spec == item.origin.spec
+                                          else f" of {first.origin.spec}")
+        message = (f"{item.origin.operation} and {other} (at {first.at}) would make {why}: give one another "
+                   "operationId or x-adc-name, or remove one")
+        problems.append(Problem(message, item.at, "routes", ident))
+    return kept, problems
 
 
-__all__ = ["MAX_TEXT", "Item", "Items", "items", "same_route_key"]
+__all__ = ["MAX_TEXT", "Item", "Items", "Routes", "items", "one_route_each", "same_route_key"]

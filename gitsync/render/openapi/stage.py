@@ -23,7 +23,7 @@ from gitsync.render.load import MAX_DEPTH, Document, ParsedFile, blob_sha, posit
 from gitsync.render.memo_api import RenderMemo
 from gitsync.render.openapi.convert import Conversion, convert
 from gitsync.render.openapi.declaration import OPENAPI, declaration
-from gitsync.render.openapi.items import Item, same_route_key
+from gitsync.render.openapi.items import Item, Routes, one_route_each
 from gitsync.render.openapi.refs import MISSING, Place
 from gitsync.render.sourcemap import FilePositions, Generated, ItemSource, SourceMap
 
@@ -174,33 +174,12 @@ def expand(loaded: list[Loaded], problems: list[Problem], files: Mapping[str, by
 
 
 def _one_route_each(conversions: list[Conversion]) -> list[Problem]:
-    """Two operations (of one spec or two) that would be one route: a problem at the second, naming the
-    first; the second is left out."""
-    problems = []
-    seen_ids: dict[str, Item] = {}
-    seen_matches: dict[str, Item] = {}
+    """Two operations of two specs that would be one route: a problem at the second, naming the first;
+    the second is left out (within one spec, `gitsync.render.openapi.items` did the same)."""
+    seen, problems = Routes(), []
     for conversion in conversions:
-        hosts = {item.item["id"]: item.item.get("hosts") for item in conversion.items
-                 if item.kind == "services"}
-        kept = []
-        for item in conversion.items:
-            if item.kind != "routes":
-                kept.append(item)
-                continue
-            ident = item.item["id"]
-            key = same_route_key(item.item, item.item.get("hosts") or hosts.get(item.item.get("service_id")))
-            earlier = seen_ids.get(ident) or seen_matches.get(key)
-            if earlier is None:
-                seen_ids[ident] = seen_matches[key] = item
-                kept.append(item)
-                continue
-            why = f"the same route id {ident} (the same name, {item.item.get('name')!r}, in one service)" \
-                if ident in seen_ids else "the same route (the same path, method and hosts)"
-            message = (f"{item.origin.operation} and {earlier.origin.operation} of {earlier.origin.spec} (at "
-                       f"{earlier.at}) would make {why}: give one another operationId or x-adc-name, or "
-                       "remove one")
-            problems.append(Problem(message, item.at, "routes", ident))
-        conversion.items = kept
+        conversion.items, found = one_route_each(conversion.items, seen)
+        problems += found
     return problems
 
 
