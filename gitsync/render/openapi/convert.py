@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gitsync.problems import Location, Problem
 from gitsync.render.openapi.adc import Converter, Service
@@ -26,11 +27,13 @@ class Conversion:
 
 
 def convert(declaration: Declaration, documents: Documents, locate: Callable[[Place], Location],
-            max_items: int | None = None) -> Conversion:
+            max_items: int | None = None, listed: Callable[[str, Any], list[tuple[Place, Any]]] | None = None,
+            ) -> Conversion:
     """The items of `declaration`'s spec (see `gitsync.render.openapi`), reading the repo through
-    `documents` and placing its nodes with `locate`."""
+    `documents`, placing its nodes with `locate` (and listing a file's references with `listed`, when
+    the caller keeps them)."""
     out = Conversion(declaration)
-    resolver = Resolver(documents)
+    resolver = Resolver(documents) if listed is None else Resolver(documents, listed)
     data = documents(declaration.spec)
     if data is MISSING:
         out.problems.append(Problem(f"the spec {declaration.spec!r} is not a file of the repo under the "

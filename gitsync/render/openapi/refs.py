@@ -68,6 +68,9 @@ class Resolver:
     """References of one spec's files (see the module); the problems found, each at its place."""
 
     documents: Documents
+    #: Every reference of a file (`references`), as the caller may keep them (a file's never change).
+    listed: Callable[[str, Any], list[tuple[Place, Any]]] = \
+        lambda file, document: list(references(file, document))
     problems: dict[tuple[Place, str], None] = field(default_factory=dict)  # ordered, without repeats
     spent: int = 0  # nodes every expansion produced
 
@@ -190,7 +193,7 @@ class Resolver:
             document = self.documents(current)
             if document is None or document is _MISSING:
                 continue
-            for place, ref in references(current, document):
+            for place, ref in self.listed(current, document):
                 found = self.target(place, ref)
                 if found is not None and found[0].file not in done:
                     pending.append(found[0].file)

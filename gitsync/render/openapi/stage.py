@@ -24,7 +24,7 @@ from gitsync.render.memo_api import RenderMemo
 from gitsync.render.openapi.convert import Conversion, convert
 from gitsync.render.openapi.declaration import OPENAPI, declaration
 from gitsync.render.openapi.items import Item, Routes, one_route_each
-from gitsync.render.openapi.refs import MISSING, Place
+from gitsync.render.openapi.refs import MISSING, Place, references
 from gitsync.render.sourcemap import FilePositions, Generated, ItemSource, SourceMap
 
 #: How deep below a spec's root the places an item's origin may name are (an operation's extension's
@@ -100,6 +100,16 @@ class _Files:
             return None
         return parsed.documents[0].shared
 
+    def references(self, name: str, document: Any) -> list[tuple[Place, Any]]:
+        """Every reference of a file's document, kept with its parse (a file's never change)."""
+        parsed = self.parsed.get(name)
+        if parsed is None:
+            return list(references(name, document))
+        found = parsed.memo.get("references")
+        if found is None:
+            found = parsed.memo["references"] = list(references(name, document))
+        return found
+
     def locate(self, place: Place) -> Location:
         """Where a node is: from the file's outline, or (deeper) from its full positions."""
         parsed = self.parsed.get(place.file)
@@ -162,7 +172,7 @@ def expand(loaded: list[Loaded], problems: list[Problem], files: Mapping[str, by
         if isinstance(made, list):
             out.problems += made
             continue
-        out.conversions.append(convert(made, reader.document, reader.locate, max_items))
+        out.conversions.append(convert(made, reader.document, reader.locate, max_items, reader.references))
     out.files = set(reader.read)
     for conversion in out.conversions:
         out.problems += conversion.problems
