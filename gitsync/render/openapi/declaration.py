@@ -12,6 +12,7 @@
         route_defaults: {plugins: {limit-count: {count: 100, time_window: 60}}}   # as x-adc-route-defaults
         server_variables: {environment: prod}                   # values for the servers' {variables}
         request_validation: true           # request-validation from each operation's parameters and body
+        id_prefix: pets-                   # before every generated id (ownership by id prefix)
 
 The three ``*_defaults`` are ADC's extensions as if written at the spec's root, over what the spec
 itself says there (key by key): the same fields, in ADC's words (``description``, not ``desc``). The
@@ -21,6 +22,7 @@ section is gitsync's own, never pushed; like health checks it is layered (`gitsy
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +32,11 @@ from gitsync.render.sourcemap import FieldPath, describe
 
 OPENAPI = "openapi"
 DEFAULTS = ("service_defaults", "upstream_defaults", "route_defaults")
-FIELDS = ("name", "spec", *DEFAULTS, "server_variables", "request_validation")
+FIELDS = ("name", "spec", *DEFAULTS, "server_variables", "request_validation", "id_prefix")
+#: The longest id prefix a declaration may give: the ids it prefixes are 40 characters (sha1), and
+#: APISIX's are at most 64.
+MAX_PREFIX = 24
+_PREFIX = re.compile(r"^[a-zA-Z0-9_.-]*$")
 #: The options of request validation a declaration (or ``x-gitsync-request-validation``) may give.
 VALIDATION_OPTIONS = ("rejected_code", "rejected_msg", "max_req_body_size")
 
@@ -47,6 +53,7 @@ class Declaration:
     route_defaults: Mapping[str, Any] = field(default_factory=dict)
     server_variables: Mapping[str, str] = field(default_factory=dict)
     request_validation: bool | Mapping[str, Any] = False
+    id_prefix: str = ""  # put before every generated id (a team's ownership by id prefix)
 
     @property
     def at(self) -> Location:
@@ -99,11 +106,15 @@ def declaration(entry: Any, locate: Callable[[FieldPath], Location]) -> Declarat
     why = validation_problem(validation)
     if why is not None:
         problems.append(problem(why, "request_validation"))
+    prefix = entry.get("id_prefix", "")
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix) or len(prefix) > MAX_PREFIX:
+        problems.append(problem(f"id_prefix must be at most {MAX_PREFIX} of the characters of an APISIX id "
+                                "(letters, digits, '-', '_', '.')", "id_prefix"))
     if problems:
         return problems
     assert isinstance(name, str) and spec is not None
     return Declaration(name, spec, locate, *(entry.get(key) or {} for key in DEFAULTS),
-                       {str(k): str(v) for k, v in variables.items()}, validation)
+                       {str(k): str(v) for k, v in variables.items()}, validation, prefix)
 
 
 def validation_problem(value: Any) -> str | None:

@@ -115,7 +115,7 @@ class Mapper:
     def service(self, service: Service, seen: dict[str, Location]) -> None:
         fields, origins = service.shape.fields, service.shape.origins
         name = str(fields.get("name"))
-        ident = str(fields.get("id") or sha1(name))
+        ident = self.declaration.id_prefix + str(fields.get("id") or sha1(name))
         what = f"service {name!r}"
         self.unknown((k for k in fields if k != "upstream"), SERVICE_FIELDS, origins, what, service.at)
         if ident in seen:
@@ -162,6 +162,7 @@ class Mapper:
                 origins[("plugins", validation.PLUGIN)] = route.at
         item = route_item({**fields, "name": name, "description": _cut(fields.get("description"))},
                           service, service_id)
+        item["id"] = self.declaration.id_prefix + item["id"]
         item["name"] = _cut(name)
         self.out.items.append(Item("routes", item, route.at, self.generated(route.at, origins, route)))
 

@@ -7,8 +7,10 @@ import time
 
 import pytest
 
+from gitsync.ownership import Claim, Ownership
 from gitsync.problems import ProblemsError
 from gitsync.render import Rendered, RenderOptions, render
+from gitsync.render.compose import Part, facts_of
 from gitsync.render.memo import ParseCache
 from gitsync.render.openapi.refs import MAX_NODES
 
@@ -228,3 +230,20 @@ def test_a_render_with_specs_is_the_same_with_the_parse_cache_and_again() -> Non
     changed = dict(files, **{"specs/pets.yaml": PETS.replace("count: 10", "count: 20").encode()})
     again = render(changed, RenderOptions(), memo=memo)
     assert again.payload["routes"][2]["plugins"]["limit-count"]["count"] == 20
+
+
+def test_a_sources_ownership_applies_to_the_generated_items() -> None:
+    declared = DECLARATION + "    id_prefix: pets-\n"
+    out = rendered({"openapi.yaml": declared, "specs/pets.yaml": PETS})
+    assert all(item["id"].startswith("pets-") for kind in ("routes", "services", "upstreams")
+               for item in out.payload[kind])
+    assert {r["service_id"] for r in out.payload["routes"]} == {out.payload["services"][0]["id"]}
+    kinds = ("routes", "services", "upstreams")
+    pets = Ownership((Claim(kinds, prefix="pets-"),))
+    others = [("pets", pets), ("orders", Ownership((Claim(kinds, prefix="orders-"),)))]
+    assert facts_of(Part("pets", "c1", out, pets), others).problems == ()
+    orders = others[1][1]
+    refused = facts_of(Part("orders", "c1", out, orders), others).problems
+    assert len(refused) == 5
+    assert all("source 'orders' may not declare this item" in p.message for p in refused)
+    assert str(refused[0].location) == "specs/pets.yaml:6:5"  # at the operation, in its spec
