@@ -11,6 +11,7 @@ ADC's: give it an ``operationId`` or ``x-adc-name``.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -36,6 +37,7 @@ def _mapped(char: str) -> str:
     return plain if plain.isascii() and plain.isalpha() else char
 
 
+@functools.lru_cache(maxsize=4096)  # a spec's title and methods, asked for every operation
 def slugify(text: str) -> str:
     """``My API (v2) & co`` → ``My-API-(v2)-and-co``; ``/absolute-redirect/{n}`` → ``absolute-redirectn``."""
     out = []
