@@ -34,10 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +45,7 @@ from gitsync.render import RenderOptions, render
 from gitsync.render.load import parse
 from gitsync.render.memo import ParseCache
 from gitsync.render.openapi.spec import METHODS
+from testkit.agents import serving
 from testkit.processes import run_gitsync
 
 PACKAGE = "@octokit/openapi@23.0.2"
@@ -136,18 +134,6 @@ class _Echo(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
-
-
-@contextmanager
-def echo_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def operations(spec: dict[str, Any], prefix: str) -> list[tuple[str, str, str]]:
@@ -241,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spec, source, reps = npm_spec(Path(tmp)), f"{PACKAGE} {MEMBER}", args.reps
     report: dict[str, Any] = {"machine": machine(), "spec": source}
-    with echo_server() as node:
+    with serving(_Echo) as node:
         files = repo(spec, node)
         report["render"] = renders(files, reps)
         line = report["render"]

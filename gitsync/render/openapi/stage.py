@@ -19,7 +19,7 @@ from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import item_id
 from gitsync.problems import Location, Problem
 from gitsync.render.build import Loaded, build
-from gitsync.render.load import MAX_DEPTH, Document, ParsedFile, blob_sha, positions, shallow_positions
+from gitsync.render.load import MAX_DEPTH, Document, ParsedFile, blob_sha, positions
 from gitsync.render.memo_api import RenderMemo
 from gitsync.render.openapi.convert import Conversion, convert
 from gitsync.render.openapi.declaration import OPENAPI, declaration
@@ -123,8 +123,7 @@ class _Files:
         else:
             table = parsed.memo.get("outline")
             if table is None:
-                table = parsed.memo["outline"] = shallow_positions(self.files.get(place.file) or b"",
-                                                                    OUTLINE_DEPTH)
+                table = parsed.memo["outline"] = positions(self.files.get(place.file) or b"", OUTLINE_DEPTH)
         while key:
             pos = table.get(key)
             if pos is not None:
