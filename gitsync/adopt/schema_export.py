@@ -23,6 +23,7 @@ from typing import Any
 from gitsync import __version__
 from gitsync.adopt.repo_writer import WriteError, replace_files
 from gitsync.kinds import KINDS, is_credential
+from gitsync.render.openapi.declaration import DEFAULTS, MAX_PREFIX, VALIDATION_OPTIONS
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
 from gitsync.settings import SECRET_FIELD
@@ -186,6 +187,29 @@ SECRET_FIELDS: dict[str, Any] = {
 }
 
 
+#: The repo's own ``openapi:`` list (`gitsync.render.openapi.declaration`), never pushed.
+OPENAPI: dict[str, Any] = {
+    "description": "OpenAPI specs the repo renders into services, upstreams and routes (docs/openapi.md).",
+    "type": ["array", "null"],
+    "items": {
+        "type": "object", "required": ["name", "spec"], "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "description": "Unique; layers replace or patch it."},
+            "spec": {"type": "string", "description": "The spec's path, relative to this file (/… from the "
+                                                      "repo's root)."},
+            **{key: {"type": "object", "description": f"As x-adc-{key.replace('_', '-')} at the spec's root "
+                                                      "(ADC's field names)."} for key in DEFAULTS},
+            "server_variables": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+            "request_validation": {"type": ["boolean", "object"],
+                                   "properties": {key: {} for key in VALIDATION_OPTIONS},
+                                   "additionalProperties": False},
+            "id_prefix": {"type": "string", "pattern": "^[a-zA-Z0-9_.-]*$", "maxLength": MAX_PREFIX},
+            "$patch": {"enum": ["merge"]},
+        },
+    },
+}
+
+
 def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
     """A config file (one YAML document) holding lists of `kinds` (all of them: the repo's own lists too)."""
     properties: dict[str, Any] = {
@@ -193,6 +217,7 @@ def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
                "maxProperties": 0, "items": kind_items(kind)} for kind in kinds}
     if kinds == KINDS:
         properties["secret_fields"] = SECRET_FIELDS
+        properties["openapi"] = OPENAPI
     return {
         "$schema": DRAFT,
         "$id": f"https://gitsync.invalid/schema/{__version__}/{title}",

@@ -188,11 +188,8 @@ def _explain(rendered: Rendered, kind: str, ident: str) -> int:
         print(f"gitsync render: no item {kind}[{ident}] in the rendered payload", file=sys.stderr)
         return 1
     item = rendered.payload[kind][index]
-    source = rendered.source_map.source(kind, index)
-    assert source is not None
-    patched = rendered.source_map.patched.get(source)
-    head = f"{kind}[{ident}]: {patched.describe()}" if patched is not None else \
-        f"{kind}[{ident}]: at {rendered.source_map.location(kind, index)}"
+    origin = rendered.source_map.describe(kind, index)  # patched by overlays, generated from a spec
+    head = f"{kind}[{ident}]: {origin or f'at {rendered.source_map.location(kind, index)}'}"
     fields = [(field_text(path) or "(the item)", str(where))
               for path, where in rendered.source_map.explain(kind, index, item)]
     width = max((len(name) for name, _ in fields), default=0)

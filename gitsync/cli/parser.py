@@ -61,7 +61,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
             "proven", "gitsync.adopt.export:export_command", ("gateway", "secret_fields"), ("gateways",),
             "gitsync.adopt.arguments:export"),
-    Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
+    Command("import", "convert ADC declarative files, a file-driven apisix.yaml or OpenAPI specs into a "
+            "config repo",
             "gitsync.adopt.importing:import_command", ("connect", "secret_fields"), (),
             "gitsync.adopt.arguments:import_"),
     Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",

@@ -403,10 +403,10 @@ def _yaml_issue(exc: YAMLError, data: bytes) -> LoadIssue:
     return LoadIssue(mark.line + 1, mark.column + 1, message)
 
 
-def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
+def _nodes(data: bytes, depth: int | None = None) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
     """Every node event of `data` with its path ``(document, *path)`` and its role: ``"key"`` (a
     mapping key: the path of its entry), ``"value"`` (a mapping's value), ``"item"`` (a list item) or
-    ``"root"`` (a document's)."""
+    ``"root"`` (a document's); with `depth`, only those at most that many levels below the root."""
     loader = _Loader(data)
     # Each frame: [is_mapping, current key or index, expecting_key, is_complex_key]
     stack: list[list[Any]] = []
@@ -431,12 +431,14 @@ def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
             if top is not None and top[0] and top[2]:  # a mapping key
                 top[1] = _key_text(event.value) if kind is ScalarEvent else None
                 top[2] = False
-                yield (doc, *(f[1] for f in stack)), event, "key"
+                if depth is None or len(stack) <= depth:
+                    yield (doc, *(f[1] for f in stack)), event, "key"
                 if opens:
                     stack.append([kind is MappingStartEvent, 0, True, True])
                 continue
             role = "root" if top is None else "value" if top[0] else "item"
-            yield (doc, *(f[1] for f in stack)), event, role
+            if depth is None or len(stack) <= depth:
+                yield (doc, *(f[1] for f in stack)), event, role
             if opens:
                 stack.append([kind is MappingStartEvent, 0, True, False])
             else:
@@ -447,14 +449,15 @@ def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
         loader.close()
 
 
-def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
-    """Every node's position in `data`, keyed by ``(document, *path)``: for error messages only.
+def positions(data: bytes, depth: int | None = None) -> dict[tuple[str | int, ...], Pos]:
+    """Every node's position in `data` (with `depth`: those at most that many levels below their
+    document's root), keyed by ``(document, *path)``: for error messages only.
 
     A mapping entry maps to its key's position, a list item to the item's start. Built
     lazily for one file at a time when an error needs a field's line.
     """
     found: dict[tuple[str | int, ...], Pos] = {}
-    for path, event, role in _nodes(data):
+    for path, event, role in _nodes(data, depth):
         if role != "value":
             found.setdefault(path, _pos(event.start_mark))
     return found
@@ -496,3 +499,4 @@ def plain_value(text: str) -> Any:
         return text
     finally:
         loader.close()
+
