@@ -333,6 +333,17 @@ def test_an_unquoted_var_is_typed_by_the_yaml_12_reading():
     assert rendered.payload["upstreams"][0]["retries"] == 777
 
 
+def test_empty_maps_and_lists_stay_as_written():
+    """APISIX stores ``labels: {}`` as sent (ADC writes it on services and routes); its GET renders every
+    empty table as ``{}``, which reconcile takes for ``[]`` too, but the payload keeps what the file says."""
+    text = ROUTE + "    labels: {}\n    plugins: {}\n    hosts: []\n" + UPSTREAM + "    labels: {}\n"
+    with pytest.raises(ProblemsError):  # hosts: [] is APISIX's to refuse (minItems 1), as written
+        render(files(a_yaml=text))
+    rendered = render(files(a_yaml=text.replace("    hosts: []\n", "")))
+    assert rendered.payload["routes"][0]["labels"] == {} and rendered.payload["routes"][0]["plugins"] == {}
+    assert rendered.payload["upstreams"][0]["labels"] == {}
+
+
 # --- scalars YAML 1.1 reads otherwise ---------------------------------------------------------------------
 
 AMBIGUOUS = ROUTE + "    vars: [[arg_b, '==', 1_000]]\n    labels: {canary: yes}\n" + UPSTREAM
