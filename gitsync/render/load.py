@@ -158,6 +158,9 @@ class _Loader(CParser):
         self.dispose()
 
 
+_TEXT = tuple.__new__  # a quoted scalar's Reading, made without NamedTuple's __new__ (a Python function)
+
+
 class _Stop(Exception):
     """Abandon the rest of a file (too deep)."""
 
@@ -173,7 +176,7 @@ def _scalar(event: ScalarEvent, templates: bool) -> Reading:
     tag = event.tag
     if tag is None or tag == "!":
         if event.style or tag == "!":
-            return Reading(value)
+            return _TEXT(Reading, (value, None, None))
         reading = read(value)
         if templates and reading.value is value and "${{" in value and value.startswith("${{") \
                 and value.endswith("}}") and value.count("${{") == 1:

@@ -184,7 +184,7 @@ def _number(text: str) -> Reading:
     if text.isdigit() and text.isascii() and (text[0] != "0" or len(text) == 1):
         if len(text) > MAX_INT_DIGITS:  # before int(): Python refuses 4,300+ digits
             return Reading(None, too_large(text))
-        return Reading(int(text))  # the usual number (a port, a weight): both schemas read it so
+        return _new(Reading, (int(text), None, None))  # the usual number (a port, a weight): read alike
     match = _CORE_NUMBER.fullmatch(text)
     kind = TEXT if match is None else match.lastgroup
     value: Any = text
@@ -222,6 +222,7 @@ def _words() -> dict[str, Reading]:
 
 
 WORDS = _words()
+_new = tuple.__new__  # a Reading without NamedTuple's own __new__, a Python function: read() runs per scalar
 
 
 def read(text: str) -> Reading:
@@ -231,7 +232,7 @@ def read(text: str) -> Reading:
         return word
     if text[:1] in NUMERIC_FIRST:
         return _number(text)
-    return Reading(text)
+    return _new(Reading, (text, None, None))
 
 
 def read_tagged(tag: str, text: str) -> Reading:
