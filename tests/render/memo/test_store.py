@@ -201,16 +201,21 @@ def _doctored(entry: bytes, change) -> bytes:  # type: ignore[no-untyped-def]
     return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
 
 
-def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp_path) -> None:
-    """Each list of an entry is checked as a whole (in C) and kept as marshal gave it back; whatever
-    does not pass is refused as before, one value at a time: the entry is ignored, the file parsed."""
-    data = (UPSTREAM + "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n").encode()
+def _stored(tmp_path, data: bytes) -> tuple[str, ParseStore, bytes]:  # type: ignore[no-untyped-def]
+    """The parse store's entry of a file `data` a render wrote: its key, the store, the entry's bytes."""
     key = blob_sha(data)
     cache = ParseCache(store=ParseStore(tmp_path))
     render({"a.yaml": data}, RenderOptions(), memo=cache)
     cache.end_render()
     store = ParseStore(tmp_path)
-    entry = (store.dir / f"{key}{SUFFIX}").read_bytes()
+    return key, store, (store.dir / f"{key}{SUFFIX}").read_bytes()
+
+
+def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp_path) -> None:
+    """Each list of an entry is checked as a whole (in C) and kept as marshal gave it back; whatever
+    does not pass is refused as before, one value at a time: the entry is ignored, the file parsed."""
+    data = (UPSTREAM + "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n").encode()
+    key, store, entry = _stored(tmp_path, data)
     assert decode(entry, key, store.version) is not None
     assert decode(_doctored(entry, lambda b: None), key, store.version) is not None
 
@@ -237,12 +242,7 @@ def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp
 def test_a_files_warnings_are_stored_with_it_and_read_back_as_parsed(tmp_path) -> None:
     route = "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n    labels: {a: yes}\n"
     data = (UPSTREAM + route).encode()
-    key = blob_sha(data)
-    cache = ParseCache(store=ParseStore(tmp_path))
-    render({"a.yaml": data}, RenderOptions(), memo=cache)
-    cache.end_render()
-    store = ParseStore(tmp_path)
-    entry = (store.dir / f"{key}{SUFFIX}").read_bytes()
+    key, store, entry = _stored(tmp_path, data)
     stored = decode(entry, key, store.version)
     assert stored is not None and len(stored.warnings) == 1
     assert_same_parse(stored, parse(data))
