@@ -246,3 +246,14 @@ def test_a_number_field_with_an_adc_variable_renders_the_number_the_var_holds(tm
     refused = run_gitsync("render", "--dir", str(out), env={"GITSYNC_VAR_PORT": "a port"})
     assert refused.returncode == 1
     assert "upstreams.yaml:" in refused.stderr and "vars.PORT is 'a port', not a number" in refused.stderr
+
+
+def test_an_apisix_yaml_scalar_lyaml_reads_the_yaml_11_way_is_a_note_at_its_line() -> None:
+    """APISIX reads a file-driven apisix.yaml with lyaml (apisix/core/config_yaml.lua), whose implicit types
+    are YAML 1.1's: its plain 1_000 is 1000 there, text to gitsync."""
+    from gitsync.adopt.import_apisix_yaml import split
+
+    text = b"routes:\n  - id: r1\n    uri: /a\n    vars: [[arg_b, '==', 1_000]]\n"
+    done = split("apisix.yaml", text)
+    assert done.payload["routes"][0]["vars"] == [["arg_b", "==", "1_000"]]
+    assert any(note.startswith("apisix.yaml:4:26: unquoted 1_000") and "lyaml" in note for note in done.notes)
