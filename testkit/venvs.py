@@ -26,21 +26,41 @@ def build_wheel(out: Path) -> Path:
     return next(out.glob("apisix_gitsync-*.whl"))
 
 
+def _is_gitsync(entry: str) -> bool:
+    """A site-packages entry of gitsync itself: its package, its distribution's metadata, or the
+    ``.pth`` of an editable install (of this checkout or another)."""
+    name = entry.lower().replace("-", "_")
+    return name == "gitsync" or name.startswith(("apisix_gitsync", "gitsync_", "gitsync.")) or \
+        (name.endswith(".pth") and "gitsync" in name)
+
+
 def venv_seeing_this_environment(path: Path) -> Path:
-    """A new virtualenv that sees the packages installed for this interpreter; returns its python.
+    """A new virtualenv that sees the packages installed for this interpreter, but not gitsync itself;
+    returns its python.
 
     ``venv --system-site-packages`` would not do: run from a virtualenv, it reaches the *base*
-    interpreter's site-packages, not this environment's (where pip put httpx & co.). A ``.pth``
-    file that adds this environment's site directories with `site.addsitedir` (so their own
-    ``.pth`` files count too) works the same whether this is a virtualenv, a system-wide or a
-    ``--user`` install. They come after the venv's own site-packages: what pip installs there wins.
+    interpreter's site-packages, not this environment's (where pip put httpx & co.). Each of this
+    environment's site directories is seen through a view of links, in the venv, to all its entries
+    but gitsync's own (its package, ``apisix_gitsync-*.dist-info``, an editable install's ``.pth``):
+    the suite itself runs from an editable install of the checkout, and pip would take that for the
+    wheel a test installs ("already satisfied") and Python import it instead. A ``.pth`` file adds
+    the views with `site.addsitedir` (so their own ``.pth`` files count too), after the venv's own
+    site-packages: what pip installs there wins.
     """
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
     python = path / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True, timeout=60).stdout.strip()
     sites = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
-    adds = "; ".join(f"site.addsitedir({d!r})" for d in sites if Path(d).is_dir())
+    views = []
+    for number, directory in enumerate(Path(d) for d in sites if Path(d).is_dir()):
+        view = path / "environment" / str(number)
+        view.mkdir(parents=True)
+        for entry in directory.iterdir():
+            if not _is_gitsync(entry.name):
+                (view / entry.name).symlink_to(entry)
+        views.append(str(view))
+    adds = "; ".join(f"site.addsitedir({view!r})" for view in views)
     (Path(purelib) / "_this_environment.pth").write_text(f"import site; {adds}\n")
     return python
 

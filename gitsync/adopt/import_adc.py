@@ -19,14 +19,18 @@ equal and changes nothing. The rules, as every ADC release applies them:
   plus its ``id`` or sha1("<username>.<credential>"), its ``type``/``config`` one plugin;
 - a global rule and a plugin metadata item are keyed by the plugin's name;
 - labels whose value is a list become that list's JSON text; ``--label-selector``
-  labels are stamped on services, routes, stream routes, consumers and SSLs;
+  labels are stamped on services, routes, stream routes, consumers and SSLs; ``labels: {}``
+  stays, as ADC writes it (its standalone backend's ``fromADCLabels`` maps ``{}`` to ``{}``);
 - ``${NAME}`` (ADC's environment substitution) becomes ``${{ secrets.NAME }}``
   (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``. A ``$``
   right before ``${NAME}`` (ADC: that ``$``, then the value) has no spelling in gitsync's
   syntax (``$${{`` is its escape of a literal ``${{``): it is reported.
 
 Each file is checked against the types of ADC's schema (`adc_shapes`) before it is
-converted: a wrong type is a problem at its line, never an exception.
+converted: a wrong type is a problem at its line, never an exception. Text in a number
+field is read first as ADC's lint reads it (`adc_shapes.numbers_read`): a number, or
+``${{ number(vars.NAME) }}`` for a field that is one ``${NAME}``, each with a note (a
+problem for a release synced with ``--no-lint``, which writes the text APISIX refuses).
 
 What differs between releases (the defaults its lint fills in, health checks and
 service discovery, ``nodes: []``, the ``managed-by: adc`` label of ADC after 0.28.0)
@@ -53,7 +57,14 @@ from gitsync.adopt.adc_releases import (
     VERIFY_CERT_OLD,
     Behaviour,
 )
-from gitsync.adopt.adc_shapes import item_count, too_many_items, wrong_types
+from gitsync.adopt.adc_shapes import (
+    ADC_ENV,
+    NumberRead,
+    item_count,
+    numbers_read,
+    too_many_items,
+    wrong_types,
+)
 from gitsync.adopt.repo_writer import dollar_before, rewrite_matches
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
@@ -75,7 +86,6 @@ from gitsync.render.sourcemap import FilePositions, string_leaves
 
 ADC_KEYS = ("services", "ssls", "consumers", "consumer_groups", "global_rules", "plugin_metadata",
             "routes", "stream_routes")
-_ENV = re.compile(r"\\\$\{(\w+)\}|\$\{(\w+)\}")
 
 STREAM_ROUTE_FIELDS = {"id", "name", "description", "labels", "plugins", "remote_addr", "server_addr",
                        "server_port", "sni"}
@@ -93,6 +103,7 @@ class Converted:
     problems: list[Problem] = field(default_factory=list)  # the import refuses: nothing written
     notes: list[Problem] = field(default_factory=list)  # told, and the import goes on
     secrets: set[str] = field(default_factory=set)  # ${NAME} turned into ${{ secrets.NAME }}
+    variables: set[str] = field(default_factory=set)  # ${NAME} in a number field: ${{ number(vars.NAME) }}
     origins: dict[tuple[str, str], Location] = field(default_factory=dict)  # (kind, id) → where in the files
 
 
@@ -114,7 +125,7 @@ def _substitute(value: Any, found: set[str]) -> Any:
         found.add(match.group(2))
         return "${{ secrets." + match.group(2) + " }}"
 
-    return rewrite_matches(value, _ENV, replace)
+    return rewrite_matches(value, ADC_ENV, replace)
 
 
 def input_problems(src: _Source) -> list[Problem]:
@@ -122,7 +133,7 @@ def input_problems(src: _Source) -> list[Problem]:
     ``${NAME}`` right after a ``$`` (gitsync reads ``$${{`` as a literal ``${{``)."""
     problems = [Problem(message, src.at(*path)) for path, message in wrong_types(src.data)]
     for path, text in string_leaves(src.data):
-        for match in _ENV.finditer(text):
+        for match in ADC_ENV.finditer(text):
             if match.group(2) and text[:match.start()].endswith("$"):
                 problems.append(Problem(dollar_before("$" + match.group(0), match.group(2), "ADC"),
                                         src.at(*path)))
@@ -417,12 +428,13 @@ class _Converter:
 
 @dataclass
 class AdcFiles:
-    """ADC's files read once (parsed, type-checked, ``${NAME}`` substituted), for one conversion or
-    several."""
+    """ADC's files read once (parsed, number fields read as ADC's lint reads them, type-checked,
+    ``${NAME}`` substituted), for one conversion or several."""
 
     sources: list[_Source]
     problems: list[Problem]
     secrets: set[str]
+    numbers: list[tuple[NumberRead, Location]] = field(default_factory=list)
 
 
 def _document(name: str, data: bytes) -> tuple[Any, list[Problem]]:
@@ -444,7 +456,12 @@ def read_files(files: Mapping[str, bytes], max_items: int | None = None) -> AdcF
     counted = 0
     for name, data in files.items():
         document, problems = _document(name, data)
-        problems = problems or input_problems(_Source(name, document, positions))
+        if not problems:
+            src = _Source(name, document, positions)
+            numbers, mixed = numbers_read(document)
+            out.numbers += sorted(((number, src.at(*number.path)) for number in numbers),
+                                  key=lambda found: found[1])
+            problems = [Problem(message, src.at(*path)) for path, message in mixed] + input_problems(src)
         if problems:
             out.problems += problems
             continue
@@ -468,6 +485,13 @@ def convert_files(adc: AdcFiles, label_selector: Mapping[str, str] | None = None
     converter = _Converter(stamp, behaviour)
     converter.out.problems += adc.problems
     converter.out.secrets |= adc.secrets
+    for number, where in adc.numbers:
+        if behaviour.lint:
+            converter.note(number.note(), where)
+            if number.variable is not None:
+                converter.out.variables.add(number.variable)
+        else:
+            converter.problem(number.unlinted(), where)
     for src in adc.sources:
         converter.file(src)
     converter.convert_pending()

@@ -237,6 +237,9 @@ def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, b
     if converted.secrets:
         notes.append("ADC's ${NAME} became ${{ secrets.NAME }}: set GITSYNC_SECRET_<NAME> or a file "
                      "<NAME> in the secrets directory for " + ", ".join(sorted(converted.secrets)))
+    if converted.variables:
+        notes.append("ADC's ${NAME} in a number field became ${{ number(vars.NAME) }}: set "
+                     "GITSYNC_VAR_<NAME> (or [render.vars]) for " + ", ".join(sorted(converted.variables)))
     return _Imported(converted.payload, converted.problems, notes, told, converted.origins)
 
 

@@ -298,6 +298,9 @@ def scaffold_files(wheel: pin.WheelPin) -> dict[str, bytes]:
 def init_command(_settings: object, args: argparse.Namespace) -> int:
     try:
         wheel = pin.choose(args.wheel, args.wheel_url)
+        if args.pin_only and wheel.sha256 is None:
+            raise pin.PinError(f"{wheel.why}: --pin-only needs the wheel your agents run, --wheel "
+                               f"{pin.wheel_name(wheel.version)}")
         if args.pin_only:
             if not args.directory.is_dir():
                 raise repo_writer.WriteError(f"{args.directory}: no such directory (--pin-only rewrites the "
@@ -311,10 +314,16 @@ def init_command(_settings: object, args: argparse.Namespace) -> int:
     except (pin.PinError, repo_writer.WriteError, OSError) as exc:
         print(f"gitsync init: {exc}", file=sys.stderr)
         return 2
+    if wheel.sha256 is None:
+        print(f"gitsync init: {args.directory / pin.REQUIREMENTS} is not pinned yet ({wheel.why}): "
+              f"CI installs nothing until you run: gitsync init --pin-only --wheel "
+              f"{pin.wheel_name(wheel.version)} {args.directory} (`pip download "
+              f"{DISTRIBUTION}=={wheel.version} --no-deps` fetches the wheel)", file=sys.stderr)
     if args.pin_only:
         print(f"CI in {args.directory} now installs gitsync {wheel.version} (sha256 {wheel.sha256[:12]}…): "
               f"commit {pin.REQUIREMENTS} and {pin.LIBRARIES}")
         return 0
-    print(f"a new config repo in {args.directory}, its CI pinned to gitsync {wheel.version}; next: cd "
+    pinned = "its CI pinned to" if wheel.sha256 else "its CI to be pinned to"
+    print(f"a new config repo in {args.directory}, {pinned} gitsync {wheel.version}; next: cd "
           f"{args.directory} && git init && gitsync validate --dir .")
     return 0

@@ -51,11 +51,14 @@ class WheelPin:
     """The wheel a scaffold's CI installs: its version, sha256, where from, and what it requires."""
 
     version: str
-    sha256: str
+    sha256: str | None  # None: no wheel known yet (`unpinned`): the file stops pip until it is pinned
     requires: tuple[str, ...]
     url: str | None = None  # None: from the package index (or PIP_INDEX_URL, PIP_FIND_LINKS)
+    why: str = ""  # why there is no hash (for `unpinned`)
 
     def requirements(self) -> str:
+        if self.sha256 is None:
+            return self._unpinned()
         where = f"{DISTRIBUTION} @ {self.url}" if self.url else f"{DISTRIBUTION}=={self.version}"
         source = f"the wheel at {self.url}" if self.url else \
             "the package index\n# (or the PIP_INDEX_URL / PIP_FIND_LINKS your CI sets)"
@@ -66,6 +69,18 @@ class WheelPin:
             "# another version: `gitsync init --pin-only --wheel FILE .` with the wheel your agents run.\n"
             f"#   {INSTALL[0]}\n#   {INSTALL[1]}\n"
             f"{where} \\\n    --hash=sha256:{self.sha256}\n")
+
+    def _unpinned(self) -> str:
+        """A requirements file that pip refuses (``--require-hashes`` with no hash: "Hashes are required
+        in --require-hashes mode"), so CI fails closed, with the step that pins it written in it."""
+        return (
+            f"# NOT PINNED YET: gitsync init knew no wheel hash ({self.why}).\n"
+            "# CI installs nothing until this file names the wheel your agents run, by its sha256:\n"
+            f"#   pip download {DISTRIBUTION}=={self.version} --no-deps -d wheels/   (or your own build)\n"
+            f"#   gitsync init --pin-only --wheel wheels/{wheel_name(self.version)} .\n"
+            "# Until then pip refuses this file (--require-hashes: the hash is missing). Do not add a bare\n"
+            "# name here: `gitsync` on the package index is another project.\n"
+            f"{DISTRIBUTION}=={self.version}\n")
 
     def libraries(self) -> str:
         lines = "".join(f"{requirement}\n" for requirement in self.requires)
@@ -99,11 +114,16 @@ def from_wheel(path: Path, url: str | None = None) -> WheelPin:
                     _runtime(meta.get_all("Requires-Dist")), url)
 
 
+def wheel_name(version: str) -> str:
+    return f"apisix_gitsync-{version}-py3-none-any.whl"
+
+
 def of_this_install() -> WheelPin:
-    """The pin of the wheel this gitsync was installed from, as pip recorded it (PEP 610)."""
-    wheel = f"apisix_gitsync-{__version__}-py3-none-any.whl"
-    hint = (f"give the wheel your agents run: gitsync init --wheel {wheel} DIR (`pip download "
-            f"{DISTRIBUTION}=={__version__} --no-deps` fetches it from the package index)")
+    """The pin of the wheel this gitsync was installed from, as pip recorded it (PEP 610); when pip
+    recorded none (installed from a package index, a checkout, or in editable mode), an unpinned one
+    (`WheelPin.sha256` None) that stops CI until `gitsync init --pin-only --wheel FILE` pins it."""
+    hint = (f"give the wheel your agents run: gitsync init --wheel {wheel_name(__version__)} DIR (`pip "
+            f"download {DISTRIBUTION}=={__version__} --no-deps` fetches it from the package index)")
     try:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -120,8 +140,9 @@ def of_this_install() -> WheelPin:
         (info.get("hash", "")[7:] if str(info.get("hash", "")).startswith("sha256=") else "")
     url = str(direct.get("url") or "")
     if not digest or not url.endswith(".whl"):
-        raise PinError(f"pip recorded no wheel hash for this {DISTRIBUTION} (installed from a package index, "
-                       f"a checkout or in editable mode): {hint}")
+        return WheelPin(dist.version, None, _runtime(dist.requires),
+                        why="pip recorded no wheel hash for this gitsync: installed from a package index, "
+                            "a checkout or in editable mode")
     return WheelPin(dist.version, digest, _runtime(dist.requires),
                     url if url.startswith(("https://", "http://")) else None)
 
@@ -136,4 +157,4 @@ def choose(wheel: Path | None, url: str | None) -> WheelPin:
 
 
 __all__ = ["INSTALL", "LIBRARIES", "REQUIREMENTS", "PinError", "WheelPin", "choose", "from_wheel",
-           "normalized", "of_this_install"]
+           "normalized", "of_this_install", "wheel_name"]

@@ -5,8 +5,9 @@ definitions`), as draft-07 documents: ``config-file.schema.json`` for any config
 and ``<kind>.schema.json`` for a file of one kind. On top of APISIX's item schemas
 they carry the repo's own rules — every item has an id, no ``*_conf_version`` keys,
 plugin names from APISIX's list — and they accept, wherever a value is checked, what
-only gitsync or APISIX resolve: ``${{ vars.X }}`` / ``${{ secrets.X }}`` and
-``$secret://`` / ``$env://`` references. ``gitsync validate`` stays the authority:
+only gitsync or APISIX resolve: ``${{ vars.X }}`` / ``${{ secrets.X }}`` /
+``${{ number(vars.X) }}`` and ``$secret://`` / ``$env://`` references. Their description says how
+unquoted values are read (YAML 1.2, as the editors read them). ``gitsync validate`` stays the authority:
 the editor schemas cannot check references between items or plugin configurations.
 """
 
@@ -223,7 +224,11 @@ def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
         "$id": f"https://gitsync.invalid/schema/{__version__}/{title}",
         "title": f"gitsync config file ({', '.join(kinds) if len(kinds) < 3 else 'any kind'})",
         "description": "A gitsync config repo file: resource kinds mapped to lists of items. "
-                       "Check with `gitsync validate`.",
+                       "Check with `gitsync validate`. Unquoted values are read as YAML 1.2 reads them, "
+                       "as this editor does by default (yaml.yamlVersion 1.2): yes, on, 1_000 and 0b101 "
+                       "are text, 0777 is the number 777; `gitsync validate` warns of each one that YAML "
+                       "1.1 tools read otherwise, and names what to write. "
+                       "${{ number(vars.NAME) }} stands for a number.",
         "type": ["object", "null"],
         # a list of items; `routes:` (null) or `routes: {}` is an empty kind
         "properties": properties,

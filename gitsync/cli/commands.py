@@ -121,6 +121,7 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
         return 1
     for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
         out.warning(redact(left_out.describe()))
+    _warn_scalars(rendered, out)
     return rendered, message
 
 
@@ -162,7 +163,14 @@ def _render_sources(settings: Settings, command: str, out: Findings) -> tuple[Re
         return 1
     composed = compose(parts)
     leave_to_exit(composed, parts)
+    _warn_scalars(composed, out)
     return composed, "\n".join(messages)
+
+
+def _warn_scalars(rendered: Rendered, out: Findings) -> None:
+    """Each plain scalar YAML 1.1 tools read otherwise, at its place (``ambiguous_scalars = "warn"``)."""
+    for warning in rendered.warnings:
+        out.warning(redact(str(warning)))
 
 
 def render(settings: Settings, args: argparse.Namespace) -> int:

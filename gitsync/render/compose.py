@@ -204,7 +204,8 @@ def compose(parts: Sequence[Part]) -> Rendered:
                    for part in parts for check in part.rendered.checks)
     secrets = frozenset().union(*(part.rendered.secret_values for part in parts))
     source_map = ComposedSourceMap([(part.name, part.rendered.source_map) for part in parts], starts)
-    return Rendered(payload, source_map, secrets, checks, contents, (), ids, splits)
+    warnings = tuple(relabel(part.name, warning) for part in parts for warning in part.rendered.warnings)
+    return Rendered(payload, source_map, secrets, checks, contents, (), ids, splits, warnings=warnings)
 
 
 def _per_item(rendered: Rendered, table: Mapping[str, list[Any]], kind: str) -> list[Any]:

@@ -269,6 +269,7 @@ class _Loading:
     parsed: dict[str, ParsedFile] = field(default_factory=dict)  # each file's parse, by name
     #: The items rendered from OpenAPI specs (`gitsync.render.openapi`): where each came from.
     generated: dict[tuple[str, ItemSource], Generated] = field(default_factory=dict)
+    warnings: list[Problem] = field(default_factory=list)  # plain scalars YAML 1.1 reads otherwise
 
     def too_large(self, name: str, size: int) -> None:
         self.problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
@@ -282,6 +283,12 @@ class _Loading:
             self.problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
             self.unknown[name] = self.files[name]
             return
+        if parsed.warnings:
+            noted = [Problem(w.message, Location(name, w.line, w.col)) for w in parsed.warnings]
+            if self.options.ambiguous_scalars == "error":
+                self.problems += noted
+            else:
+                self.warnings += noted
         plain = not parsed.has_templates and not parsed.has_sops
         if plain:
             self.facts[name] = FileFacts.of(parsed)
@@ -441,7 +448,7 @@ def _result(built: Built, source_map: SourceMap, run: _Loading, checks: list[Che
     outs = sorted((replace(out, why=_redacted(out.why, run.secret_fields, redactors))
                    for out in left_out.values()), key=_where)
     return Rendered(built.payload, source_map, frozenset(secrets), tuple(checks), contents, tuple(outs),
-                    built.ids, splits, rules)
+                    built.ids, splits, rules, tuple(_sorted(run.warnings)))
 
 
 def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[str], options: RenderOptions,

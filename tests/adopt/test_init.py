@@ -204,6 +204,7 @@ def test_schemas_have_descriptions_and_pass_the_sample_repo(schemas: Path) -> No
     whole = json.loads((schemas / "config-file.schema.json").read_text())
     assert whole["$schema"].startswith("http://json-schema.org/draft-07")
     assert "uri" in json.dumps(whole["properties"]["routes"]) and whole["properties"]["routes"]["description"]
+    assert "Unquoted values are read as YAML 1.2 reads them" in whole["description"]
     checked = check_jsonschema("--check-metaschema", str(schemas / "config-file.schema.json"),
                                str(schemas / "routes.schema.json"))
     assert checked.returncode == 0, checked.stdout

@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -129,13 +130,27 @@ def test_a_file_that_is_not_a_gitsync_wheel_is_refused_by_name(tmp_path: Path) -
         pin.choose(None, "https://artifacts.example/w.whl")
 
 
-def test_init_without_a_wheel_to_pin_names_the_flag_and_writes_nothing(tmp_path: Path) -> None:
-    """This tree is not installed from a wheel (the suite imports it from the checkout)."""
-    result = run_gitsync("init", str(tmp_path / "config"))
-    assert result.returncode == 2
-    assert "gitsync init --wheel apisix_gitsync-" in result.stderr and "pip download apisix-gitsync==" in \
-        result.stderr
-    assert not (tmp_path / "config").exists()
+def test_init_without_a_wheel_to_pin_writes_a_scaffold_whose_ci_fails_closed(tmp_path: Path) -> None:
+    """This tree is not installed from a wheel (the suite imports it from the checkout): init writes the
+    repo all the same, says how to pin it, and its requirements file is one pip refuses (no hash)."""
+    repo = tmp_path / "config"
+    result = run_gitsync("init", str(repo))
+    assert result.returncode == 0, result.stderr
+    assert "is not pinned yet" in result.stderr and "gitsync init --pin-only --wheel apisix_gitsync-" in \
+        result.stderr and "pip download apisix-gitsync==" in result.stderr
+    requirements = (repo / pin.REQUIREMENTS).read_text()
+    assert "NOT PINNED YET" in requirements and "--hash" not in requirements.split("NOT PINNED")[1]
+    (tmp_path / "index").mkdir()  # the wheel is to be had: pip refuses it for the missing hash alone
+    _wheel(tmp_path / "index", version=gitsync.__version__)
+    refused = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                              "--no-index", "--find-links", str(tmp_path / "index"), "--require-hashes",
+                              "--no-deps", "-r", str(repo / pin.REQUIREMENTS)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "Hashes are required in --require-hashes mode" in refused.stderr
+    assert run_gitsync("validate", "--dir", str(repo)).returncode == 0  # the rest of the scaffold as ever
+    pinned = run_gitsync("init", "--pin-only", str(repo))
+    assert pinned.returncode == 2 and "--pin-only needs the wheel your agents run" in pinned.stderr
+    assert (repo / pin.REQUIREMENTS).read_text() == requirements  # nothing rewritten
 
 
 def test_pin_only_moves_an_existing_repos_ci_to_another_wheel(tmp_path: Path) -> None:
@@ -168,5 +183,6 @@ def test_the_wheel_pip_recorded_is_the_default_pin(tmp_path: Path, monkeypatch: 
     (info / "direct_url.json").write_text(json.dumps(direct | {"url": "https://artifacts.example/x.whl"}))
     assert pin.choose(None, None).url == "https://artifacts.example/x.whl"
     (info / "direct_url.json").write_text(json.dumps({"url": "file:///src", "dir_info": {"editable": True}}))
-    with pytest.raises(pin.PinError, match="pip recorded no wheel hash"):
-        pin.choose(None, None)
+    unpinned = pin.choose(None, None)  # an editable install: no hash, a file that stops CI until pinned
+    assert unpinned.sha256 is None and "pip recorded no wheel hash" in unpinned.why
+    assert "NOT PINNED YET" in unpinned.requirements() and "--hash" not in unpinned.requirements()

@@ -52,12 +52,13 @@ def child_id(explicit: Any, parent: str, name: str) -> str:
 
 
 def labels(value: Any, stamp: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """ADC's labels as APISIX's: a list value becomes its JSON text; `stamp` added."""
+    """ADC's labels as APISIX's: a list value becomes its JSON text; `stamp` added. ``labels: {}`` stays
+    ``{}`` (``fromADCLabels`` in ADC's standalone backend); absent labels stay absent unless stamped."""
     out = {k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-           for k, v in (value or {}).items()} if isinstance(value, Mapping) else {}
+           for k, v in value.items()} if isinstance(value, Mapping) else None
     if stamp:
-        out.update(stamp)
-    return out or None
+        out = {**(out or {}), **stamp}
+    return out
 
 
 def set_fields(target: dict[str, Any], **fields: Any) -> dict[str, Any]:
