@@ -168,6 +168,27 @@ def test_out_of_band_items_are_pruned_and_gitsync_items_removed() -> None:
     assert changes == {("remove", "r2"), ("prune", "oob"), ("prune", "oob2")}
 
 
+@pytest.mark.parametrize(("owned", "removed", "pruned"), [
+    (None, ("r2",), ("oob",)),  # without a record: gitsync's own by the modifiedIndex it derives
+    ({"routes": ["r2"]}, ("r2",), ("oob",)),
+    ({"routes": ["oob"]}, ("oob",), ("r2",)),  # the record wins over the index
+    ({"routes": ["r2", "oob"]}, ("r2", "oob"), ()),
+    ({"routes": []}, (), ("r2", "oob")),
+    ({"upstreams": ["r2"]}, (), ("r2", "oob")),  # a record without this kind: nothing of it is ours
+])
+def test_owned_tells_items_gitsync_pushed_from_items_written_out_of_band(owned, removed, pruned) -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2")]}, fresh()).body)
+    live["routes"].append(route("oob", modifiedIndex=1))
+    kp = plan({"routes": [route("r1")]}, live, owned=owned).kind("routes")
+    assert (kp.removed, kp.pruned) == (removed, pruned)
+
+
+def test_owned_changes_only_what_is_said_of_the_items_not_the_body() -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2")]}, fresh()).body)
+    bodies = {plan({"routes": [route("r1")]}, live, owned=owned).body for owned in (None, {"routes": []})}
+    assert len(bodies) == 1
+
+
 def test_seed_scenario_out_of_band_secret_manager() -> None:
     """Routes live; a secrets manager registered out of band bumped secrets to 1; the repo has no secrets."""
     desired = {"routes": [route("r1")]}
@@ -212,6 +233,9 @@ def test_float_and_timestamp_versions() -> None:
     (1e17, 1.0000000000001e17), (1e20, 1.0000000000001e20),
     (-1e20, -9.9999999999999e19),  # towards zero the digits below the power of ten count
     (-1e14, -99999999999999), (1e308, 1.0000000000001e308),
+    # the next integer exactly at the magnitude limit is not stored apart from the live value: 14 digits
+    (99999999999999.5, 100000000000010), (-100000000000000.5, -99999999999999),
+    (10**14, 100000000000010), (99999999999998.5, 99999999999999), (-99999999999999.5, -99999999999999),
 ])
 def test_a_changed_kind_gets_the_next_version_apisix_stores_apart(live: float, sent: float) -> None:
     body = json.loads(plan({"routes": [route("r")]}, fresh() | {"routes_conf_version": live}).body)
