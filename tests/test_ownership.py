@@ -22,6 +22,8 @@ WHOLE = Claim(("upstreams",))
     (ORDERS, "routes", "x-orders-1", {}, False),  # a prefix, not a part
     (ORDERS, "routes", "orders-", {}, True),
     (ORDERS, "routes", None, {}, False),  # no id: no prefix
+    (Claim(("routes",), prefix="X"), "routes", None, {}, False),
+    (Claim(("routes",), prefix=""), "routes", None, {}, True),
     (TEAM, "routes", None, {"labels": {"team": "orders"}}, True),
     (TEAM, "routes", "r1", {"labels": {"team": "orders", "more": "x"}}, True),
     (TEAM, "routes", "r1", {"labels": {"team": "billing"}}, False),
@@ -72,6 +74,8 @@ def test_an_ownership_owns_what_any_of_its_claims_matches():
     assert not PLATFORM.owns("routes", "orders-1", {})
     assert not PLATFORM.owns("services", "platform-1", {})
     assert not Ownership().owns("routes", "r1", {})
+    assert Ownership((TEAM,)).owns("routes", "r1", {"labels": {"team": "orders"}})
+    assert not Ownership((TEAM,)).owns("routes", "r1", {"labels": {"team": "billing"}})
     assert Ownership(everything=True).owns("routes", "r1", {})
     assert Ownership(everything=True).owns("consumers", None, None)
 

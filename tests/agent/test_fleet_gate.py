@@ -86,6 +86,29 @@ def test_the_soak_is_remembered_per_agent_and_commit():
     assert gate.verdict(other, COMMITTED, later).earliest == later + timedelta(seconds=SOAK)
 
 
+def test_a_status_written_before_the_commit_it_reports_does_not_count():
+    """The commit's time goes to the judging: a status older than the commit (beyond the clock skew)
+    cannot be about it, whatever it says."""
+    fleet = [agent("c1", written=7200)]  # the commit is an hour old
+    gate = FleetGate(Reader(fleet), "canary", 1, 0.0, HEARTBEAT)  # type: ignore[arg-type]
+    verdict = gate.verdict(C, COMMITTED, NOW)
+    assert not verdict.allowed
+    assert verdict.why.endswith("not counted: c1 (written before the commit it reports)"), verdict.why
+    assert FleetGate(Reader(fleet), "canary", 1, 0.0, HEARTBEAT).verdict(  # type: ignore[arg-type]
+        C, None, NOW).allowed  # the commit's time unknown: nothing to compare with
+
+
+def test_a_status_not_counted_starts_no_soak():
+    """The soak starts when a status first counts: one refused (written before the commit) is not
+    remembered, so it soaks from when it does count."""
+    fleet = [agent("c1", written=7200)]
+    gate = FleetGate(Reader(fleet), "canary", 1, SOAK, HEARTBEAT)  # type: ignore[arg-type]
+    assert not gate.verdict(C, COMMITTED, NOW).allowed
+    later = NOW + timedelta(seconds=60)
+    gate.reader = Reader([replace(fleet[0], seen=later)])  # type: ignore[assignment]
+    assert gate.verdict(C, None, later).earliest == later + timedelta(seconds=SOAK)
+
+
 def test_count_and_group_are_the_gates():
     fleet = [agent("c1"), agent("c2", group="other")]
     assert not FleetGate(Reader(fleet), "canary", 2, 0.0, HEARTBEAT).verdict(  # type: ignore[arg-type]
