@@ -484,3 +484,79 @@ def test_a_fleet_entry_counts_only_when_readable_and_verified_as_asked():
     assert not broken.verified and broken.trouble == "unreadable status: more than 10000 values"
     assert broken.group is None
     assert not entry(None, "x", Verdict(True)).verified
+
+
+def test_nesting_is_counted_again_after_a_collection_closes():
+    """Three levels down, one list closes: the next one opened is at the fourth level again."""
+    assert readable(BASE + "x: [[[1], [[[[[1]]]]]]]\n")  # 8 levels
+    assert refused(BASE + "x: [[[1], [[[[[[1]]]]]]]]\n") == \
+        f"line {BASE.count(chr(10)) + 1}: nested deeper than 8 levels"
+
+
+def _yaml_error(text: str) -> str:
+    from ruamel.yaml import YAML
+
+    try:
+        YAML(typ="safe").load(text)
+    except Exception as exc:
+        return " ".join(str(exc).split())
+    raise AssertionError("the YAML library took it")
+
+
+@pytest.mark.parametrize("size", [199, 200, 201])
+def test_what_the_yaml_library_refuses_is_its_first_200_characters(size):
+    """A document whose events pass (a value is read as its tag says only when the document is
+    built): the library's message on one line, cut at 200 characters with "…"."""
+    value = "x"
+    while len(_yaml_error(f"a: !!int {value}\n")) < size:
+        value += "x"
+    text = f"a: !!int {value}\n"
+    message = _yaml_error(text)
+    assert len(message) == size
+    assert refused(text) == "not YAML: " + (message if size <= 200 else message[:200] + "…")
+
+
+def test_a_duplicate_key_is_refused_when_the_document_is_built():
+    assert refused("agent: a\nagent: b\n").startswith(
+        'not YAML: while constructing a mapping in "<unicode string>", line 1, column 1 found duplicate key '
+        '"agent" with value "b"')
+
+
+@pytest.mark.parametrize(("gateway", "reason"), [
+    ({"pruned": ["r1"]}, "gateways[0].pruned: expected a mapping, got list"),
+    ({"counts": 3}, "gateways[0].counts: expected a mapping, got int"),
+    ({"error": 5}, "gateways[0].error: expected text, got int"),
+    ({"digest": 5}, "gateways[0].digest: expected text, got int"),
+])
+def test_a_wrong_gateway_field_is_named_with_its_gateway(gateway, reason):
+    assert refused(dump_yaml({**VALID, "gateways": [{"url": "u", "status": "s", **gateway}]})) == reason
+
+
+def test_a_time_that_is_no_time_is_quoted_up_to_60_characters():
+    value = "t" * 100
+    assert refused(dump_yaml({**VALID, "time": value})) == \
+        f"time: expected a time (ISO 8601), got str {'t' * 60!r}"
+
+
+@pytest.fixture
+def tokyo():
+    """This process's local time zone is Asia/Tokyo for the test (naive times must not be read in it)."""
+    import os
+    import time
+
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Tokyo"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def test_a_naive_time_is_utc_whatever_the_machines_zone(tokyo):
+    assert datetime(2025, 1, 1).astimezone().utcoffset() == timedelta(hours=9)  # the zone took
+    assert parse_moment("2025-01-01T00:00:00") == datetime(2025, 1, 1, tzinfo=UTC)
+    assert parse_moment("2025-01-01T09:00:00+09:00").utcoffset() == timedelta(0)
+    assert readable(BASE).time.utcoffset() == timedelta(0)
