@@ -3,7 +3,10 @@ across sources name nothing. Each source is rendered for real (`render`), as the
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import pytest
 
 from gitsync.kinds import KINDS
 from gitsync.ownership import Claim, Ownership
@@ -126,3 +129,51 @@ def test_a_memo_entry_for_another_object_at_the_same_address_is_not_trusted():
     facts = facts_of(changed, OTHERS, forged)
     assert [o.reference.ident for o in facts.references] == ["nowhere"]
     assert len(facts.problems) == 1
+
+
+def test_an_item_owned_by_its_labels_is_its_sources_and_another_sources_by_label_is_named():
+    b = part("b", {"r.yaml": "routes:\n" + route("anything", "platform-web", "{team: b}")})
+    assert facts_of(b, OTHERS).problems == ()
+    a = part("a", {"r.yaml": "routes:\n" + route("c-one", "platform-web", "{team: b}")})
+    assert [str(p) for p in facts_of(a, OTHERS).problems] == [
+        "r.yaml:2:5: routes[c-one]: source 'a' may not declare this item: it owns routes with id prefix "
+        "'a-'; it belongs to source 'b' (routes with label team=b)"]
+
+
+def test_an_item_both_claim_is_refused_in_the_source_that_tells_by_labels_too():
+    b = part("b", {"r.yaml": "routes:\n" + route("a-x", "platform-web", "{team: b}")})
+    assert [str(p) for p in facts_of(b, OTHERS).problems] == [
+        "r.yaml:2:5: routes[a-x]: claimed by two sources: 'b' (routes with label team=b) and 'a' (routes "
+        "with id prefix 'a-'); give it an id or labels only one of them claims"]
+
+
+def test_two_claims_of_one_source_never_contend():
+    both = Ownership((Claim(("routes",), "c-"), Claim(("routes",), None, (("team", "c"),))))
+    others = (*OTHERS, ("c", both))
+    c = part("c", {"r.yaml": "routes:\n" + route("c-one", "platform-web", "{team: c}")}, both)
+    assert facts_of(c, others).problems == ()
+
+
+def test_facts_hold_each_items_own_answer():
+    first = part("a", {"r.yaml": "routes:\n" + route("a-one", "platform-web")})
+    item = first.rendered.payload["routes"][0]
+    remembered = facts_of(first, OTHERS).memo[id(item)]
+    assert remembered[0] is item and remembered[1] is None
+    assert [(ref.target, ref.ident) for ref, _ in remembered[2]] == [("upstreams", "platform-web")]
+
+
+def test_a_render_without_its_ids_is_read_by_each_items_id():
+    a = part("a", {"r.yaml": "routes:\n" + route("a-one", "a-up") + route("c-two", "platform-web")
+                   + 'upstreams:\n  - id: a-up\n    nodes: {"127.0.0.1:2": 1}\n'})
+    bare = dataclasses.replace(a, rendered=dataclasses.replace(a.rendered, ids={}))
+    with_ids, without = facts_of(a, OTHERS), facts_of(bare, OTHERS)
+    assert without.declared == with_ids.declared == {"routes": frozenset({"a-one", "c-two"}),
+                                                      "upstreams": frozenset({"a-up"})}
+    assert [str(p) for p in without.problems] == [str(p) for p in with_ids.problems] != []
+    assert [o.reference.ident for o in without.references] == ["platform-web"]
+
+
+def test_dangling_needs_the_facts_of_each_part():
+    a = part("a", {"r.yaml": "routes:\n" + route("a-one", "platform-web")})
+    with pytest.raises(ValueError):
+        dangling([a], [])
