@@ -27,6 +27,7 @@ from gitsync.push.plan import (
     KindStatus,
     Policy,
     canonical_json,
+    changed_fields,
     content_index,
     content_indexes,
     item_changes,
@@ -639,3 +640,63 @@ def test_a_plan_on_a_restored_view_sends_what_a_plan_on_the_read_config_sends_an
     after = ours.after.listed("routes").items
     assert after[150]["uri"] == "/changed" and after[-1]["id"] == "r199" and len(after[10:20]) == 10
     assert ours.after.body()["routes"] == json.loads(ours.body)["routes"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The edges of the plan's rules, at the level of the functions
+
+
+def test_a_policy_manages_the_kinds_it_does_not_leave_out() -> None:
+    policy = Policy(frozenset({"secrets", "ssls"}))
+    assert policy.managed == frozenset(KINDS) - {"secrets", "ssls"}
+    assert policy.manages("routes") and not policy.manages("secrets") and not policy.manages("plugins")
+    assert Policy().managed == frozenset(KINDS)
+
+
+@pytest.mark.parametrize("version", ["7", True, None, float("nan"), float("inf"), [1]])
+def test_a_live_version_that_is_not_a_number_is_a_problem_and_is_not_sent(version: Any) -> None:
+    live = fresh() | {"routes_conf_version": version}
+    p = plan({"routes": [route("r1")]}, live)
+    assert [str(problem) for problem in p.problems] == [
+        f"routes: the gateway reports a routes_conf_version that is not a number: {version!r}"]
+    assert "routes_conf_version" not in json.loads(p.body) and p.kind("routes") is None
+    assert p.kind("upstreams").status is KindStatus.UNCHANGED
+
+
+def test_a_managed_kind_this_gateway_does_not_know_is_a_problem() -> None:
+    live = fresh(tuple(k for k in VERSIONED_KEYS if k != "stream_routes"))
+    p = plan({"stream_routes": [{"id": "s1", "server_port": 9100}]}, live)
+    assert [str(problem) for problem in p.problems] == [
+        "stream_routes: the gateway has no stream_routes_conf_version: this APISIX version does not support "
+        "stream_routes"]
+    assert not plan({"stream_routes": []}, live).problems  # nothing of it wanted: nothing to say
+
+
+def test_desired_is_prepared_once_per_policy() -> None:
+    desired = Desired.of({"routes": [route("r1")]})
+    assert Desired.of(desired) is desired
+    other = Desired.of(desired, Policy(frozenset({"routes"})))
+    assert other is not desired and "routes" not in other.wanted and other.digest != desired.digest
+
+
+def test_after_a_push_the_view_knows_the_ids_it_holds() -> None:
+    p = plan({"routes": [route("r1"), route("r2")], "upstreams": [{"id": "u1", "nodes": {}}]}, fresh())
+    assert p.after is not None
+    assert p.after.ids(["routes", "upstreams", "future"]) == {"routes": ["r1", "r2"], "upstreams": ["u1"]}
+    assert p.after.count("routes") == 2 and p.after.items("routes")[0]["id"] == "r1"
+
+
+@pytest.mark.parametrize(("live_item", "desired_item", "fields"), [
+    (route("r1"), route("r1"), []),
+    (route("r1", modifiedIndex=5), route("r1"), []),  # the index is not content
+    (route("r1"), route("r1", "/b"), [("uri",)]),
+    (route("r1"), route("r1", desc="d"), [("desc",)]),
+    (route("r1", desc="d"), route("r1"), [("desc",)]),
+    (route("r1"), route("r1", upstream={"type": "chash", "nodes": {"127.0.0.1:80": 1}}),
+     [("upstream", "type")]),
+    (route("r1", methods=["GET"]), route("r1", methods=["GET", "POST"]), [("methods",)]),  # one field
+    (route("r1", a={"b": {"c": 1}}), route("r1", a={"b": {"c": 2, "d": 3}}),
+     [("a", "b", "c"), ("a", "b", "d")]),
+])
+def test_changed_fields_are_the_paths_that_differ(live_item, desired_item, fields) -> None:
+    assert changed_fields(live_item, desired_item) == fields
