@@ -700,3 +700,28 @@ def test_after_a_push_the_view_knows_the_ids_it_holds() -> None:
 ])
 def test_changed_fields_are_the_paths_that_differ(live_item, desired_item, fields) -> None:
     assert changed_fields(live_item, desired_item) == fields
+
+
+def test_item_changes_say_per_item_what_the_push_does_kind_by_kind() -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2"), route("r3", "/c")],
+                         "upstreams": [{"id": "u1", "nodes": {}}, {"id": "u2", "nodes": {}}]}, fresh()).body)
+    live["routes"].append(route("oob", modifiedIndex=1))
+    live["upstreams"].append({"id": "u-oob", "nodes": {}, "modifiedIndex": 1})
+    desired = {"routes": [route("r1"), route("r3", "/changed", desc="d"), route("r4")],
+               "upstreams": [{"id": "u1", "nodes": {}}, {"id": "u3", "nodes": {}}], "ssls": []}
+    changes = item_changes(desired, live, plan(desired, live))
+    assert [(c.kind, c.id, c.action, c.fields) for c in changes] == [
+        ("routes", "r4", "add", ()),
+        ("routes", "r3", "change", (("desc",), ("uri",))),
+        ("routes", "r2", "remove", ()),
+        ("routes", "oob", "prune", ()),
+        ("upstreams", "u3", "add", ()),
+        ("upstreams", "u2", "remove", ()),
+        ("upstreams", "u-oob", "prune", ()),
+    ]
+
+
+def test_item_changes_of_a_plan_that_changes_nothing_are_none() -> None:
+    live = applied(plan({"routes": [route("r1")]}, fresh()).body)
+    assert item_changes({"routes": [route("r1")]}, live, plan({"routes": [route("r1")]}, live)) == []
+
