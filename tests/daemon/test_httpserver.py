@@ -3,15 +3,20 @@ real connections on 127.0.0.1 with a route that says what it was given."""
 
 from __future__ import annotations
 
+import io
 import json
 import resource
 import socket
+import struct
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from gitsync import log as gslog
 from gitsync.daemon.httpserver import (
     BodyProblem,
     Headers,
@@ -291,3 +296,164 @@ def test_beyond_max_connections_a_connection_gets_503_and_a_closed_one_frees_its
         assert send(server, get()) == (503, {"error": "too many connections; retry later"})
     wait_for(lambda: server.open == 0, 5, "the first connection closed")
     assert send(server, get())[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What each refusal says, and what is left behind
+
+
+@pytest.fixture
+def log() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    gslog.setup(stream=out, verbose=1)
+    yield out
+    gslog.setup()
+
+
+def closed_after_answer(sock: socket.socket) -> bool:
+    """Whether the server closes the connection once its answer is read."""
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def test_a_head_too_long_is_one_record_naming_the_client_and_the_connection_is_closed(make_server, log):
+    server = make_server(max_header_bytes=300)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nx: " + b"v" * 300 + b"\r\n\r\n")
+        assert read_answer(sock)[0] == 431
+        assert closed_after_answer(sock)
+    assert "listener: 127.0.0.1 bad request (431): 330 bytes" in log.getvalue()
+
+
+def test_an_answer_with_connection_close_closes_it(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        assert read_answer(sock)[0] == 200
+        assert closed_after_answer(sock)
+
+
+def test_a_body_in_pieces_is_read_whole(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nhello")
+        time.sleep(0.05)
+        sock.sendall(b"world")
+        status, got = read_answer(sock)
+    assert status == 200 and got["body"] == "helloworld" and got["problem"] is None
+
+
+@pytest.mark.parametrize("problem", [BodyProblem.CUT_SHORT, BodyProblem.TIMEOUT])
+def test_a_body_in_pieces_that_does_not_end_keeps_what_came(make_server, problem):
+    server = make_server(body_timeout=0.5, largest_body=100)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\nhello")
+        time.sleep(0.05)
+        sock.sendall(b"world")
+        if problem is BodyProblem.CUT_SHORT:
+            time.sleep(0.05)
+            sock.shutdown(socket.SHUT_WR)
+        status, got = read_answer(sock)
+    assert status == 200 and got["body"] == "helloworld" and got["problem"] == problem
+
+
+def test_a_client_gone_mid_body_is_one_record(make_server, log):
+    server = make_server(body_timeout=5.0, largest_body=100)
+    sock = socket.create_connection(server.address, timeout=10)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\nhello")
+    time.sleep(0.05)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a close
+    sock.close()
+    wait_for(lambda: "went away" in log.getvalue(), 5, "the record of the client gone")
+    assert "listener: 1 client(s) went away mid-request (the last from 127.0.0.1: ConnectionResetError)" \
+        in log.getvalue()
+
+
+def test_the_route_is_chosen_from_the_request(make_server):
+    def route(request: Request) -> Route:
+        return Route(lambda r: json_response(200, said(r)), None, 1 if request.path == "/one" else 0)
+
+    server = make_server(route)
+    assert send(server, post(b"x", "/one"))[1]["body"] == "x"  # a route of one byte reads one byte
+    assert send(server, post(b"x", "/none"))[1]["body"] == ""
+
+
+def test_a_lane_runs_its_handlers_on_its_own_threads_and_a_failing_one_is_a_500(make_server, log):
+    lane = Lane("test", workers=1, max_in_flight=4)
+    threads = []
+
+    def handle(request: Request):
+        threads.append(threading.current_thread().name)
+        if request.path == "/fail":
+            raise RuntimeError("boom")
+        return json_response(200, said(request))
+
+    server = make_server(lambda request: Route(handle, lane, 100))
+    try:
+        assert send(server, get())[0] == 200
+        assert send(server, get("/fail")) == (500, {"error": "internal error; the agent's log says why"})
+        assert all(name.startswith("listener-test") for name in threads) and len(threads) == 2
+        assert "listener: request from 127.0.0.1 failed: RuntimeError('boom')" in log.getvalue()
+    finally:
+        lane.close()
+
+
+def test_a_route_that_fails_costs_its_connection_and_one_record(make_server, log):
+    def route(request: Request) -> Route:
+        if request.path == "/bug":
+            raise RuntimeError("a bug")
+        return Route(lambda r: json_response(200, said(r)))
+
+    server = make_server(route)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(get("/bug"))
+        assert sock.recv(100) == b""  # closed, no answer
+    wait_for(lambda: server.open == 0, 5, "the connection closed")
+    assert "listener: request from 127.0.0.1 failed: RuntimeError('a bug')" in log.getvalue()
+    assert send(server, get())[0] == 200  # the listener goes on
+
+
+def test_bodies_in_flight_add_up(make_server):
+    """Three requests at once on a lane: 60 and 10 bytes held, 30 more would be 100 > 80: refused."""
+    lane = Lane("test", workers=3, max_in_flight=3)
+    release = threading.Event()
+    entered = []
+
+    def handle(request: Request):
+        entered.append(request.length)
+        release.wait(10)
+        return json_response(200, said(request))
+
+    server = make_server(lambda request: Route(handle, lane, 100), max_body_bytes=80)
+    answers: list = []
+    try:
+        first = threading.Thread(target=lambda: answers.append(send(server, post(b"x" * 60))[0]))
+        first.start()
+        wait_for(lambda: entered == [60], 5, "the first body held")
+        second = threading.Thread(target=lambda: answers.append(send(server, post(b"y" * 10))[0]))
+        second.start()
+        wait_for(lambda: entered == [60, 10], 5, "the second body held")
+        assert server.body_bytes == 70
+        assert send(server, post(b"z" * 30))[0] == 503
+    finally:
+        release.set()
+        lane.close()
+    first.join(10)
+    second.join(10)
+    assert answers == [200, 200] and server.body_bytes == 0
+
+
+def test_two_connections_count_as_two(make_server, log):
+    server = make_server(max_connections=2)
+    with socket.create_connection(server.address, timeout=10) as one, \
+            socket.create_connection(server.address, timeout=10) as two:
+        for sock in (one, two):
+            sock.sendall(get())
+            assert read_answer(sock)[0] == 200
+        wait_for(lambda: server.open == 2, 5, "two connections counted")
+        assert send(server, get()) == (503, {"error": "too many connections; retry later"})
+    assert "listener: 1 connection(s) refused with 503 (the last from 127.0.0.1): 2 are served at once at " \
+           "most" in log.getvalue()
