@@ -457,3 +457,15 @@ def test_two_connections_count_as_two(make_server, log):
         assert send(server, get()) == (503, {"error": "too many connections; retry later"})
     assert "listener: 1 connection(s) refused with 503 (the last from 127.0.0.1): 2 are served at once at " \
            "most" in log.getvalue()
+
+
+def test_the_listeners_own_limits():
+    """What a listener holds to unless told otherwise (docs/operations.md names them)."""
+    server = HttpServer("127.0.0.1", 0, lambda request: Route(lambda r: None))
+    try:
+        assert (server.header_timeout, server.body_timeout) == (10.0, 10.0)
+        assert (server.wanted_connections, server.max_header_bytes, server.max_body_bytes) == \
+            (4096, 32 * 1024, 16 * 1024 * 1024)
+        assert server.body_deadline(0) == 2.0
+    finally:
+        server.sock.close()
