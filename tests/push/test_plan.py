@@ -19,12 +19,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gitsync.content import content_bytes
 from gitsync.kinds import KINDS, VERSIONED_KEYS, item_id, version_key
 from gitsync.ownership import Claim, Ownership
 from gitsync.push.plan import (
     VERSION_LIMIT,
     Desired,
     KindStatus,
+    LiveView,
     Policy,
     canonical_json,
     changed_fields,
@@ -36,6 +38,7 @@ from gitsync.push.plan import (
     next_version,
     normalize,
     plan,
+    written_by_gitsync,
 )
 from gitsync.render.compose import Part, compose, facts_of
 from gitsync.testing.apisix import ApisixDouble
@@ -725,3 +728,44 @@ def test_item_changes_of_a_plan_that_changes_nothing_are_none() -> None:
     live = applied(plan({"routes": [route("r1")]}, fresh()).body)
     assert item_changes({"routes": [route("r1")]}, live, plan({"routes": [route("r1")]}, live)) == []
 
+
+
+def test_an_index_is_derived_from_the_content_it_is_given() -> None:
+    item, other = route("r1"), route("r2", "/other")
+    assert content_index(item, content=content_bytes(other)) == content_index(other)
+    assert content_index(item, avoid=content_index(other), content=content_bytes(other)) == \
+        content_indexes(other)[1]
+    marked = {**item, "modifiedIndex": content_index(other)}
+    assert written_by_gitsync(marked, content_bytes(other)) and not written_by_gitsync(marked)
+    assert not written_by_gitsync("not an item")
+
+
+def test_a_read_view_knows_the_indexes_gitsync_did_not_derive() -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2")]}, fresh()).body)
+    live["routes"][1]["modifiedIndex"] = 5
+    view = LiveView.of(live)
+    assert view.odd_indexes(["routes", "upstreams"]) == {"routes": {"r2": 5}}
+    assert LiveView.of(view) is view
+
+
+def test_a_views_body_holds_the_lists_asked_for() -> None:
+    p = plan({"routes": [route("r1")], "upstreams": [{"id": "u1", "nodes": {}}]}, fresh())
+    assert p.after is not None
+    body = p.after.body(["routes"])
+    assert [item["id"] for item in body["routes"]] == ["r1"] and "upstreams" not in body
+    assert body["upstreams_conf_version"] == 1 and body["routes_conf_version"] == 1
+    assert set(p.after.body()) >= {"routes", "upstreams"}
+
+
+def test_a_restored_view_of_plugin_metadata_plans_as_the_read_one() -> None:
+    """plugin_metadata has no modifiedIndex: restored as pushed, it plans the bodies a GET would."""
+    metadata = [{"id": "http-logger", "log_format": {"host": "$host"}}]
+    desired = {"routes": [route("r1")], "plugin_metadata": metadata}
+    first = plan(desired, fresh())
+    read = json.loads(first.body)
+    restored = LiveView.restored(Desired.of(desired), first.versions, {})
+    assert restored.ids(["plugin_metadata"]) == {"plugin_metadata": ["http-logger"]}
+    assert not plan(desired, restored).changes
+    changed = {**desired, "plugin_metadata": [{"id": "http-logger", "log_format": {"host": "$remote_addr"}}]}
+    assert plan(changed, restored).body == plan(changed, read).body
+    assert "modifiedIndex" not in json.loads(plan(changed, restored).body)["plugin_metadata"][0]
