@@ -273,7 +273,8 @@ def test_signing_changes_only_the_signature_header(keys):
 
 def test_a_key_it_cannot_sign_with_is_a_clear_error(tmp_path):
     ecdsa = _write_key(tmp_path / "ecdsa", ec.generate_private_key(ec.SECP256R1()))
-    with pytest.raises(SigningError, match=r"ecdsa: EC\w*PrivateKey keys are not supported: use ed25519"):
+    unsupported = r"ecdsa: EC\w*PrivateKey keys are not supported: use ed25519 \(or RSA\)$"
+    with pytest.raises(SigningError, match=unsupported):
         StatusSigner(ecdsa)
     encrypted = tmp_path / "encrypted"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "passphrase", "-f", str(encrypted)],
