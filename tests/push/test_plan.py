@@ -769,3 +769,27 @@ def test_a_restored_view_of_plugin_metadata_plans_as_the_read_one() -> None:
     changed = {**desired, "plugin_metadata": [{"id": "http-logger", "log_format": {"host": "$remote_addr"}}]}
     assert plan(changed, restored).body == plan(changed, read).body
     assert "modifiedIndex" not in json.loads(plan(changed, restored).body)["plugin_metadata"][0]
+
+
+def test_a_restored_view_without_splits_plans_as_the_read_one_and_keeps_the_odd_indexes() -> None:
+    routes = [route(f"r{n}", f"/r{n}") for n in range(5)]
+    first = plan({"routes": routes}, fresh())
+    read = json.loads(first.body)
+    read["routes"][2]["modifiedIndex"] = 777
+    odd = {"routes": {"r2": 777, "gone": 1}}
+    restored = LiveView.restored(Desired.of({"routes": routes}), first.versions, odd)
+    assert restored.odd_indexes(["routes"]) == {"routes": {"r2": 777}}  # only the ids it holds
+    changed = [*routes[:4], route("r4", "/changed")]
+    assert plan({"routes": changed}, restored).body == plan({"routes": changed}, read).body
+
+
+def test_changed_fields_of_a_field_that_changed_shape() -> None:
+    assert changed_fields(route("r1"), {**route("r1"), "upstream": "u1"}) == [("upstream",)]
+    assert changed_fields({**route("r1"), "upstream": "u1"}, route("r1")) == [("upstream",)]
+
+
+def test_item_changes_find_items_by_their_kinds_id() -> None:
+    live = applied(plan({"consumers": [{"username": "jack", "desc": "a"}]}, fresh()).body)
+    desired = {"consumers": [{"username": "jack", "desc": "b"}]}
+    assert [(c.kind, c.id, c.action, c.fields) for c in item_changes(desired, live, plan(desired, live))] == [
+        ("consumers", "jack", "change", (("desc",),))]
