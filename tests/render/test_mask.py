@@ -94,3 +94,17 @@ def test_a_line_is_masked_by_shape_and_by_known_values():
     assert masked.startswith("push failed: Authorization: Bearer ") and masked.endswith(f" and {MASK}")
     assert mask_line("nothing secret") == "nothing secret"
     assert mask_line("token=abcdef", ["abc", "abcdef"]) == f"token={MASK}"
+
+
+def test_longest_first_is_by_length_not_by_spelling():
+    """"bc" sorts after "abcd", and is inside it: by length, "abcd" goes first and is masked whole."""
+    assert mask_known("x=abcd", ["bc", "abcd"]) == f"x={MASK}"
+    assert mask_known("x=abcd y=bc", ["abcd", "bc"]) == f"x={MASK} y={MASK}"
+
+
+def test_a_kind_that_is_not_a_list_is_masked_as_that_kind_with_the_rules():
+    masked = mask_secrets({"ssls": {"id": "s1", "key": "the private key text"}}, [])
+    assert masked == {"ssls": {"id": "s1", "key": MASK}}  # an SSL's key, by its kind
+    rules = SecretRules.of(["routes.desc"])
+    masked = mask_secrets({"routes": {"id": "r1", "desc": "v"}}, [], rules)
+    assert masked == {"routes": {"id": "r1", "desc": MASK}}
