@@ -121,7 +121,11 @@ EDGES = [
     "x\n\nA: b\nC: d\n\n", "x\n\nA: b\n \nC: d\n", "x\n \nA: b\n", "x\n\nA: b\n\n#\n",
     "x\n\nA: b\n  c \n", "x\n\nA: b\n\t\tc\td\n", "x\n\nA:  \t b \t\n", "x\n\nA-1: b\nB_2: c\n",
     "x\n\nA: b\n#c\n", "x\n\n#c\nA: b\n", "x\n\nA: b\nprose\n", "x\n\nprose\nA: b\n", "x\n", "",
-    "\n", "\n\nA: b\n", "x\n\nA: b\n  \n",
+    "\n", "\n\nA: b\n", "x\n\nA: b\n  \n", "x\n\nA X: b\n", "x\n\nA\tX: b\n",
+    # the quarter of trailers a generated one needs, with continuation lines and comments counted
+    "x\n\np1\n  c1\n  c2\np2\nSigned-off-by: S\n", "x\n\np1\np2\n#c\n  c1\n  c2\nSigned-off-by: S\n",
+    "x\n\n  c1\n  c2\np1\np2\nSigned-off-by: S\n",
+    "x\n\n" + "p\n" * 7 + "A: b\nSigned-off-by: S\n", "x\n\n" + "p\n" * 6 + "A: b\nSigned-off-by: S\n",
 ]
 
 
@@ -321,3 +325,12 @@ def test_the_policy_of_the_settings_and_of_the_commit(tmp_path: Path) -> None:
     assert policy == GuardPolicy(False, 0.5, 3, {"routes": 0.1}, frozenset({"routes", "ssls"}), False)
     assert GuardPolicy.from_settings(settings, by_flag=True).by_flag
     assert GuardPolicy.from_settings(settings).allowed == frozenset({"ssls"})
+
+
+def test_every_kind_is_judged_after_one_whose_ids_are_the_same_list() -> None:
+    from gitsync.push.guard import deletion_verdict
+
+    wanted, live = {"routes": ["a", "b"], "upstreams": []}, {"routes": ["a", "b"], "upstreams": ["u"]}
+    verdict = deletion_verdict(wanted, live, ["routes", "upstreams"], GuardPolicy())
+    assert [(k.kind, k.deleted, k.refused) for k in verdict.kinds] == [
+        ("routes", 0, None), ("upstreams", 1, "it would leave upstreams empty")]
