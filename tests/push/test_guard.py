@@ -126,6 +126,7 @@ EDGES = [
     "x\n\np1\n  c1\n  c2\np2\nSigned-off-by: S\n", "x\n\np1\np2\n#c\n  c1\n  c2\nSigned-off-by: S\n",
     "x\n\n  c1\n  c2\np1\np2\nSigned-off-by: S\n",
     "x\n\n" + "p\n" * 7 + "A: b\nSigned-off-by: S\n", "x\n\n" + "p\n" * 6 + "A: b\nSigned-off-by: S\n",
+    "x\n\n  c1\nSigned-off-by: S\n", "x\n\nA: b\n \u00a0c\n",
 ]
 
 
