@@ -3,21 +3,27 @@ what is read goes to `on_read` and to the pure gate, with the soak's start remem
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from gitsync import log as gslog
 from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import GateVerdict, group_gate
 from gitsync.settings import load
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.fleet import FleetReader
+from testkit.logs import captured_log
 from testkit.processes import free_port
 from tests.agent.test_gate import COMMITTED, HEARTBEAT, NOW, SOAK, C, agent
+
+
+@pytest.fixture
+def log():
+    with captured_log() as out:
+        yield out
+
 
 
 class Reader:
@@ -117,14 +123,6 @@ def test_count_and_group_are_the_gates():
         C, COMMITTED, NOW).allowed
     assert FleetGate(Reader(fleet), "other", 1, 0.0, HEARTBEAT).verdict(  # type: ignore[arg-type]
         C, COMMITTED, NOW).allowed
-
-
-@pytest.fixture
-def log():
-    out = io.StringIO()
-    gslog.setup(stream=out, verbose=1)
-    yield out
-    gslog.setup()
 
 
 def settings(tmp_path: Path, **more: str):
