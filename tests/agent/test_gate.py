@@ -307,3 +307,8 @@ def test_fleet_table_shows_what_is_unknown_as_such():
 def test_fleet_table_keeps_printable_text_as_it_is():
     text = fleet_table([unreadable("a\\b'c\"d", "it's \\ fine")], NOW, HEARTBEAT)
     assert "a\\b'c\"d" in text and "it's \\ fine" in text
+
+
+@pytest.mark.parametrize(("ahead", "problem"), [(120, None), (121, "written in the future")])
+def test_the_clock_skew_tolerated_is_two_minutes(ahead, problem):
+    assert time_problem(at(agent("c1"), written=ahead, seen=-10), NOW, None) == problem
