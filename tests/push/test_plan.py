@@ -793,3 +793,14 @@ def test_item_changes_find_items_by_their_kinds_id() -> None:
     desired = {"consumers": [{"username": "jack", "desc": "b"}]}
     assert [(c.kind, c.id, c.action, c.fields) for c in item_changes(desired, live, plan(desired, live))] == [
         ("consumers", "jack", "change", (("desc",),))]
+
+
+def test_the_derived_index_is_the_same_in_every_gitsync_version() -> None:
+    """An item gitsync pushed is known as gitsync's by its derived index (`written_by_gitsync`), also by
+    a later gitsync: the derivation is fixed, the first 8 bytes of the content's SHA-256, big-endian,
+    mod 10^14 - 1, plus 1 (the stand-in: of the content and a NUL byte)."""
+    for item in (route("r1"), route("r2", "/b", desc="x"), {"id": "u1", "nodes": {}}):
+        content = content_bytes(item)
+        usual = int.from_bytes(hashlib.sha256(content).digest()[:8], "big") % (10**14 - 1) + 1
+        stand_in = int.from_bytes(hashlib.sha256(content + b"\x00").digest()[:8], "big") % (10**14 - 1) + 1
+        assert content_indexes(item) == (usual, stand_in)
