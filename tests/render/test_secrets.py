@@ -24,7 +24,9 @@ from gitsync.render.secrets import (
     classify,
     could_hold_secrets,
     document_secret_values,
+    entropy,
     find_secrets,
+    is_secret_name,
     mask_text,
     secret_values,
     value_at,
@@ -488,3 +490,50 @@ def test_free_text_is_masked_by_shape_only():
     assert mask_text("got Bearer abcdefgh12345678 and Basic dXNlcjpwYXNzd29yZA==", "***") == \
         "got Bearer *** and Basic ***"
     assert mask_text("https://user:pa55@example.com/x", "***") == "https://user:***@example.com/x"
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("password", True), ("Password", True), ("PASSWORD", True), ("client-secret", True),
+    ("Client_Secret", True), ("db_password", True), ("X-Api-Key", True), ("my-api-key", True),
+    ("passwords", False), ("user", False), ("api", False),
+    ("secret_fallbacks", True), ("token", True), ("tokens", False),
+])
+def test_a_secret_name_in_any_case_and_with_dashes(name: str, secret: bool):
+    assert is_secret_name(name) is secret
+
+
+@pytest.mark.parametrize(("text", "bits"), [("a", 0.0), ("aabb", 1.0), ("abcd", 2.0), ("aaab", 0.811)])
+def test_entropy_is_in_bits_per_character(text: str, bits: float):
+    assert entropy(text) == pytest.approx(bits, abs=0.001)
+
+
+def test_shapes_in_a_header_value_are_its_secret_parts_at_their_offsets():
+    headers = {"X-Note": "see https://u:p4ss@h.example/x and Bearer abcdefgh12345678"}
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": headers}}}}
+    (finding,) = classify("routes", item)
+    assert (finding.spans, finding.why, finding.certain) == (((14, 18), (42, 58)), "a URL password", True)
+    lines = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": ["X-Note: see Bearer abcdefgh12345678"]}}}
+    (line,) = classify("routes", lines)
+    assert line.pieces("X-Note: see Bearer abcdefgh12345678") == ["abcdefgh12345678"]
+
+
+def test_a_likely_secret_header_value_is_its_text_without_the_blanks_and_not_certain():
+    headers = {"X-Note": "  aZ3kP9qLmN7vR2sT5uW8yB1d  "}
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": headers}}}}
+    (finding,) = classify("routes", item)
+    assert (finding.spans, finding.why, finding.certain) == (
+        ((2, 26),), "a high-entropy value of the header 'X-Note'", False)
+
+
+def test_a_credential_headers_finding_says_which_header():
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": {"Authorization": "Bearer abc"}}}}}
+    (finding,) = classify("routes", item)
+    assert finding.why == "the value of the header 'Authorization'" and finding.spans == ((7, 10),)
+
+
+def test_every_list_of_a_payload_is_looked_at_after_one_skipped():
+    payload = {"plugin_metadata": {"not": "a list"}, "upstreams": [{"id": "u1", "nodes": {}}],
+               "routes": [{"id": "r1", "desc": "Bearer abcdefgh12345678"}]}
+    contents = {"upstreams": [b'{"id":"u1","nodes":[]}'], "routes": [b'{"desc":"Bearer abcdefgh12345678"}']}
+    assert [(k, i) for k, i, _ in find_secrets(payload, NO_RULES, contents)] == [("routes", 0)]
+    assert [(k, i) for k, i, _ in find_secrets(payload)] == [("routes", 0)]
