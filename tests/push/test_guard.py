@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions, trailers
+from gitsync.push.guard import GuardPolicy, KindChange, allowed_kinds, check_deletions, trailers
+from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
 from testkit.agents import ADMIN_KEY, repo_url
 from testkit.gitservers import git, git_env
@@ -104,6 +105,34 @@ LINES = ["Fix the routes", "", " ", "Gitsync-Allow-Delete: routes", "gitsync-all
          "\tand a tab", "Some prose: with a colon", "prose without one", "# a comment", "#123 issue",
          "Bug #42: x", "Key x: y", ": no token", "Ünïcode: value", "Token-With-Dashes-2: v",
          "Gitsync-Allow-Delete: routes\r"]
+
+
+#: Messages at the edges of git's rules (each one checked against git itself, every run).
+EDGES = [
+    "x\n\nA: b", "x\n\nA: b\n", "x\n\nA: b\n\n\n", "x\n\nA: b\n#c\n\n#d\n", "x\n\nA: b\n#c\nd: e\n",
+    "x\n\nA : b\n", "x\n\nA\t: b\n", "x\n\nA x: b\n", "x\n\n A: b\n", "x\n\n: b\n", "x\n\nA.b: c\n",
+    "x\n\nA:b\n", "x\n\nA:\n", "x\n\nA: b\n  c\n  d\n", "x\n\nA: b\n\tc\n", "x\n\nA: b\n  c\n#x\nD: e\n",
+    "x\n\n  c\nA: b\n", "x\n\nprose\n  c\nA: b\n",
+    "x\n\np1\np2\np3\nSigned-off-by: A <a@b>\n", "x\n\np1\np2\np3\np4\nSigned-off-by: A <a@b>\n",
+    "x\n\np1\n  c1\n  c2\nSigned-off-by: A <a@b>\n", "x\n\np1\np2\n#c\n  c\nSigned-off-by: A <a@b>\n",
+    "x\n\np1\n(cherry picked from commit 0123abc)\n", "x\n\nSigned-off-by: A\n  more\np\n",
+    "x\n\n\u00a0\nA: b\n", "x\n\u00a0\nA: b\n", "x\n\nA: b \u00a0\n", "x\n\n\u00a0A: b\n",
+    "x\n\nA: b\r\n", "x\n#\n\nA: b\n", "#x\n\nA: b\n", "# x\nA: b\n", "A: b\n\nC: d\n",
+    "x\n\nA: b\nC: d\n\n", "x\n\nA: b\n \nC: d\n", "x\n \nA: b\n", "x\n\nA: b\n\n#\n",
+    "x\n\nA: b\n  c \n", "x\n\nA: b\n\t\tc\td\n", "x\n\nA:  \t b \t\n", "x\n\nA-1: b\nB_2: c\n",
+    "x\n\nA: b\n#c\n", "x\n\n#c\nA: b\n", "x\n\nA: b\nprose\n", "x\n\nprose\nA: b\n", "x\n", "",
+    "\n", "\n\nA: b\n", "x\n\nA: b\n  \n", "x\n\nA X: b\n", "x\n\nA\tX: b\n",
+    # the quarter of trailers a generated one needs, with continuation lines and comments counted
+    "x\n\np1\n  c1\n  c2\np2\nSigned-off-by: S\n", "x\n\np1\np2\n#c\n  c1\n  c2\nSigned-off-by: S\n",
+    "x\n\n  c1\n  c2\np1\np2\nSigned-off-by: S\n",
+    "x\n\n" + "p\n" * 7 + "A: b\nSigned-off-by: S\n", "x\n\n" + "p\n" * 6 + "A: b\nSigned-off-by: S\n",
+    "x\n\n  c1\nSigned-off-by: S\n", "x\n\nA: b\n \u00a0c\n",
+]
+
+
+@pytest.mark.parametrize("message", EDGES)
+def test_trailers_at_the_edges_of_gits_rules(message: str) -> None:
+    assert trailers(message) == git_trailers(message)
 
 
 @given(st.lists(st.sampled_from(LINES), min_size=1, max_size=9), st.booleans())
@@ -255,3 +284,67 @@ def test_a_kind_that_grows_while_it_loses_items_reads_right() -> None:
     assert [c.describe() for c in kept.kinds] == ["routes: 20 → 19, deletes 1 of 20 (5 %)"]
     same = check_deletions({"routes": routes(4)}, {"routes": routes(4)}, ["routes"], GuardPolicy())
     assert [c.describe() for c in same.kinds] == ["routes: 4 → 4"]
+
+
+def test_each_kind_is_judged_after_one_left_as_it_is_or_empty_on_both_sides() -> None:
+    live = {"routes": routes(3), "services": [], "upstreams": [{"id": "u1"}, {"id": "u2"}]}
+    desired = {"routes": routes(3), "upstreams": []}
+    verdict = check_deletions(desired, live, ["routes", "services", "upstreams"], GuardPolicy())
+    assert [(k.kind, k.live, k.after, k.deleted, k.refused) for k in verdict.kinds] == [
+        ("routes", 3, 3, 0, None), ("upstreams", 2, 0, 2, "it would leave upstreams empty")]
+
+
+def test_items_are_told_apart_by_their_kinds_id():
+    """A consumer is its username: a payload without them empties the consumers."""
+    live = {"consumers": [{"username": "jack"}, {"username": "jill"}]}
+    (change,) = check_deletions({"consumers": []}, live, ["consumers"], GuardPolicy()).kinds
+    assert (change.live, change.after, change.refused) == (2, 0, "it would leave consumers empty")
+    both = {"consumers": [{"username": "jill"}, {"username": "jack"}]}
+    (kept,) = check_deletions(both, live, ["consumers"], GuardPolicy()).kinds
+    assert (kept.live, kept.after, kept.deleted, kept.refused) == (2, 2, 0, None)
+
+
+def test_a_refusal_names_the_kinds_own_limit() -> None:
+    live = {"routes": routes(812)}
+    policy = GuardPolicy(per_kind={"routes": 0.5})
+    (change,) = check_deletions({"routes": routes(312)}, live, ["routes"], policy).kinds
+    assert change.refused == "it would delete 500 routes, more than 406"
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    (KindChange("routes", 10, 10, 0), "routes: 10 → 10"),
+    (KindChange("routes", 10, 8, 2), "routes: 10 → 8, deletes 2 of 10 (20 %)"),
+    (KindChange("routes", 0, 3, 0), "routes: 0 → 3"),
+    (KindChange("routes", 10, 0, 10, "it would leave routes empty", 'add "Gitsync-Allow-Delete: routes"'),
+     'routes: 10 → 0, deletes 10 of 10 (100 %), refused: add "Gitsync-Allow-Delete: routes"'),
+])
+def test_a_kind_change_describes_itself(change: KindChange, line: str) -> None:
+    assert change.describe() == line
+
+
+def test_the_remedy_is_the_trailer_or_with_no_commit_the_flag() -> None:
+    assert GuardPolicy().remedy("routes") == 'add "Gitsync-Allow-Delete: routes"'
+    assert GuardPolicy(by_flag=True).remedy("routes") == "pass --allow-delete routes"
+    verdict = check_deletions({}, {"ssls": [{"id": "s"}]}, ["ssls"], GuardPolicy(by_flag=True))
+    assert verdict.problems == ["ssls: 1 → 0, deletes 1 of 1 (100 %), refused: pass --allow-delete ssls "
+                                "(it would leave ssls empty)"]
+
+
+def test_the_policy_of_the_settings_and_of_the_commit(tmp_path: Path) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[guard]\nguard = false\nmax_delete = 0.5\nmax_delete_count = 3\n'
+                      'max_delete_kinds = { routes = 0.1 }\nallow_delete = ["ssls"]\n')
+    settings = load(config=config, env={})
+    policy = GuardPolicy.from_settings(settings, frozenset({"routes"}))
+    assert policy == GuardPolicy(False, 0.5, 3, {"routes": 0.1}, frozenset({"routes", "ssls"}), False)
+    assert GuardPolicy.from_settings(settings, by_flag=True).by_flag
+    assert GuardPolicy.from_settings(settings).allowed == frozenset({"ssls"})
+
+
+def test_every_kind_is_judged_after_one_whose_ids_are_the_same_list() -> None:
+    from gitsync.push.guard import deletion_verdict
+
+    wanted, live = {"routes": ["a", "b"], "upstreams": []}, {"routes": ["a", "b"], "upstreams": ["u"]}
+    verdict = deletion_verdict(wanted, live, ["routes", "upstreams"], GuardPolicy())
+    assert [(k.kind, k.deleted, k.refused) for k in verdict.kinds] == [
+        ("routes", 0, None), ("upstreams", 1, "it would leave upstreams empty")]
