@@ -311,7 +311,9 @@ class Settings:
     state_dir: Path = setting("agent", "path", Path("/var/lib/gitsync"), "Mirror, last applied and last good "
                               "commits; `$STATE_DIRECTORY` (systemd) when set.", groups=(DAEMON, STATE))
     listen: str = setting("agent", "address", "127.0.0.1:9480", "Address of /healthz, /readyz, /metrics and "
-                          "the webhooks.", groups=(DAEMON,), metavar="HOST:PORT")
+                          "the webhooks. The default answers this host only: a forge's webhook needs a "
+                          "reachable address behind a TLS proxy (operations.md, \"Webhooks from a forge\").",
+                          groups=(DAEMON,), metavar="HOST:PORT")
     webhook_secret: Secret | None = setting("agent", "str", None, "Shared secret of the webhooks "
                                             "(HMAC-SHA256 or token).", secret=True, groups=(DAEMON,))
     webhook_secret_file: Path | None = _secret_file()
