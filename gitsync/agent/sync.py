@@ -325,6 +325,8 @@ class Agent:
         try:
             committed = self.source.commit_time(sha)
         except SourceError as exc:
+            if exc.stage == "verify":  # a commit that can never be fetched: left to the act to refuse
+                return None
             return GateVerdict(False, f"cannot fetch {short(sha)}: {exc.reason}")
         verdict = self._fleet.verdict(sha, committed, datetime.now(UTC))
         if not verdict.allowed:
