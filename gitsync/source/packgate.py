@@ -60,11 +60,6 @@ class ObjectLimits:
     total: int
     settings: tuple[str, str, str] = ("max_object_size", "max_fetch_objects", "max_fetch_size")
 
-    def scaled(self, wants: int, per_want: int, per_want_bytes: int) -> ObjectLimits:
-        """Limits that grow with the number of tips asked for (the status refs: a few objects each)."""
-        return ObjectLimits(self.object_size, min(self.objects, 16 + wants * per_want),
-                            min(self.total, self.object_size + wants * per_want_bytes), self.settings)
-
 
 class LimitExceeded(SourceError):
     """A fetch refused because the remote's pack holds more than `ObjectLimits` allow (see the module).
@@ -238,17 +233,28 @@ DetermineWants = Callable[..., list[bytes]]
 
 
 def fetch_bounded(client: GitClient, path: str, repo: Repo, determine_wants: DetermineWants,
-                  limits: ObjectLimits, *, graph_walker: Any = None, depth: int | None = None,
-                  ref_prefix: Sequence[bytes] | None = None) -> FetchPackResult:
+                  limits: ObjectLimits | Callable[[int], ObjectLimits], *, graph_walker: Any = None,
+                  depth: int | None = None, ref_prefix: Sequence[bytes] | None = None) -> FetchPackResult:
     """`client.fetch` into `repo`, with every object bounded by `limits` before it is inflated (see the
-    module). `graph_walker`: the 'have's to offer (default: the repo's own). The pack is spooled (in
+    module); `limits` may be a function of the number of objects wanted, asked once they are known.
+    `graph_walker`: the 'have's to offer (default: the repo's own). The pack is spooled (in
     memory up to `SPOOL`, then in a temporary file beside the object store) and added to the store
     only when it went through whole; a client that takes whole packs writes it straight into the
     store, as ``GitClient.fetch`` does (`gitsync.source.compat.asks_thin_packs`)."""
     walker = graph_walker if graph_walker is not None else repo.get_graph_walker()
     store = repo.object_store
+    scale = limits if callable(limits) else None
+    gate = PackGate(limits if isinstance(limits, ObjectLimits) else limits(0), lambda data: None,
+                    store.object_format.oid_length)
+
+    def wanted(refs: Any, depth: int | None = None) -> list[bytes]:
+        wants = determine_wants(refs, depth)
+        if scale is not None:
+            gate.limits = scale(len(wants))
+        return wants
+
     if isinstance(client, LocalGitClient):
-        return _fetch_local(path, repo, determine_wants, limits, walker, depth)
+        return _fetch_local(path, repo, wanted, gate, walker, depth)
     with contextlib.ExitStack() as stack:
         if asks_thin_packs(client):  # completed with its bases from the store once whole
             spool = stack.enter_context(SpooledTemporaryFile(max_size=SPOOL, prefix="incoming-",
@@ -257,9 +263,9 @@ def fetch_bounded(client: GitClient, path: str, repo: Repo, determine_wants: Det
         else:  # a whole pack: written into the store as it comes, indexed once whole
             pack, commit, abort = store.add_pack()
             sink = pack.write
-        gate = PackGate(limits, sink, store.object_format.oid_length)
+        gate.sink = sink
         try:
-            result = client.fetch_pack(path.encode() if isinstance(path, str) else path, determine_wants,
+            result = client.fetch_pack(path.encode() if isinstance(path, str) else path, wanted,
                                        walker, gate.write, depth=depth, ref_prefix=ref_prefix)
             gate.finish()
         except BaseException:
@@ -276,7 +282,7 @@ def _add_thin(store: Any, spool: Any) -> None:
         store.add_thin_pack(spool.read, None)
 
 
-def _fetch_local(path: str, repo: Repo, determine_wants: DetermineWants, limits: ObjectLimits, walker: Any,
+def _fetch_local(path: str, repo: Repo, determine_wants: DetermineWants, gate: PackGate, walker: Any,
                  depth: int | None) -> FetchPackResult:
     """A fetch from a repo on this machine, as dulwich's local client makes it, with the objects it would
     copy measured from their headers in that repo's object store first (no pack crosses a wire)."""
@@ -284,7 +290,7 @@ def _fetch_local(path: str, repo: Repo, determine_wants: DetermineWants, limits:
         missing = remote.find_missing_objects(determine_wants, walker, None, depth=depth)
         ids = list(missing) if missing is not None else []
         if ids:
-            check_sizes(remote.object_store, [oid for oid, _hint in ids], limits)
+            check_sizes(remote.object_store, [oid for oid, _hint in ids], gate.limits)
             repo.object_store.add_pack_data(len(ids), generate_unpacked_objects(
                 remote.object_store, ids, other_haves=missing.get_remote_has()))  # type: ignore[union-attr]
         return FetchPackResult(dict(remote.get_refs()), remote.refs.get_symrefs(), b"gitsync",

@@ -156,7 +156,7 @@ class Fleet:
 def read_agents(settings: Settings, work_dir: Path) -> list[FleetEntry]:
     """Every agent's status, as `gitsync status --fleet` reads it (the one call of the view's)."""
     return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir,
-                      signers_from_settings(settings))
+                      signers_from_settings(settings), settings.max_status_refs)
 
 
 class ViewFleet:
