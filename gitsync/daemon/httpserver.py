@@ -6,15 +6,24 @@ that may block runs in a `Lane`: a small thread pool that admits a bounded numbe
 once (running or queued) and answers 503 at once beyond it. What runs on the loop itself must not
 block (``/healthz``, webhook checks).
 
-The limits, every one answered with a status and one log record, never a traceback:
+The limits, every one answered with a status and counted, and told in the log at most once every
+ten seconds per kind (`gitsync.tally`), never a traceback:
 
-- connections: at most `max_connections` open at once; one more is answered 503 and closed. `start`
-  raises the process's soft open-files limit towards what the cap needs (up to the hard limit) and
-  lowers the cap to fit what it gets;
+- connections: at most `max_connections` open at once, and at most an address's share of them
+  (`address_share`: a quarter, at least `MIN_ADDRESS_SHARE`), so that no one client holds the
+  listener. A connection beyond either is given one of `PROBE_RESERVE` places kept for probes
+  (`probe_paths`, ``/healthz``): its request must arrive within `PROBE_TIMEOUT`, and anything but a
+  probe is answered 503 (so is a connection beyond the reserve, at once). `start` raises the
+  process's soft open-files limit towards what the cap needs (up to the hard limit) and lowers the cap
+  to fit what it gets;
 - a request's line and headers must arrive within `header_timeout` of the connection (of the end of
-  the previous answer, on a kept-alive connection), and be at most `max_header_bytes` (414 for a
-  request line that long, else 431). Deadlines, not silences: a byte now and then does not extend
-  them;
+  the previous answer, on a kept-alive connection), be at most `max_header_bytes` (414 for a request
+  line that long, else 431) and hold at most `MAX_HEADERS` header lines (431, counted as the bytes
+  arrive, before any is parsed). Deadlines, not silences: a byte now and then does not extend them;
+- the event loop's time: what the loop spends on one address's requests (their heads parsed, the
+  handlers that run on the loop) is drawn from that address's share (`CPU_SHARE` of the time, up to
+  `CPU_BURST` at once); an address past it waits before the loop reads it again, so that one client
+  sending costly requests slows itself, not ``/healthz``;
 - a route says how large a body it reads (`Route.max_body`); a larger declared length is not read;
   a body must arrive within its own deadline (`body_deadline`: `body_timeout` for the largest body
   any route accepts, proportionally less for a smaller one, never under `MIN_BODY_TIMEOUT`); the
@@ -32,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import resource
 import socket
 import threading
@@ -48,15 +58,22 @@ import h11
 
 from gitsync.log import logger
 from gitsync.problems import one_line
+from gitsync.tally import Tally
 
 HEADER_TIMEOUT = 10.0  # seconds from the connection (or the last answer) to the end of the headers
 BODY_TIMEOUT = 10.0  # seconds for the largest body accepted; the time a client has to take an answer
 MIN_BODY_TIMEOUT = 2.0  # seconds at least for any body, however small
 MAX_CONNECTIONS = 4096  # open at once; stalled ones cost no thread, only a descriptor and a few KB
+MIN_ADDRESS_SHARE = 16  # connections one address may hold at least, whatever the cap
+PROBE_RESERVE = 32  # connections beyond the cap, or an address's share, kept for probes
+PROBE_RESERVE_PER_ADDRESS = 4  # of those, what one address may hold
+PROBE_TIMEOUT = 2.0  # seconds a connection in the probes' reserve has to send its request
 FD_RESERVE = 512  # open files kept for the agent's own work (git, gateways, state, parse workers)
 MAX_HEADER_BYTES = 32 * 1024
+MAX_HEADERS = 100  # header lines in one request, as Apache's LimitRequestFields
+CPU_SHARE = 0.1  # of the event loop's time, what one address's requests may take on average
+CPU_BURST = 0.25  # seconds of the loop's time one address may take at once
 MAX_BODY_BYTES = 16 * 1024 * 1024  # declared body lengths being read or handled at once
-LOG_INTERVAL = 10.0  # seconds between two records about the same kind of refusal
 LINGER = 2.0  # seconds an unread body is drained before closing
 LINGER_BYTES = 4 * 1024 * 1024
 TURN_AWAY_WAIT = 0.5  # seconds a connection beyond the cap is given to deliver what it sent
@@ -69,19 +86,18 @@ class Headers(Mapping[str, str]):
 
     def __init__(self, raw: Iterable[tuple[bytes, bytes]] = ()) -> None:
         self._items = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in raw]
+        self._first: dict[str, str] = {}  # each name's first value: a lookup is one step, however many
+        for key, value in self._items:
+            self._first.setdefault(key, value)
 
     def __getitem__(self, name: str) -> str:
-        name = name.lower()
-        for key, value in self._items:
-            if key == name:
-                return value
-        raise KeyError(name)
+        return self._first[name.lower()]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys(key for key, _ in self._items))
+        return iter(self._first)
 
     def __len__(self) -> int:
-        return len(dict.fromkeys(key for key, _ in self._items))
+        return len(self._first)
 
     def get_all(self, name: str) -> list[str]:
         name = name.lower()
@@ -163,23 +179,31 @@ class Route:
     max_body: int = 0  # bytes of body read for `handle`; 0: a body is left unread
 
 
-class Tally:
-    """Events of one kind, logged as one record at most every `interval` seconds: a flood of stalled
-    or refused clients is a line in the log, not thousands."""
+class LoopShare:
+    """Per client address, the event loop's time its requests may take: `share` of the time on average,
+    `burst` seconds at once (a token bucket), counted in the loop thread's own CPU time (what a client
+    costs, not what the machine's load or another thread adds to it). Addresses with their whole burst
+    left are not kept: the table holds only those that spent some lately. Used on the loop's thread
+    only: no lock."""
 
-    def __init__(self, message: str, level: str = "WARNING", interval: float = LOG_INTERVAL) -> None:
-        self.message = message  # formatted with the count, the last client's address and `detail`
-        self.level = level
-        self.interval = interval
-        self.count = 0
-        self._logged = -interval
+    def __init__(self, share: float = CPU_SHARE, burst: float = CPU_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.burst, self._clock = share, burst, clock
+        self._spent: dict[str, tuple[float, float]] = {}  # address → (balance, when)
 
-    def add(self, client: str, detail: str = "") -> None:
-        self.count += 1
-        now = time.monotonic()
-        if now - self._logged >= self.interval:
-            logger.log(self.level, self.message, self.count, client, detail)
-            self.count, self._logged = 0, now
+    def _balance(self, client: str) -> float:
+        balance, when = self._spent.get(client, (self.burst, 0.0))
+        return min(self.burst, balance + (self._clock() - when) * self.share)
+
+    def wait(self, client: str) -> float:
+        """Seconds `client` must wait before the loop spends more on it (0: it may now)."""
+        balance = self._balance(client)
+        if balance >= self.burst:
+            self._spent.pop(client, None)
+        return 0.0 if balance >= 0 else -balance / self.share
+
+    def charge(self, client: str, seconds: float) -> None:
+        self._spent[client] = (self._balance(client) - seconds, self._clock())
 
 
 def open_files_for(connections: int) -> int:
@@ -212,13 +236,15 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 class HttpServer:
-    """The server: `route` chooses a `Route` for each request's line and headers."""
+    """The server: `route` chooses a `Route` for each request's line and headers; `probe_paths` are the
+    paths (GET or HEAD) served from the probes' reserve."""
 
     def __init__(self, host: str, port: int, route: Callable[[Request], Route], *,
                  header_timeout: float = HEADER_TIMEOUT, body_timeout: float = BODY_TIMEOUT,
                  largest_body: int = 1024 * 1024, max_connections: int = MAX_CONNECTIONS,
                  max_header_bytes: int = MAX_HEADER_BYTES, max_body_bytes: int = MAX_BODY_BYTES,
-                 on_refused: Callable[[], None] = lambda: None) -> None:
+                 probe_paths: frozenset[str] = frozenset(), on_refused: Callable[[], None] = lambda: None,
+                 on_rejected: Callable[[str], None] = lambda reason: None) -> None:
         self.sock = listening_socket(host, port)  # bound now: an address in use fails the start
         self.route = route
         self.header_timeout = header_timeout
@@ -228,14 +254,20 @@ class HttpServer:
         self.max_connections = max_connections
         self.max_header_bytes = max_header_bytes
         self.max_body_bytes = max_body_bytes
+        self.probe_paths = probe_paths
         self.on_refused = on_refused
         self.open = 0  # connections open now
+        self.held: dict[str, int] = {}  # per address, its connections open now (not in the reserve)
+        self.reserve: dict[str, int] = {}  # per address, its connections in the probes' reserve
         self.body_bytes = 0  # declared lengths of the bodies being read or handled
+        self.loop_share = LoopShare()
         self.refused = self._refusals()
         self.stalled = Tally("listener: {} connection(s) closed without a whole request within "
                              f"{header_timeout:g}s (the last from {{}})")
         self.busy = Tally("listener: {} request(s) answered 503, too many at once (the last from {})")
         self.gone = Tally("listener: {} client(s) went away mid-request (the last from {}: {})", "INFO")
+        self.malformed = Tally("listener: {} malformed request(s) answered 4xx (the last from {}: {})",
+                               counted=lambda: on_rejected("malformed"))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
@@ -247,9 +279,15 @@ class HttpServer:
         host, port = self.sock.getsockname()[:2]
         return host, port
 
+    @property
+    def address_share(self) -> int:
+        """The connections one address may hold: a quarter of the cap, `MIN_ADDRESS_SHARE` at least."""
+        return max(MIN_ADDRESS_SHARE, self.max_connections // 4)
+
     def _refusals(self) -> Tally:
         return Tally("listener: {} connection(s) refused with 503 (the last from {}): "
-                     f"{self.max_connections} are served at once at most")
+                     f"{self.max_connections} are served at once at most, {self.address_share} from one "
+                     "address; /healthz is answered beyond")
 
     def body_deadline(self, length: int) -> float:
         """Seconds a body of `length` bytes is given: proportional to its size, `body_timeout` for
@@ -297,31 +335,42 @@ class HttpServer:
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         client = str(peer[0]) if isinstance(peer, tuple) else "?"
-        if self.open >= self.max_connections:
+        probe_only = self.open >= self.max_connections or self.held.get(client, 0) >= self.address_share
+        if probe_only and (sum(self.reserve.values()) >= PROBE_RESERVE
+                           or self.reserve.get(client, 0) >= PROBE_RESERVE_PER_ADDRESS):
             await self._turn_away(reader, writer, client)
             return
+        counts = self.reserve if probe_only else self.held
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
-        self.open += 1
+        counts[client] = counts.get(client, 0) + 1
+        self.open += not probe_only
         try:
-            await _Connection(self, reader, writer, client).serve()
+            await _Connection(self, reader, writer, client, probe_only=probe_only).serve()
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # a bug here must cost one connection and one record, not the listener
             logger.opt(exception=exc).error("listener: request from {} failed: {!r}", client, exc)
         finally:
-            self.open -= 1
+            self.open -= not probe_only
+            counts[client] -= 1
+            if not counts[client]:
+                del counts[client]
             self._tasks.discard(task)  # type: ignore[arg-type]
             await _close(writer)
+
+    def turned_away(self, client: str) -> bytes:
+        """Count a connection refused for want of room: the answer to send it."""
+        self.on_refused()
+        self.refused.add(client)
+        return _raw_answer(503, {"error": "too many connections; retry later"}, [("Retry-After", "1")])
 
     async def _turn_away(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          client: str) -> None:
         """503 and close. What the client sent with its connection is read first (closing on unread
         data would reset the connection, and the 503 with it), for a moment at most."""
-        self.on_refused()
-        self.refused.add(client)
-        writer.write(_raw_answer(503, {"error": "too many connections; retry later"}, [("Retry-After", "1")]))
+        writer.write(self.turned_away(client))
         with contextlib.suppress(OSError, RuntimeError, TimeoutError):
             writer.write_eof()
             async with asyncio.timeout(TURN_AWAY_WAIT):
@@ -330,20 +379,25 @@ class HttpServer:
 
 
 class _Connection:
-    """One client's connection: requests one after another (keep-alive), each within its deadlines."""
+    """One client's connection: requests one after another (keep-alive), each within its deadlines. In
+    the probes' reserve (`probe_only`): one request, a probe or turned away as soon as its line shows
+    it is none."""
 
     def __init__(self, server: HttpServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client: str) -> None:
+                 client: str, *, probe_only: bool = False) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
         self.client = client
+        self.probe_only = probe_only
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.max_header_bytes)
         self.loop = asyncio.get_running_loop()
+        self.head = _HeadLines()
 
     async def serve(self) -> None:
         while True:
-            request = await self._request(self.loop.time() + self.server.header_timeout)
+            timeout = PROBE_TIMEOUT if self.probe_only else self.server.header_timeout
+            request = await self._request(self.loop.time() + timeout)
             if request is None:
                 return
             response = await self._answer(request)
@@ -356,7 +410,7 @@ class _Connection:
             if self.h11.their_state is not h11.DONE:  # a body left unread: drained, then closed
                 await self._linger()
                 return
-            if self.h11.our_state is not h11.DONE:
+            if self.h11.our_state is not h11.DONE or self.probe_only:
                 return
             self.h11.start_next_cycle()
 
@@ -369,16 +423,27 @@ class _Connection:
 
     async def _request(self, deadline: float) -> Request | None:
         """The next request's line and headers; None when there is none to answer (after answering
-        a malformed one, or the client gone or too slow)."""
+        a malformed one, or the client gone or too slow). The loop's time it takes is the client's
+        (`LoopShare`): a client past its share waits before it is parsed again."""
+        self.head = _HeadLines()
+        data = self.h11.trailing_data[0]  # what came with the last request (pipelined)
         while True:
+            if data and not await self._took(data):
+                return None
+            wait = self.server.loop_share.wait(self.client)
+            if wait > 0:
+                await asyncio.sleep(min(wait, max(0.0, deadline - self.loop.time())))
+            started = time.thread_time()
             try:
                 event = self.h11.next_event()
+                if isinstance(event, h11.Request):
+                    return Request(event.method.decode("ascii", "replace"), event.target.decode("latin-1"),
+                                   Headers(event.headers), self.client)
             except h11.RemoteProtocolError as exc:
                 await self._malformed(exc)
                 return None
-            if isinstance(event, h11.Request):
-                return Request(event.method.decode("ascii", "replace"), event.target.decode("latin-1"),
-                               Headers(event.headers), self.client)
+            finally:
+                self.server.loop_share.charge(self.client, time.thread_time() - started)
             if isinstance(event, h11.ConnectionClosed):
                 return None
             try:
@@ -394,12 +459,31 @@ class _Connection:
                 return None
             self.h11.receive_data(data)
 
+    async def _took(self, data: bytes) -> bool:
+        """Look at what arrived of a request's head before it is parsed: False (the client answered)
+        when it holds more than `MAX_HEADERS` lines, or, in the probes' reserve, when its line is no
+        probe's."""
+        if not self.head.add(data):
+            self.server.malformed.add(self.client, f"431: more than {MAX_HEADERS} header lines")
+            await self._send_raw(_raw_answer(431, {"error": f"more than {MAX_HEADERS} header lines"}))
+            return False
+        if self.probe_only:
+            line = self.head.first_line
+            if line is None:
+                return True
+            parts = line.split()
+            if len(parts) < 2 or parts[0] not in (b"GET", b"HEAD") \
+                    or parts[1].split(b"?", 1)[0].decode("latin-1") not in self.server.probe_paths:
+                await self._send_raw(self.server.turned_away(self.client))
+                return False
+        return True
+
     async def _malformed(self, exc: h11.RemoteProtocolError) -> None:
         pending = self.h11.trailing_data[0]
         status = exc.error_status_hint
         if status == 431 and b"\n" not in pending:
             status = HTTPStatus.REQUEST_URI_TOO_LONG
-        logger.warning("listener: {} bad request ({}): {}", self.client, status, one_line(str(exc))[:200])
+        self.server.malformed.add(self.client, f"{int(status)}: {one_line(str(exc))[:200]}")
         await self._send_raw(_raw_answer(status, {"error": HTTPStatus(status).phrase.lower()}))
 
     async def _too_slow(self) -> None:
@@ -477,8 +561,12 @@ class _Connection:
                 if read is None:
                     return None
                 request = read
-            if route.lane is None:
-                return _handled(route.handle, request)
+            if route.lane is None:  # on the loop: its time is the client's
+                started = time.thread_time()
+                try:
+                    return _handled(route.handle, request)
+                finally:
+                    self.server.loop_share.charge(self.client, time.thread_time() - started)
             return await self.loop.run_in_executor(route.lane.pool, _handled, route.handle, request)
         finally:
             self.server.body_bytes -= reserved
@@ -496,7 +584,7 @@ class _Connection:
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
         else:
             return None
-        logger.warning("listener: {} bad request ({}): {} bytes", self.client, int(status), head)
+        self.server.malformed.add(self.client, f"{int(status)}: {head} bytes")
         return json_response(status, {"error": status.phrase.lower()}, close=True)
 
     @staticmethod
@@ -552,6 +640,37 @@ class _Connection:
                 if not data:
                     break
                 drained += len(data)
+
+
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a request's head, as h11 finds it
+
+
+class _HeadLines:
+    """The lines of one request's head, counted as its bytes arrive, up to the blank line that ends it
+    (what follows is its body); the request line, once it is whole."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.ended = False
+        self.first_line: bytes | None = None
+        self._start = b""  # the bytes before the first line's end
+        self._tail = b""  # the last bytes seen, for a blank line cut in two
+
+    def add(self, data: bytes) -> bool:
+        """Count `data`; False once the head holds more lines than `MAX_HEADERS` (and its request line)."""
+        if self.ended:
+            return True
+        if self.first_line is None:
+            self._start += data[:1024]
+            if b"\n" in self._start or len(self._start) >= 1024:
+                self.first_line = self._start.split(b"\n", 1)[0]
+        scan = self._tail + data
+        end = _BLANK_LINE.search(scan)
+        upto = len(data) if end is None else max(0, end.end() - len(self._tail))
+        self.lines += data.count(b"\n", 0, upto)
+        self.ended = end is not None
+        self._tail = scan[-2:]
+        return self.lines <= MAX_HEADERS + 2  # the request line's end, each header's, the blank line
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
