@@ -20,10 +20,11 @@ ten seconds per kind (`gitsync.tally`), never a traceback:
   the previous answer, on a kept-alive connection), be at most `max_header_bytes` (414 for a request
   line that long, else 431) and hold at most `MAX_HEADERS` header lines (431, counted as the bytes
   arrive, before any is parsed). Deadlines, not silences: a byte now and then does not extend them;
-- the event loop's time: what the loop spends on one address's requests (their heads parsed, the
-  handlers that run on the loop) is drawn from that address's share (`CPU_SHARE` of the time, up to
-  `CPU_BURST` at once); an address past it waits before the loop reads it again, so that one client
-  sending costly requests slows itself, not ``/healthz``;
+- the event loop's time: what the loop spends on one address's requests (their heads parsed and the
+  handlers that run on the loop, as the loop thread's CPU time, and `REQUEST_COST` for each request's
+  connection, reading and answer) is drawn from that address's share (`CPU_SHARE` of the time, up to
+  `CPU_BURST` at once); an address past it waits before the loop reads its next request, so that one
+  client sending costly requests, or many, slows itself, not ``/healthz``;
 - a route says how large a body it reads (`Route.max_body`); a larger declared length is not read;
   a body must arrive within its own deadline (`body_deadline`: `body_timeout` for the largest body
   any route accepts, proportionally less for a smaller one, never under `MIN_BODY_TIMEOUT`); the
@@ -71,8 +72,9 @@ PROBE_TIMEOUT = 2.0  # seconds a connection in the probes' reserve has to send i
 FD_RESERVE = 512  # open files kept for the agent's own work (git, gateways, state, parse workers)
 MAX_HEADER_BYTES = 32 * 1024
 MAX_HEADERS = 100  # header lines in one request, as Apache's LimitRequestFields
-CPU_SHARE = 0.1  # of the event loop's time, what one address's requests may take on average
-CPU_BURST = 0.25  # seconds of the loop's time one address may take at once
+CPU_SHARE = 0.05  # of the event loop's time, what one address's requests may take on average
+CPU_BURST = 0.1  # seconds of the loop's time one address may take at once
+REQUEST_COST = 0.002  # seconds of the loop a request costs beyond its parsing: accept, read, answer, close
 MAX_BODY_BYTES = 16 * 1024 * 1024  # declared body lengths being read or handled at once
 LINGER = 2.0  # seconds an unread body is drained before closing
 LINGER_BYTES = 4 * 1024 * 1024
@@ -426,6 +428,7 @@ class _Connection:
         a malformed one, or the client gone or too slow). The loop's time it takes is the client's
         (`LoopShare`): a client past its share waits before it is parsed again."""
         self.head = _HeadLines()
+        self.server.loop_share.charge(self.client, REQUEST_COST)
         data = self.h11.trailing_data[0]  # what came with the last request (pipelined)
         while True:
             if data and not await self._took(data):
