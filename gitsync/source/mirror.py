@@ -570,6 +570,14 @@ class Source:
         with self._mirror_commit("read", sha) as (repo, commit):
             return self.reader.read(repo, commit, have, self.blob)
 
+    def subject(self, sha: str) -> str:
+        """The first line of commit `sha`'s message, from the mirror; "" when the mirror does not hold it."""
+        try:
+            with self._mirror_commit("read", sha) as (_repo, commit):
+                return commit.message.decode("utf-8", "replace").strip().split("\n", 1)[0]
+        except (SourceError, KeyError, ValueError):
+            return ""
+
     def blob(self, blob_sha: str) -> bytes:
         """One blob's bytes, from the mirror (for a file `read` left unread)."""
         repo = self._open()
