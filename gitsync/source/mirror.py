@@ -413,23 +413,39 @@ class Source:
             if tracked and (tip := _peeled_or_none(repo, tracked[0])) is not None:
                 repo.have_tips = [tip.id]
             repo.parents = self.parents
-            deepen = first and self.depth > 0
+            depth = self.depth if first and self.depth > 0 else None
 
-            def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+            def determine_wants(refs: Mapping[bytes, bytes], _depth: int | None = None) -> list[bytes]:
                 name, raw, _ = self._resolve(refs, "fetch")
                 chosen["name"], chosen["raw"] = name, raw
-                # A shallow first fetch is always asked for, so the server resends the shallow list
-                # that a fetch killed before it was written never recorded.
-                return [raw] if deepen or raw not in repo.object_store else []
+                # A shallow fetch is always asked for, so the server resends the shallow list that a
+                # fetch killed before it was written never recorded.
+                return [raw] if depth or raw not in repo.object_store else []
 
             client, path = self.remote.client()
+
+            def fetch() -> Any:
+                return self.remote.network("fetch", lambda: fetch_bounded(
+                    client, path, repo, determine_wants, self.limits, depth=depth,
+                    ref_prefix=self._candidates()))
+
+            tip_alone = False
             try:
-                self._bounded(chosen, lambda: self.remote.network("fetch", lambda: fetch_bounded(
-                    client, path, repo, determine_wants, self.limits, depth=self.depth if deepen else None,
-                    ref_prefix=self._candidates())))
+                try:
+                    self._bounded(chosen, fetch)
+                except SourceError as exc:
+                    if exc.stage != "verify" or depth or not self.allow_rewrite:
+                        raise
+                    # The history holds an object over the limits: the tip alone may not (the commit
+                    # after the one that added a large file, removing it). Fetched shallow, the mirror
+                    # keeps no history under it; a tip that itself holds one is refused as before.
+                    logger.warning("{}: the history of {} holds what a fetch may not bring ({}); fetching "
+                                   "the tip alone", self.url, self.ref, exc.reason.split(": ", 2)[-1])
+                    depth, tip_alone = 1, True
+                    self._bounded(chosen, fetch)
             finally:
                 client.close()
-            new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote)
+            new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote, tip_alone=tip_alone)
             if not same_remote:
                 self._record_remote(repo)
             self._untidy = True
@@ -462,13 +478,16 @@ class Source:
         except SourceError as exc:  # best effort, as the merge itself
             logger.warning("could not tidy the mirror: {}", exc.reason)
 
-    def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool) -> bytes:
-        """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked."""
+    def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool, *,
+                  tip_alone: bool = False) -> bytes:
+        """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked. A tip
+        fetched alone (`tip_alone`: its history was refused) cannot be told from a rewrite: that is
+        followed only with `allow_rewrite`, which `fetch` checked."""
         new = _peel(repo, raw, "fetch").id
         old_raw = _ref(repo, name)
         if old_raw == raw:
             return new
-        if old_raw is not None and same_remote:
+        if old_raw is not None and same_remote and not tip_alone:
             old = _peel(repo, old_raw).id
             if old != new and not _is_ancestor(repo, old, new):
                 if not self.allow_rewrite:

@@ -425,11 +425,12 @@ class WriteBack:
         mirror_fleet(repo, self.status_prefix, fleet)
         new_agents = _copy_tree(agents)
         headlines = []
+        read: dict[bytes, tuple[bytes, dict[str, Any] | None] | None] = {}  # by tip: a flood shares one
         for ref, sha in sorted(fleet.items()):
             slug = ref[len(self.status_prefix):]
             if b"/" in slug:
                 continue
-            held = status_of(store, sha)
+            held = read[sha] if sha in read else read.setdefault(sha, status_of(store, sha))
             if held is None:
                 continue
             blob, doc = held
