@@ -426,27 +426,31 @@ class _Connection:
     async def _request(self, deadline: float) -> Request | None:
         """The next request's line and headers; None when there is none to answer (after answering
         a malformed one, or the client gone or too slow). The loop's time it takes is the client's
-        (`LoopShare`): a client past its share waits before it is parsed again."""
+        (`LoopShare`, and `REQUEST_COST` once it is whole or answered): a client past its share waits
+        before it is parsed again, unless its request is a probe."""
         self.head = _HeadLines()
-        self.server.loop_share.charge(self.client, REQUEST_COST)
+        share = self.server.loop_share
         data = self.h11.trailing_data[0]  # what came with the last request (pipelined)
         while True:
             if data and not await self._took(data):
+                share.charge(self.client, REQUEST_COST)
                 return None
-            wait = self.server.loop_share.wait(self.client)
-            if wait > 0:
+            wait = share.wait(self.client)
+            if wait > 0 and not self._probe():
                 await asyncio.sleep(min(wait, max(0.0, deadline - self.loop.time())))
             started = time.thread_time()
             try:
                 event = self.h11.next_event()
                 if isinstance(event, h11.Request):
+                    share.charge(self.client, REQUEST_COST)
                     return Request(event.method.decode("ascii", "replace"), event.target.decode("latin-1"),
                                    Headers(event.headers), self.client)
             except h11.RemoteProtocolError as exc:
+                share.charge(self.client, REQUEST_COST)
                 await self._malformed(exc)
                 return None
             finally:
-                self.server.loop_share.charge(self.client, time.thread_time() - started)
+                share.charge(self.client, time.thread_time() - started)
             if isinstance(event, h11.ConnectionClosed):
                 return None
             try:
@@ -462,6 +466,15 @@ class _Connection:
                 return None
             self.h11.receive_data(data)
 
+    def _probe(self) -> bool:
+        """Whether the request line that arrived asks for a probe (``GET``/``HEAD`` of `probe_paths`)."""
+        line = self.head.first_line
+        if line is None:
+            return False
+        parts = line.split()
+        return len(parts) >= 2 and parts[0] in (b"GET", b"HEAD") \
+            and parts[1].split(b"?", 1)[0].decode("latin-1") in self.server.probe_paths
+
     async def _took(self, data: bytes) -> bool:
         """Look at what arrived of a request's head before it is parsed: False (the client answered)
         when it holds more than `MAX_HEADERS` lines, or, in the probes' reserve, when its line is no
@@ -470,15 +483,9 @@ class _Connection:
             self.server.malformed.add(self.client, f"431: more than {MAX_HEADERS} header lines")
             await self._send_raw(_raw_answer(431, {"error": f"more than {MAX_HEADERS} header lines"}))
             return False
-        if self.probe_only:
-            line = self.head.first_line
-            if line is None:
-                return True
-            parts = line.split()
-            if len(parts) < 2 or parts[0] not in (b"GET", b"HEAD") \
-                    or parts[1].split(b"?", 1)[0].decode("latin-1") not in self.server.probe_paths:
-                await self._send_raw(self.server.turned_away(self.client))
-                return False
+        if self.probe_only and self.head.first_line is not None and not self._probe():
+            await self._send_raw(self.server.turned_away(self.client))
+            return False
         return True
 
     async def _malformed(self, exc: h11.RemoteProtocolError) -> None:
