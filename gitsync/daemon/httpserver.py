@@ -80,6 +80,10 @@ LINGER = 2.0  # seconds an unread body is drained before closing
 LINGER_BYTES = 4 * 1024 * 1024
 TURN_AWAY_WAIT = 0.5  # seconds a connection beyond the cap is given to deliver what it sent
 READ_CHUNK = 64 * 1024
+#: Connections the kernel holds for the listener before it accepts them (capped by net.core.somaxconn).
+#: asyncio would set 100: a burst of connections while the loop is busy (a thousand stalled ones) then
+#: overflows the queue, and the kernel drops a probe's handshake until it has room, for seconds.
+BACKLOG = 4096
 
 
 class Headers(Mapping[str, str]):
@@ -229,7 +233,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen(BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -325,7 +329,7 @@ class HttpServer:
         self._loop = asyncio.get_running_loop()
         self._loop.set_exception_handler(_loop_error)
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_CHUNK)
+        server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_CHUNK, backlog=BACKLOG)
         self._started.set()
         try:
             await self._stop.wait()

@@ -9,6 +9,7 @@ import resource
 import select
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -645,3 +646,13 @@ def test_an_address_past_its_share_of_the_loop_waits_and_others_do_not():
     assert share.wait("a") == pytest.approx(0.0)
     now[0] = 100.0
     assert share.wait("a") == 0.0 and share._spent == {}  # a full burst again: forgotten
+
+
+def test_the_kernel_holds_thousands_of_connections_for_the_listener_before_it_accepts_them(strict):
+    """asyncio's default accept queue is 100: 1,100 stalled connections opened while the loop was busy
+    overflowed it, and a probe's handshake then waited on the kernel for seconds (a /healthz
+    ReadTimeout under load). The listener asks for 4,096 (the kernel caps it at net.core.somaxconn)."""
+    shown = subprocess.run(["ss", "-ltnH", f"sport = :{strict.port}"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    assert shown[0] == "LISTEN" and int(shown[2]) == min(4096, somaxconn)  # Send-Q: the backlog
