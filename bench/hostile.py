@@ -31,11 +31,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.run import OUT, ROOT, machine, process_env
+from bench.run import add_tree_and_out, machine, print_report, process_env, write_report
 from testkit.git import GitDaemon, git
 
 #: The child's script for the ref flood: one reader, three reads; prints one JSON line.
@@ -210,6 +209,7 @@ def ref_flood(tmp: Path, daemon: GitDaemon, tree: Path, refs: int) -> dict[str, 
 
 def run(tree: Path, megabytes: int, refs: int, limit_mb: int, out: Path,
         scenarios: Sequence[str]) -> dict[str, Any]:
+    started = time.monotonic()
     report: dict[str, Any] = {"machine": machine(), "tree": str(tree), "limit_mb": limit_mb, "results": []}
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-hostile-"))
     try:
@@ -224,10 +224,7 @@ def run(tree: Path, megabytes: int, refs: int, limit_mb: int, out: Path,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report["table"] = table(report["results"], limit_mb)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for name in (f"hostile-{stamp}.json", "hostile-latest.json"):
-        (out / name).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, out, started, "hostile", "hostile-latest.json")
     return report
 
 
@@ -276,16 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "runs (default %(default)s)")
     parser.add_argument("--only", default="status_bomb,source_bomb,ref_flood",
                         help="scenarios, comma-separated (default %(default)s)")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose gitsync runs "
-                        "(default: this one)")
-    parser.add_argument("--out", type=Path, default=OUT, help="where the JSON goes (default bench/out)")
+    add_tree_and_out(parser)
     args = parser.parse_args(argv)
     report = run(args.tree.resolve(), args.bomb_mb, args.refs, args.limit_mb, args.out,
                  [s.strip() for s in args.only.split(",") if s.strip()])
-    m = report["machine"]
-    print(f"gitsync of {report['tree']} on {m['cpus']} CPUs, Python {m['python']}; {m['date']}; "
-          f"load {', '.join(f'{x:.1f}' for x in m['loadavg'])}")
-    print(report["table"])
+    print_report(report, f"load {', '.join(f'{x:.1f}' for x in report['machine']['loadavg'])}")
     return 0
 
 

@@ -22,7 +22,6 @@ PYTHONPATH are DIR; bytecode goes to the usual cache outside it), for a before/a
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import resource
 import shutil
@@ -33,12 +32,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.double import DoubleProcess
-from bench.run import ADMIN_KEY, DaemonProcess, Fixture, add_tree_and_out, machine
+from bench.run import ADMIN_KEY, DaemonProcess, Fixture, add_tree_and_out, machine, print_report, write_report
 from testkit.git import GitDaemon
 
 STALL = b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # and nothing more
@@ -111,13 +109,18 @@ def measure(port: int, pid: int, stalled: int, probes: int) -> dict[str, Any]:
     held = sum(1 for sock in socks if _still_open(sock))
     for sock in socks:
         sock.close()
-    latencies = sorted(seconds for _, seconds in answers)
-    statuses: dict[str, int] = {}
-    for status, _ in answers:
-        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    latencies, statuses = summary(answers)
     return {"stalled": stalled, "held_open": held, "open_s": opened, "measured_within_s": measured_within,
             "threads": most_threads, "rss_mb": most_rss, "statuses": statuses,
             "p50_s": statistics.median(latencies), "max_s": latencies[-1], "samples": latencies}
+
+
+def summary(answers: Sequence[tuple[int, float]]) -> tuple[list[float], dict[str, int]]:
+    """The probes' times, sorted, and how many got each status."""
+    statuses: dict[str, int] = {}
+    for status, _ in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    return sorted(seconds for _, seconds in answers), statuses
 
 
 def _still_open(sock: socket.socket) -> bool:
@@ -186,10 +189,7 @@ def attack(port: int, pid: int, log: Path, flood: int, heavy: int, seconds: floa
     elapsed = time.monotonic() - window
     for sock in socks:
         sock.close()
-    latencies = sorted(seconds for _, seconds in probes)
-    statuses: dict[str, int] = {}
-    for status, _ in probes:
-        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    latencies, statuses = summary(probes)
     lines = _lines(log) - lines_before
     return {"flood": flood, "flood_opened": len(socks), "flood_held": held, "samples": [t for _, t in probes],
             "heavy": heavy, "heavy_answers": answers, "seconds": elapsed, "statuses": statuses,
@@ -215,6 +215,7 @@ def open_files_cap(pid: int) -> int | None:
 
 def run(counts: Sequence[int], probes: int, tree: Path, out: Path, flood: int = 5000, heavy: int = 8,
         seconds: float = 8.0) -> dict[str, Any]:
+    started = time.monotonic()
     raise_open_files(max(*counts, flood) + 512)
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-listener-"))
     report: dict[str, Any] = {"machine": machine(), "tree": str(tree), "probes": probes, "results": []}
@@ -239,10 +240,7 @@ def run(counts: Sequence[int], probes: int, tree: Path, out: Path, flood: int = 
         shutil.rmtree(tmp, ignore_errors=True)
     report["table"] = table(report["results"]) + ("\n" + attack_table(report["attack"])
                                                    if "attack" in report else "")
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for name in (f"listener-{stamp}.json", "listener-latest.json"):
-        (out / name).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, out, started, "listener", "listener-latest.json")
     return report
 
 
@@ -286,10 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = [int(n) for n in args.stalled.split(",") if n.strip()]
     report = run(counts, args.probes, args.tree.resolve(), args.out, args.flood, args.heavy,
                  args.attack_seconds)
-    m = report["machine"]
-    print(f"gitsync of {report['tree']} on {m['cpus']} CPUs, Python {m['python']}; {m['date']}; "
-          f"{args.probes} /healthz probes per count")
-    print(report["table"])
+    print_report(report, f"{args.probes} /healthz probes per count")
     return 0
 
 

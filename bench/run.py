@@ -1153,6 +1153,14 @@ def write_report(report: dict[str, Any], out: Path, started: float, prefix: str,
         (out / name).write_text(json.dumps(report, indent=2) + "\n")
 
 
+def print_report(report: dict[str, Any], extra: str) -> None:
+    """The header of a script that runs the gitsync of a tree (``--tree``), `extra` at its end, then
+    the report's table."""
+    m = report["machine"]
+    print(f"gitsync of {report['tree']} on {m['cpus']} CPUs, Python {m['python']}; {m['date']}; {extra}")
+    print(report["table"])
+
+
 def parse_sizes(text: str) -> list[int]:
     return [int(part.replace("_", "").replace(",", "")) for part in text.split(",") if part.strip()]
 

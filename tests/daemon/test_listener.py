@@ -521,11 +521,15 @@ def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git
 
 @pytest.mark.slow
 def test_the_listener_benchmark_runs_and_writes_its_json(tmp_path):
-    """`python -m bench.listener` end to end at 0 and 20 stalled connections (figures not checked)."""
+    """`python -m bench.listener` end to end at 0 and 20 stalled connections, and a small attack (figures
+    not checked)."""
     report, printed = run_bench("bench.listener", "listener-latest.json", tmp_path, "--stalled", "0,20",
-                                "--probes", "2")
+                                "--probes", "2", "--flood", "40", "--heavy", "2", "--attack-seconds", "1")
     assert [r["stalled"] for r in report["results"]] == [0, 20] and report["table"] in printed
     assert all(len(r["samples"]) == 2 and r["threads"] > 0 and r["rss_mb"] > 0 for r in report["results"])
+    attack = report["attack"]
+    assert attack["flood_opened"] == 40 and attack["probes"] == len(attack["samples"]) > 0
+    assert set(attack["heavy_answers"]) <= {"431", "503"} and attack["log_lines"] >= 0
 
 
 # ---------------------------------------------------------------------------------------------------------

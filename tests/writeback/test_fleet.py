@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gitsync import log as gslog
 from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import FleetReader, Ignored, choose_refs, is_agent_ref
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
 from gitsync.writeback.remote import LOCAL_FLEET_PREFIX, open_work_repo
 from gitsync.writeback.wire import GatewayStatus, StatusReport
+from testkit.logs import captured
 
 PREFIX = b"refs/gitsync/status/"
 
@@ -29,10 +29,8 @@ def report(agent: str, commit: str, group: str = "canary") -> StatusReport:
 
 @pytest.fixture
 def log() -> Iterator[io.StringIO]:
-    out = io.StringIO()
-    gslog.setup(stream=out, verbose=1)
-    yield out
-    gslog.setup()
+    with captured() as out:
+        yield out
 
 
 @pytest.mark.parametrize(("component", "valid"), [
