@@ -190,19 +190,26 @@ def attack(port: int, pid: int, log: Path, flood: int, heavy: int, seconds: floa
     for sock in socks:
         sock.close()
     latencies, statuses = summary(probes)
-    lines = _lines(log) - lines_before
+    written = _written_since(log, lines_before)
+    lines = len(written)
     return {"flood": flood, "flood_opened": len(socks), "flood_held": held, "samples": [t for _, t in probes],
             "heavy": heavy, "heavy_answers": answers, "seconds": elapsed, "statuses": statuses,
             "p50_s": statistics.median(latencies), "p99_s": latencies[min(len(latencies) - 1,
                                                                         int(len(latencies) * 0.99))],
             "max_s": latencies[-1], "probes": len(latencies), "threads": most_threads, "rss_mb": most_rss,
-            "log_lines": lines, "log_lines_per_s": lines / max(elapsed, 1e-9),
+            "log_lines": lines, "log_lines_per_s": lines / max(elapsed, 1e-9), "log": written[:50],
             "cap": open_files_cap(pid)}
 
 
 def _lines(path: Path) -> int:
     with open(path, "rb") as handle:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 16), b""))
+
+
+def _written_since(path: Path, lines: int) -> list[str]:
+    """The log's lines after its first `lines` (the agent's log during the attack), for the report."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return [line.rstrip("\n")[:300] for n, line in enumerate(handle) if n >= lines]
 
 
 def open_files_cap(pid: int) -> int | None:

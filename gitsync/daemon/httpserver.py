@@ -10,7 +10,7 @@ The limits, every one answered with a status and counted, and told in the log at
 ten seconds per kind (`gitsync.tally`), never a traceback:
 
 - connections: at most `max_connections` open at once, and at most an address's share of them
-  (`address_share`: a quarter, at least `MIN_ADDRESS_SHARE`), so that no one client holds the
+  (`address_share`: an eighth, at least `MIN_ADDRESS_SHARE`), so that no one client holds the
   listener. A connection beyond either is given one of `PROBE_RESERVE` places kept for probes
   (`probe_paths`, ``/healthz``): its request must arrive within `PROBE_TIMEOUT`, and anything but a
   probe is answered 503 (so is a connection beyond the reserve, at once). `start` raises the
@@ -20,11 +20,11 @@ ten seconds per kind (`gitsync.tally`), never a traceback:
   the previous answer, on a kept-alive connection), be at most `max_header_bytes` (414 for a request
   line that long, else 431) and hold at most `MAX_HEADERS` header lines (431, counted as the bytes
   arrive, before any is parsed). Deadlines, not silences: a byte now and then does not extend them;
-- the event loop's time: what the loop spends on one address's requests (their heads parsed and the
-  handlers that run on the loop, as the loop thread's CPU time, and `REQUEST_COST` for each request's
-  connection, reading and answer) is drawn from that address's share (`CPU_SHARE` of the time, up to
-  `CPU_BURST` at once); an address past it waits before the loop reads its next request, so that one
-  client sending costly requests, or many, slows itself, not ``/healthz``;
+- the event loop's time: what the loop spends on one address's requests (`REQUEST_COST` each, for
+  its connection, reading and answer; a large head parsed or a large body checked on the loop, as
+  the loop thread's CPU time) is drawn from that address's share (`CPU_SHARE` of the time, up to
+  `CPU_BURST` at once); an address past it waits before the loop reads its next request (a probe's
+  never does), so that one client sending costly requests, or many, slows itself, not ``/healthz``;
 - a route says how large a body it reads (`Route.max_body`); a larger declared length is not read;
   a body must arrive within its own deadline (`body_deadline`: `body_timeout` for the largest body
   any route accepts, proportionally less for a smaller one, never under `MIN_BODY_TIMEOUT`); the
@@ -75,6 +75,7 @@ MAX_HEADERS = 100  # header lines in one request, as Apache's LimitRequestFields
 CPU_SHARE = 0.05  # of the event loop's time, what one address's requests may take on average
 CPU_BURST = 0.1  # seconds of the loop's time one address may take at once
 REQUEST_COST = 0.002  # seconds of the loop a request costs beyond its parsing: accept, read, answer, close
+MEASURED = 16 * 1024  # bytes of a head or body past which the loop's time on it is measured, not assumed
 MAX_BODY_BYTES = 16 * 1024 * 1024  # declared body lengths being read or handled at once
 LINGER = 2.0  # seconds an unread body is drained before closing
 LINGER_BYTES = 4 * 1024 * 1024
@@ -84,6 +85,10 @@ READ_CHUNK = 64 * 1024
 #: asyncio would set 100: a burst of connections while the loop is busy (a thousand stalled ones) then
 #: overflows the queue, and the kernel drops a probe's handshake until it has room, for seconds.
 BACKLOG = 4096
+#: Connections accepted in one turn of the event loop: a burst of thousands accepted at once would
+#: hold the loop, a probe waiting behind them.
+ACCEPT_BATCH = 100
+ACCEPT_RETRY = 1.0  # seconds before accepting again after the process ran out of descriptors
 
 
 class Headers(Mapping[str, str]):
@@ -272,6 +277,8 @@ class HttpServer:
                              f"{header_timeout:g}s (the last from {{}})")
         self.busy = Tally("listener: {} request(s) answered 503, too many at once (the last from {})")
         self.gone = Tally("listener: {} client(s) went away mid-request (the last from {}: {})", "INFO")
+        self.unaccepted = Tally("listener: {} time(s) a connection could not be accepted{} ({}); trying "
+                                f"again in {ACCEPT_RETRY:g}s", "ERROR")
         self.malformed = Tally("listener: {} malformed request(s) answered 4xx (the last from {}: {})",
                                counted=lambda: on_rejected("malformed"))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -287,8 +294,8 @@ class HttpServer:
 
     @property
     def address_share(self) -> int:
-        """The connections one address may hold: a quarter of the cap, `MIN_ADDRESS_SHARE` at least."""
-        return max(MIN_ADDRESS_SHARE, self.max_connections // 4)
+        """The connections one address may hold: an eighth of the cap, `MIN_ADDRESS_SHARE` at least."""
+        return max(MIN_ADDRESS_SHARE, self.max_connections // 8)
 
     def _refusals(self) -> Tally:
         return Tally("listener: {} connection(s) refused with 503 (the last from {}): "
@@ -329,30 +336,50 @@ class HttpServer:
         self._loop = asyncio.get_running_loop()
         self._loop.set_exception_handler(_loop_error)
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_CHUNK, backlog=BACKLOG)
+        self._loop.add_reader(self.sock.fileno(), self._accept)
         self._started.set()
         try:
             await self._stop.wait()
         finally:
-            server.close()
+            self._loop.remove_reader(self.sock.fileno())
             for task in list(self._tasks):
                 task.cancel()
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        client = str(peer[0]) if isinstance(peer, tuple) else "?"
-        probe_only = self.open >= self.max_connections or self.held.get(client, 0) >= self.address_share
-        if probe_only and (sum(self.reserve.values()) >= PROBE_RESERVE
-                           or self.reserve.get(client, 0) >= PROBE_RESERVE_PER_ADDRESS):
-            await self._turn_away(reader, writer, client)
-            return
-        counts = self.reserve if probe_only else self.held
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        counts[client] = counts.get(client, 0) + 1
-        self.open += not probe_only
+
+    def _accept(self) -> None:
+        """Accept what the kernel holds, `ACCEPT_BATCH` connections a turn at most. A connection beyond
+        the cap or its address's share, and beyond the probes' reserve, is turned away here, before a
+        transport or a task is made for it: a flood of connections costs the loop little."""
+        assert self._loop is not None
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors, say: the kernel keeps them queued a second
+                self.unaccepted.add("", exc.strerror or str(exc))
+                self._loop.remove_reader(self.sock.fileno())
+                self._loop.call_later(ACCEPT_RETRY, self._loop.add_reader, self.sock.fileno(), self._accept)
+                return
+            client = str(peer[0]) if isinstance(peer, tuple) else "?"
+            conn.setblocking(False)
+            probe_only = self.open >= self.max_connections or self.held.get(client, 0) >= self.address_share
+            if probe_only and (sum(self.reserve.values()) >= PROBE_RESERVE
+                               or self.reserve.get(client, 0) >= PROBE_RESERVE_PER_ADDRESS):
+                _TurnedAway(self._loop, conn, self.turned_away(client))
+                continue
+            counts = self.reserve if probe_only else self.held
+            counts[client] = counts.get(client, 0) + 1
+            self.open += not probe_only
+            task = self._loop.create_task(self._accepted(conn, client, probe_only, counts))
+            self._tasks.add(task)  # held: the loop keeps only a weak reference to a task
+            task.add_done_callback(self._tasks.discard)
+
+    async def _accepted(self, conn: socket.socket, client: str, probe_only: bool,
+                        counts: dict[str, int]) -> None:
+        writer = None
         try:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
             await _Connection(self, reader, writer, client, probe_only=probe_only).serve()
         except asyncio.CancelledError:
             pass
@@ -363,8 +390,10 @@ class HttpServer:
             counts[client] -= 1
             if not counts[client]:
                 del counts[client]
-            self._tasks.discard(task)  # type: ignore[arg-type]
-            await _close(writer)
+            if writer is not None:
+                await _close(writer)
+            else:
+                conn.close()
 
     def turned_away(self, client: str) -> bytes:
         """Count a connection refused for want of room: the answer to send it."""
@@ -372,16 +401,38 @@ class HttpServer:
         self.refused.add(client)
         return _raw_answer(503, {"error": "too many connections; retry later"}, [("Retry-After", "1")])
 
-    async def _turn_away(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         client: str) -> None:
-        """503 and close. What the client sent with its connection is read first (closing on unread
-        data would reset the connection, and the 503 with it), for a moment at most."""
-        writer.write(self.turned_away(client))
-        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
-            writer.write_eof()
-            async with asyncio.timeout(TURN_AWAY_WAIT):
-                await reader.read(READ_CHUNK)
-        await _close(writer)
+
+class _TurnedAway:
+    """A connection answered 503 and closed, on the loop without a transport or a task: the answer sent,
+    the sending side shut, then what the client sent read and dropped until it closes or
+    `TURN_AWAY_WAIT` passes (closing on unread data would reset the connection, and the 503 with it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, answer: bytes) -> None:
+        self.loop, self.conn = loop, conn
+        try:
+            conn.send(answer)  # a few hundred bytes: the socket's buffer takes them at once
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        loop.add_reader(conn.fileno(), self._drain)
+        self.timer = loop.call_later(TURN_AWAY_WAIT, self._close)
+
+    def _drain(self) -> None:
+        try:
+            if self.conn.recv(READ_CHUNK):
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        self.timer.cancel()
+        self._close()
+
+    def _close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.loop.remove_reader(self.conn.fileno())
+        self.conn.close()
 
 
 class _Connection:
@@ -442,7 +493,9 @@ class _Connection:
             wait = share.wait(self.client)
             if wait > 0 and not self._probe():
                 await asyncio.sleep(min(wait, max(0.0, deadline - self.loop.time())))
-            started = time.thread_time()
+            # A small head costs the loop less than what REQUEST_COST counts, and reading the
+            # thread's CPU clock is a system call: measured only for a large one.
+            started = time.thread_time() if self.head.size > MEASURED else None
             try:
                 event = self.h11.next_event()
                 if isinstance(event, h11.Request):
@@ -454,7 +507,8 @@ class _Connection:
                 await self._malformed(exc)
                 return None
             finally:
-                share.charge(self.client, time.thread_time() - started)
+                if started is not None:
+                    share.charge(self.client, time.thread_time() - started)
             if isinstance(event, h11.ConnectionClosed):
                 return None
             try:
@@ -575,12 +629,13 @@ class _Connection:
                 if read is None:
                     return None
                 request = read
-            if route.lane is None:  # on the loop: its time is the client's
-                started = time.thread_time()
+            if route.lane is None:  # on the loop: its time is the client's (a large body's, measured)
+                started = time.thread_time() if len(request.body) > MEASURED else None
                 try:
                     return _handled(route.handle, request)
                 finally:
-                    self.server.loop_share.charge(self.client, time.thread_time() - started)
+                    if started is not None:
+                        self.server.loop_share.charge(self.client, time.thread_time() - started)
             return await self.loop.run_in_executor(route.lane.pool, _handled, route.handle, request)
         finally:
             self.server.body_bytes -= reserved
@@ -665,6 +720,7 @@ class _HeadLines:
 
     def __init__(self) -> None:
         self.lines = 0
+        self.size = 0  # bytes seen
         self.ended = False
         self.first_line: bytes | None = None
         self._start = b""  # the bytes before the first line's end
@@ -674,6 +730,7 @@ class _HeadLines:
         """Count `data`; False once the head holds more lines than `MAX_HEADERS` (and its request line)."""
         if self.ended:
             return True
+        self.size += len(data)
         if self.first_line is None:
             self._start += data[:1024]
             if b"\n" in self._start or len(self._start) >= 1024:

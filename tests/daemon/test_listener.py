@@ -458,7 +458,7 @@ def test_any_bytes_get_answers_or_a_close_and_never_a_traceback(fuzzed, pieces):
 
 @pytest.mark.slow
 def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git_daemon, remote_repo, apisix):
-    """A real `gitsync run --ui --log-json` holding 1,100 connections (from two addresses, each within
+    """A real `gitsync run --ui --log-json` holding 1,100 connections (from four addresses, each within
     its share) that each sent a request line and stalled: /healthz answers every probe (long before
     their 10 s header deadline), the process holds fewer than 40 threads, a webhook still triggers a
     sync that applies a new commit (its git and gateway connections get descriptors above 1,024, which
@@ -474,7 +474,7 @@ def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git
     started = time.monotonic()
     for n in range(STALLED):
         sock = socket.create_connection(("127.0.0.1", agent.port), timeout=10,
-                                        source_address=(f"127.0.0.{2 + n % 2}", 0))
+                                        source_address=(f"127.0.0.{2 + n % 4}", 0))
         sock.sendall(b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         socks.append(sock)
     most = thread_count(agent.proc.pid)
@@ -660,3 +660,27 @@ def test_the_kernel_holds_thousands_of_connections_for_the_listener_before_it_ac
                            check=True).stdout.split()
     somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
     assert shown[0] == "LISTEN" and int(shown[2]) == min(4096, somaxconn)  # Send-Q: the backlog
+
+
+@pytest.mark.slow
+def test_a_burst_of_connections_is_accepted_in_batches_and_each_kept_until_served(log):
+    """400 connections at once, past the cap of 64 and an address's share of 16: the kernel holds them,
+    the listener accepts 100 a turn, serves 16 from each address, gives 4 of each the probes' reserve
+    (closed after 2 s without a request) and turns the others away at once, with no error of its
+    event loop; every held one is still served (its task kept) when it sends its request."""
+    raise_open_files(2048)
+    srv = StatusServer("127.0.0.1:0", Metrics(), lambda: Readiness(True, "ok"), lambda reason: None,
+                       Secret(SECRET), header_timeout=20.0, max_connections=64).start()
+    try:
+        socks = [connect_from(srv, f"127.0.0.{2 + n % 4}") for n in range(400)]
+        wait_for(lambda: len(answered(socks)) == 400 - 64, 10, "all but 64 turned away")
+        held = [sock for sock in socks if sock not in answered(socks)]
+        assert srv.server.held == {f"127.0.0.{n}": 16 for n in (2, 3, 4, 5)}
+        for sock in held:  # each held one is served when it sends its request
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert all(answer(sock).startswith(b"HTTP/1.1 200 ") for sock in held)
+        assert "Exception" not in log.getvalue() and "event loop" not in log.getvalue()
+        refused = srv.metrics.registry.get_sample_value("gitsync_listener_refused_connections_total")
+        assert refused == 400 - 64 - 4 * 4
+    finally:
+        srv.stop()
