@@ -16,7 +16,8 @@ to the usual cache outside it); the child's peak RSS is read from ``wait4`` and 
   into a new mirror, then a read of the config (as the agent's source does), as it is and under the limit;
 - ``ref_flood``: `--refs` status refs to one tiny status commit: one `FleetReader` reading three
   times (the first read, a read where nothing moved, a read where one ref moved), each read's seconds,
-  the entries it returned and the refs it left in its work repo.
+  the entries it returned and the refs it left in its work repo (loose files, and lines of its
+  packed-refs file).
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ for step in range(3):
     read = reader.read()
     times.append(time.perf_counter() - started)
     counts.append(entries(read))
-refs = sum(1 for p in Path(work).rglob("*") if p.is_file() and "refs" in p.parts)
-print(json.dumps({"seconds": times, "entries": counts, "loose_refs": refs}))
+loose = sum(1 for p in (Path(work) / "refs").rglob("*") if p.is_file())
+packed = Path(work) / "packed-refs"
+packed = sum(1 for line in packed.read_text().splitlines() if " refs/" in line) if packed.exists() else 0
+print(json.dumps({"seconds": times, "entries": counts, "loose_refs": loose, "packed_refs": packed}))
 """
 
 #: The child's script for the source bomb: a first fetch into a new mirror, then a read of the config.
@@ -257,7 +260,8 @@ def table(results: Sequence[dict[str, Any]], limit_mb: int) -> str:
                 continue
             first, quiet, moved = r["seconds"]
             lines.append(f"ref_flood: {r['refs']:,} status refs to one commit; peak RSS "
-                         f"{r['run']['rss_mb']:.1f} MB; refs left in the work repo: {r['loose_refs']:,}")
+                         f"{r['run']['rss_mb']:.1f} MB; refs left in the work repo: {r['loose_refs']:,} "
+                         f"loose, {r['packed_refs']:,} in packed-refs")
             lines.append(f"  first read {first:>7.2f} s   nothing moved {quiet:>7.2f} s   one moved "
                          f"{moved:>7.2f} s   entries {r['entries']}")
     return "\n".join(lines)
