@@ -221,7 +221,7 @@ def open_files_cap(pid: int) -> int | None:
 
 
 def run(counts: Sequence[int], probes: int, tree: Path, out: Path, flood: int = 5000, heavy: int = 8,
-        seconds: float = 8.0) -> dict[str, Any]:
+        seconds: float = 8.0, nofile: int | None = None) -> dict[str, Any]:
     started = time.monotonic()
     raise_open_files(max(*counts, flood) + 512)
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-listener-"))
@@ -233,7 +233,7 @@ def run(counts: Sequence[int], probes: int, tree: Path, out: Path, flood: int = 
         with GitDaemon(served) as daemon, DoubleProcess(ADMIN_KEY) as gateway:
             fixture = Fixture(100, work, daemon)
             with DaemonProcess(fixture, gateway.url, work / "state", drift_interval=3600, webhook=True,
-                               extra=["--ui"], tree=tree) as agent:
+                               extra=["--ui"], tree=tree, nofile=nofile) as agent:
                 agent.wait_ready()
                 for count in counts:
                     report["results"].append(measure(agent.port, agent.proc.pid, count, probes))
@@ -286,11 +286,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default %(default)s)")
     parser.add_argument("--attack-seconds", type=float, default=8.0, help="how long /healthz is asked "
                         "during the attack (default %(default)s; within the flood's 10 s header deadline)")
+    parser.add_argument("--agent-nofile", type=int, default=None, help="the agent's open-files limit, as "
+                        "a container's ulimit -n (default: this process's)")
     add_tree_and_out(parser)
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.stalled.split(",") if n.strip()]
     report = run(counts, args.probes, args.tree.resolve(), args.out, args.flood, args.heavy,
-                 args.attack_seconds)
+                 args.attack_seconds, args.agent_nofile)
     print_report(report, f"{args.probes} /healthz probes per count")
     return 0
 

@@ -80,6 +80,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # declared body lengths being read or handled
 LINGER = 2.0  # seconds an unread body is drained before closing
 LINGER_BYTES = 4 * 1024 * 1024
 TURN_AWAY_WAIT = 0.5  # seconds a connection beyond the cap is given to deliver what it sent
+MAX_LINGERING = 64  # connections turned away that may wait for their request at once
 READ_CHUNK = 64 * 1024
 #: Connections the kernel holds for the listener before it accepts them (capped by net.core.somaxconn).
 #: asyncio would set 100: a burst of connections while the loop is busy (a thousand stalled ones) then
@@ -404,8 +405,12 @@ class HttpServer:
 
 class _TurnedAway:
     """A connection answered 503 and closed, on the loop without a transport or a task: the answer sent,
-    the sending side shut, then what the client sent read and dropped until it closes or
-    `TURN_AWAY_WAIT` passes (closing on unread data would reset the connection, and the 503 with it)."""
+    the sending side shut, what the client sent read and dropped, then closed as soon as nothing more is
+    waiting (closing on unread data would reset the connection, and the 503 with it). One that has sent
+    nothing yet is given `TURN_AWAY_WAIT` for its request, unless `MAX_LINGERING` already wait: each
+    holds a descriptor, and a flood must not spend them."""
+
+    lingering = 0  # connections waiting for their request, on the loop's thread
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, answer: bytes) -> None:
         self.loop, self.conn = loop, conn
@@ -415,21 +420,35 @@ class _TurnedAway:
         except OSError:
             conn.close()
             return
-        loop.add_reader(conn.fileno(), self._drain)
+        if self._drained() or _TurnedAway.lingering >= MAX_LINGERING:
+            conn.close()
+            return
+        _TurnedAway.lingering += 1
+        loop.add_reader(conn.fileno(), self._readable)
         self.timer = loop.call_later(TURN_AWAY_WAIT, self._close)
 
-    def _drain(self) -> None:
-        try:
-            if self.conn.recv(READ_CHUNK):
-                return
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            pass
-        self.timer.cancel()
-        self._close()
+    def _drained(self) -> bool:
+        """Read what is waiting; True when something was read and nothing more waits, or the client
+        closed (safe to close now)."""
+        read = False
+        while True:
+            try:
+                data = self.conn.recv(READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return read
+            except OSError:
+                return True
+            if not data:
+                return True
+            read = True
+
+    def _readable(self) -> None:
+        if self._drained():
+            self.timer.cancel()
+            self._close()
 
     def _close(self) -> None:
+        _TurnedAway.lingering -= 1
         with contextlib.suppress(OSError, ValueError):
             self.loop.remove_reader(self.conn.fileno())
         self.conn.close()
