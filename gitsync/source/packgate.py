@@ -65,11 +65,10 @@ class LimitExceeded(SourceError):
     """A fetch refused because the remote's pack holds more than `ObjectLimits` allow (see the module).
     `setting` names the limit; `what` the object (its place in the pack, its type), when it is one."""
 
-    def __init__(self, what: str, size: int, limit: int, setting: str) -> None:
+    def __init__(self, what: str, size: int, limit: int, setting: str, *, objects: bool = False) -> None:
         self.what, self.size, self.limit, self.setting = what, size, limit, setting
-        super().__init__("fetch", f"{what} is {size_text(size)}, more than {setting} = {size_text(limit)}"
-                         if setting != "max_fetch_objects" else
-                         f"{what} holds {size:,} objects, more than {setting} = {limit:,}")
+        super().__init__("fetch", f"{what} holds {size:,} objects, more than {setting} = {limit:,}" if objects
+                         else f"{what} is {size_text(size)}, more than {setting} = {size_text(limit)}")
 
 
 def size_text(size: int) -> str:
@@ -132,7 +131,8 @@ class PackGate:
             raise SourceError("fetch", "the remote sent something that is not a git pack")
         self.count = int.from_bytes(head[8:12], "big")
         if self.count > self.limits.objects:
-            raise LimitExceeded("the pack", self.count, self.limits.objects, self.limits.settings[1])
+            raise LimitExceeded("the pack", self.count, self.limits.objects, self.limits.settings[1],
+                                objects=True)
 
     def _entry_header(self, view: memoryview, at: int) -> int | None:
         """Parse the entry header at `at`: where its data starts, or None when `view` ends first."""
@@ -301,7 +301,7 @@ def check_sizes(store: DiskObjectStore, ids: Iterable[bytes], limits: ObjectLimi
     """Refuse `ids` of a local object store, by `limits`, from their headers alone."""
     ids = list(ids)
     if len(ids) > limits.objects:
-        raise LimitExceeded("the fetch", len(ids), limits.objects, limits.settings[1])
+        raise LimitExceeded("the fetch", len(ids), limits.objects, limits.settings[1], objects=True)
     total = 0
     for index, oid in enumerate(ids, 1):
         try:

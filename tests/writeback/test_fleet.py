@@ -104,3 +104,21 @@ def test_a_flood_and_a_bomb_cost_a_reader_what_it_reads_and_a_quiet_poll_nothing
     assert next(e for e in moved.entries if e.ref == "canary-0").group == "main"
     remote_repo.git("update-ref", "-d", "refs/gitsync/status/zz-last")
     assert reader.read(first=["zz-last"]).gone == frozenset({"zz-last"})
+
+
+def test_a_status_ref_with_a_long_history_is_refused_alone_by_its_count_of_objects(tmp_path, git_daemon,
+                                                                                   remote_repo):
+    url = git_daemon.url(remote_repo.path.name)
+    commit = remote_repo.commit({"a.yaml": "routes: []\n"}, "config")
+    WriteBack(Remote.of(url), tmp_path / "w", WriteBackOptions(agent="canary-0")).publish_status(
+        report("canary-0", commit))
+    tip = remote_repo.git("rev-parse", "refs/gitsync/status/canary-0")
+    tree = remote_repo.git("rev-parse", f"{tip}^{{tree}}")
+    for n in range(60):  # a heartbeat on a heartbeat on … : sixty commits under one ref
+        tip = remote_repo.git("commit-tree", tree, "-p", tip, "-m", f"deep {n}")
+    remote_repo.git("update-ref", "refs/gitsync/status/deep", tip)
+    read = FleetReader(Remote.of(url), tmp_path / "reader").read()
+    deep = next(e for e in read.entries if e.ref == "deep")
+    assert deep.unreadable is not None and deep.unreadable.startswith("not fetched: the pack holds ")
+    assert deep.unreadable.endswith("objects, more than the objects a read of the status refs may bring = 24")
+    assert next(e for e in read.entries if e.ref == "canary-0").status is not None
