@@ -1,7 +1,8 @@
 """Render: a config repo's files → one APISIX standalone payload, with a source map.
 
 load (YAML, cached by blob SHA) → decrypt (SOPS seam) → substitute (vars/secrets)
-→ build (layering) → validate; pure over ``{path: bytes}``.
+→ OpenAPI specs (`gitsync.render.openapi`: the declared specs' items) → build (layering)
+→ validate; pure over ``{path: bytes}``.
 """
 
 from gitsync.render.mask import mask_secrets

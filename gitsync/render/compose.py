@@ -29,7 +29,7 @@ from gitsync.ownership import Claim, Ownership, may_meet, static_overlap
 from gitsync.problems import Location, Problem
 from gitsync.render.facts import Reference
 from gitsync.render.result import Rendered
-from gitsync.render.sourcemap import FieldPath, ItemSource, Patched, SourceMap
+from gitsync.render.sourcemap import FieldPath, Generated, ItemSource, Patched, SourceMap
 from gitsync.render.validate import references_of
 
 #: Between a source's name and a file of it, in every place a composed payload reports.
@@ -204,7 +204,8 @@ def compose(parts: Sequence[Part]) -> Rendered:
                    for part in parts for check in part.rendered.checks)
     secrets = frozenset().union(*(part.rendered.secret_values for part in parts))
     source_map = ComposedSourceMap([(part.name, part.rendered.source_map) for part in parts], starts)
-    return Rendered(payload, source_map, secrets, checks, contents, (), ids, splits)
+    warnings = tuple(relabel(part.name, warning) for part in parts for warning in part.rendered.warnings)
+    return Rendered(payload, source_map, secrets, checks, contents, (), ids, splits, warnings=warnings)
 
 
 def _per_item(rendered: Rendered, table: Mapping[str, list[Any]], kind: str) -> list[Any]:
@@ -225,6 +226,7 @@ class ComposedSourceMap(SourceMap):
         self._starts = dict(starts)
         self._lists: dict[str, list[ItemSource]] | None = None
         self._relabeled: dict[ItemSource, Patched] | None = None
+        self._relabeled_generated: dict[tuple[str, ItemSource], Generated] | None = None
 
     def _find(self, kind: str, index: int) -> tuple[str, SourceMap, int] | None:
         """The part holding item `index` of `kind`: its name, source map and the item's own index."""
@@ -289,6 +291,16 @@ class ComposedSourceMap(SourceMap):
                 tuple(s._replace(file=in_source(name, s.file)) for s in value.sources), value.owners)
                 for name, source_map in self._parts for key, value in source_map.patched.items()}
         return self._relabeled
+
+    @property
+    def generated(self) -> Mapping[tuple[str, ItemSource], Generated]:
+        if self._relabeled_generated is None:
+            self._relabeled_generated = {
+                (kind, key._replace(file=in_source(name, key.file))): dataclasses.replace(
+                    value, spec=in_source(name, value.spec), declared=_moved(name, value.declared),
+                    fields={path: _moved(name, where) for path, where in value.fields.items()})
+                for name, source_map in self._parts for (kind, key), value in source_map.generated.items()}
+        return self._relabeled_generated
 
     def __len__(self) -> int:
         return sum(len(source_map) for _, source_map in self._parts)

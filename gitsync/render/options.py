@@ -39,6 +39,8 @@ class RenderOptions:
     unmanaged: frozenset[str] = frozenset()
     #: Partial apply: items with problems (and what refers to them) are left out, not the commit.
     partial: bool = False
+    #: A plain scalar YAML 1.1 reads otherwise (`gitsync.render.scalars`): "warn" or "error".
+    ambiguous_scalars: str = SPEC_BY_NAME["ambiguous_scalars"].default
     #: The bounds of the repo's health checks (their number, their time, the body they read).
     check_limits: CheckLimits = field(default_factory=CheckLimits)
     #: Secret fields the settings declare (`secret_fields`), besides the repo's own.
@@ -142,6 +144,7 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
         max_payload_size=settings.max_payload_size,
         unmanaged=frozenset(settings.unmanaged),
         partial=settings.partial,
+        ambiguous_scalars=settings.ambiguous_scalars,
         check_limits=CheckLimits(settings.max_checks, settings.max_check_time, settings.max_check_body),
         secret_rules=SecretRules.of(settings.secret_fields),
     )

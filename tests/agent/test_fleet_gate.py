@@ -1,4 +1,6 @@
-"""The gate at work (gitsync.agent.fleet_gate): what it remembers of its group across reads and restarts.
+"""The gate at work (gitsync.agent.fleet_gate.FleetGate): a fleet that cannot be read holds the commit;
+what is read goes to `on_read` and to the pure gate, with the soak's start remembered per agent; and
+what it remembers of its group across reads and restarts.
 
 The fleet a gate reads is given here as `FleetRead`s (the reader's own answer) built from real status
 documents; the memory goes through the real ``gate.json`` in a state directory, and a restart is a new
@@ -9,7 +11,9 @@ tests/writeback and tests/e2e.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,17 +21,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.agent.fleet_gate import GATE_FILE, FleetGate
-from gitsync.agent.gate import MAX_FAILED_COMMITS, GateMemory, remember
+from gitsync.agent.gate import MAX_FAILED_COMMITS, GateMemory, GateVerdict, group_gate, remember
 from gitsync.agent.state import StateError
-from gitsync.writeback.fleet import FleetRead
+from gitsync.settings import load
+from gitsync.source.transport import Remote, SourceError
+from gitsync.writeback.fleet import FleetRead, FleetReader
 from gitsync.writeback.statusfile import FleetEntry, Verdict, status_from
+from testkit.logs import captured_log
+from testkit.processes import free_port
 from testkit.profiles import examples
+from tests.agent.test_gate import COMMITTED, HEARTBEAT, NOW, SIGNED, SOAK, UNSIGNED, C, agent
 
-NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
-HEARTBEAT = 60.0
 COMMITS = ["a" * 40, "b" * 40, "c" * 40]
 AGENTS = ["canary-1", "canary-2"]
-SIGNED, UNSIGNED = Verdict(True), Verdict(False, "not signed")
+
+
+@pytest.fixture
+def log():
+    with captured_log() as out:
+        yield out
 
 
 def status(agent: str, commit: str, result: str, *, group: str = "canary", checks_failed: bool = False,
@@ -46,19 +58,23 @@ def unreadable(agent: str, at: datetime = NOW) -> FleetEntry:
 
 
 class Fleet:
-    """The statuses the gate reads (a `FleetSource`): what was asked is recorded."""
+    """The statuses the gate reads (a `FleetSource`), by agent, or the error it raises; what was asked is
+    recorded."""
 
-    def __init__(self) -> None:
-        self.entries: dict[str, FleetEntry] = {}
+    def __init__(self, entries: Iterable[FleetEntry] | Exception = ()) -> None:
+        self.error = entries if isinstance(entries, Exception) else None
+        self.entries: dict[str, FleetEntry] = {} if isinstance(entries, Exception) else \
+            {e.agent: e for e in entries}
         self.asked: list[tuple[object, object]] = []
 
     def read(self, *, only=None, first=()) -> FleetRead:
         self.asked.append((only, first))
-        entries = [e for name, e in sorted(self.entries.items()) if only is None or name in only]
-        return FleetRead(tuple(entries))
+        if self.error is not None:
+            raise self.error
+        return FleetRead(tuple(e for name, e in sorted(self.entries.items()) if only is None or name in only))
 
 
-def gate(fleet: Fleet, state: Path, after_count: int = 1, named=None) -> FleetGate:
+def remembering(fleet: Fleet, state: Path, after_count: int = 1, named=None) -> FleetGate:
     return FleetGate(fleet, "canary", after_count, 0.0, HEARTBEAT, memory_file=state / GATE_FILE, named=named)
 
 
@@ -70,7 +86,7 @@ def test_a_verified_failure_holds_its_commit_whatever_that_agent_says_afterwards
     c, before, after = COMMITS
     fleet.entries = {"canary-1": status("canary-1", c, "failed"),
                      "canary-2": status("canary-2", c, "applied")}
-    first = gate(fleet, tmp_path)
+    first = remembering(fleet, tmp_path)
     assert not first.verdict(c, NOW, NOW).allowed
     for later in (status("canary-1", before, "healed"), status("canary-1", c, "applied"),
                   status("canary-1", c, "applied", signature=UNSIGNED)):
@@ -79,7 +95,7 @@ def test_a_verified_failure_holds_its_commit_whatever_that_agent_says_afterwards
         assert not verdict.allowed and "failed on canary agent(s) canary-1" in verdict.why, verdict.why
     del fleet.entries["canary-1"]
     assert not first.verdict(c, NOW, NOW).allowed
-    again = gate(fleet, tmp_path)  # a restart: the memory is read back from gate.json
+    again = remembering(fleet, tmp_path)  # a restart: the memory is read back from gate.json
     fleet.entries["canary-1"] = status("canary-1", c, "applied")
     verdict = again.verdict(c, NOW, NOW)
     assert not verdict.allowed and "held back until a new commit" in verdict.why
@@ -94,7 +110,7 @@ def test_a_member_whose_status_goes_bad_holds_the_gate_until_it_is_verified_agai
     fleet = Fleet()
     c = COMMITS[0]
     fleet.entries = {name: status(name, c, "applied") for name in AGENTS}
-    judge = gate(fleet, tmp_path)
+    judge = remembering(fleet, tmp_path)
     assert judge.verdict(c, NOW, NOW).allowed
     if trouble == "deleted":
         del fleet.entries["canary-2"]
@@ -108,7 +124,7 @@ def test_a_member_whose_status_goes_bad_holds_the_gate_until_it_is_verified_agai
         why = f"canary-2 (unverified: {signature.why})"
     verdict = judge.verdict(c, NOW, NOW)
     assert not verdict.allowed and why in verdict.why, verdict.why
-    assert not gate(fleet, tmp_path).verdict(c, NOW, NOW).allowed  # after a restart too
+    assert not remembering(fleet, tmp_path).verdict(c, NOW, NOW).allowed  # after a restart too
     fleet.entries["canary-2"] = status("canary-2", c, "applied")
     assert judge.verdict(c, NOW, NOW).allowed
 
@@ -117,13 +133,13 @@ def test_a_member_leaves_the_group_by_a_verified_status_of_another_or_by_status_
     fleet = Fleet()
     c = COMMITS[0]
     fleet.entries = {name: status(name, c, "applied") for name in AGENTS}
-    judge = gate(fleet, tmp_path)
+    judge = remembering(fleet, tmp_path)
     assert judge.verdict(c, NOW, NOW).allowed
     fleet.entries["canary-2"] = status("canary-2", c, "applied", group="main")
     assert judge.verdict(c, NOW, NOW).allowed and judge.memory.members == {"canary-1"}
     # status_signers names the group's agents: those are read alone, and only they may be members
     fleet.entries["canary-3"] = status("canary-3", c, "applied")
-    named = gate(fleet, tmp_path, named={"canary-1"})
+    named = remembering(fleet, tmp_path, named={"canary-1"})
     del fleet.entries["canary-3"]
     assert named.verdict(c, NOW, NOW).allowed
     assert fleet.asked[-1] == (frozenset({"canary-1"}), frozenset({"canary-1"}))
@@ -132,7 +148,7 @@ def test_a_member_leaves_the_group_by_a_verified_status_of_another_or_by_status_
 def test_the_reader_is_asked_for_the_members_first(tmp_path):
     fleet = Fleet()
     fleet.entries = {name: status(name, COMMITS[0], "applied") for name in AGENTS}
-    judge = gate(fleet, tmp_path)
+    judge = remembering(fleet, tmp_path)
     judge.verdict(COMMITS[0], NOW, NOW)
     judge.verdict(COMMITS[0], NOW, NOW)
     assert fleet.asked == [(None, frozenset()), (None, frozenset(AGENTS))]
@@ -141,9 +157,9 @@ def test_the_reader_is_asked_for_the_members_first(tmp_path):
 def test_an_unreadable_memory_stops_the_start_and_says_how_to_go_on(tmp_path):
     (tmp_path / GATE_FILE).write_text('{"group": "canary", "members": "canary-1"}')
     with pytest.raises(StateError, match=r"gate.json: the gate's memory is unreadable .* delete it"):
-        gate(Fleet(), tmp_path)
+        remembering(Fleet(), tmp_path)
     (tmp_path / GATE_FILE).write_text(json.dumps({"group": "other", "members": ["x"], "failed": {}}))
-    assert gate(Fleet(), tmp_path).memory == GateMemory()  # another group's memory is not this one's
+    assert remembering(Fleet(), tmp_path).memory == GateMemory()  # another group's memory is not this one's
 
 
 def test_the_failures_of_the_latest_commits_are_remembered():
@@ -177,7 +193,7 @@ def test_a_verified_failure_is_never_followed_by_a_go_ahead_on_its_commit(tmp_pa
                                                                           after_count, signed):
     state = tmp_path_factory.mktemp("gate")
     fleet = Fleet()
-    judge = gate(fleet, state, after_count)
+    judge = remembering(fleet, state, after_count)
     now = NOW
     failed: set[str] = set()  # commits a read showed failed by a verified status
     members: set[str] = set()  # agents a read showed verified in the group
@@ -200,7 +216,7 @@ def test_a_verified_failure_is_never_followed_by_a_go_ahead_on_its_commit(tmp_pa
             fleet.entries[args[0]] = status(args[0], COMMITS[0], "applied", group="main",
                                             signature=SIGNED if signed else None, at=now)
         elif kind == "restart":
-            judge = gate(fleet, state, after_count)
+            judge = remembering(fleet, state, after_count)
         else:
             now += timedelta(seconds=HEARTBEAT)
         entries = fleet.read().entries
@@ -219,3 +235,130 @@ def test_a_verified_failure_is_never_followed_by_a_go_ahead_on_its_commit(tmp_pa
                 assert "held back until a new commit" in verdict.why
             if troubled:
                 assert not verdict.allowed, (step, troubled, verdict.why)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading, on_read, the soak, from_settings
+
+
+def test_a_fleet_that_cannot_be_read_holds_the_commit():
+    seen = []
+    reader = Fleet(SourceError("fetch", "git://127.0.0.1:1/status: connection refused", unreachable=True))
+    gate = FleetGate(reader, "canary", 1, 0.0, HEARTBEAT, on_read=seen.append)
+    verdict = gate.verdict(C, COMMITTED, NOW)
+    assert verdict == GateVerdict(False, "cannot read the fleet's status: git://127.0.0.1:1/status: "
+                                         "connection refused", None)
+    assert seen == [] and len(reader.asked) == 1
+
+
+def test_a_real_reader_whose_remote_does_not_answer_holds_the_commit(tmp_path):
+    """Nothing listens on the port: the reader's SourceError is the gate's reason to hold."""
+    remote = Remote.of(f"git://127.0.0.1:{free_port()}/config.git", timeout=5)
+    reader = FleetReader(remote, tmp_path / "fleet")
+    verdict = FleetGate(reader, "canary", 1, 0.0, HEARTBEAT).verdict(C, COMMITTED, NOW)
+    assert not verdict.allowed and verdict.earliest is None
+    assert verdict.why.startswith("cannot read the fleet's status: "), verdict.why
+
+
+def test_what_it_reads_goes_to_on_read_and_to_the_gate():
+    fleet = [agent("c1"), agent("c2"), agent("m1", group="main")]
+    seen = []
+    gate = FleetGate(Fleet(fleet), "canary", 2, SOAK, HEARTBEAT, on_read=seen.append)
+    verdict = gate.verdict(C, COMMITTED, NOW)
+    assert seen == [tuple(fleet)]
+    # First seen now: both soak from now on this agent's clock, whatever their files say.
+    since = {"c1": NOW, "c2": NOW}
+    assert verdict == group_gate(fleet, C, "canary", 2, SOAK, NOW, HEARTBEAT, since, COMMITTED)
+    assert not verdict.allowed and verdict.earliest == NOW + timedelta(seconds=SOAK)
+    later = NOW + timedelta(seconds=SOAK)
+    gate.reader = Fleet([replace(e, seen=later) for e in fleet])
+    assert gate.verdict(C, COMMITTED, later).allowed
+    # Their refs not written since: down, forgotten; back, each soaks again from when it is seen anew.
+    gate.reader = Fleet(fleet)
+    assert not gate.verdict(C, COMMITTED, later).allowed
+    gate.reader = Fleet([replace(e, seen=later) for e in fleet])
+    assert gate.verdict(C, COMMITTED, later).earliest == later + timedelta(seconds=SOAK)
+
+
+def test_the_soak_is_remembered_per_agent_and_commit():
+    fleet = [agent("c1")]
+    gate = FleetGate(Fleet(fleet), "canary", 1, SOAK, HEARTBEAT)
+    gate.verdict(C, COMMITTED, NOW)
+    later = NOW + timedelta(seconds=60)
+    gate.reader = Fleet([replace(fleet[0], seen=later)])
+    verdict = gate.verdict(C, COMMITTED, later)
+    assert verdict.earliest == NOW + timedelta(seconds=SOAK)  # from the first time it was seen
+    other = "d" * 40
+    gate.reader = Fleet([replace(agent("c1", commit=other), seen=later)])
+    assert gate.verdict(other, COMMITTED, later).earliest == later + timedelta(seconds=SOAK)
+
+
+def test_a_status_written_before_the_commit_it_reports_does_not_count():
+    """The commit's time goes to the judging: a status older than the commit (beyond the clock skew)
+    cannot be about it, whatever it says."""
+    fleet = [agent("c1", written=7200)]  # the commit is an hour old
+    gate = FleetGate(Fleet(fleet), "canary", 1, 0.0, HEARTBEAT)
+    verdict = gate.verdict(C, COMMITTED, NOW)
+    assert not verdict.allowed
+    assert verdict.why.endswith("not counted: c1 (written before the commit it reports)"), verdict.why
+    assert FleetGate(Fleet(fleet), "canary", 1, 0.0, HEARTBEAT).verdict(
+        C, None, NOW).allowed  # the commit's time unknown: nothing to compare with
+
+
+def test_a_status_not_counted_starts_no_soak():
+    """The soak starts when a status first counts: one refused (written before the commit) is not
+    remembered, so it soaks from when it does count."""
+    fleet = [agent("c1", written=7200)]
+    gate = FleetGate(Fleet(fleet), "canary", 1, SOAK, HEARTBEAT)
+    assert not gate.verdict(C, COMMITTED, NOW).allowed
+    later = NOW + timedelta(seconds=60)
+    gate.reader = Fleet([replace(fleet[0], seen=later)])
+    assert gate.verdict(C, None, later).earliest == later + timedelta(seconds=SOAK)
+
+
+def test_count_and_group_are_the_gates():
+    fleet = [agent("c1"), agent("c2", group="other")]
+    assert not FleetGate(Fleet(fleet), "canary", 2, 0.0, HEARTBEAT).verdict(
+        C, COMMITTED, NOW).allowed
+    assert FleetGate(Fleet(fleet), "canary", 1, 0.0, HEARTBEAT).verdict(
+        C, COMMITTED, NOW).allowed
+    assert FleetGate(Fleet(fleet), "other", 1, 0.0, HEARTBEAT).verdict(
+        C, COMMITTED, NOW).allowed
+
+
+def settings(tmp_path: Path, **more: str):
+    config = tmp_path / "gitsync.toml"
+    rollout = {"after_group": "canary", "after_count": "2", "soak": "5m", **more}
+    config.write_text("[source]\nrepo = \"git://127.0.0.1:1/config.git\"\n[agent]\n"
+                      f"state_dir = \"{tmp_path / 'state'}\"\ninterval = \"30s\"\njitter = \"5s\"\n"
+                      "[writeback]\nstatus_heartbeat = \"20s\"\n[rollout]\n"
+                      + "".join(f'{key} = "{value}"\n' if not value.isdigit() else f"{key} = {value}\n"
+                                for key, value in rollout.items()))
+    return load(config=config, env={})
+
+
+def test_from_settings_takes_the_group_count_soak_and_own_heartbeat(tmp_path, log):
+    gate = FleetGate.from_settings(settings(tmp_path))
+    assert (gate.after_group, gate.after_count, gate.soak, gate.heartbeat) == ("canary", 2, 300.0, 35.0)
+    assert gate.reader.remote.url == "git://127.0.0.1:1/config.git"
+    assert gate.reader.work_dir == tmp_path / "state" / "fleet"
+    assert "after_group = 'canary' without status_signers: any writer of refs/gitsync/status can open " \
+           "(or hold) this agent's gate" in log.getvalue()
+
+
+def test_from_settings_hands_what_it_reads_to_the_metrics(tmp_path, log):
+    class Metrics:
+        def __init__(self):
+            self.fleets = []
+
+        def set_fleet(self, fleet):
+            self.fleets.append(fleet)
+
+    metrics = Metrics()
+    gate = FleetGate.from_settings(settings(tmp_path), metrics)
+    gate.reader = Fleet([agent("c1")])
+    gate.verdict(C, COMMITTED, NOW)
+    assert [[e.agent for e in fleet] for fleet in metrics.fleets] == [["c1"]]
+    quiet = FleetGate.from_settings(settings(tmp_path))
+    quiet.reader = Fleet([agent("c1")])
+    assert quiet.verdict(C, COMMITTED, NOW).why  # no metrics: nothing to tell, and no error

@@ -600,7 +600,8 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     # Managed secrets now: the manager would be pruned, which empties the kind. The deletion guard asks
     # for an explicit allowance; with it, the out-of-band manager goes.
     guarded = run_gitsync("sync", "--once", *args)
-    assert guarded.returncode == 1 and "secrets: 1 → 0 (−100 %)" in guarded.stdout + guarded.stderr
+    assert guarded.returncode == 1
+    assert "secrets: 1 → 0, deletes 1 of 1 (100 %)" in guarded.stdout + guarded.stderr
     assert apisix.config()["secrets"] == [manager]
     pruned = run_gitsync("sync", "--once", *args, "-vv", "--allow-delete", "secrets")
     assert pruned.returncode == 0, pruned.stderr

@@ -15,7 +15,7 @@ from gitsync.writeback.fleet import FleetReader, Ignored, choose_refs, is_agent_
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
 from gitsync.writeback.remote import LOCAL_FLEET_PREFIX, open_work_repo
 from gitsync.writeback.wire import GatewayStatus, StatusReport
-from testkit.logs import captured
+from testkit.logs import captured_log
 
 PREFIX = b"refs/gitsync/status/"
 
@@ -29,7 +29,7 @@ def report(agent: str, commit: str, group: str = "canary") -> StatusReport:
 
 @pytest.fixture
 def log() -> Iterator[io.StringIO]:
-    with captured() as out:
+    with captured_log() as out:
         yield out
 
 
