@@ -70,9 +70,9 @@ def test_only_statuses_signed_by_allowed_keys_open_the_gate(spawn, git_daemon, r
         # status_signers names the canaries one by one: the gate reads their refs alone, never the others
         main = agents["main-0"]
         assert main.metric("gitsync_fleet_status", agent="canary-0", state="counted") == 1  # type: ignore
-        for other in ("canary-9", "canary-x", "main-1"):
-            assert not any(main.metric("gitsync_fleet_status", agent=other, state=state)  # type: ignore
-                           for state in ("counted", "unverified", "unreadable")), other
+        for unread in ("canary-9", "canary-x", "main-1"):
+            assert not any(main.metric("gitsync_fleet_status", agent=unread, state=state)  # type: ignore
+                           for state in ("counted", "unverified", "unreadable")), unread
 
         # The second allowed canary: after the soak, the main group follows.
         agents["canary-1"] = start("canary-1")
