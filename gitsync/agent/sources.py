@@ -191,6 +191,11 @@ class SourceSet:
         """Source → commit of a composition this agent made (empty when it does not know it)."""
         return dict(self.state.compositions.get(composition or "", {}))
 
+    def subject(self, composition: str) -> str:
+        """What a composition brings, as its render names it: each new source commit and its subject."""
+        return "; ".join(f"{name} {sha[:7]} {self.entries[name].source.subject(sha)}".rstrip()
+                         for name, sha in self._new(composition).items() if name in self.entries)
+
     def _new(self, composition: str) -> dict[str, str]:
         """The commits of `composition` that are not their source's last good one."""
         return {name: sha for name, sha in self.commits(composition).items()

@@ -325,6 +325,8 @@ class Agent:
         try:
             committed = self.source.commit_time(sha)
         except SourceError as exc:
+            if exc.stage == "verify":  # a commit that can never be fetched: left to the act to refuse
+                return None
             return GateVerdict(False, f"cannot fetch {short(sha)}: {exc.reason}")
         verdict = self._fleet.verdict(sha, committed, datetime.now(UTC))
         if not verdict.allowed:
@@ -667,6 +669,8 @@ class Agent:
         """A commit that can never apply: remember it as bad, say why; the caller heals with the last good.
         With sources, the new commits of the composition it blames are bad in their own source too."""
         problems = [redact(p) for p in problems]
+        subject = self._subject(sha) or (self.sources.subject(sha) if self.sources is not None
+                                         else self.source.subject(sha) if self.source is not None else "")
         self.state.mark_bad(sha, f"{stage}: {problems[0] if problems else 'refused'}")
         logger.error("{} {} refused at {} ({} problem(s)); gateways stay on {}",
                      "composition" if self.sources is not None else "commit", short(sha), stage,
@@ -677,7 +681,7 @@ class Agent:
             self.sources.refuse(sha, stage, gateways or [], blame)
         else:
             self._note(sha, stage, problems)
-        return SyncOutcome(reason, SyncResult.FAILED, sha, stage=stage, problems=problems,
+        return SyncOutcome(reason, SyncResult.FAILED, sha, subject, stage=stage, problems=problems,
                            gateways=list(gateways or []))
 
     # ------------------------------------------------------------------------------------------------

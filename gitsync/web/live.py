@@ -28,7 +28,7 @@ from gitsync.render.memo import ParseCache
 from gitsync.settings import Settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.fleet import FleetReader, read_fleet, signers_from_settings
 from gitsync.writeback.statusfile import FleetEntry
 
 T = TypeVar("T")
@@ -156,17 +156,26 @@ class Fleet:
 def read_agents(settings: Settings, work_dir: Path) -> list[FleetEntry]:
     """Every agent's status, as `gitsync status --fleet` reads it (the one call of the view's)."""
     return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir,
-                      signers_from_settings(settings))
+                      signers_from_settings(settings), settings.max_status_refs)
 
 
 class ViewFleet:
-    """The fleet, read from the status branch at most every `FLEET_TTL` seconds."""
+    """The fleet, read from the status refs at most every `FLEET_TTL` seconds, by one reader kept from
+    read to read (a read costs what moved since the last: `gitsync.writeback.fleet`), made anew when a
+    reload changes what it reads."""
 
     def __init__(self, settings: Callable[[], Settings], work_dir: Path) -> None:
         self._settings = settings
         self._work_dir = work_dir
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-fleet")
         self._cached = Cached(self._pool, FLEET_TTL, self._read)
+        self._reader: tuple[tuple[object, ...], FleetReader] | None = None
+
+    def _reader_for(self, settings: Settings) -> FleetReader:
+        key = (settings.repo, settings.status_refs, settings.status_signers, settings.max_status_refs)
+        if self._reader is None or self._reader[0] != key:
+            self._reader = key, FleetReader.from_settings(settings, self._work_dir)
+        return self._reader[1]
 
     def _read(self) -> Fleet:
         settings = self._settings()
@@ -176,7 +185,7 @@ class ViewFleet:
         if not settings.repo:
             return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time())
         try:
-            return Fleet(tuple(read_agents(settings, self._work_dir)), None, time.time())
+            return Fleet(self._reader_for(settings).read().entries, None, time.time())
         except SourceError as exc:
             return Fleet((), redact(f"cannot read {settings.status_refs}: {exc.reason}"), time.time())
         except Exception as exc:  # a broken work repo, say: the page says so, the agent goes on
