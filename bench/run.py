@@ -102,7 +102,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "refill_served_own": ("5 … gitsync's own time", "(no target)"),
     "sources_change": ("9 one-file change, 10 sources", "÷ the same in one repo (no target)"),
     "sources_own": ("9 … gitsync's own time", "÷ the same in one repo (no target)"),
-    "sources_rest": ("9 … less the tips asked", "÷ the same in one repo ≤ 1.25×"),
+    "sources_rest": ("9 … less the git contacts", "÷ the same in one repo ≤ 1.25×"),
 }
 #: The scenarios measured on gateways' data planes (``--proxy``); the others where there are none.
 SERVED = ("webhook_served", "webhook_own", "refill_served", "refill_served_own")
@@ -532,9 +532,10 @@ def in_process(fx: Fixture, gw: Gateway, floor: FloorClient, reps: Reps) -> list
 
 def cold_render(fx: Fixture, agent: Agent, reps: Reps) -> Result:
     """render() of every file with an empty parse cache vs ruamel's C safe loader over the same bytes."""
-    tip = agent.source.local_sha()
+    (repo,) = agent.repos.all
+    tip = repo.source.local_sha()
     assert tip is not None
-    files = agent.source.read(tip).files
+    files = repo.source.read(tip).files
     yaml = YAML(typ="safe", pure=False)
     if "clib" not in yaml.Parser.__module__:
         raise RuntimeError("ruamel.yaml's C loader is not installed: the floor would be wrong")
@@ -546,7 +547,7 @@ def cold_render(fx: Fixture, agent: Agent, reps: Reps) -> Result:
     ours, floors = [], []
     for _ in range(reps.reps):
         floors.append(timed(parse_only))
-        ours.append(timed(lambda: render(files, agent.render_options, ParseCache())))
+        ours.append(timed(lambda: render(files, repo.options, ParseCache())))
     return Result("cold_render", fx.routes, median(ours), "s", median(floors), 2.0, samples=ours,
                   floor_samples=floors, details={"files": len(files),
                                                  "yaml_bytes": sum(len(d) for d in files.values())})
@@ -595,7 +596,8 @@ def noop_poll(fx: Fixture, agent: Agent, reps: Reps) -> Result:
     protocol v2's ``ls-refs`` and `git ls-remote` for reference. Before each poll the drift watch
     runs, as the daemon's does every `drift_interval` (its HEAD, timed apart): a poll does not ask a
     gateway the watch has just seen holding our push."""
-    tip = agent.source.local_sha()
+    (repo,) = agent.repos.all
+    tip = repo.source.local_sha()
     assert tip is not None
     path = fx.repo.name
     ours, floors, v2, ls_remote, watch = [], [], [], [], []
@@ -958,7 +960,8 @@ def sources_change(fx: Fixture, gw: Gateway, fl: Gateway, reps: Reps) -> list[Re
     """A commit changing one route file in one of `SOURCES` repos (one agent with ``[[sources]]``,
     its gateway `gw`) vs a commit changing one route file in one repo of as many routes (an agent of
     its own on `fl`), in turns; the sync's time, gitsync's own part of it (less the gateway's wait),
-    and that less the tips asked (one ref advertisement per remote: `SOURCES` of them against one)."""
+    and that less its git contacts (a command's sync fetches every repo's tip at once: `SOURCES` remotes
+    against one, those with nothing new a ref advertisement each)."""
     teams = SourcesFixture(fx)
     several = Agent(teams.settings(gw.url, fx.work / "sources-state"))
     one = Agent(fx.settings(fl.url, fx.work / "one-repo-state"))
@@ -977,7 +980,8 @@ def sources_change(fx: Fixture, gw: Gateway, fl: Gateway, reps: Reps) -> list[Re
                 seconds, outcome = applied_sync(agent)
                 total.append(seconds)
                 mine.append(outcome.phases.agent_time(outcome.duration))
-                rests.append(mine[-1] - outcome.phases.snapshot().get("check", 0.0))
+                spent = outcome.phases.snapshot()
+                rests.append(mine[-1] - spent.get("check", 0.0) - spent.get("fetch", 0.0))
                 for phase, seconds in outcome.phases.snapshot().items():
                     phases[agent].setdefault(phase, []).append(seconds)
     finally:

@@ -23,9 +23,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gitsync import limits
 from gitsync.kinds import KINDS
 from gitsync.log import MIN_SECRET_LENGTH, register_secret
 from gitsync.names import group_problem, name_problem
+from gitsync.notation import (
+    parse_duration,
+    parse_percent,
+    parse_size,
+    secret_field_problem,
+)
 from gitsync.ownership import Claim, Ownership, static_overlap
 from gitsync.urls import display_url
 
@@ -204,21 +211,22 @@ class Settings:
                                      "`SOPS_AGE_KEY_FILE` and `SOPS_AGE_KEY`, as sops reads them).",
                                      secret=True, groups=(SOURCE,))
     age_key_file: Path | None = _secret_file()
-    max_file_size: int = setting("render", "size", 8 * 1024 * 1024, "Largest config file accepted.",
+    max_file_size: int = setting("render", "size", limits.MAX_FILE_SIZE, "Largest config file accepted.",
                                  minimum=1)
-    max_items: int = setting("render", "int", 100_000, "Most items accepted in one payload.", minimum=1)
+    max_items: int = setting("render", "int", limits.MAX_ITEMS, "Most items accepted in one payload.",
+                             minimum=1)
     partial: bool = setting("render", "bool", False, "Partial apply: an item that fails validation, and "
                             "every item that refers to it, is left out of the commit (keeping its last good "
                             "version where there is one) instead of refusing the whole commit; a file that "
                             "does not load still refuses it.", groups=(SOURCE,))
-    ambiguous_scalars: str = setting("render", "enum", "warn", "Plain (unquoted) values that YAML 1.1 "
-                                     "tools read otherwise than YAML 1.2, which gitsync reads (`yes`, `on`, "
-                                     "`0777`, `1_000`, `0b101`, `1:20`, `2024-01-02`, …): `warn` reports "
-                                     "each at its file:line and renders the commit, `error` refuses it "
-                                     "(docs/repo-format.md, \"How values are read\").",
-                                     choices=("warn", "error"), groups=(SOURCE,))
-    max_payload_size: int = setting("render", "size", 9 * 1024 * 1024, "Largest rendered payload accepted "
-                                    "(APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    ambiguous_scalars: str = setting("render", "enum", limits.AMBIGUOUS_SCALARS, "Plain (unquoted) values "
+                                     "that YAML 1.1 tools read otherwise than YAML 1.2, which gitsync reads "
+                                     "(`yes`, `on`, `0777`, `1_000`, `0b101`, `1:20`, `2024-01-02`, …): "
+                                     "`warn` reports each at its file:line and renders the commit, `error` "
+                                     "refuses it (docs/repo-format.md, \"How values are read\").",
+                                     choices=limits.AMBIGUOUS_SCALARS_CHOICES, groups=(SOURCE,))
+    max_payload_size: int = setting("render", "size", limits.MAX_PAYLOAD_SIZE, "Largest rendered payload "
+                                    "accepted (APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
     secret_fields: tuple[str, ...] = setting(
         "render", "list", (), "Fields holding secrets besides those gitsync knows (APISIX's "
         "`encrypt_fields`, field names, shapes): `PLUGIN.PATH` (`\"my-plugin.conf.token\"`: that plugin's "
@@ -281,14 +289,15 @@ class Settings:
                                       groups=(GATEWAY,))
     after_count: int = setting("rollout", "int", 1, "How many agents of `after_group` must have run a "
                                "commit.", groups=(GATEWAY,), minimum=1)
-    max_checks: int = setting("rollout", "int", 20, "Most health checks a repo may declare; a commit with "
-                              "more is refused at validate.", groups=(SOURCE,), minimum=0)
-    max_check_time: float = setting("rollout", "duration", 120.0, "Longest the health checks may take on "
-                                    "one gateway, every attempt and interval counted; a repo whose checks "
-                                    "could take longer is refused at validate, and checks still running "
-                                    "then fail.", groups=(SOURCE,), minimum=1)
-    max_check_body: int = setting("rollout", "size", 64 * 1024, "Most of an answer's body a health check "
-                                  "reads; a longer body fails the check.", groups=(GATEWAY,), minimum=1024)
+    max_checks: int = setting("rollout", "int", limits.MAX_CHECKS, "Most health checks a repo may declare; "
+                              "a commit with more is refused at validate.", groups=(SOURCE,), minimum=0)
+    max_check_time: float = setting("rollout", "duration", limits.MAX_CHECK_TIME, "Longest the health checks "
+                                    "may take on one gateway, every attempt and interval counted; a repo "
+                                    "whose checks could take longer is refused at validate, and checks still "
+                                    "running then fail.", groups=(SOURCE,), minimum=1)
+    max_check_body: int = setting("rollout", "size", limits.MAX_CHECK_BODY, "Most of an answer's body a "
+                                  "health check reads; a longer body fails the check.", groups=(GATEWAY,),
+                                  minimum=1024)
     # [guard]
     guard: bool = setting("guard", "bool", True, "Refuse a commit that would leave a kind empty that holds "
                           "items now, or delete more of a kind than max_delete allows, unless its message "
@@ -467,41 +476,8 @@ SECTIONS = tuple(dict.fromkeys(s.section for s in SPECS))
 # ---------------------------------------------------------------------------------------------------------
 # Conversion
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB|k|K|M|G)?\s*$")
-_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1000, "MB": 1000**2,
-               "GB": 1000**3, "k": 1024, "K": 1024, "M": 1024**2, "G": 1024**3}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
-
-
-def parse_duration(value: Any) -> float:
-    """``30s``, ``5m``, ``1h``, ``2d``, ``250ms`` or a number of seconds → seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 30s or 5m, got a boolean")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"expected a duration such as 30s or 5m, got {value!r}")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
-
-
-def parse_size(value: Any) -> int:
-    """``512KiB``, ``9MiB`` or a number of bytes → bytes."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as 9MiB, got a boolean")
-    if isinstance(value, int):
-        return value
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"expected a size such as 512KiB or 9MiB, got {value!r}")
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
 
 
 def _type_name(value: Any) -> str:
@@ -532,21 +508,6 @@ def parse_address(text: str) -> tuple[str, int]:
     if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
         raise ValueError(f"expected HOST:PORT (an IPv6 host in brackets: [::1]:9480), got {text!r}")
     return host.strip("[]") or "127.0.0.1", number
-
-
-def parse_percent(value: Any) -> float:
-    """``25%``, ``0.25`` or ``25`` (a percentage) → a fraction from 0 to 1."""
-    if isinstance(value, bool):
-        raise ValueError("expected a percentage such as 25%, got a boolean")
-    text = str(value).strip()
-    try:
-        number = float(text.removesuffix("%"))
-    except ValueError:
-        raise ValueError(f"expected a percentage such as 25%, got {value!r}") from None
-    fraction = number / 100 if text.endswith("%") or number > 1 else number
-    if not 0 <= fraction <= 1:
-        raise ValueError(f"expected a percentage from 0% to 100%, got {value!r}")
-    return fraction
 
 
 def _typed(spec: Spec, value: Any, from_text: bool) -> Any:
@@ -835,10 +796,20 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
     if not sources:
         return
     for name, why in (("repo", "each source names its own repo"), ("dir", "a source is a git repo"),
-                      ("partial", "partial apply is for one repo"),
-                      ("after_group", "groups that follow one another are for one repo")):
+                      ("partial", "a left-out item keeps its last good version from its repo's last good "
+                                  "commit, which the state of a source does not record"),
+                      ("after_group", "the group gate compares the commit each agent of a group applied, "
+                                      "read from one repo's status refs, and a composition is no repo's "
+                                      "commit")):
         if values.get(name):
             raise SettingsError(f"{merged[name].origin}: {name} cannot be set with [[sources]] ({why})")
+    if values.get("forge_token") is not None and values.get("forge_status", "group") != "off":
+        where = merged.get("forge_token") or merged.get("forge_token_file")
+        origin = where.origin if where else "forge_token"
+        raise SettingsError(f"{origin}: commit statuses on the forge cannot be posted with [[sources]] (a "
+                            "status is posted on the commit the gateways run, and a composition of several "
+                            "repos is no repo's commit; each source's status is on its own status ref): "
+                            "unset forge_token or set forge_status = \"off\"")
     seen: dict[str, SourceSpec] = {}
     for spec in sources:
         if spec.name in seen:
@@ -859,6 +830,25 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
             raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} may both claim "
                                 f"one item: {why} (also {one.origin}); tell them apart by id prefixes "
                                 "that do not start one another, or by one label with different values")
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    """One config repo of an agent: its name (None for the one repo of ``[source]``), its own settings
+    (a repo of its own, `source_settings`) and what it owns."""
+
+    name: str | None
+    settings: Settings
+    owns: Ownership
+
+
+def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
+    """The config repos the settings name: one per ``[[sources]]`` table, or the one repo of ``[source]``
+    (unnamed, owning every item): a composition of one. The one place that tells the two apart."""
+    if settings.sources:
+        return tuple(RepoSettings(spec.name, source_settings(settings, spec), spec.owns)
+                     for spec in settings.sources)
+    return (RepoSettings(None, settings, Ownership(everything=True)),)
 
 
 def source_settings(settings: Settings, spec: SourceSpec) -> Settings:
@@ -1076,19 +1066,6 @@ def _template_problem(template: str | None) -> str | None:
         return "the template must contain {sha}"
     return _url_problem(template)
 
-
-#: A well-formed secret field: a plugin or kind name, then one or more dotted steps.
-SECRET_FIELD = re.compile(r"^[A-Za-z0-9_$@-][^.\s]*(\.[^.\s]+)+$")
-
-
-def secret_field_problem(entry: Any) -> str | None:
-    """Why `entry` is not a secret field (``plugin.path`` or ``kind.path``), or None."""
-    if not isinstance(entry, str):
-        return f"expected a text like \"my-plugin.conf.token\", got {type(entry).__name__}"
-    if not SECRET_FIELD.match(entry.strip()):
-        return (f"{entry!r} is not PLUGIN.PATH or KIND.PATH (dotted, no empty part, no spaces), "
-                "e.g. \"my-plugin.conf.token\" or \"upstreams.discovery_args.token\"")
-    return None
 
 
 def _resolve_secret(

@@ -1,17 +1,21 @@
-"""Where a sync's time goes: its phases, and how much of it was the gateways' rather than gitsync's.
+"""Where a sync's time goes: its phases, and how much of it was the gateways' rather than gitsync's;
+and the clock the agent reads the time from (`Clock`).
 
 A sync's wall time mixes gitsync's own work (asking git, reading and rendering the commit, planning,
 serializing) with waiting for gateways to answer (the GET before a push, the PUT, the read-back).
 Only the first grows with gitsync's code; operators and the benchmark want it apart. Each phase is
-timed where it runs, on the sync's thread or a gateway's worker, into one `Phases` per sync.
+timed where it runs, on the sync's thread or a gateway's worker, into one `Phases` per sync; the
+sync's outcome keeps what it recorded (`gitsync.agent.outcomes.PhaseTimes`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 #: The phases, in the order a sync goes through them. ``probe`` (a gateway's HEAD the git check did
 #: not overlap), ``push-wait`` and ``read-back`` are spent waiting for a gateway; the others are
@@ -42,19 +46,31 @@ class Phases:
             if phase in GATEWAY_PHASES and gateway is not None:
                 self.waited[gateway] = self.waited.get(gateway, 0.0) + seconds
 
-    def agent_time(self, wall: float) -> float:
-        """The sync's wall time less the longest any gateway kept it waiting (gateways run in parallel)."""
-        with self._lock:
-            return max(0.0, wall - max(self.waited.values(), default=0.0))
-
     def snapshot(self) -> Mapping[str, float]:
+        """Seconds per phase so far, in the order of `PHASES`."""
         with self._lock:
             return {phase: self.seconds[phase] for phase in PHASES if phase in self.seconds}
 
-    def describe(self, wall: float) -> str:
-        """``check 2.1 ms, render 40 ms, …; gitsync 70 ms of 200 ms``."""
-        parts = ", ".join(f"{phase} {seconds * 1000:.1f} ms" for phase, seconds in self.snapshot().items())
-        return f"{parts}; gitsync's own {self.agent_time(wall) * 1000:.1f} ms of {wall * 1000:.1f} ms"
+    def waits(self) -> Mapping[str, float]:
+        """Seconds each gateway kept the sync waiting so far (its ``probe``, ``push-wait``, ``read-back``)."""
+        with self._lock:
+            return dict(self.waited)
 
 
-__all__ = ["GATEWAY_PHASES", "PHASES", "Phases"]
+@dataclass(frozen=True)
+class Clock:
+    """Where the agent reads the time, one clock for all of it: `wall` (seconds since the epoch: what it
+    records, shows and compares with other agents) and `monotonic` (what it measures and waits by).
+    Handed to the agent, so a test can set the time instead of waiting for it."""
+
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+
+    def now(self) -> datetime:
+        """The wall time, as an aware datetime (UTC)."""
+        return datetime.fromtimestamp(self.wall(), UTC)
+
+
+SYSTEM_CLOCK = Clock()
+
+__all__ = ["GATEWAY_PHASES", "PHASES", "SYSTEM_CLOCK", "Clock", "Phases"]

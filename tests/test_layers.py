@@ -46,6 +46,16 @@ def test_the_memo_wall_names_every_module_of_renders_core():
     assert set(contracts()["memo-wall"]["source_modules"]) == core
 
 
+def test_the_pure_contract_names_every_module_of_the_openapi_conversion():
+    """A module added to render/openapi is a decision, pure, unless it is the render's hook (`stage`,
+    which reads the repo's files through the render's memo, as the pipeline does)."""
+    openapi = ROOT / "gitsync" / "render" / "openapi"
+    conversion = {f"gitsync.render.openapi.{p.stem}" for p in openapi.glob("*.py")
+                  if p.stem not in ("__init__", "stage")}
+    pure = {m for m in contracts()["pure"]["source_modules"] if m.startswith("gitsync.render.openapi")}
+    assert pure == conversion
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("module", "bad_import", "contract"), [
     ("gitsync/agent/decide.py", "import dulwich.repo", "nothing that does I/O"),
@@ -54,6 +64,15 @@ def test_the_memo_wall_names_every_module_of_renders_core():
     ("gitsync/agent/sync.py", "from gitsync.feedback import outbox", "each stage imports only"),
     ("gitsync/kinds.py", "from gitsync.schema import plugins", "the shared vocabulary imports no stage"),
     ("gitsync/writeback/wire.py", "from gitsync.writeback import notes", "no import cycle"),
+    # the decisions do no I/O: neither the settings (files, the host name), the log, nor the modules that
+    # reach the network, other processes, threads, the clock or the file system
+    ("gitsync/agent/gate.py", "from gitsync.settings import Settings", "nothing that does I/O"),
+    ("gitsync/push/plan.py", "from gitsync.log import logger", "nothing that does I/O"),
+    ("gitsync/agent/choice.py", "import socket", "nothing that does I/O"),
+    ("gitsync/push/moves.py", "import subprocess", "nothing that does I/O"),
+    ("gitsync/render/compose.py", "import threading", "nothing that does I/O"),
+    ("gitsync/agent/canary.py", "import time", "nothing that does I/O"),
+    ("gitsync/ownership.py", "import os", "nothing that does I/O"),
 ])
 def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract):
     """In a copy of the tree, one import against the layering: lint-imports fails, naming the contract."""

@@ -34,7 +34,7 @@ from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.push.plan import content_bytes, item_content
 from gitsync.render import RenderOptions, render
-from gitsync.render.memo import ParseCache
+from gitsync.render.memo import render_memo
 from gitsync.render.secrets import NO_RULES, SecretRules
 from gitsync.settings import SOURCE_NAME, Settings
 
@@ -112,7 +112,7 @@ def prove(exported: Exported, options: RenderOptions | None = None) -> tuple[lis
     values = exported.secrets
     try:
         options = replace(options or RenderOptions(), secret_lookup=values.get)
-        rendered = render(exported.files, options, memo=ParseCache()).payload
+        rendered = render(exported.files, options, memo=render_memo()).payload
     except ProblemsError as exc:
         return [str(p) for p in exc.problems], []
     problems, notes = [], []

@@ -21,7 +21,7 @@ from typing import Any
 from gitsync.configfiles import is_config_file
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render import RenderOptions, render
-from gitsync.render.memo import ParseCache
+from gitsync.render.memo import render_memo
 from gitsync.render.openapi.declaration import OPENAPI
 from gitsync.render.openapi.slug import slugify
 from gitsync.settings import Settings
@@ -99,7 +99,7 @@ def convert(settings: Settings, args: argparse.Namespace, files: Mapping[str, by
     specs = SpecFiles(root, given, settings.max_file_size)
     options = RenderOptions(max_file_size=settings.max_file_size, max_items=settings.max_items)
     try:
-        rendered = render(specs, options, memo=ParseCache())
+        rendered = render(specs, options, memo=render_memo(settings))
     except ProblemsError as exc:
         return Imported({}, [_shown(p, root, shown) for p in exc.problems])
     origins = {}

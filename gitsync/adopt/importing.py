@@ -42,7 +42,7 @@ from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_setting
 from gitsync.push.plan import ItemChange
 from gitsync.push.summary import ChangeGroup, summarise
 from gitsync.render import RenderOptions, payload_json, render
-from gitsync.render.memo import ParseCache
+from gitsync.render.memo import render_memo
 from gitsync.render.secrets import SecretRules
 from gitsync.render.sourcemap import field_text
 from gitsync.settings import Settings, SettingsError
@@ -174,7 +174,7 @@ def result_problems(written: Mapping[str, bytes], imported: _Imported, settings:
     options = RenderOptions(max_file_size=settings.max_file_size, max_items=settings.max_items,
                             secret_lookup=secrets.get)
     try:
-        render(written, options, memo=ParseCache())
+        render(written, options, memo=render_memo(settings))
     except ProblemsError as exc:
         return [_at_origin(p, imported.origins) for p in exc.problems
                 if not p.message.startswith("undefined ")]
@@ -187,7 +187,7 @@ def same_render(written: Mapping[str, bytes], payload: Mapping[str, Any], settin
     options = RenderOptions(max_file_size=settings.max_file_size, max_items=settings.max_items,
                             secret_lookup=secrets.get)
     try:
-        again = render(written, options, memo=ParseCache()).payload
+        again = render(written, options, memo=render_memo(settings)).payload
     except ProblemsError:
         return False
     return payload_json(again) == payload_json({kind: items for kind, items in payload.items() if items})

@@ -24,10 +24,10 @@ from typing import Any
 from gitsync import __version__
 from gitsync.adopt.repo_writer import WriteError, replace_files
 from gitsync.kinds import KINDS, is_credential
+from gitsync.notation import SECRET_FIELD
 from gitsync.render.openapi.declaration import DEFAULTS, MAX_PREFIX, VALIDATION_OPTIONS
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
-from gitsync.settings import SECRET_FIELD
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 CONFIG_FILE = "config-file.schema.json"

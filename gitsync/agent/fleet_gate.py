@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitsync.agent.gate import GateMemory, GateVerdict, group_gate, judge, own_heartbeat, remember
+from gitsync.agent.gate import GateMemory, GateVerdict, group_gate, judge, remember
 from gitsync.agent.state import StateError
 from gitsync.agent.statedir import atomic_write
 from gitsync.log import logger
@@ -98,6 +98,11 @@ class FleetGate:
         return {agent: moment for (agent, _), moment in kept.items()}
 
 
+def own_heartbeat(settings: Settings) -> float:
+    """The heartbeat period this agent expects of others: what it writes its own status at."""
+    return max(settings.status_heartbeat, settings.interval + settings.jitter)
+
+
 def memory_json(memory: GateMemory, group: str) -> bytes:
     """``gate.json``: the group, its members, and per commit the agents seen fail it (oldest first)."""
     return json.dumps({"group": group, "members": sorted(memory.members),
@@ -142,4 +147,4 @@ def load_memory(path: Path, group: str) -> GateMemory:
     return memory
 
 
-__all__ = ["GATE_FILE", "FleetGate", "load_memory", "memory_from_json", "memory_json"]
+__all__ = ["GATE_FILE", "FleetGate", "load_memory", "memory_from_json", "memory_json", "own_heartbeat"]

@@ -38,13 +38,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
+from gitsync.display import format_age, short_sha
 from gitsync.writeback.statusfile import FleetEntry
-from gitsync.writeback.wire import format_age, short_sha
-
-if TYPE_CHECKING:
-    from gitsync.settings import Settings
 
 DOWN_AFTER = 2.0  # heartbeat periods without a write before an agent counts as down
 CLOCK_SKEW = 120.0  # seconds another agent's clock (or a committer's) may be ahead of this one's
@@ -245,11 +241,6 @@ def _ago(entry: FleetEntry, now: datetime) -> str:
     return f"{format_age((now - entry.seen).total_seconds())} ago" if entry.seen else "never"
 
 
-def own_heartbeat(settings: Settings) -> float:
-    """The heartbeat period this agent expects of others: what it writes its own status at."""
-    return max(settings.status_heartbeat, settings.interval + settings.jitter)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # `gitsync status --fleet`
 
@@ -292,4 +283,4 @@ def _printable(text: str) -> str:
 
 __all__ = ["APPLIED_RESULTS", "CLOCK_SKEW", "DOWN_AFTER", "MAX_FAILED_COMMITS", "GateMemory", "GateVerdict",
            "checks_of", "checks_passed", "fleet_table", "group_gate", "holding", "is_live", "judge",
-           "own_heartbeat", "remember", "time_problem"]
+           "remember", "time_problem"]

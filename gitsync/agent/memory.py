@@ -5,6 +5,7 @@ gateway as our last push left it), so `Agent` itself holds only its dependencies
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -27,11 +28,13 @@ class RunningPush(NamedTuple):
 
 
 @dataclass
-class SourceMemory:
-    """What a ``[[sources]]`` agent remembers of one source between syncs (its saved part is in
-    `AgentState.sources`): its tip at the last check, and its commits as rendered alone."""
+class RepoMemory:
+    """What the agent remembers of one of its repos between syncs (its saved part is its
+    `gitsync.agent.state.RepoState`): its tip at the last check, the last tip its remote told, and its
+    commits as rendered alone."""
 
     tip: SourceTip
+    known_tip: str | None = None  # the tip at the last check that answered
     rendered: dict[str, SourceCommit] = field(default_factory=dict)  # its last good + the latest others
 
     def keep(self, sha: str, commit: SourceCommit, last_good: str | None) -> None:
@@ -46,7 +49,7 @@ class SourceMemory:
 @dataclass
 class AgentMemory:
     """Everything a sync reads from earlier ones. Only the sync worker changes it, but for
-    `state.gateways`, which the drift watch reads too (under the agent's lock)."""
+    `state.gateways`, which the drift watch and the web view read too (under `lock`)."""
 
     state: AgentState  # saved in state.json: last good commit, each gateway's commit, bad commits
     #: url → kind → the ids gitsync pushed there (pushed.json), and the modifiedIndex values a plan
@@ -59,11 +62,12 @@ class AgentMemory:
     known: dict[str, Known] = field(default_factory=dict)  # url → the gateway as our last push left it
     digests: dict[str, str | None] = field(default_factory=dict)  # url → its HEAD's digest this sync
     saved: tuple[Any, ...] | None = None  # what the last saved sync ended as (a repeat is not saved)
-    tip: str | None = None  # the remote's commit at the last check
+    tip: str | None = None  # the composition of the repos' tips at the last check that made one
     last_outcome: SyncOutcome | None = None
     history: deque[SyncRecord] = field(default_factory=lambda: deque(maxlen=HISTORY))
     pushes: dict[str, GatewayPush] = field(default_factory=dict)  # url → its last push, for the view
-    sources: dict[str, SourceMemory] = field(default_factory=dict)  # [[sources]]: name → its memory
+    repos: dict[str | None, RepoMemory] = field(default_factory=dict)  # each repo's (by its name)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
-__all__ = ["AgentMemory", "RenderedCommit", "RunningPush", "SourceMemory"]
+__all__ = ["AgentMemory", "RenderedCommit", "RepoMemory", "RunningPush"]

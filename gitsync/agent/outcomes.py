@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gitsync.push.results import GatewayResult
-from gitsync.timing import Phases
 
 
 class Trigger(StrEnum):
@@ -73,21 +72,49 @@ class Stage(StrEnum):
                         Stage.HEALTH)
 
 
-@dataclass
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Where one sync's time went (`gitsync.timing.Phases` at its end): seconds per phase, and the
+    seconds each gateway kept it waiting."""
+
+    seconds: Mapping[str, float] = field(default_factory=dict)  # in the order of `gitsync.timing.PHASES`
+    waited: Mapping[str, float] = field(default_factory=dict)  # gateway URL → its wait
+
+    def snapshot(self) -> Mapping[str, float]:
+        return self.seconds
+
+    def agent_time(self, wall: float) -> float:
+        """The sync's wall time less the longest any gateway kept it waiting (gateways run in parallel)."""
+        return max(0.0, wall - max(self.waited.values(), default=0.0))
+
+    def describe(self, wall: float) -> str:
+        """``check 2.1 ms, render 40 ms, …; gitsync's own 70 ms of 200 ms``."""
+        parts = ", ".join(f"{phase} {seconds * 1000:.1f} ms" for phase, seconds in self.seconds.items())
+        return f"{parts}; gitsync's own {self.agent_time(wall) * 1000:.1f} ms of {wall * 1000:.1f} ms"
+
+
+@dataclass(frozen=True)
 class SyncOutcome:
-    """What one sync did: the data behind logs, state, metrics, status commits and notes."""
+    """What one sync did: the data behind logs, state, metrics, status commits and notes. Built once,
+    never changed (a later step makes a new one, `dataclasses.replace`); its sequences are tuples."""
 
     triggers: frozenset[Trigger]
     result: SyncResult
     commit: str | None = None
     subject: str = ""
     stage: Stage | None = None
-    problems: list[str] = field(default_factory=list)
-    gateways: list[GatewayResult] = field(default_factory=list)
-    drifted: list[str] = field(default_factory=list)  # gateways found to have lost the target
+    problems: tuple[str, ...] = ()
+    gateways: tuple[GatewayResult, ...] = ()
+    drifted: tuple[str, ...] = ()  # gateways found to have lost the target
     wake_at: float | None = None  # time.time() at which a sync should run again (the canary's soak)
     duration: float = 0.0
-    phases: Phases = field(default_factory=Phases, repr=False)  # where the time went (gitsync.timing)
+    phases: PhaseTimes = field(default_factory=PhaseTimes, repr=False)  # where the time went
+
+    def __post_init__(self) -> None:
+        for name in ("problems", "gateways", "drifted"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
 
     @property
     def ok(self) -> bool:
@@ -102,15 +129,15 @@ class SyncOutcome:
 def healed_after(refused: SyncOutcome, healed: SyncOutcome) -> SyncOutcome:
     """A refused commit's outcome with what the second decision of the sync (for the last good commit)
     did to the gateways."""
-    return replace(refused, gateways=[*refused.gateways, *healed.gateways],
-                   drifted=[*refused.drifted, *healed.drifted])
+    return replace(refused, gateways=(*refused.gateways, *healed.gateways),
+                   drifted=(*refused.drifted, *healed.drifted))
 
 
 def with_late(outcome: SyncOutcome, late: Iterable[SyncOutcome]) -> SyncOutcome:
     """`outcome` with what pushes left running by earlier syncs did, for those that ended: their
     gateways first, and their result when this sync itself had nothing else to report."""
     for ended in late:
-        outcome = replace(outcome, gateways=[*ended.gateways, *outcome.gateways])
+        outcome = replace(outcome, gateways=(*ended.gateways, *outcome.gateways))
         idle = outcome.result in (SyncResult.NOOP, SyncResult.DEFERRED)
         if idle and ended.result is not SyncResult.NOOP:
             outcome = replace(outcome, result=ended.result, commit=ended.commit, stage=ended.stage,
@@ -118,4 +145,5 @@ def with_late(outcome: SyncOutcome, late: Iterable[SyncOutcome]) -> SyncOutcome:
     return outcome
 
 
-__all__ = ["Stage", "SyncOutcome", "SyncResult", "Trigger", "describe", "healed_after", "with_late"]
+__all__ = ["PhaseTimes", "Stage", "SyncOutcome", "SyncResult", "Trigger", "describe", "healed_after",
+           "with_late"]

@@ -4,46 +4,43 @@ that run in the background (one at a time, in order, never raising to the agent)
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from gitsync.agent.metrics import Metrics
 from gitsync.agent.outcomes import SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState
+from gitsync.display import short
 from gitsync.log import logger, redact
 from gitsync.writeback.publisher import WriteBack
 
 
-def short(sha: str | None) -> str:
-    return sha[:7] if sha else "(none)"
-
-
 class WriteBackQueue:
-    """Write-backs in the background, one at a time, in order; a failure is counted, never raised."""
+    """Write-backs in the background, one at a time, in order, whichever repo each is for; a failure is
+    counted, never raised."""
 
-    def __init__(self, writeback: WriteBack | None, metrics: Metrics) -> None:
-        self.writeback = writeback
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
         self._queued = 0  # submitted and not ended
         self._count = threading.Lock()
 
-    def submit(self, publish: Callable[..., bool], *item: Any) -> None:
+    def submit(self, writeback: WriteBack, publish: Callable[[], bool]) -> None:
+        """Run `publish` (a write-back of `writeback`'s) in the background."""
         with self._count:
             self._queued += 1
-        self._thread.submit(self._publish, publish, *item)
+        self._thread.submit(self._publish, writeback, publish)
 
-    def submit_once(self, publish: Callable[[], bool]) -> None:
-        """Submit unless write-backs are still queued (a slow remote must not pile up refreshes)."""
+    def submit_once(self, jobs: Sequence[tuple[WriteBack, Callable[[], bool]]]) -> None:
+        """Submit `jobs` unless write-backs are still queued (a slow remote must not pile up refreshes)."""
         if self._queued == 0:
-            self.submit(publish)
+            for writeback, publish in jobs:
+                self.submit(writeback, publish)
 
-    def _publish(self, publish: Callable[..., bool], *item: Any) -> None:
-        before = self.writeback.failures if self.writeback else 0
+    def _publish(self, writeback: WriteBack, publish: Callable[[], bool]) -> None:
+        before = writeback.failures
         try:
-            publish(*item)
+            publish()
         except Exception as exc:  # write-back never takes the agent down
             logger.error("write-back failed: {}", redact(str(exc)))
             self.metrics.writeback_failures.inc()
@@ -51,7 +48,7 @@ class WriteBackQueue:
         finally:
             with self._count:
                 self._queued -= 1
-        failures = (self.writeback.failures if self.writeback else 0) - before
+        failures = writeback.failures - before
         if failures > 0:
             self.metrics.writeback_failures.inc(failures)
 
@@ -60,7 +57,7 @@ class WriteBackQueue:
 
 
 def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, urls: list[str], *,
-                   tip_refused: bool) -> None:
+                   tip_refused: bool, now: float) -> None:
     """The outcome and what each gateway holds, as Prometheus metrics."""
     metrics.syncs.labels(str(outcome.result)).inc()
     if outcome.gateways:
@@ -69,7 +66,7 @@ def record_metrics(metrics: Metrics, outcome: SyncOutcome, state: AgentState, ur
             metrics.sync_phase.labels(phase).observe(seconds)
         metrics.sync_phase.labels("gitsync").observe(outcome.phases.agent_time(outcome.duration))
     if outcome.ok:
-        metrics.last_success.set(time.time())
+        metrics.last_success.set(now)
     if state.last_good:
         metrics.set_applied_commit(state.last_good)
     metrics.tip_refused.set(1 if tip_refused else 0)
@@ -95,4 +92,4 @@ def log_outcome(outcome: SyncOutcome) -> None:
         logger.debug("sync ({}) phases: {}", outcome.reason, outcome.phases.describe(outcome.duration))
 
 
-__all__ = ["WriteBackQueue", "log_outcome", "record_metrics", "short"]
+__all__ = ["WriteBackQueue", "log_outcome", "record_metrics"]

@@ -4,7 +4,7 @@ the commits refused and why (saved by `gitsync.agent.statedir`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 MAX_BAD_COMMITS = 50  # remembered failures; older ones are forgotten (they are in git notes anyway)
 
@@ -28,6 +28,18 @@ class GatewayState:
         """From the state file; keys this version does not know (an older or newer gitsync's) are ignored."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class RepoState(Protocol):
+    """What is saved of one repo of an agent: its last good commit and the commits it refused. The repo
+    of ``[source]`` keeps its own in the agent's `AgentState`; each ``[[sources]]`` repo a
+    `SourceState` under `AgentState.sources`."""
+
+    last_good: str | None
+    last_good_subject: str
+    bad: dict[str, str]
+
+    def mark_bad(self, sha: str, reason: str) -> None: ...
 
 
 @dataclass
@@ -89,6 +101,12 @@ class AgentState:
 
     def mark_bad(self, sha: str, reason: str) -> None:
         _remember(self.bad, sha, reason)
+
+    def repo(self, name: str | None) -> RepoState:
+        """The saved state of the agent's repo `name`: a ``[[sources]]`` repo's own, under `sources`; the
+        repo of ``[source]`` (no name) keeps its last good commit and refusals in the agent's own fields
+        (its compositions are its commits)."""
+        return self if name is None else self.sources.setdefault(name, SourceState())
 
     def remember_composition(self, composition: str, commits: dict[str, str]) -> None:
         """Keep what `composition` is made of, forgetting the oldest ones no gateway holds."""

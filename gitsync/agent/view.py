@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from gitsync.agent.outcomes import SyncOutcome
 from gitsync.log import redact
@@ -157,5 +157,16 @@ class AgentView:
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-__all__ = ["HISTORY", "AgentView", "GatewayOutcome", "GatewayPush", "GatewayRow", "RenderedCommit",
-           "SourceCommit", "SyncRecord", "remember"]
+class AgentReader(Protocol):
+    """What a reader on another thread (the web view) may ask of a running agent: the snapshot it
+    publishes after each sync, and a commit of its (the last good one) rendered again apart from it,
+    with a speed layer of its own and nothing of the agent's changed. `render_apart` raises as a render
+    does (`gitsync.problems.ProblemsError`, `gitsync.source.transport.SourceError`)."""
+
+    def view(self) -> AgentView: ...
+
+    def render_apart(self, sha: str) -> tuple[Rendered, Mapping[str, bytes]]: ...
+
+
+__all__ = ["HISTORY", "AgentReader", "AgentView", "GatewayOutcome", "GatewayPush", "GatewayRow",
+           "RenderedCommit", "SourceCommit", "SyncRecord", "remember"]

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gitsync.adopt.adc_releases import diff_hint
-from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.fleet_gate import own_heartbeat
+from gitsync.agent.gate import fleet_table
 from gitsync.agent.outcomes import Trigger
 from gitsync.cli.parser import leave_to_exit
 from gitsync.feedback.review import Findings, findings
@@ -30,8 +31,14 @@ from gitsync.kinds import item_id
 from gitsync.log import logger, redact, register_secrets
 from gitsync.problems import Problem, ProblemsError
 from gitsync.push.admin_api import endpoints_from_settings
-from gitsync.push.apply import GatewayDiff, RetryPolicy, diff_gateway, policy_from_settings
-from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions
+from gitsync.push.apply import (
+    GatewayDiff,
+    RetryPolicy,
+    diff_gateway,
+    guard_policy_from_settings,
+    policy_from_settings,
+)
+from gitsync.push.guard import allowed_kinds, check_deletions
 from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
 from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
@@ -46,11 +53,11 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
-from gitsync.render.compose import Part, PartFacts, compose, dangling, facts_of, relabel, shared_kinds
-from gitsync.render.memo import ParseCache
+from gitsync.render.compose import Part, PartFacts, compose, dangling, facts_of, label, relabel, shared_kinds
+from gitsync.render.memo import render_memo
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
-from gitsync.settings import Settings, SettingsError, source_settings
+from gitsync.settings import RepoSettings, Settings, SettingsError, repos_of
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
@@ -68,14 +75,18 @@ EXIT_GUARD_WOULD_HOLD = 4
 ONCE_GIT_ATTEMPTS = 4
 
 
-def _read_files(settings: Settings, command: str, out: Findings | None = None,
-                ) -> tuple[dict[str, bytes], str] | int:
-    """The config files of ``--dir`` or of the ``--repo`` commit, and the commit's message (none for a
+def _whose(repo: RepoSettings) -> str:
+    """``source 'a': `` before an error of a ``[[sources]]`` repo; nothing for the repo of ``[source]``."""
+    return "" if repo.name is None else f"source {repo.name!r}: "
+
+
+def _read_files(repo: RepoSettings, command: str, out: Findings) -> tuple[str, dict[str, bytes], str] | int:
+    """The config files of ``--dir`` or of the repo's commit, with the commit and its message (none for a
     directory); or say why not and return 2."""
-    out = out or Findings()
+    settings = repo.settings
     if settings.dir is not None:
         try:
-            return read_directory(settings.dir, settings.max_file_size), ""
+            return "", read_directory(settings.dir, settings.max_file_size), ""
         except OSError as exc:
             out.error(f"gitsync {command}: error: {redact(str(exc))}")
             return 2
@@ -85,10 +96,11 @@ def _read_files(settings: Settings, command: str, out: Findings | None = None,
     try:
         commit = read_input(settings)
     except SourceError as exc:
-        out.error(f"gitsync {command}: error: {redact(str(exc))}")
+        out.error(f"gitsync {command}: {_whose(repo)}error: {redact(str(exc))}")
         return 2
-    logger.info("read {} file(s) of {} {}", len(commit.files), commit.sha[:7], commit.subject)
-    return commit.files, commit.message
+    logger.info("{}read {} file(s) of {} {}", label(repo.name), len(commit.files), commit.sha[:7],
+                commit.subject)
+    return commit.sha, commit.files, commit.message
 
 
 def _render_source(settings: Settings, command: str, out: Findings | None = None) -> Rendered | int:
@@ -99,62 +111,40 @@ def _render_source(settings: Settings, command: str, out: Findings | None = None
 
 def _render_commit(settings: Settings, command: str, out: Findings | None = None,
                    ) -> tuple[Rendered, str] | int:
-    """Render the configured source (and its commit message), or say why not and return the exit status."""
+    """The payload an agent would push, and the commits' messages one after another (none for a
+    directory); or say why not and return the exit status. Each repo's commit (its ``ref``), or the
+    directory, is read and rendered alone, its ownership and the references across repos checked, and
+    composed (`gitsync.render.compose`: the repo of ``[source]`` is the whole payload), every problem at
+    its ``file:line`` (``source:file:line`` with ``[[sources]]``)."""
     out = out or Findings()
-    if settings.sources and settings.dir is None:
-        return _render_sources(settings, command, out)
-    read = _read_files(settings, command, out)
-    if isinstance(read, int):
-        return read
-    files, message = read
-    try:
-        options = options_from_settings(settings, os.environ)
-    except SettingsError as exc:
-        out.error(f"gitsync {command}: error: {redact(str(exc))}")
-        return 2
-    try:
-        rendered = render_files(files, options, memo=ParseCache())
-        leave_to_exit(rendered)
-    except ProblemsError as exc:
-        for problem in exc.problems:
-            out.problem(redact(str(problem)))
-        return 1
-    for left_out in rendered.left_out:  # partial apply, from a directory: there is no last good version
-        out.warning(redact(left_out.describe()))
-    _warn_scalars(rendered, out)
-    return rendered, message
-
-
-def _render_sources(settings: Settings, command: str, out: Findings) -> tuple[Rendered, str] | int:
-    """``[[sources]]``: each source's tip read and rendered alone, its ownership and the references
-    across sources checked, composed into the one payload an agent would push (its problems at
-    ``source:file:line``); the sources' commit messages, one after another."""
-    others = tuple((spec.name, spec.owns) for spec in settings.sources)
+    repos = repos_of(settings)
+    others = tuple((repo.name, repo.owns) for repo in repos)
     parts: list[Part] = []
     facts: list[PartFacts] = []
     problems: list[Problem] = []
     messages: list[str] = []
-    for spec in settings.sources:
-        own = source_settings(settings, spec)
+    for repo in repos:
+        read = _read_files(repo, command, out)
+        if isinstance(read, int):
+            return read
+        sha, files, message = read
         try:
-            commit = read_input(own)
-            options = options_from_settings(own, os.environ)
-        except (SourceError, SettingsError) as exc:
-            out.error(f"gitsync {command}: source {spec.name!r}: error: {redact(str(exc))}")
+            options = options_from_settings(repo.settings, os.environ)
+        except SettingsError as exc:
+            out.error(f"gitsync {command}: {_whose(repo)}error: {redact(str(exc))}")
             return 2
-        logger.info("source {}: read {} file(s) of {} {}", spec.name, len(commit.files), commit.sha[:7],
-                    commit.subject)
-        options = dataclasses.replace(options, unmanaged=options.unmanaged | shared_kinds(spec.owns))
+        # a reference into a kind other repos declare items of too is checked on the composed payload
+        options = dataclasses.replace(options, unmanaged=options.unmanaged | shared_kinds(repo.owns))
         try:
-            rendered = render_files(commit.files, options, memo=ParseCache())
+            rendered = render_files(files, options, memo=render_memo(repo.settings))
         except ProblemsError as exc:
-            problems += [relabel(spec.name, problem) for problem in exc.problems]
+            problems += [relabel(repo.name, problem) for problem in exc.problems]
             continue
-        part = Part(spec.name, commit.sha, rendered, spec.owns)
+        part = Part(repo.name, sha, rendered, repo.owns)
         parts.append(part)
         facts.append(facts_of(part, others))
-        problems += [relabel(spec.name, problem) for problem in facts[-1].problems]
-        messages.append(commit.message)
+        problems += [relabel(repo.name, problem) for problem in facts[-1].problems]
+        messages.append(message)
     if not problems:
         problems = [miss.problem for miss in dangling(parts, facts, frozenset(settings.unmanaged))]
     if problems:
@@ -162,7 +152,9 @@ def _render_sources(settings: Settings, command: str, out: Findings) -> tuple[Re
             out.problem(redact(str(problem)))
         return 1
     composed = compose(parts)
-    leave_to_exit(composed, parts)
+    leave_to_exit(composed, *(part.rendered for part in parts if part.rendered is not composed))
+    for left_out in composed.left_out:  # partial apply, from a directory: there is no last good version
+        out.warning(redact(left_out.describe()))
     _warn_scalars(composed, out)
     return composed, "\n".join(messages)
 
@@ -312,7 +304,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     if isinstance(read, int):
         return out.finish(2)
     rendered, message = read
-    guard = GuardPolicy.from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
+    guard = guard_policy_from_settings(settings, allowed_kinds(message), by_flag=settings.dir is not None)
     gateways = _gateways(settings, "diff", out)
     if isinstance(gateways, int):
         return out.finish(gateways)
@@ -351,6 +343,11 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     return out.finish(EXIT_GUARD_WOULD_HOLD if held and status != 2 else status)
 
 
+def _follows_git(settings: Settings) -> bool:
+    """Whether the settings name git repos to follow (`repos_of`), not a directory (or nothing)."""
+    return all(repo.settings.dir is None and repo.settings.repo for repo in repos_of(settings))
+
+
 def sync(settings: Settings, args: argparse.Namespace) -> int:
     """One sync of every gateway to the source: exit 0 applied or already live, 1 failed, 3 synced but
     the status or a note could not be written back (``writeback = "on"``, or a remote that answers
@@ -360,7 +357,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     write-back live in the state dir (a temporary one when it is not writable). With ``--dir``
     there is no commit: the directory is rendered and pushed.
     """
-    if settings.dir is None and (settings.repo or settings.sources):
+    if _follows_git(settings):
         return _sync_repo(settings)
     rendered = _render_source(settings, "sync")
     if isinstance(rendered, int):
@@ -371,7 +368,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     _warn_unmanaged(rendered, settings)
     policy, retry = policy_from_settings(settings), RetryPolicy.from_settings(settings)
     what = Release(rendered.payload, rendered.source_map, rendered.checks, rollback=False,
-                   guard=GuardPolicy.from_settings(settings, by_flag=True), managed=policy.managed,
+                   guard=guard_policy_from_settings(settings, by_flag=True), managed=policy.managed,
                    desired=Desired.of(rendered.payload, policy, rendered.contents,
                                                   rendered.ids, rendered.splits))
     proxies = dict(zip(gateways.urls, settings.proxy_urls, strict=False))
@@ -421,12 +418,10 @@ def _sync_repo(settings: Settings) -> int:
         leave_to_exit(agent)
     for result in outcome.gateways:
         print(result.summary())
-    unwritten = (agent.writeback.pending if agent.writeback is not None else 0) + \
-        (agent.sources.pending if agent.sources is not None else 0)
+    unwritten, last_error = agent.repos.unwritten()
     if unwritten:
-        last_error = agent.writeback.last_error if agent.writeback is not None else "see the log"
-        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: {last_error}",
-              file=sys.stderr)
+        print(f"gitsync sync: write-back failed: {unwritten} status/note(s) not written: "
+              f"{last_error or 'see the log'}", file=sys.stderr)
     if outcome.ok:
         print(f"{outcome.result}: {outcome.commit[:7] if outcome.commit else '-'} {outcome.subject}".rstrip())
         for problem in outcome.problems:  # e.g. what partial apply left out
@@ -455,7 +450,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         print("gitsync run: error: the daemon follows a git repo (--repo); --dir is for validate, render, "
               "diff and sync", file=sys.stderr)
         return 2
-    if not settings.repo and not settings.sources:
+    if not _follows_git(settings):
         print("gitsync run: error: repo is required: set --repo, GITSYNC_REPO or source.repo in the "
               "settings file (or list [[sources]])", file=sys.stderr)
         return 2
@@ -478,7 +473,7 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         state_dir = StateDir(settings.state_dir)
         print(summary_text(state_dir.load(repair=False).last_result, now, state_dir.checked_at()), end="")
         return 0
-    if not settings.repo and not settings.sources:
+    if not _follows_git(settings):
         print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
         return 2
     try:
@@ -486,13 +481,11 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"gitsync status: error: {redact(str(exc))}", file=sys.stderr)
         return 2
-    if not settings.sources:
-        return _fleet(settings, signers, now, args)
     worst = 0
-    for spec in settings.sources:  # each source's statuses are on its own repo
-        own = source_settings(settings, spec)
-        print(f"source {spec.name} ({display_url(own.repo or '')}):")
-        worst = max(worst, _fleet(own, signers, now, args))
+    for repo in repos_of(settings):  # each repo's statuses are on its own repo (a source's: under its name)
+        if repo.name is not None:
+            print(f"source {repo.name} ({display_url(repo.settings.repo or '')}):")
+        worst = max(worst, _fleet(repo.settings, signers, now, args))
     return worst
 
 

@@ -57,7 +57,8 @@ from dulwich.server import DictBackend, TCPGitServer
 import gitsync
 from gitsync import __version__
 from gitsync import log as gslog
-from gitsync.agent.gate import fleet_table, own_heartbeat
+from gitsync.agent.fleet_gate import own_heartbeat
+from gitsync.agent.gate import fleet_table
 from gitsync.agent.outcomes import SyncOutcome
 from gitsync.agent.sync import Agent
 from gitsync.daemon.service import Daemon

@@ -20,11 +20,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from gitsync import __version__
 from gitsync.agent.outcomes import Trigger, describe
-from gitsync.agent.record import short
 from gitsync.agent.statedir import StateDir
 from gitsync.agent.sync import Agent
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.daemon.sdnotify import Notifier
+from gitsync.display import short
 from gitsync.feedback.outbox import Feedback
 from gitsync.log import logger, redact
 from gitsync.settings import Settings, SettingsError
@@ -112,7 +112,7 @@ class Daemon:
         self._worker.start()
         self.triggers.request(Trigger.START)
         logger.info("gitsync {} running: repo {} ref {} → {} gateway(s); listening on {}:{}", __version__,
-                    self.settings.repo or f"[[sources]] {', '.join(s.name for s in self.settings.sources)}",
+                    self.agent.repos.title(),
                     self.settings.ref, len(self.settings.gateways),
                     self.server.host, self.server.port)
         if self.web is not None:

@@ -16,9 +16,9 @@ from enum import StrEnum
 from typing import Any
 
 from gitsync.agent.outcomes import Stage, SyncOutcome, SyncResult
+from gitsync.display import format_age, short_sha
 from gitsync.log import clip, redact
 from gitsync.push.results import GatewayResult
-from gitsync.writeback.wire import format_age, short_sha
 
 MAX_PROBLEMS = 20  # problems in one event; the note on the commit has them all
 

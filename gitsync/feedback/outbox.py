@@ -19,11 +19,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gitsync.agent.gate import own_heartbeat
+from gitsync.agent.fleet_gate import own_heartbeat
 from gitsync.agent.metrics import Metrics
 from gitsync.agent.outcomes import SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState
 from gitsync.agent.statedir import atomic_write
+from gitsync.display import short_sha
 from gitsync.feedback import statuses
 from gitsync.feedback.dispatch import Dispatcher, Job, RetryableDelivery
 from gitsync.feedback.events import Event, Reachability, outcome_events
@@ -34,7 +35,7 @@ from gitsync.settings import Settings, SettingsError
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.fleet import FleetReader, signers_from_settings
 from gitsync.writeback.statusfile import FleetEntry
-from gitsync.writeback.wire import agent_file_name, iso_time, short_sha
+from gitsync.writeback.wire import agent_file_name, iso_time
 
 POSTED_FILE = "forge-statuses.json"
 MAX_POSTED = 200  # (commit, context) pairs remembered

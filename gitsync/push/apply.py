@@ -38,6 +38,7 @@ from gitsync.push.admin_api import (
     PutResult,
     ReadyResult,
 )
+from gitsync.push.guard import GuardPolicy
 from gitsync.push.moves import CHECKED_KINDS, FirstStep, first_step, is_move_refusal
 from gitsync.push.plan import MANAGE_ALL, Desired, ItemChange, LiveView, Plan, Policy, item_changes, plan
 from gitsync.push.results import GatewayResult, Known, SyncStatus
@@ -369,3 +370,10 @@ def diff_gateway(gateway: Gateway, desired: Mapping[str, Sequence[Any]], policy:
 
 def policy_from_settings(settings: Settings) -> Policy:
     return Policy(frozenset(settings.unmanaged))
+
+
+def guard_policy_from_settings(settings: Settings, allowed: frozenset[str] = frozenset(), *,
+                               by_flag: bool = False) -> GuardPolicy:
+    """The settings' deletion guard, plus the kinds this commit (its trailers) or run may shrink freely."""
+    return GuardPolicy(settings.guard, settings.max_delete, settings.max_delete_count,
+                       dict(settings.max_delete_kinds), allowed | frozenset(settings.allow_delete), by_flag)

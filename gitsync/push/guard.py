@@ -30,12 +30,9 @@ import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gitsync.kinds import KINDS, distinct_ids, item_id
-
-if TYPE_CHECKING:
-    from gitsync.settings import Settings
 
 TRAILER = "Gitsync-Allow-Delete"
 ALL = "all"
@@ -57,13 +54,6 @@ class GuardPolicy:
     allowed: frozenset[str] = frozenset()  # kinds the author allows to shrink freely (or "all")
     #: No commit message carries the allowance (``--dir``): a refusal points at ``--allow-delete``.
     by_flag: bool = False
-
-    @classmethod
-    def from_settings(cls, settings: Settings, allowed: frozenset[str] = frozenset(), *,
-                      by_flag: bool = False) -> GuardPolicy:
-        """The settings' policy, plus the kinds this commit (its trailers) or run may shrink freely."""
-        return cls(settings.guard, settings.max_delete, settings.max_delete_count,
-                   dict(settings.max_delete_kinds), allowed | frozenset(settings.allow_delete), by_flag)
 
     def allows(self, kind: str) -> bool:
         return ALL in self.allowed or kind in self.allowed

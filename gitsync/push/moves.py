@@ -15,7 +15,7 @@ it takes the part away from the old owner:
 `first_step` finds such moves in a sync and returns the config to push first: every kind as
 desired, except that the new owners leave the moved parts out. Once the gateway holds it, no
 live item owns a moved part any more, and the desired config is pushed right after. Pure: the
-gateway's rules are `gitsync.schema.checks.live_conflict`, the model the validator and the
+gateway's rules are `gitsync.schema.live_state.live_conflict`, the model the validator and the
 test double share.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from gitsync.kinds import item_id
 from gitsync.push.plan import MANAGE_ALL, KindStatus, Plan, Policy, items_equal
-from gitsync.schema.checks import live_conflict
+from gitsync.schema.live_state import live_conflict
 from gitsync.schema.plugins import AUTH_KEY_FIELDS
 
 #: The kinds whose items APISIX checks against live items of the same kind.

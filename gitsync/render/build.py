@@ -14,6 +14,7 @@ from typing import Any
 
 from gitsync.kinds import KINDS, REPO_ONLY_KINDS, VERSION_SUFFIX, item_id
 from gitsync.problems import Location, Problem
+from gitsync.render.filememo import FileMemo, MemoSlot
 from gitsync.render.load import Document, Pos
 from gitsync.render.patch import apply_patch, is_patch, patch_problem
 from gitsync.render.sourcemap import ItemSource, Patched, describe
@@ -27,8 +28,8 @@ class Loaded:
     layer: int
     document: Document
     data: Any
-    #: The parse's memo when the data is the parse's own (a plain file): units are kept there.
-    memo: dict[Any, Any] | None = None
+    #: The parse's memo when the data is the parse's own (a plain file): units are kept there (`UNITS`).
+    memo: FileMemo | None = None
 
 
 @dataclass
@@ -118,11 +119,16 @@ class Segment:
     doc: int
 
 
+#: Where a plain file's parse keeps its documents' units: (file, document) → (its problems, its units).
+UNITS: MemoSlot[dict[tuple[str, int], tuple[list[Problem], list[Unit]]]] = MemoSlot("units")
+
+
 def units_of(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
     """A document's top-level problems and its units, kept with a plain file's parse."""
-    key = ("units", loaded.file, loaded.document.index)
-    if loaded.memo is not None and key in loaded.memo:
-        return loaded.memo[key]
+    key = (loaded.file, loaded.document.index)
+    kept = loaded.memo.setdefault(UNITS, {}) if loaded.memo is not None else None
+    if kept is not None and key in kept:
+        return kept[key]
     problems, kinds = _top_level_problems(loaded)
     doc = loaded.document
     units = []
@@ -137,8 +143,8 @@ def units_of(loaded: Loaded) -> tuple[list[Problem], list[Unit]]:
         id_set = frozenset(i for i in ids if i is not None)
         units.append(Unit(kind, items, sources, ids, id_set, len(id_set) == len(ids) - ids.count(None),
                           any(is_patch(item) for item in items)))
-    if loaded.memo is not None:
-        loaded.memo[key] = (problems, units)
+    if kept is not None:
+        kept[key] = (problems, units)
     return problems, units
 
 

@@ -1,5 +1,5 @@
 """Several sources, one payload: what each source may declare, and the payload they make together
-(pure; the agent's `gitsync.agent.sources` does the I/O).
+(pure; the agent's `gitsync.agent.repos` does the I/O).
 
 Each source is rendered alone, by `render`, with the kinds it does not own whole treated as it treats
 unmanaged kinds: a reference into one of them may name another source's item, so it is checked here,
@@ -14,6 +14,10 @@ on the composed payload, instead. Then:
   sources; a source map whose every place is ``name:file``; the sources' health checks, each named
   ``name:check``.
 * `dangling(parts, facts)`: the references of the composed payload that name no item.
+
+A source without a name (None: the one repo of the ``[source]`` settings, a composition of one) owns
+every item, and its places are its own files: nothing to prefix, nothing to check across sources, and
+its render is the composed payload as it is.
 """
 
 from __future__ import annotations
@@ -27,18 +31,18 @@ from typing import Any
 from gitsync.kinds import KINDS, item_id
 from gitsync.ownership import Claim, Ownership, may_meet, static_overlap
 from gitsync.problems import Location, Problem
-from gitsync.render.facts import Reference
+from gitsync.render.references import Reference, references_of
 from gitsync.render.result import Rendered
+from gitsync.render.secrets import SecretRules
 from gitsync.render.sourcemap import FieldPath, Generated, ItemSource, Patched, SourceMap
-from gitsync.render.validate import references_of
 
 #: Between a source's name and a file of it, in every place a composed payload reports.
 SEPARATOR = ":"
 
 
-def in_source(name: str, file: str) -> str:
-    """``name:file``: a file of source `name`, as a composed payload names it."""
-    return f"{name}{SEPARATOR}{file}"
+def in_source(name: str | None, file: str) -> str:
+    """``name:file``: a file of source `name` as a composed payload names it (an unnamed source's: `file`)."""
+    return file if name is None else f"{name}{SEPARATOR}{file}"
 
 
 def split_file(file: str) -> tuple[str | None, str]:
@@ -47,14 +51,30 @@ def split_file(file: str) -> tuple[str | None, str]:
     return (name, rest) if sep else (None, file)
 
 
-def relabel(name: str, problem: Problem) -> Problem:
+def of_source(name: str | None, file: str) -> str | None:
+    """`file` of a composed payload as source `name` names it (its ``name:`` taken off), or None when it
+    is another source's; an unnamed source is alone, and every file is its own as it stands."""
+    if name is None:
+        return file
+    owner, own = split_file(file)
+    return own if owner == name else None
+
+
+def label(name: str | None) -> str:
+    """``source a: ``, before what is said of source `a`; nothing for an unnamed source."""
+    return "" if name is None else f"source {name}: "
+
+
+def relabel(name: str | None, problem: Problem) -> Problem:
     """A problem of source `name`'s own render, as the composed payload states it."""
+    if name is None:
+        return problem
     if problem.location is None:
         return dataclasses.replace(problem, message=f"source {name!r}: {problem.message}")
     return dataclasses.replace(problem, location=_moved(name, problem.location))
 
 
-def _moved(name: str, location: Location) -> Location:
+def _moved(name: str | None, location: Location) -> Location:
     return Location(in_source(name, location.file), location.line, location.col)
 
 
@@ -62,7 +82,7 @@ def _moved(name: str, location: Location) -> Location:
 class Part:
     """One source at one commit, rendered alone."""
 
-    name: str
+    name: str | None  # None: the one repo of the ``[source]`` settings
     commit: str
     rendered: Rendered
     ownership: Ownership
@@ -95,8 +115,8 @@ def shared_kinds(ownership: Ownership) -> frozenset[str]:
     return frozenset(KINDS) - ownership.whole_kinds()
 
 
-def rivals(name: str, ownership: Ownership, others: Sequence[tuple[str, Ownership]]
-           ) -> tuple[tuple[str, Claim], ...]:
+def rivals(name: str | None, ownership: Ownership, others: Sequence[tuple[str | None, Ownership]]
+           ) -> tuple[tuple[str | None, Claim], ...]:
     """The other sources' claims that may meet one of this source's on an item the settings cannot tell
     (by prefix against labels): each item of the source is checked against them."""
     def unsettled(theirs: Claim) -> bool:
@@ -106,7 +126,7 @@ def rivals(name: str, ownership: Ownership, others: Sequence[tuple[str, Ownershi
                  if unsettled(theirs))
 
 
-def facts_of(part: Part, others: Sequence[tuple[str, Ownership]], before: PartFacts | None = None
+def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before: PartFacts | None = None
              ) -> PartFacts:
     """What the source `part` declares that it may not, and its references into shared kinds (see the
     module). `others`: every source's name and ownership (this one's is skipped); `before`: the facts
@@ -114,13 +134,15 @@ def facts_of(part: Part, others: Sequence[tuple[str, Ownership]], before: PartFa
     rendered, owns = part.rendered, part.ownership
     shared = shared_kinds(owns)
     contenders = rivals(part.name, owns, others)
+    every = {kind: rendered.ids.get(kind) or [item_id(kind, item) for item in items]
+             for kind, items in rendered.payload.items()}
+    declared = {kind: frozenset(i for i in ids if i is not None) for kind, ids in every.items()}
+    if not shared and not contenders:  # it owns every kind whole: nothing to look at item by item
+        return PartFacts((), (), declared)
     known = before.memo if before is not None else {}
     memo: dict[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = {}
     problems: list[Problem] = []
     references: list[Outgoing] = []
-    every = {kind: rendered.ids.get(kind) or [item_id(kind, item) for item in items]
-             for kind, items in rendered.payload.items()}
-    declared = {kind: frozenset(i for i in ids if i is not None) for kind, ids in every.items()}
     for kind, items in rendered.payload.items():
         for index, (item, ident) in enumerate(zip(items, every[kind], strict=True)):
             seen = known.get(id(item))
@@ -137,8 +159,8 @@ def facts_of(part: Part, others: Sequence[tuple[str, Ownership]], before: PartFa
     return PartFacts(tuple(problems), tuple(references), declared, memo)
 
 
-def _not_owned(name: str, owns: Ownership, contenders: Sequence[tuple[str, Claim]],
-               others: Sequence[tuple[str, Ownership]], kind: str, ident: str | None,
+def _not_owned(name: str | None, owns: Ownership, contenders: Sequence[tuple[str | None, Claim]],
+               others: Sequence[tuple[str | None, Ownership]], kind: str, ident: str | None,
                item: Any) -> str | None:
     """Why source `name` may not declare this item, or None."""
     if not owns.owns(kind, ident, item):
@@ -157,7 +179,7 @@ class Dangling:
     """A reference of the composed payload that names no item: the source whose item holds it, what it
     names, and the problem (placed ``name:file:line``)."""
 
-    source: str
+    source: str | None
     target: tuple[str, str]  # (kind, id)
     problem: Problem
 
@@ -179,7 +201,9 @@ def dangling(parts: Sequence[Part], facts: Sequence[PartFacts], unmanaged: froze
 
 
 def compose(parts: Sequence[Part]) -> Rendered:
-    """One payload of every part (see the module)."""
+    """One payload of every part (see the module). An unnamed part is alone: its render is the payload."""
+    if len(parts) == 1 and parts[0].name is None:
+        return parts[0].rendered
     payload: dict[str, list[Any]] = {}
     contents: dict[str, list[bytes]] = {}
     ids: dict[str, list[str | None]] = {}
@@ -204,8 +228,11 @@ def compose(parts: Sequence[Part]) -> Rendered:
                    for part in parts for check in part.rendered.checks)
     secrets = frozenset().union(*(part.rendered.secret_values for part in parts))
     source_map = ComposedSourceMap([(part.name, part.rendered.source_map) for part in parts], starts)
+    left_out = tuple(dataclasses.replace(out, why=relabel(part.name, out.why))
+                     for part in parts for out in part.rendered.left_out)
+    rules = sum((part.rendered.secret_rules for part in parts), SecretRules())
     warnings = tuple(relabel(part.name, warning) for part in parts for warning in part.rendered.warnings)
-    return Rendered(payload, source_map, secrets, checks, contents, (), ids, splits, warnings=warnings)
+    return Rendered(payload, source_map, secrets, checks, contents, left_out, ids, splits, rules, warnings)
 
 
 def _per_item(rendered: Rendered, table: Mapping[str, list[Any]], kind: str) -> list[Any]:
@@ -219,7 +246,7 @@ def _per_item(rendered: Rendered, table: Mapping[str, list[Any]], kind: str) -> 
 class ComposedSourceMap(SourceMap):
     """The source map of a composed payload: each place is the part's own, its file named ``name:file``."""
 
-    def __init__(self, parts: Sequence[tuple[str, SourceMap]],
+    def __init__(self, parts: Sequence[tuple[str | None, SourceMap]],
                  starts: Mapping[str, list[tuple[int, int]]]) -> None:
         super().__init__({}, {})
         self._parts = list(parts)
@@ -228,7 +255,7 @@ class ComposedSourceMap(SourceMap):
         self._relabeled: dict[ItemSource, Patched] | None = None
         self._relabeled_generated: dict[tuple[str, ItemSource], Generated] | None = None
 
-    def _find(self, kind: str, index: int) -> tuple[str, SourceMap, int] | None:
+    def _find(self, kind: str, index: int) -> tuple[str | None, SourceMap, int] | None:
         """The part holding item `index` of `kind`: its name, source map and the item's own index."""
         starts = self._starts.get(kind)
         if not starts or index < 0:
@@ -325,5 +352,13 @@ class ComposedFiles(Mapping[str, bytes]):
         return sum(len(files) for files in self._parts.values())
 
 
+def compose_files(parts: Sequence[tuple[str | None, Mapping[str, bytes]]]) -> Mapping[str, bytes]:
+    """The files of every part as the composed payload names them (an unnamed part is alone: its own)."""
+    if len(parts) == 1 and parts[0][0] is None:
+        return parts[0][1]
+    return ComposedFiles([(name, files) for name, files in parts if name is not None])
+
+
 __all__ = ["SEPARATOR", "ComposedFiles", "ComposedSourceMap", "Dangling", "Outgoing", "Part", "PartFacts",
-           "compose", "dangling", "facts_of", "in_source", "relabel", "rivals", "shared_kinds", "split_file"]
+           "compose", "compose_files", "dangling", "facts_of", "in_source", "label", "of_source", "relabel",
+           "rivals", "shared_kinds", "split_file"]

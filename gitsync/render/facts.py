@@ -1,7 +1,7 @@
 """What validation may reuse about a plain file (its items exactly as parsed, no templates, no SOPS):
 each item's own problems, the ids it names, its JSON size and canonical content, per item and per
-document list as a whole. Kept with a file's parse (`ParsedFile.memo`); plain data, no checks here
-(the checks that fill them are `gitsync.render.validate`'s)."""
+document list as a whole. Kept with a file's parse (`ParsedFile.memo`, slot `FACTS`); plain data, no
+checks here (the checks that fill them are `gitsync.render.validate`'s)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,13 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from gitsync.render.filememo import MemoSlot
 from gitsync.render.load import ParsedFile
+from gitsync.render.references import Reference
 from gitsync.render.sourcemap import FieldPath
 
 #: An item's value a `SegmentFacts` does not know (asked again of the item).
 UNKNOWN = object()
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An id an item names: the kind it must be in, where in the item, and how a problem calls it."""
-
-    target: str
-    at: FieldPath
-    ident: str
-    label: str  # "upstream_id", "whitelist entry", ...
 
 
 @dataclass
@@ -45,8 +37,11 @@ class FileFacts:
     @classmethod
     def of(cls, parsed: ParsedFile) -> FileFacts:
         """The facts kept with a plain file's parse (made empty the first time)."""
-        facts: FileFacts = parsed.memo.setdefault("facts", cls({}, parsed.has_secret_references))
-        return facts
+        return parsed.memo.setdefault(FACTS, cls({}, parsed.has_secret_references))
+
+
+#: Where a plain file's parse keeps its facts.
+FACTS: MemoSlot[FileFacts] = MemoSlot("facts")
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,9 @@ from typing import Any
 
 import re2
 
+from gitsync.limits import MAX_CHECK_BODY, MAX_CHECK_TIME, MAX_CHECKS
+from gitsync.notation import parse_duration
 from gitsync.problems import Location, Problem
-from gitsync.settings import SPEC_BY_NAME, parse_duration
 
 CHECKS = "checks"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -56,9 +57,9 @@ _PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 class CheckLimits:
     """The settings that bound a repo's checks (see the module)."""
 
-    max_checks: int = SPEC_BY_NAME["max_checks"].default
-    max_time: float = SPEC_BY_NAME["max_check_time"].default  # worst case of all checks on one gateway
-    max_body: int = SPEC_BY_NAME["max_check_body"].default
+    max_checks: int = MAX_CHECKS
+    max_time: float = MAX_CHECK_TIME  # worst case of all checks on one gateway
+    max_body: int = MAX_CHECK_BODY
 
 
 @dataclass(frozen=True)

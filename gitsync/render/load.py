@@ -33,6 +33,7 @@ from ruamel.yaml.events import (
     SequenceStartEvent,
 )
 
+from gitsync.render.filememo import FileMemo
 from gitsync.render.scalars import MERGE_MESSAGE, Reading, read, read_tagged, shown
 
 #: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
@@ -140,7 +141,7 @@ class ParsedFile:
     #: Plain scalars YAML 1.1 tools read otherwise (`gitsync.render.scalars`): what to write instead.
     warnings: tuple[LoadIssue, ...] = ()
     #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: FileMemo = field(default_factory=FileMemo, compare=False, repr=False)
 
 
 def blob_sha(data: bytes) -> str:

@@ -18,9 +18,11 @@ from typing import Any
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import MASK, Redactor, redact, register_secret, register_secrets
+from gitsync.notation import secret_field_problem
 from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.render.build import Built, Loaded, build
-from gitsync.render.facts import FileFacts
+from gitsync.render.facts import FACTS, FileFacts
+from gitsync.render.filememo import MemoSlot
 from gitsync.render.healthchecks import CHECKS, Check, parse_checks
 from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParsedFile, blob_sha
@@ -28,12 +30,12 @@ from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.render.openapi.declaration import OPENAPI
 from gitsync.render.openapi.stage import expand
 from gitsync.render.options import RenderOptions
+from gitsync.render.references import dependants, refers_to
 from gitsync.render.result import LastGood, LeftOut, Rendered
 from gitsync.render.secrets import SecretRules, classify, document_secret_values, value_at
 from gitsync.render.sourcemap import FilePositions, Generated, ItemSource, SourceMap, field_text
 from gitsync.render.substitute import Substitution
-from gitsync.render.validate import dependants, item_contents, refers_to, validate
-from gitsync.settings import secret_field_problem
+from gitsync.render.validate import item_contents, validate
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
@@ -144,16 +146,20 @@ def _register_classified(parsed_files: list[ParsedFile], documents: list[Any], r
         register_secrets(document_secret_values(content, rules))
 
 
+#: Where a plain file's parse keeps the values the classifier finds secret in it, by the rules it used.
+SECRET_VALUES: MemoSlot[dict[tuple[str, ...], frozenset[str]]] = MemoSlot("secret values")
+
+
 def register_file_secrets(parsed: ParsedFile, rules: SecretRules) -> None:
     """Register the values the classifier finds secret in a plain file (one without templates or SOPS)
     with the log redactor, worked out once per parse (kept in its memo, never stored). A render from
     the last one (`gitsync.render.memo_api.RenderMemo.render_next`) calls it for the files it changed,
     as a full render does for every file."""
-    key = ("secret values", rules.entries)
-    values = parsed.memo.get(key)
+    kept = parsed.memo.setdefault(SECRET_VALUES, {})
+    values = kept.get(rules.entries)
     if values is None:
-        facts = parsed.memo.get("facts")
-        values = parsed.memo[key] = frozenset(
+        facts = parsed.memo.get(FACTS)
+        values = kept[rules.entries] = frozenset(
             v for doc in parsed.documents
             for v in document_secret_values(doc.shared, rules, _contents(facts, doc.index)))
     register_secrets(values)

@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.kinds import KINDS
+from gitsync.notation import secret_field_problem
 from gitsync.schema.encrypt_fields import ENCRYPT_FIELDS, KIND_FIELDS, SECRET_MANAGER_FIELDS
 from gitsync.schema.plugins import AUTH_PLUGINS
-from gitsync.settings import secret_field_problem
 from gitsync.urls import SCHEME, credentials
 
 FieldPath = tuple[str | int, ...]
@@ -134,7 +134,7 @@ class SecretRules:
 
     @classmethod
     def of(cls, entries: Iterable[str]) -> SecretRules:
-        """The rules of well-formed entries (`gitsync.settings.secret_field_problem`); a bad one is
+        """The rules of well-formed entries (`gitsync.notation.secret_field_problem`); a bad one is
         skipped."""
         kept = tuple(dict.fromkeys(e.strip() for e in entries if secret_field_problem(e) is None))
         plugins: dict[str, list[tuple[str, ...]]] = {}

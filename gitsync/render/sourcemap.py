@@ -198,10 +198,10 @@ class SourceMap:
         return self._items
 
     def source(self, kind: str, index: int) -> ItemSource | None:
-        sources = self._items.get(kind)
-        if sources is None or not 0 <= index < len(sources):
+        listed = self._items.get(kind)
+        if listed is None or not 0 <= index < len(listed):
             return None
-        return sources[index]
+        return listed[index]
 
     def location(self, kind: str, index: int) -> Location | None:
         source = self.source(kind, index)

@@ -17,8 +17,9 @@ from gitsync.content import content_bytes, content_split
 from gitsync.kinds import KINDS, is_credential, item_id
 from gitsync.problems import Problem
 from gitsync.render.build import Segment
-from gitsync.render.facts import UNKNOWN, FileFacts, Reference, SegmentFacts
+from gitsync.render.facts import UNKNOWN, FileFacts, SegmentFacts
 from gitsync.render.options import RenderOptions
+from gitsync.render.references import SECRET_REFERENCE, dependants, ids_named, may_refer
 from gitsync.render.secrets import is_secret_name, walk_item
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import check_item
@@ -27,39 +28,8 @@ from gitsync.schema.checks import INVALID
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_.]+$")
 ID_MAX = 64
 SECRET_MANAGERS = ("vault", "aws", "gcp")
-SECRET_REFERENCE = re.compile(r"^\$secret://([^/]*)/([^/]*)/(.+)$")
 ENV_OR_SECRET = re.compile(r"^\$(secret|env|ENV)://")
 
-#: Kinds whose items carry ``plugins``, and where an upstream can be written (its own kind, inline).
-PLUGIN_HOLDERS = ("routes", "services", "plugin_configs", "global_rules", "consumers", "consumer_groups",
-                  "stream_routes")
-UPSTREAM_HOLDERS: tuple[tuple[str, FieldPath], ...] = (
-    ("upstreams", ()), ("routes", ("upstream",)), ("services", ("upstream",)),
-    ("stream_routes", ("upstream",)))
-ANY = "*"  # a step of a reference's path: every item of a list
-TRAFFIC_SPLIT: FieldPath = ("plugins", "traffic-split", "rules", ANY, "weighted_upstreams", ANY)
-
-#: (kind, path of the field, kind the field names): every id an item or a plugin can refer to.
-#: Standalone APISIX checks none of them (it accepts a dangling one, then answers 404, 502 or 503).
-REFERENCES: tuple[tuple[str, FieldPath, str], ...] = (
-    ("routes", ("upstream_id",), "upstreams"),
-    ("routes", ("service_id",), "services"),
-    ("routes", ("plugin_config_id",), "plugin_configs"),
-    ("services", ("upstream_id",), "upstreams"),
-    ("consumers", ("group_id",), "consumer_groups"),
-    ("stream_routes", ("upstream_id",), "upstreams"),
-    ("stream_routes", ("service_id",), "services"),
-    ("stream_routes", ("protocol", "superior_id"), "stream_routes"),
-    *((kind, (*TRAFFIC_SPLIT, "upstream_id"), "upstreams") for kind in PLUGIN_HOLDERS),
-    *((kind, ("plugins", "grpc-transcode", "proto_id"), "protos") for kind in PLUGIN_HOLDERS),
-    *((kind, ("plugins", "consumer-restriction", "allowed_by_methods", ANY, "user"), "consumers")
-      for kind in PLUGIN_HOLDERS),
-    *((kind, (*base, "tls", "client_cert_id"), "ssls") for kind, base in UPSTREAM_HOLDERS),
-    *((kind, (*TRAFFIC_SPLIT, "upstream", "tls", "client_cert_id"), "ssls") for kind in PLUGIN_HOLDERS),
-)
-#: consumer-restriction's ``type``: what the names of its whitelist and blacklist are.
-RESTRICTED = {"consumer_name": "consumers", "service_id": "services", "route_id": "routes",
-              "consumer_group_id": "consumer_groups"}
 #: The gateway's own words when an upstream names its client certificate by id (replaced by ours).
 SSL_LOOKUP = "failed to fetch ssl info by ssl id"
 
@@ -196,7 +166,7 @@ def segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -
     sizes = []
     contents = []
     splits = []
-    refers = bool(_REFERENCES_OF.get(kind)) or kind in PLUGIN_HOLDERS
+    refers = may_refer(kind)
     for index, item in enumerate(items):
         key = (doc, kind, index)
         if not isinstance(item, dict):
@@ -205,7 +175,7 @@ def segment_facts(kind: str, items: Sequence[Any], facts: FileFacts, doc: int) -
             own = _kept(facts.issues, key, lambda i: _own_issues(kind, i), item, keep=False)
             if own:
                 issues[index] = own
-            for ref in _kept(facts.references, key, lambda i: _references(kind, i), item, keep=False) \
+            for ref in _kept(facts.references, key, lambda i: ids_named(kind, i), item, keep=False) \
                     if refers else ():
                 look_closer = look_closer or ref.label == "client_cert_id"
                 named.setdefault(ref.target, set()).add(ref.ident)
@@ -314,84 +284,6 @@ def _own_issues(kind: str, item: dict[str, Any]) -> tuple[tuple[str, FieldPath],
                     if tuple(issue.path) not in replaced and not issue.message.startswith(SSL_LOOKUP)))
 
 
-def _at(value: Any, path: FieldPath, walked: FieldPath = ()) -> Iterator[tuple[FieldPath, Any]]:
-    """The values at `path` inside `value` (`ANY` steps into every list item), with their full paths."""
-    if not path:
-        yield walked, value
-        return
-    step, rest = path[0], path[1:]
-    if step == ANY:
-        if isinstance(value, list):
-            for index, child in enumerate(value):
-                yield from _at(child, rest, (*walked, index))
-    elif isinstance(value, dict) and step in value:
-        yield from _at(value[step], rest, (*walked, step))
-
-
-def _id_text(value: Any) -> str | None:
-    """A reference's id as APISIX compares it (text), or None for what cannot be an id (the schema
-    reports its type)."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return str(value)
-
-
-#: The reference paths of each kind.
-_REFERENCES_OF: dict[str, tuple[tuple[FieldPath, str], ...]] = {
-    kind: tuple((path, target) for k, path, target in REFERENCES if k == kind) for kind in KINDS}
-
-
-def _references(kind: str, item: Any) -> tuple[Reference, ...]:
-    """Every id `item` names (`REFERENCES`, consumer-restriction's lists)."""
-    found: list[Reference] = []
-    for path, target in _REFERENCES_OF.get(kind, ()):
-        for at, value in _at(item, path):
-            ident = _id_text(value)
-            if ident is not None:
-                found.append(Reference(target, at, ident, str(at[-1])))
-    if kind in PLUGIN_HOLDERS:
-        for at, conf in _at(item, ("plugins", "consumer-restriction")):
-            target = RESTRICTED.get(conf.get("type", "consumer_name")) if isinstance(conf, dict) else None
-            for listed in ("whitelist", "blacklist") if target else ():
-                for name_at, name in _at(conf, (listed, ANY)):
-                    ident = _id_text(name)
-                    if ident is not None:
-                        found.append(Reference(str(target), (*at, *name_at), ident, f"{listed} entry"))
-    return tuple(found)
-
-
-def references_of(kind: str, item: Any) -> list[tuple[Reference, str]]:
-    """Every item `item` names (references, the consumer a credential belongs to, the secret managers
-    of its ``$secret://`` references), each with what a problem says when no item of that id exists."""
-    if not isinstance(item, dict):
-        return []
-    found = [(ref, f"{ref.label} {ref.ident!r} names no item of {ref.target}")
-             for ref in _references(kind, item)]
-    if is_credential(kind, item) and isinstance(item.get("id"), str):
-        owner = item["id"].split("/credentials/")[0]
-        found.append((Reference("consumers", ("id",), owner, "consumer"),
-                      f"credential of an unknown consumer {owner!r}"))
-    for path, text in string_leaves(item):
-        match = SECRET_REFERENCE.match(text) if text.startswith("$secret://") else None
-        if match:
-            manager = f"{match.group(1)}/{match.group(2)}"
-            found.append((Reference("secrets", path, manager, "secret reference"),
-                          f"{text!r} names no item of secrets (declare one with id {manager})"))
-    return found
-
-
-def refers_to(kind: str, item: Any) -> set[tuple[str, str]]:
-    """(kind, id) of every item `item` names: references, the consumer a credential belongs to, the
-    secret managers of its ``$secret://`` references."""
-    return {(ref.target, ref.ident) for ref, _ in references_of(kind, item)}
-
-
-def dependants(payload: Mapping[str, list[Any]], named: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """(kind, id) of the items that name one of `named`."""
-    return {(kind, ident) for kind, items in payload.items() for item in items
-            if (ident := item_id(kind, item)) is not None and refers_to(kind, item) & named}
-
-
 def unmanaged_warnings(payload: Mapping[str, list[Any]], unmanaged: Collection[str]) -> list[str]:
     """The repo's items of kinds gitsync leaves alone are never pushed: say so, with the pushed items
     that refer to them (a route's ``$secret://vault/main/…``), which work only if the gateway holds
@@ -426,10 +318,10 @@ def check_references(check: Checker) -> None:
             and not check.may_be_declared_elsewhere(ident)
 
     for kind in KINDS:
-        if not _REFERENCES_OF.get(kind) and kind not in PLUGIN_HOLDERS:
+        if not may_refer(kind):
             continue
         for index, _item in _items_to_look_at(check, kind, declared):
-            for ref in check.memo("references", kind, index, lambda i, kind=kind: _references(kind, i)):
+            for ref in check.memo("references", kind, index, lambda i, kind=kind: ids_named(kind, i)):
                 if ref.label == "client_cert_id":
                     _client_cert(check, kind, index, ref.at, ref.ident, dangling(ref.target, ref.ident))
                 elif dangling(ref.target, ref.ident):

@@ -5,6 +5,9 @@ Public interface (other stages code against exactly this):
 - `check_item(kind, item)` → every `SchemaIssue` (JSON path + bare APISIX message) of one item;
 - `check_payload(body)` → `PayloadIssue`s of ``config_validate`` over a whole PUT body;
 - `PLUGINS`, `AUTH_PLUGINS` (and `STREAM_PLUGINS`): the plugin names APISIX knows.
+
+`live_state.live_conflict` is what APISIX refuses because of the config it runs, not of the body
+(shared with the pushes that need two steps).
 """
 
 from __future__ import annotations

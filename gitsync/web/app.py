@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
-from gitsync.agent.view import AgentView
+from gitsync.agent.view import AgentReader, AgentView
 from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.render.compose import split_file
@@ -50,7 +50,8 @@ def serves(path: str) -> bool:
 class WebView:
     """The web view of one `gitsync run`: `answer` is the listener's hook (gitsync.daemon.listener)."""
 
-    def __init__(self, settings: Callable[[], Settings], agent: Callable[[], Any], work_dir: Path) -> None:
+    def __init__(self, settings: Callable[[], Settings], agent: Callable[[], AgentReader | None],
+                 work_dir: Path) -> None:
         current = settings()
         self._settings = settings
         self._agent = agent
@@ -172,7 +173,8 @@ class WebView:
                 self.catalog.warm(view, agent)
             return self._page(200, "Overview", body, settings, nav="overview")
         if path == "/fleet":
-            body = pages.fleet(self.fleet.get(), view.tip, settings.status_refs, links, now)
+            tips = {None: view.tip, **view.sources}  # the tip; each [[sources]] repo's commit live
+            body = pages.fleet(self.fleet.get(), tips, settings.status_refs, links, now)
             return self._page(200, "Fleet", body, settings, nav="fleet")
         catalog, error = self.catalog.get(view, agent) if agent is not None else (None, "starting")
         if path == "/items":
@@ -193,8 +195,8 @@ class WebView:
             what = error or f"The live commit has no item {kind}/{ident}."
             return self._page(404, "Not found", pages.not_found(what), settings, nav="items")
         lives = self.gateways(settings).lives()
-        sha = view.sources.get(split_file(detail.row.file or "")[0] or "", catalog.sha) if view.sources \
-            else catalog.sha  # the item's own source's commit
+        # the item's own [[sources]] repo's commit (the live commit itself for the repo of [source])
+        sha = view.sources.get(split_file(detail.row.file or "")[0] or "", catalog.sha)
         body = pages.item(detail, sha, lives, list(view.unmanaged), links, now)
         return self._page(200, f"{kind} {ident}", body, settings, nav="items")
 

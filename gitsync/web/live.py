@@ -18,17 +18,15 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gitsync.agent.sync import gc_paused
-from gitsync.agent.view import AgentView
+from gitsync.agent.view import AgentReader, AgentView
 from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
-from gitsync.render import render
-from gitsync.render.memo import ParseCache
-from gitsync.settings import Settings
-from gitsync.source.transport import Remote, SourceError
+from gitsync.settings import RepoSettings, Settings, repos_of
+from gitsync.source.transport import SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback.fleet import FleetReader, read_fleet, signers_from_settings
+from gitsync.writeback.fleet import FleetReader
 from gitsync.writeback.statusfile import FleetEntry
 
 T = TypeVar("T")
@@ -148,51 +146,54 @@ def _live(client: Gateway) -> LiveItems:
 
 @dataclass(frozen=True)
 class Fleet:
+    """Every agent's status on one repo's status refs (`source`: the ``[[sources]]`` repo's name), or why
+    it cannot be read."""
+
     agents: tuple[FleetEntry, ...]
     error: str | None = None
     at: float = 0.0
-
-
-def read_agents(settings: Settings, work_dir: Path) -> list[FleetEntry]:
-    """Every agent's status, as `gitsync status --fleet` reads it (the one call of the view's)."""
-    return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir,
-                      signers_from_settings(settings), settings.max_status_refs)
+    source: str | None = None
 
 
 class ViewFleet:
-    """The fleet, read from the status refs at most every `FLEET_TTL` seconds, by one reader kept from
-    read to read (a read costs what moved since the last: `gitsync.writeback.fleet`), made anew when a
-    reload changes what it reads."""
+    """The fleet, read from each repo's status refs (`gitsync.settings.repos_of`) at most every
+    `FLEET_TTL` seconds, by one reader per repo kept from read to read (a read costs what moved since the
+    last: `gitsync.writeback.fleet`), made anew when a reload changes what it reads."""
 
     def __init__(self, settings: Callable[[], Settings], work_dir: Path) -> None:
         self._settings = settings
         self._work_dir = work_dir
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-fleet")
         self._cached = Cached(self._pool, FLEET_TTL, self._read)
-        self._reader: tuple[tuple[object, ...], FleetReader] | None = None
+        self._readers: dict[str | None, tuple[tuple[object, ...], FleetReader]] = {}
 
-    def _reader_for(self, settings: Settings) -> FleetReader:
+    def _reader_for(self, repo: RepoSettings, work_dir: Path) -> FleetReader:
+        settings = repo.settings
         key = (settings.repo, settings.status_refs, settings.status_signers, settings.max_status_refs)
-        if self._reader is None or self._reader[0] != key:
-            self._reader = key, FleetReader.from_settings(settings, self._work_dir)
-        return self._reader[1]
+        kept = self._readers.get(repo.name)
+        if kept is None or kept[0] != key:
+            kept = self._readers[repo.name] = key, FleetReader.from_settings(settings, work_dir)
+        return kept[1]
 
-    def _read(self) -> Fleet:
-        settings = self._settings()
-        if settings.sources:
-            return Fleet((), "several sources: each has its fleet on its own repo (gitsync status --fleet)",
-                         time.time())
+    def _read(self) -> tuple[Fleet, ...]:
+        return tuple(self._read_one(repo, self._work_dir if repo.name is None else self._work_dir / repo.name)
+                     for repo in repos_of(self._settings()))
+
+    def _read_one(self, repo: RepoSettings, work_dir: Path) -> Fleet:
+        settings, name = repo.settings, repo.name
         if not settings.repo:
-            return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time())
+            return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time(),
+                         name)
         try:
-            return Fleet(self._reader_for(settings).read().entries, None, time.time())
+            return Fleet(self._reader_for(repo, work_dir).read().entries, None, time.time(), name)
         except SourceError as exc:
-            return Fleet((), redact(f"cannot read {settings.status_refs}: {exc.reason}"), time.time())
+            return Fleet((), redact(f"cannot read {settings.status_refs}: {exc.reason}"), time.time(), name)
         except Exception as exc:  # a broken work repo, say: the page says so, the agent goes on
             logger.warning("web view: reading the fleet failed: {}", redact(str(exc)))
-            return Fleet((), redact(f"cannot read {settings.status_refs}: {exc}"), time.time())
+            return Fleet((), redact(f"cannot read {settings.status_refs}: {exc}"), time.time(), name)
 
-    def get(self) -> Fleet:
+    def get(self) -> tuple[Fleet, ...]:
+        """Each repo's fleet, in the settings' order."""
         return self._cached.get()
 
     def close(self) -> None:
@@ -205,7 +206,8 @@ class ViewFleet:
 
 class LiveCatalog:
     """The catalog of the last good commit: built from the agent's rendered copy when it holds one,
-    else rendered here once from its mirror (after a restart, before the agent needs to). `warm`
+    else rendered once from its mirrors, apart from the agent (`AgentReader.render_apart`: after a
+    restart, before the agent needs to). `warm`
     builds it, and its search index, in the background: the overview calls it, so the items pages
     that follow find it ready."""
 
@@ -216,12 +218,12 @@ class LiveCatalog:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-catalog")
         self._warming: Future[None] | None = None
 
-    def warm(self, view: AgentView, agent: Any) -> None:
+    def warm(self, view: AgentView, agent: AgentReader) -> None:
         known = self.peek(view.last_good)
         if (known is None or not known.prepared) and (self._warming is None or self._warming.done()):
             self._warming = self._pool.submit(self._prepare, view, agent)
 
-    def _prepare(self, view: AgentView, agent: Any) -> None:
+    def _prepare(self, view: AgentView, agent: AgentReader) -> None:
         catalog, _ = self.get(view, agent)
         if catalog is not None:
             with gc_paused():
@@ -235,7 +237,7 @@ class LiveCatalog:
         known = self._catalog
         return known if known is not None and known.sha == sha else None
 
-    def get(self, view: AgentView, agent: Any) -> tuple[Catalog | None, str | None]:
+    def get(self, view: AgentView, agent: AgentReader) -> tuple[Catalog | None, str | None]:
         """(the catalog, None), or (None, why not)."""
         sha = view.last_good
         if not sha:
@@ -250,18 +252,15 @@ class LiveCatalog:
                 return self._catalog, None
             if self._error is not None and self._error[0] == sha:
                 return None, self._error[1]
-            if getattr(agent, "sources", None) is not None:  # a composition: the agent renders it
-                return None, "the items of the live commits are shown once the agent has rendered them"
             try:
-                commit = agent.source.read(sha)
                 with gc_paused():  # as a sync renders: no full collections over the growing payload
-                    rendered = render(commit.files, agent.render_options, memo=ParseCache())
+                    rendered, files = agent.render_apart(sha)
             except (SourceError, ProblemsError) as exc:
                 why = redact(f"cannot render {sha[:7]} again: {exc}")
                 self._error = (sha, why)
                 return None, why
-            self._catalog = Catalog(sha, rendered, commit.files)
+            self._catalog = Catalog(sha, rendered, files)
             return self._catalog, None
 
 
-__all__ = ["Fleet", "Head", "LiveCatalog", "LiveItems", "ViewFleet", "ViewGateways", "read_agents"]
+__all__ = ["Fleet", "Head", "LiveCatalog", "LiveItems", "ViewFleet", "ViewGateways"]

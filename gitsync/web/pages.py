@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 from gitsync.agent.decision import GatewayView, Holding, Probe, holding
 from gitsync.agent.state import GatewayState
 from gitsync.agent.view import AgentView, GatewayPush, GatewayRow, SyncRecord
+from gitsync.display import format_age
 from gitsync.kinds import KINDS
 from gitsync.push.plan import changed_fields, content_bytes
 from gitsync.render.sourcemap import field_text
@@ -20,7 +21,6 @@ from gitsync.web.html import Markup, esc, join, link, table, tag
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet, Head, LiveItems
 from gitsync.writeback.statusfile import FleetEntry
-from gitsync.writeback.wire import format_age
 
 #: ``file:line[:col]: `` at the start of a problem (not a gateway URL's ``http://host:port: ``).
 _LOCATION = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>[0-9]{1,9})(?::(?P<col>[0-9]{1,9}))?(?=: )")
@@ -330,22 +330,33 @@ def item(detail: ItemDetail, sha: str, lives: Mapping[str, LiveItems], unmanaged
 # Fleet
 
 
-def fleet(result: Fleet, tip: str | None, branch: str, links: Links, now: float) -> Markup:
+def fleet(results: Sequence[Fleet], tips: Mapping[str | None, str | None], branch: str, links: Links,
+          now: float) -> Markup:
+    """Every agent's last status on each repo's status refs (a ``[[sources]]`` repo's under its name).
+    `tips`: this agent's commit of each repo (None: of the repo of ``[source]``)."""
     head = tag("h1", "Fleet")
+    at = min((result.at for result in results), default=now)
     intro = tag("p", "Every agent's last status, from the status refs under ", tag("code", branch),
-                f", read {format_age(now - result.at)} ago (as ", tag("code", "gitsync status --fleet"),
-                " reads it). Agents on another commit than this agent's tip ", commit(tip, links),
+                f", read {format_age(now - at)} ago (as ", tag("code", "gitsync status --fleet"),
+                " reads it). Agents on another commit than this agent's tip ", commit(tips.get(None), links),
                 " are marked behind; a status that cannot be read, or whose signature is not allowed, "
                 "says why and counts toward no gate.")
+    return Markup(head + intro + join(_fleet_of(result, tips.get(result.source), links, now)
+                                      for result in results))
+
+
+def _fleet_of(result: Fleet, tip: str | None, links: Links, now: float) -> Markup:
+    """One repo's fleet (headed by its name, for a ``[[sources]]`` repo)."""
+    title = tag("h2", f"Source {result.source}") if result.source is not None else Markup("")
     if result.error:
-        return Markup(head + intro + tag("p", result.error, class_="error"))
+        return Markup(title + tag("p", result.error, class_="error"))
     if not result.agents:
-        return Markup(head + intro + tag("p", "No agent has written its status yet."))
+        return Markup(title + tag("p", "No agent has written its status yet."))
     rows = [_fleet_row(entry, tip, links, now) for entry in result.agents]
     listing = table(["Agent", "Commit", "Result", "Age", "Gateways", "gitsync", "Trust"], rows, class_="wide")
     behind = sum(1 for e in result.agents if tip is not None and (e.status is None or e.status.commit != tip))
     summary = tag("p", f"{len(result.agents)} agent(s); {behind} behind the tip.", class_="count")
-    return Markup(head + intro + summary + listing)
+    return Markup(title + summary + listing)
 
 
 def _fleet_row(entry: FleetEntry, tip: str | None, links: Links, now: float) -> list[Any]:

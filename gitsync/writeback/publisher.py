@@ -49,6 +49,7 @@ from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
 from gitsync.backoff import Backoff, backoff_delay
+from gitsync.display import short_sha
 from gitsync.log import logger, redact
 from gitsync.source.mirror import DEFAULT_LIMITS, SHA_RE, limits_from_settings
 from gitsync.source.packgate import ObjectLimits
@@ -77,7 +78,6 @@ from gitsync.writeback.wire import (
     full_ref,
     render_status,
     same_substance,
-    short_sha,
     status_document,
     status_headline,
     status_message,

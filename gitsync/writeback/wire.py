@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ruamel.yaml import YAML
 
 from gitsync import __version__
+from gitsync.display import format_age, short_sha
 from gitsync.log import redact
 from gitsync.names import agent_slug
 from gitsync.urls import display_url
@@ -207,10 +208,6 @@ def full_ref(name: str, default_prefix: str) -> bytes:
     return (name if name.startswith("refs/") else default_prefix + name).encode()
 
 
-def short_sha(sha: str) -> str:
-    return sha[:7]
-
-
 def status_headline(doc: Mapping[str, Any]) -> str:
     """``gitsync(<agent>): applied 1a2b3c4 to 2 gateways``: one status, in one line."""
     count = len(doc.get("gateways") or [])
@@ -264,15 +261,6 @@ def load_status(data: bytes) -> dict[str, Any] | None:
     except StatusError:
         return None
     return doc
-
-
-
-def format_age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def summary_text(result: Mapping[str, Any], now: datetime, checked: datetime | None = None) -> str:

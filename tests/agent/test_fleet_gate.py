@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gitsync.agent.fleet_gate import GATE_FILE, FleetGate
+from gitsync.agent.fleet_gate import GATE_FILE, FleetGate, own_heartbeat
 from gitsync.agent.gate import MAX_FAILED_COMMITS, GateMemory, GateVerdict, group_gate, remember
 from gitsync.agent.state import StateError
 from gitsync.settings import load
@@ -362,3 +362,13 @@ def test_from_settings_hands_what_it_reads_to_the_metrics(tmp_path, log):
     quiet = FleetGate.from_settings(settings(tmp_path))
     quiet.reader = Fleet([agent("c1")])
     assert quiet.verdict(C, COMMITTED, NOW).why  # no metrics: nothing to tell, and no error
+
+
+@pytest.mark.parametrize(("heartbeat", "interval", "jitter", "expected"), [
+    ("20s", "30s", "5s", 35.0), ("60s", "30s", "5s", 60.0), ("35s", "30s", "5s", 35.0)])
+def test_the_heartbeat_expected_of_others_is_what_this_agent_writes_at(tmp_path, heartbeat, interval, jitter,
+                                                                      expected):
+    config = tmp_path / "gitsync.toml"
+    config.write_text(f'[agent]\ninterval = "{interval}"\njitter = "{jitter}"\n'
+                      f'[writeback]\nstatus_heartbeat = "{heartbeat}"\n')
+    assert own_heartbeat(load(config=config, env={})) == expected

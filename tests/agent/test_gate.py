@@ -16,10 +16,8 @@ from gitsync.agent.gate import (
     group_gate,
     is_live,
     judge,
-    own_heartbeat,
     time_problem,
 )
-from gitsync.settings import load
 from gitsync.writeback.fleet import FleetRead
 from gitsync.writeback.statusfile import FleetEntry, Verdict, status_from
 
@@ -284,16 +282,6 @@ def test_an_agent_not_in_since_ran_it_from_now():
                          COMMITTED)
     assert not verdict.allowed and verdict.earliest == NOW + timedelta(seconds=SOAK)
     assert verdict.why.endswith("(1 more soaking)")
-
-
-@pytest.mark.parametrize(("heartbeat", "interval", "jitter", "expected"), [
-    ("20s", "30s", "5s", 35.0), ("60s", "30s", "5s", 60.0), ("35s", "30s", "5s", 35.0)])
-def test_the_heartbeat_expected_of_others_is_what_this_agent_writes_at(tmp_path, heartbeat, interval, jitter,
-                                                                      expected):
-    config = tmp_path / "gitsync.toml"
-    config.write_text(f'[agent]\ninterval = "{interval}"\njitter = "{jitter}"\n'
-                      f'[writeback]\nstatus_heartbeat = "{heartbeat}"\n')
-    assert own_heartbeat(load(config=config, env={})) == expected
 
 
 def test_fleet_table_shows_what_is_unknown_as_such():

@@ -13,7 +13,8 @@ from gitsync.agent.sync import Agent
 from gitsync.settings import load
 from gitsync.testing import apisix as double
 from gitsync.testing.apisix import ApisixDouble
-from testkit.processes import run_gitsync
+from gitsync.timing import Clock
+from testkit.processes import run_gitsync, wait_for
 
 ROUTES = """\
 routes:
@@ -70,7 +71,7 @@ def test_drift_report_only_reports(agent_for, apisix: ApisixDouble):
     apisix.restart()  # the gateway comes back empty
     outcome = agent.sync_once({Trigger.DRIFT})
     assert outcome.result == "drift_reported"
-    assert outcome.problems == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
+    assert list(outcome.problems) == [f"{apisix.url}: drifted from {outcome.commit[:7]}"]
     assert len(apisix.put_bodies) == puts and "routes" not in apisix.config()
     assert agent.metrics.drift_detected.labels(apisix.url)._value.get() == 1
     agent.close()
@@ -98,7 +99,8 @@ def test_a_poll_trusts_the_drift_watchs_recent_head_and_asks_when_it_is_old(agen
     assert apisix.requests[before:] == []  # the git check alone
     assert agent.sync_once({Trigger.WEBHOOK}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]
-    time.sleep(0.6)
+    wait_for(lambda: agent.gateways.pool.client(apisix.url).recent_head(0.5) is None, 5,
+             "the last HEAD older than drift_interval")
     before = len(apisix.requests)
     assert agent.sync_once({Trigger.POLL}).result == "noop"
     assert [m for m, _, _ in apisix.requests[before:]] == ["HEAD"]  # older than drift_interval: asked
@@ -170,7 +172,8 @@ def test_a_sync_changes_no_item_the_render_cache_shares(agent_for, apisix, remot
     assert agent.sync_once().ok
     apisix.restart()
     assert agent.sync_once().ok  # a heal: plans on a fresh GET
-    documents = [doc for parsed, _ in agent.cache._entries.values() for doc in parsed.documents]
+    (repo,) = agent.repos.all
+    documents = [doc for parsed, _ in repo.memo._entries.values() for doc in parsed.documents]
     assert documents and all(doc.shared == doc.data for doc in documents)
     agent.close()
 
@@ -228,18 +231,18 @@ def test_a_first_sync_reads_a_new_gateway_while_it_renders(agent_for, apisix: Ap
     (which a sync that fetches at once does while the gateways answer), so the two overlap."""
     agent = agent_for()
     events: list[str] = []
-    read_live, render = agent.gateways.read_live, agent._render
+    read_live, render = agent.gateways.pool.read_live, agent._render
 
     def reading(urls):
         urls = list(urls)
         events.extend(f"GET {url}" for url in urls)
         return read_live(urls)
 
-    def rendering(sha: str, *, fetch: bool):
+    def rendering(sha: str, *, fetch: bool, run):
         events.append("render")
-        return render(sha, fetch=fetch)
+        return render(sha, fetch=fetch, run=run)
 
-    agent.gateways.read_live, agent._render = reading, rendering
+    agent.gateways.pool.read_live, agent._render = reading, rendering
     assert agent.sync_once({Trigger.CLI}).result == "applied"
     assert events[:2] == [f"GET {apisix.url}", "render"], events
     assert events.count(f"GET {apisix.url}") == 1  # the push took that GET: no second one
@@ -266,5 +269,34 @@ def test_a_gateway_that_cannot_show_its_digest_counts_as_healed_when_it_needed_p
             assert agent.sync_once({Trigger.DRIFT}).result == "healed"
             assert heals._value.get() == 1
             assert agent.sync_once().result == "noop" and heals._value.get() == 1
+        finally:
+            agent.close()
+
+
+def test_the_agent_reads_the_time_from_the_clock_it_is_given(tmp_path: Path, remote_repo):
+    """Every time the agent records or compares comes from its clock: a canary's soak of an hour ends
+    when the clock says so, and what the agent records carries the clock's time."""
+    remote_repo.commit({"apisix.yaml": ROUTES}, "routes")
+    key = tmp_path / "admin_key"
+    key.write_text("test-admin-key")
+    now = [1_800_000_000.0]
+    clock = Clock(wall=lambda: now[0])
+    with ApisixDouble("test-admin-key") as canary, ApisixDouble("test-admin-key") as other:
+        settings = load({"repo": str(remote_repo.path), "gateways": [canary.url, other.url],
+                         "admin_key_file": str(key), "state_dir": str(tmp_path / "state"), "writeback": "off",
+                         "rollout": "canary", "soak": "1h"}, config="/dev/null", env={})
+        agent = Agent(settings, clock=clock)
+        try:
+            started = now[0]
+            assert agent.sync_once().result == "canary"
+            assert agent.state.gateways[canary.url].since == started and not other.config().get("routes")
+            now[0] += 3599
+            soaking = agent.sync_once()
+            assert soaking.result == "soaking" and soaking.wake_at == started + 3600
+            now[0] += 1  # the soak is over by the clock, not by waiting an hour
+            assert agent.sync_once().result == "applied"
+            assert other.config()["routes"][0]["uri"] == "/a"
+            assert agent.view().time == now[0] and agent.view().history[0].time == now[0]
+            assert agent.state.last_result["time"].startswith("2027-01-15T09:00:00")  # 1,800,003,600 s
         finally:
             agent.close()

@@ -125,10 +125,14 @@ def test_the_daemon_retries_an_unwritten_status_on_its_polls_then_heartbeats_unt
         finally:
             agent.kill()
         last = seen()
-        time.sleep(2.5)  # two heartbeat periods of the reader's own settings (READER)
+
+        def first_row() -> str:
+            table = run_gitsync("status", "--fleet", "--repo", url, "--status-heartbeat", "1s", env=READER)
+            return table.stdout.splitlines()[1]
+
+        # down once its status is older than two heartbeat periods of the reader's own settings (READER)
+        wait_for(lambda: "(down)" in first_row(), 10, "the killed agent shown down")
         assert seen() == last
-        table = run_gitsync("status", "--fleet", "--repo", url, "--status-heartbeat", "1s", env=READER)
-        assert "(down)" in table.stdout.splitlines()[1], table.stdout
     finally:
         server.stop()
 

@@ -149,10 +149,11 @@ def test_a_forged_go_ahead_never_opens_a_signed_gate(spawn, git_daemon, remote_r
                      "--after-group", "canary", "--agent-name", "main-0", "--signing-key-file", str(key),
                      "--status-signers", str(signers), "--proxy-url", main_gw.proxy_url,
                      gateways=[main_gw.url], name="main")
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:  # kept live, as a heartbeat would
+        judged = f"commit {v0[:7]} waits:"
+        for _ in range(4):  # kept live, as a heartbeat would, and the gate judges again each time (no soak)
             forge(remote_repo, "canary-0", go_ahead("canary-0", v0))
-            time.sleep(0.5)
+            before = main.log().count(judged)
+            wait_for(lambda n=before: main.log().count(judged) > n, 10, "the gate judging again")
         assert nodes(main_gw) is None  # the first commit waits for a canary that never signed
         # status_signers names no agent of group canary: the gate reads no status ref at all
         assert "waiting for group canary: no agent of it has written a readable status" in main.log()
@@ -179,7 +180,8 @@ def test_an_agent_killed_after_a_push_checks_it_when_it_is_back_and_rolls_back(s
         wait_for(lambda: agent.state().get("last_good") == first, 20, "v0 live")
         bad = remote_repo.commit(config(hung) | {"conf/checks.yaml": SLOW_CHECK}, "v1: a check that hangs")
         wait_for(lambda: nodes(gateway) == {hung: 1}, 20, "v1 pushed")
-        time.sleep(0.5)  # its check is waiting on the hanging upstream
+        # its check waits on the hanging upstream: the commit was recorded unchecked before the push
+        wait_for(lambda: agent.state().get("unchecked") == {gateway.url: bad}, 5, "v1 recorded unchecked")
         agent.kill()
         assert agent.state()["unchecked"] == {gateway.url: bad}
         assert agent.state()["last_good"] == first

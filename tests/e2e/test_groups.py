@@ -67,18 +67,19 @@ def test_a_commit_reaches_the_canaries_first_and_the_main_group_after_the_soak(
         wait_for(lambda: all(broken in a.state().get("bad", {}) for n, a in agents.items()
                              if n.startswith("canary")), 20, "v2 refused on both canaries")
         assert all(nodes(d) == {good: 1} for d in canaries)
-        time.sleep(SOAK + 2)
+        # each main agent has read the canaries' statuses since: v2 failed there, it is held back for good
+        wait_for(lambda: all("failed on canary agent(s)" in agents[f"main-{i}"].log() for i in range(3)), 20,
+                 "the main group holding v2 back")
         assert all(nodes(d) == {good: 1} for d in mains)
         assert all("waits" in agents[f"main-{i}"].log() for i in range(3))
 
         # One canary down: it does not count, so two live canaries are not there; the main group waits.
         agents["canary-1"].kill()
-        time.sleep(2.5)  # more than two heartbeats: it is down
         fixed = remote_repo.commit(config(good) | {"conf/extra.yaml": "routes: []\n"}, "v3")
         wait_for(lambda: agents["canary-0"].state().get("last_good") == fixed, 20, "v3 on the live canary")
-        time.sleep(SOAK + 2)
+        # once its status is older than two heartbeats, the main group counts canary-1 down and waits
+        wait_for(lambda: "down, not counted: canary-1" in agents["main-0"].log(), 20, "canary-1 counted down")
         assert all(a.state().get("last_good") != fixed for n, a in agents.items() if n.startswith("main"))
-        assert "down, not counted: canary-1" in agents["main-0"].log()
 
         # Back, it takes v3, and after the soak the main group follows.
         agents["canary-1"].start()

@@ -65,7 +65,8 @@ def test_a_commit_that_breaks_a_route_is_rolled_back_by_its_check(spawn, git_dae
         ready = agent.get("/readyz")
         assert ready.status_code == 200 and f"the tip {bad[:7]} is refused (health:" in ready.json()["reason"]
 
-        time.sleep(1.5)  # more polls: the refused commit is not tried again
+        syncs = agent.syncs()  # two more polls: the refused commit is not tried again
+        wait_for(lambda: agent.syncs() >= syncs + 2, 10, "two more polls")
         assert nodes() == {good_node: 1}
         fixed = remote_repo.commit(config(good_node) | {"conf/extra.yaml": "routes: []\n"}, "a good one")
         wait_for(lambda: agent.state().get("last_good") == fixed, 10, "the next good commit applied")
@@ -152,6 +153,7 @@ def test_a_canary_goes_first_and_the_others_follow_after_the_soak(spawn, git_dae
         broken = remote_repo.commit(config(f"127.0.0.1:{free_port()}"), "v3 breaks orders")
         wait_for(lambda: broken in agent.state().get("bad", {}), 10, "v3 refused on the canary")
         assert served(canary) == 200  # rolled back there
-        time.sleep(2.5)  # past the soak: v3 never reaches the others
+        syncs = agent.syncs()  # a known-bad commit, whatever the soak: a poll after, and v3 went nowhere
+        wait_for(lambda: agent.syncs() > syncs, 5, "a poll after the refusal")
         assert main.config()["upstreams"][0]["nodes"] == {node: 1}
         assert [m for m, *_ in main.requests].count("PUT") == 2  # v1 and v2 only

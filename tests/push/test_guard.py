@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gitsync.push.guard import GuardPolicy, KindChange, allowed_kinds, check_deletions, trailers
-from gitsync.settings import load
 from gitsync.testing.apisix import ApisixDouble
 from testkit.agents import ADMIN_KEY, repo_url
 from testkit.gitservers import git, git_env
@@ -328,17 +327,6 @@ def test_the_remedy_is_the_trailer_or_with_no_commit_the_flag() -> None:
     verdict = check_deletions({}, {"ssls": [{"id": "s"}]}, ["ssls"], GuardPolicy(by_flag=True))
     assert verdict.problems == ["ssls: 1 → 0, deletes 1 of 1 (100 %), refused: pass --allow-delete ssls "
                                 "(it would leave ssls empty)"]
-
-
-def test_the_policy_of_the_settings_and_of_the_commit(tmp_path: Path) -> None:
-    config = tmp_path / "gitsync.toml"
-    config.write_text('[guard]\nguard = false\nmax_delete = 0.5\nmax_delete_count = 3\n'
-                      'max_delete_kinds = { routes = 0.1 }\nallow_delete = ["ssls"]\n')
-    settings = load(config=config, env={})
-    policy = GuardPolicy.from_settings(settings, frozenset({"routes"}))
-    assert policy == GuardPolicy(False, 0.5, 3, {"routes": 0.1}, frozenset({"routes", "ssls"}), False)
-    assert GuardPolicy.from_settings(settings, by_flag=True).by_flag
-    assert GuardPolicy.from_settings(settings).allowed == frozenset({"ssls"})
 
 
 def test_every_kind_is_judged_after_one_whose_ids_are_the_same_list() -> None:

@@ -17,11 +17,9 @@ from gitsync.problems import ProblemsError
 from gitsync.render import (
     RenderOptions,
     mask_secrets,
-    options_from_settings,
     render,
 )
 from gitsync.render.memo import ParseCache
-from gitsync.settings import Settings, SettingsError
 from gitsync.source.directory import read_directory
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample-repo"
@@ -509,28 +507,6 @@ def test_mask_secrets_covers_every_kind_of_credential():
     for value in ("eu-west-1", "e@x", "CERT", "kid", "keep", "remote_addr", "https://user:***@logs.example/in",
                   "mailto:ops@example.org"):
         assert value in masked
-
-
-def test_options_from_settings(tmp_path: Path):
-    vars_file = tmp_path / "vars.yaml"
-    vars_file.write_text("HOST: from-file\nPORT: 8080\nONLY_FILE: yes\n")
-    secrets_dir = tmp_path / "secrets"
-    secrets_dir.mkdir()
-    (secrets_dir / "FROM_DIR").write_text("dir-secret-value\n")
-    settings = Settings(vars={"HOST": "from-settings"}, vars_file=vars_file, secrets_dir=secrets_dir,
-                        paths=("base",), max_items=7, unmanaged=("secrets",))
-    options = options_from_settings(settings, {"GITSYNC_SECRET_FROM_ENV": "env-secret-value",
-                                               "GITSYNC_SECRET_FROM_DIR": "loses"})
-    assert dict(options.vars) == {"HOST": "from-settings", "PORT": "8080", "ONLY_FILE": "yes"}
-    assert options.paths == ("base",) and options.max_items == 7 and options.unmanaged == {"secrets"}
-    assert options.secret_lookup("FROM_DIR") == "dir-secret-value"
-    assert options.secret_lookup("FROM_ENV") == "env-secret-value"
-    assert options.secret_lookup("NOPE") is None
-    assert options.secret_lookup("../etc/passwd") is None
-    assert gslog.redact("dir-secret-value env-secret-value") == "*** ***"
-    vars_file.write_text("- not a mapping\n")
-    with pytest.raises(SettingsError, match=r"vars\.yaml: the vars file must hold one mapping"):
-        options_from_settings(settings, {})
 
 
 def test_read_directory_skips_dot_files_git_and_symlinks(tmp_path: Path):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gitsync.adopt import export
 from gitsync.log import MASK, redact
+from gitsync.notation import secret_field_problem
 from gitsync.problems import ProblemsError
 from gitsync.render import RenderOptions, mask_secrets, render
 from gitsync.render.memo import ParseCache, incremental
@@ -34,7 +35,6 @@ from gitsync.render.secrets import (
 )
 from gitsync.schema.encrypt_fields import ENCRYPT_FIELDS, field_count
 from gitsync.schema.plugins import PLUGINS
-from gitsync.settings import secret_field_problem
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.urls import credentials, display_url
 from gitsync.web.catalog import Catalog, written_lines

@@ -220,7 +220,7 @@ def _pages(files: dict[str, bytes], problems: list[str], double: ApisixDouble) -
     assert isinstance(status, StatusFile)
     written = datetime.fromtimestamp(now, UTC)
     entry = FleetEntry("a1", status.agent, status, written=written, seen=written)
-    out.append(pages.fleet(Fleet((entry,), at=now), tip, "gitsync/status", links, now))
+    out.append(pages.fleet((Fleet((entry,), at=now),), {None: tip}, "gitsync/status", links, now))
     return [str(page) for page in out]
 
 

@@ -19,7 +19,7 @@ import pytest
 from gitsync.kinds import VERSIONED_KEYS
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.http import nginx_page
-from testkit.processes import free_port, gitsync_env
+from testkit.processes import free_port, gitsync_env, wait_for
 
 KEY = "test-admin-key"
 CONFIGS = "/apisix/admin/configs"
@@ -572,15 +572,17 @@ def test_the_data_plane_serves_a_config_only_once_the_workers_applied_it(admin, 
     assert put(admin, {"routes": [ROUTE], "upstreams": [UPSTREAM]}).status_code == 202
     assert apisix.config()["routes"] == [ROUTE]  # stored (and shown by GET) at once
     assert served(apisix, "/a") == 404 and "r1" not in apisix.running("routes")
-    time.sleep(0.6)
-    assert served(apisix, "/a") == 200 and "r1" in apisix.running("routes")
+    wait_for(lambda: served(apisix, "/a") == 200, 5, "the route served once the workers applied it")
+    assert "r1" in apisix.running("routes")
 
 
 def test_a_restart_drops_configs_the_workers_had_not_applied_yet(admin, apisix):
     apisix.set_worker_delay(0.3)
     put(admin, {"routes": [ROUTE], "upstreams": [UPSTREAM]})
     apisix.restart()
-    time.sleep(0.5)
+    # a config put after the restart is applied after the one before it would have been
+    put(admin, {"upstreams": [UPSTREAM]}, digest="after")
+    wait_for(lambda: apisix.running("upstreams"), 5, "the config put after the restart applied")
     assert apisix.running("routes") == {} and served(apisix, "/a") == 404
 
 
@@ -613,8 +615,7 @@ def test_3_19_put_with_wait_is_202_when_the_workers_are_not_done_in_time(gateway
     gw.set_worker_delay(0.5)
     late = put_waiting(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, 100)
     assert late.status_code == 202 and served(gw, "/a") == 404  # accepted, not applied yet
-    time.sleep(0.6)
-    assert served(gw, "/a") == 200
+    wait_for(lambda: served(gw, "/a") == 200, 5, "the route served once the workers applied it")
     no_wait = put(client, {"routes": [ROUTE], "upstreams": [UPSTREAM]}, digest="d2")
     assert no_wait.status_code == 202
 
@@ -711,8 +712,8 @@ def test_command_line_entry_point():
         headers = {"X-API-KEY": "cli-key", "X-Digest": "d"}
         httpx.put(f"http://127.0.0.1:{admin_port}{CONFIGS}", json=body, headers=headers)
         assert httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 404  # not applied yet
-        time.sleep(0.6)
-        assert httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 200
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{proxy_port}/a").status_code == 200, 5,
+                 "the route served once the workers applied it")
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0

@@ -118,7 +118,7 @@ def every_reader(data: bytes) -> None:
     assert "AGENT" in fleet_table([entry], NOW, 60.0)
     assert not group_gate([entry], SHA, "canary", 1, 0.0, NOW, 60.0, {}, NOW - timedelta(hours=1)).allowed \
         or entry.verified
-    pages.fleet(Fleet((entry,), None, NOW.timestamp()), SHA, "refs/gitsync/status", Links(None),
+    pages.fleet((Fleet((entry,), None, NOW.timestamp()),), {None: SHA}, "refs/gitsync/status", Links(None),
                 NOW.timestamp())
 
 

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gitsync.render.build import Built
 from gitsync.render.facts import FileFacts
 from gitsync.render.load import ParsedFile, blob_sha, parse
 from gitsync.render.memo.incremental import remember, render_next
+from gitsync.render.memo.store import ParseStore
 from gitsync.render.memo.workers import parse_all
+from gitsync.render.memo_api import NoMemo, RenderMemo
 from gitsync.render.options import RenderOptions
 from gitsync.render.pipeline import register_file_secrets
 from gitsync.render.result import Rendered
+from gitsync.settings import Settings
 
 if TYPE_CHECKING:
     from gitsync.render.memo.incremental import LastRender
-    from gitsync.render.memo.store import ParseStore
 
 
 class ParseCache:
@@ -133,3 +136,15 @@ class ParseCache:
         """Keep this render for the next one, when it can start from it."""
         self.last_render = remember(options, files, built, facts, rendered, rendered_files)
 
+
+def render_memo(settings: Settings | None = None, store: Path | None = None) -> RenderMemo:
+    """The speed layer, built one way for every render that uses it: a `ParseCache`, kept on disk in
+    `store` when given (an agent's or a source's ``<state_dir>/parse-cache``) and in memory only
+    otherwise (a one-shot command); `NoMemo` (every file parsed anew, every render in full) when
+    ``parse_cache = false``. Without settings (a render of files made here: export's proof), in memory."""
+    if settings is not None and not settings.parse_cache:
+        return NoMemo()
+    return ParseCache(store=ParseStore(store) if store is not None else None)
+
+
+__all__ = ["ParseCache", "render_memo"]

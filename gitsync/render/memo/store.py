@@ -35,8 +35,9 @@ from typing import Any
 
 from gitsync import __version__
 from gitsync.log import logger
-from gitsync.render.facts import FileFacts, Reference, SegmentFacts
+from gitsync.render.facts import FACTS, FileFacts, SegmentFacts
 from gitsync.render.load import Document, LoadIssue, ParsedFile
+from gitsync.render.references import Reference
 
 FORMAT = 6  # 2: facts per document list (segments), items outside one; 3, 4: with content splits; 5: marshal;
 #            6: the YAML 1.2 core reading of plain scalars (1_000 is text), with its warnings
@@ -195,7 +196,7 @@ def _remove_tree(path: Path) -> None:
 
 def encode(key: str, parsed: ParsedFile, version: str) -> bytes:
     """A parse-store entry: `parsed` (a plain file) and its facts, as marshal behind a SHA-256."""
-    facts = parsed.memo.get("facts")
+    facts = parsed.memo.get(FACTS)
     body = {
         "format": FORMAT, "version": version, "blob": key, "size": parsed.size,
         "secret_references": parsed.has_secret_references,
@@ -225,7 +226,7 @@ def decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
         parsed = ParsedFile(documents, (), False, False, body["secret_references"] is True,
                             _int(body["size"]), warnings)
         if body["facts"] is not None:
-            parsed.memo["facts"] = _facts(body["facts"], parsed.has_secret_references)
+            parsed.memo.put(FACTS, _facts(body["facts"], parsed.has_secret_references))
         return parsed
     except (ValueError, TypeError, KeyError, AttributeError, EOFError, MemoryError):
         return None

@@ -19,7 +19,8 @@ from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import item_id
 from gitsync.problems import Location, Problem
 from gitsync.render.build import Loaded, build
-from gitsync.render.load import MAX_DEPTH, Document, ParsedFile, blob_sha, positions
+from gitsync.render.filememo import MemoSlot
+from gitsync.render.load import MAX_DEPTH, Document, ParsedFile, Pos, blob_sha, positions
 from gitsync.render.memo_api import RenderMemo
 from gitsync.render.openapi.convert import Conversion, convert
 from gitsync.render.openapi.declaration import OPENAPI, declaration
@@ -31,6 +32,11 @@ from gitsync.render.sourcemap import FilePositions, Generated, ItemSource, Sourc
 #: field, a path item's server's url): kept with the parse; deeper ones are found when asked for.
 OUTLINE_DEPTH = 6
 _KIND_ORDER = ("services", "upstreams", "routes")
+
+#: A spec file's references (`gitsync.render.openapi.refs.references`), kept with its parse.
+REFERENCES: MemoSlot[list[tuple[Place, Any]]] = MemoSlot("openapi.references")
+#: A spec file's outline: the positions of its nodes down to `OUTLINE_DEPTH`, kept with its parse.
+OUTLINE: MemoSlot[dict[tuple[str | int, ...], Pos]] = MemoSlot("openapi.outline")
 
 
 @dataclass
@@ -105,9 +111,9 @@ class _Files:
         parsed = self.parsed.get(name)
         if parsed is None:
             return list(references(name, document))
-        found = parsed.memo.get("references")
+        found = parsed.memo.get(REFERENCES)
         if found is None:
-            found = parsed.memo["references"] = list(references(name, document))
+            found = parsed.memo.put(REFERENCES, list(references(name, document)))
         return found
 
     def locate(self, place: Place) -> Location:
@@ -121,9 +127,9 @@ class _Files:
             if table is None:
                 table = self._full[place.file] = positions(self.files.get(place.file) or b"")
         else:
-            table = parsed.memo.get("outline")
+            table = parsed.memo.get(OUTLINE)
             if table is None:
-                table = parsed.memo["outline"] = positions(self.files.get(place.file) or b"", OUTLINE_DEPTH)
+                table = parsed.memo.put(OUTLINE, positions(self.files.get(place.file) or b"", OUTLINE_DEPTH))
         while key:
             pos = table.get(key)
             if pos is not None:

@@ -134,7 +134,8 @@ def test_the_fast_path_and_the_plain_path_push_the_same_bytes(edits: list[tuple[
                 one, other = fast.sync_once(), plain.sync_once()
                 assert status_of(fast, one, fast_gw) == status_of(plain, other, plain_gw)
                 assert fast_gw.put_bodies == plain_gw.put_bodies  # byte for byte, in the same order
-            assert plain.cache.parses >= fast.cache.parses
+            (plain_repo,), (fast_repo,) = plain.repos.all, fast.repos.all
+            assert plain_repo.memo.parses >= fast_repo.memo.parses
         finally:
             fast.close()
             plain.close()

@@ -1,10 +1,13 @@
-"""Several sources, one payload: settings, ownership, composition, and the agent with each source its
-own transaction (in process, against bare repos on disk and the APISIX double over loopback).
-The same with `gitsync run` as a real process and a git daemon: tests/e2e/test_sources.py."""
+"""An agent's repos, one payload (gitsync.agent.repos): ``[[sources]]`` settings, ownership,
+composition, and the agent with each repo its own transaction (in process, against bare repos on disk
+and the APISIX double over loopback); and the repo of ``[source]`` as a composition of one, the same
+bytes either way. The same with `gitsync run` as a real process and a git daemon:
+tests/e2e/test_sources.py."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +16,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gitsync.agent.choice import SourceTip, blamed, choose, composition_id_of
 from gitsync.agent.outcomes import Stage, SyncResult
-from gitsync.agent.state import SourceState
 from gitsync.agent.sync import Agent
+from gitsync.kinds import KINDS
 from gitsync.ownership import Claim, Ownership, static_overlap
 from gitsync.problems import Location
 from gitsync.push.plan import items_equal
@@ -144,6 +146,17 @@ def test_a_bad_source_table_is_a_settings_error_at_its_line(tmp_path: Path, text
     assert str(refused.value).startswith(str(config) + error), str(refused.value)
 
 
+def test_commit_statuses_on_the_forge_are_refused_with_sources_unless_turned_off(tmp_path: Path) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[[sources]]\nname = "a"\nrepo = "https://git.example/a.git"\nowns = ["routes"]\n')
+    env = {"GITSYNC_FORGE_TOKEN": "forge-token-of-the-test"}
+    with pytest.raises(SettingsError) as refused:
+        load(config=config, env=env)
+    assert str(refused.value).startswith("GITSYNC_FORGE_TOKEN: commit statuses on the forge cannot be posted "
+                                         "with [[sources]]")
+    assert load(config=config, env=env | {"GITSYNC_FORGE_STATUS": "off"}).forge_token is not None
+
+
 def test_overlapping_sources_stop_the_agent_with_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "gitsync.toml"
     config.write_text('[gateways]\ngateways = ["http://127.0.0.1:9"]\n'
@@ -220,20 +233,6 @@ def test_a_composed_payload_keeps_the_sources_order_and_places_and_checks_refere
     assert [(d.source, d.target, str(d.problem)) for d in found] == [
         ("a", ("upstreams", "platform-gone"),
          "a:r.yaml:7:5: routes[a-two].upstream_id: upstream_id 'platform-gone' names no item of upstreams")]
-
-
-def test_the_composition_is_every_source_at_its_last_good_commit_the_newest_where_good() -> None:
-    states = {"a": SourceState("a1", bad={"a2": "render: x"}), "b": SourceState("b1"), "c": SourceState()}
-    choice = choose([SourceTip("a", "a2"), SourceTip("b", "b2"), SourceTip("c", "c1")], states)
-    assert [(c.name, c.commit, c.new) for c in choice.candidates] == [("a", "a1", False), ("b", "b2", True),
-                                                                       ("c", "c1", True)]
-    assert choice.composition == composition_id_of(choice.candidates)
-    down = choose([SourceTip("a", error="timed out"), SourceTip("b", "b1")], states)
-    assert down.commits == {"a": "a1", "b": "b1"}
-    assert choose([SourceTip("c", error="timed out")], states).error.startswith("source 'c': timed out")
-    never = choose([SourceTip("c", "c9"), SourceTip("b", "b1")], states | {"c": SourceState(bad={"c9": "x"})})
-    assert never.commits == {"b": "b1"}  # a source with no good commit and a refused tip: nothing yet
-    assert blamed({"a"}, {"a", "b"}) == {"a"} and blamed({"x"}, {"a", "b"}) == {"a", "b"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -377,7 +376,7 @@ def test_a_team_route_using_the_platforms_upstream_applies_and_dropping_it_blame
     b_new = fleet.b.commit({"r.yaml": "routes:\n" + route("b-one", "/b/2")}, "b v2")
     outcome = agent.sync_once()
     assert outcome.result is SyncResult.FAILED and outcome.stage is Stage.VALIDATE
-    assert outcome.problems == [
+    assert list(outcome.problems) == [
         "a:r.yaml:4:5: routes[a-one].upstream_id: upstream_id 'platform-web' names no item of upstreams",
         "b:r.yaml:4:5: routes[b-one].upstream_id: upstream_id 'platform-web' names no item of upstreams"]
     # a is unchanged and b's new commit still names it: the platform's new commit is blamed, b's too
@@ -392,9 +391,9 @@ def test_an_item_with_another_sources_prefix_is_refused_at_its_file_line(fleet: 
     steal = fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/1") + route("b-two", "/x")}, "steal")
     outcome = agent.sync_once()
     assert outcome.stage is Stage.OWNERSHIP
-    assert outcome.problems == ["a:r.yaml:5:5: routes[b-two]: source 'a' may not declare this item: it owns "
+    assert outcome.problems == ("a:r.yaml:5:5: routes[b-two]: source 'a' may not declare this item: it owns "
                                 "routes with id prefix 'a-'; it belongs to source 'b' (routes with id prefix "
-                                "'b-')"]
+                                "'b-')",)
     assert agent.state.sources["a"].bad[steal].startswith("ownership: r.yaml:5:5: routes[b-two]")
     assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
 
@@ -412,9 +411,9 @@ def test_a_source_deleting_its_own_items_is_held_by_the_guard_against_its_own_la
     outcome = agent.sync_once()
     assert outcome.stage is Stage.GUARD
     good = (agent.state.sources["a"].last_good or "")[:7]
-    assert outcome.problems == [f"source 'a': deletion guard: against its last good commit {good}: routes: "
+    assert outcome.problems == (f"source 'a': deletion guard: against its last good commit {good}: routes: "
                                 "8 → 0, deletes 8 of 8 (100 %), refused: add "
-                                "\"Gitsync-Allow-Delete: routes\" (it would leave routes empty)"]
+                                "\"Gitsync-Allow-Delete: routes\" (it would leave routes empty)",)
     assert emptied in agent.state.sources["a"].bad and agent.state.sources["b"].last_good == b_new
     assert len(fleet.uris()) == 9
     fleet.a.commit({"r.yaml": "routes:\n" + route("a-0", "/a/0")}, "a: one\n\nGitsync-Allow-Delete: routes")
@@ -448,7 +447,7 @@ def test_a_push_refused_for_one_sources_item_refuses_that_sources_commit_only(tm
         b_refused = made.b.commit({"r.yaml": "routes:\n" + refused_route}, "b: a route the gateway refuses")
         outcome = agent.sync_once()
         assert outcome.stage is Stage.PUSH
-        assert outcome.problems == ["b:r.yaml:5:5: routes[b-two]: refused by this gateway"]
+        assert list(outcome.problems) == ["b:r.yaml:5:5: routes[b-two]: refused by this gateway"]
         assert agent.state.sources["b"].bad[b_refused] == \
             "push: r.yaml:5:5: routes[b-two]: refused by this gateway"
         assert agent.state.sources["a"].last_good == a_new
@@ -665,6 +664,96 @@ def test_each_sources_mirror_is_tidied_after_its_syncs(fleet: Fleet) -> None:
     for n in range(MAX_PACKS + 4):
         fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", f"/a/{n}")}, f"a v{n}")
         assert agent.sync_once().result is SyncResult.APPLIED
-    assert agent.sources is not None
-    packs = list((agent.sources.entries["a"].source.mirror_path / "objects" / "pack").glob("*.pack"))
+    (a,) = [repo for repo in agent.repos.all if repo.name == "a"]
+    packs = list((a.source.mirror_path / "objects" / "pack").glob("*.pack"))
     assert 0 < len(packs) <= MAX_PACKS + 1 < UNTIDY_PACKS
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one repo is a composition of one: the same code, the same bytes
+
+
+ROUTES = "routes:\n" + route("r-one", "/one", "web") + route("r-two", "/two", "web")
+WEB = "upstreams:\n  - id: web\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+#: Each step: the files of a new commit (a refused one among them), or None: a write on the gateway by
+#: someone else, which the next sync heals (pruning what it added).
+STEPS: list[dict[str, str] | None] = [
+    {"conf/web.yaml": WEB, "conf/routes.yaml": ROUTES},
+    {"conf/routes.yaml": "routes:\n" + route("r-one", "42", "web")},  # refused at validate
+    {"conf/routes.yaml": ROUTES + route("r-three", "/three", "web")},
+    {"conf/routes.yaml": ROUTES + route("r-four", "/refused", "web")},  # refused by the gateway
+    None,
+]
+#: The times in a status file and a note, which differ from one run to the next.
+TIMES = re.compile(rb"^(\s*)(time|duration|applied_at): .*$", re.MULTILINE)
+
+
+def both_ways_settings(root: Path, apisix: ApisixDouble, repo: BareRepo, *, sources: bool) -> Path:
+    """One repo as the ``[source]`` settings, or as ``[[sources]]`` with one source owning every kind."""
+    (root / "key").write_text(ADMIN_KEY)
+    config = root / "gitsync.toml"
+    every = ", ".join(f'"{kind}"' for kind in KINDS)
+    repo_part = (f'[[sources]]\nname = "all"\nrepo = "{repo.path}"\nowns = [{every}]\n' if sources
+                 else f'[source]\nrepo = "{repo.path}"\n')
+    config.write_text(f'[gateways]\ngateways = ["{apisix.url}"]\nadmin_key_file = "{root / "key"}"\n'
+                      f'[agent]\nstate_dir = "{root / "state"}"\n[writeback]\nagent_name = "edge-1"\n'
+                      + repo_part)
+    return config
+
+
+def one_scenario(root: Path, port: int, *, sources: bool) -> dict[str, Any]:
+    """`STEPS`, each synced by an agent of its own (as `sync --once` runs), against a gateway of its own
+    (on `port`: its URL is in the statuses); what the gateway received and what went back to the repo."""
+    root.mkdir()
+    repo = BareRepo.create(root / "config.git")  # the same commits make the same SHAs in both runs
+    with RefusingDouble(ADMIN_KEY, version="3.14.0", port=port) as apisix:
+        config = both_ways_settings(root, apisix, repo, sources=sources)
+        results, statuses, shas = [], [], []
+        for files in STEPS:
+            if files is None:
+                apisix.out_of_band("routes", [*apisix.config()["routes"], {"id": "by-hand", "uri": "/x"}])
+            else:
+                shas.append(repo.commit(files, f"step {len(shas) + 1}"))
+            agent = Agent(load(config=config, env={}), env={})
+            try:
+                results.append(str(agent.sync_once().result))
+            finally:
+                agent.close()  # the write-backs of this sync are done
+            statuses.append(git("--git-dir", str(repo.path), "show",
+                                "refs/gitsync/status/edge-1:status.yaml"))
+        notes = {sha: note(repo, sha) for sha in shas}
+        return {"results": results, "puts": apisix.put_bodies, "statuses": statuses, "notes": notes,
+                "state": json.loads((root / "state" / "state.json").read_text())}
+
+
+def timeless(text: str) -> bytes:
+    """`text` with its times (`time`, `duration`, `applied_at`) taken out: the one part two runs of one
+    scenario cannot share."""
+    return TIMES.sub(rb"\1\2: -", text.encode())
+
+
+def test_one_repo_as_source_or_as_the_one_of_sources_pushes_notes_and_reports_the_same_bytes(
+        tmp_path: Path) -> None:
+    """The repo of ``[source]`` is a composition of one: the agent runs the same code for it as for
+    ``[[sources]]``. One scenario run both ways (a commit applied, one refused at validate, one refused
+    by the gateway, a drift healed) gives the gateway the same PUT bodies, byte for byte, and the repo the
+    same notes and statuses, their times aside (normalised: two runs never share a clock)."""
+    port = free_port()  # one after the other, on one port
+    one = one_scenario(tmp_path / "source", port, sources=False)
+    many = one_scenario(tmp_path / "sources", port, sources=True)
+    assert one["results"] == ["applied", "failed", "applied", "failed", "healed"]
+    assert many["results"] == one["results"]
+    assert len(one["puts"]) >= 4 and many["puts"] == one["puts"]
+    assert [timeless(s) for s in many["statuses"]] == [timeless(s) for s in one["statuses"]]
+    refused = [sha for sha, text in one["notes"].items() if text]
+    assert len(refused) == 2 and "stage: validate" in one["notes"][refused[0]]
+    assert "stage: push" in one["notes"][refused[1]]
+    assert {sha: timeless(text) for sha, text in many["notes"].items()} == \
+        {sha: timeless(text) for sha, text in one["notes"].items()}
+    # what differs is only where the state is kept: the one repo's in the agent's own fields (its
+    # compositions are its commits), a source's under its name
+    (gateway,) = one["state"]["gateways"].values()
+    assert one["state"]["last_good"] == gateway["commit"]
+    assert one["state"]["sources"] == {} and one["state"]["compositions"] == {}
+    assert many["state"]["sources"]["all"]["last_good"] == one["state"]["last_good"]
+    assert set(many["state"]["sources"]["all"]["bad"]) == set(one["state"]["bad"])

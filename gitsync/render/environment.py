@@ -1,0 +1,130 @@
+"""What a render takes from the settings and the process's environment: ``${{ vars.NAME }}`` (the vars
+file, the settings, ``GITSYNC_VAR_*``), ``${{ secrets.NAME }}`` (the secrets directory,
+``GITSYNC_SECRET_*``), the age identities that decrypt SOPS files, and the limits
+(`options_from_settings` → `gitsync.render.options.RenderOptions`). Reads files; render's core
+takes the options it makes and reads nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from gitsync.log import register_secret
+from gitsync.render.healthchecks import CheckLimits
+from gitsync.render.options import RenderOptions
+from gitsync.render.secrets import SecretRules
+from gitsync.render.sops import SopsError, decryptor, identities_from_settings
+from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
+
+#: Names usable in ``${{ vars.NAME }}`` / ``${{ secrets.NAME }}`` (also keeps secret files inside the dir).
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_ENV_PREFIX = "GITSYNC_SECRET_"
+
+
+class SecretsLookup:
+    """``${{ secrets.NAME }}``: the file NAME in the secrets directory, then ``GITSYNC_SECRET_NAME``.
+
+    A value is read only when a config file asks for it, and registered with the log
+    redactor at once.
+    """
+
+    def __init__(self, directory: Path | None, env: Mapping[str, str]) -> None:
+        self.directory = directory
+        self.env = {k[len(SECRET_ENV_PREFIX):]: v for k, v in env.items() if k.startswith(SECRET_ENV_PREFIX)}
+
+    def __call__(self, name: str) -> str | None:
+        if not NAME_PATTERN.match(name):
+            return None
+        value: str | None = None
+        if self.directory is not None:
+            path = self.directory / name
+            try:
+                value = path.read_text(encoding="utf-8").strip()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                value = None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SettingsError(f"{path}: cannot read the secret: {exc}") from None
+        if value is None and name in self.env:
+            value = self.env[name]
+            reason = not_utf8(value)
+            if reason:
+                raise SettingsError(f"{SECRET_ENV_PREFIX}{name}: cannot read the secret: {reason}")
+        register_secret(value)
+        return value
+
+
+def not_utf8(text: str) -> str | None:
+    """Why an environment value is not UTF-8 text (Python keeps such bytes as lone surrogates), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            text.encode("utf-8", "surrogateescape").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return str(exc)
+        return "it holds characters that are not UTF-8"
+    return None
+
+
+def read_vars_file(path: Path) -> dict[str, str]:
+    """A YAML or JSON mapping of names to values, for ``${{ vars.NAME }}``."""
+    from gitsync.render.load import parse
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read the vars file: {exc.strerror or exc}") from None
+    parsed = parse(data)
+    if parsed.issues:
+        issue = parsed.issues[0]
+        raise SettingsError(f"{path}:{issue.line}:{issue.col}: {issue.message}")
+    documents = [d.data for d in parsed.documents if d.data is not None]
+    if not documents:
+        return {}
+    if len(documents) > 1 or not isinstance(documents[0], dict):
+        raise SettingsError(f"{path}: the vars file must hold one mapping of NAME: value")
+    try:
+        values = _convert(SPEC_BY_NAME["vars"], documents[0], False)
+    except ValueError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
+    bad = [name for name in values if not NAME_PATTERN.match(name)]
+    if bad:
+        raise SettingsError(f"{path}: {bad[0]!r} is not a valid name (letters, digits, _)")
+    return values
+
+
+def options_from_settings(settings: Settings, env: Mapping[str, str] | None = None) -> RenderOptions:
+    """Render options from the settings: vars (file < settings < GITSYNC_VAR_*), secrets, limits."""
+    env = os.environ if env is None else env
+    variables: dict[str, str] = {}
+    if settings.vars_file is not None:
+        variables.update(read_vars_file(settings.vars_file))
+    variables.update(settings.vars)
+    for name, value in variables.items():
+        reason = not_utf8(value)
+        if reason:  # only the environment can carry bytes that are not UTF-8
+            raise SettingsError(f"GITSYNC_VAR_{name}: cannot read the variable: {reason}")
+    try:
+        identities = identities_from_settings(settings, env)
+    except SopsError as exc:
+        raise SettingsError(str(exc)) from None
+    return RenderOptions(
+        paths=tuple(settings.paths),
+        vars=variables,
+        secret_lookup=SecretsLookup(settings.secrets_dir, env),
+        decrypt=decryptor(identities),
+        max_file_size=settings.max_file_size,
+        max_items=settings.max_items,
+        max_payload_size=settings.max_payload_size,
+        unmanaged=frozenset(settings.unmanaged),
+        partial=settings.partial,
+        ambiguous_scalars=settings.ambiguous_scalars,
+        check_limits=CheckLimits(settings.max_checks, settings.max_check_time, settings.max_check_body),
+        secret_rules=SecretRules.of(settings.secret_fields),
+    )
+
+
+__all__ = ["SecretsLookup", "options_from_settings", "read_vars_file"]
