@@ -301,8 +301,10 @@ class Agent:
         try:
             commit = self._render(target, fetch=decision.new, run=run)
         except ProblemsError as exc:
-            blame = exc.blame if isinstance(exc, CompositionRefused) else None
-            return self._refuse(target, run, Stage(exc.stage), [str(p) for p in exc.problems], blame=blame)
+            refusal = exc if isinstance(exc, CompositionRefused) else None
+            return self._refuse(target, run, Stage(exc.stage), [str(p) for p in exc.problems],
+                                blame=refusal.blame if refusal else None,
+                                held=refusal.held if refusal else frozenset())
         except SourceError as exc:
             attempts = self.repos.attempts
             tries = f" ({given_up(exc, attempts)})" if attempts > 1 else ""
@@ -577,7 +579,8 @@ class Agent:
         return known.subject if known is not None else ""
 
     def _refuse(self, sha: str, run: SyncRun, stage: Stage, problems: list[str],
-                gateways: list[GatewayResult] | None = None, blame: Blame | None = None) -> SyncOutcome:
+                gateways: list[GatewayResult] | None = None, blame: Blame | None = None,
+                held: frozenset[str | None] = frozenset()) -> SyncOutcome:
         """A commit that can never apply: remember it as bad, say why; the caller heals with the last good.
         The repos' commits it blames (`blame`, else who the gateways' answers name) are bad in their own
         repos too, each with a note there."""
@@ -587,7 +590,7 @@ class Agent:
                      short(sha), stage, len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
-        self.repos.refuse(sha, stage, problems, run, gateways or (), blame)
+        self.repos.refuse(sha, stage, problems, run, gateways or (), blame, held)
         return SyncOutcome(run.triggers, SyncResult.FAILED, sha, stage=stage, problems=problems,
                            gateways=gateways or ())
 

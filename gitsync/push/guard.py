@@ -68,6 +68,13 @@ class GuardPolicy:
         return max(math.floor(fraction * live), self.max_delete_count)
 
 
+def remedy_in(kinds: Iterable[str], where: str) -> str:
+    """How to allow deleting items of `kinds` when the commit to say so is in a repo of several (`where`:
+    ``source 'orders' (ssh://…/orders.git)``): a trailer in a *new* commit there, the held one being
+    tried again with it."""
+    return f'add "{TRAILER}: {", ".join(sorted(kinds))}" to a new commit of {where}'
+
+
 @dataclass(frozen=True)
 class KindChange:
     """What a commit does to the number of items of one kind."""
@@ -78,6 +85,7 @@ class KindChange:
     deleted: int
     refused: str | None = None  # why the guard refuses it: "it would leave routes empty", ...
     remedy: str = ""  # how the author allows it: 'add "Gitsync-Allow-Delete: routes"'
+    gone: tuple[str, ...] = field(default=(), compare=False)  # the ids it deletes, sorted
 
     def describe(self) -> str:
         """``routes: 812 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes"``."""
@@ -230,7 +238,8 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
             continue
         wanted_ids = set(desired)
         wanted_ids.discard(None)
-        deleted = len(live_ids - wanted_ids)
+        gone = live_ids - wanted_ids
+        deleted = len(gone)
         refused = None
         if policy.enabled and deleted and not policy.allows(kind):
             if not wanted_ids:
@@ -238,9 +247,10 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
             elif deleted > policy.limit(kind, len(live_ids)):
                 refused = f"it would delete {deleted} {kind}, more than {policy.limit(kind, len(live_ids))}"
         changes.append(KindChange(kind, len(live_ids), len(wanted_ids), deleted, refused,
-                                  policy.remedy(kind) if refused else ""))
+                                  policy.remedy(kind) if refused else "",
+                                  tuple(sorted(str(ident) for ident in gone))))
     return GuardVerdict(tuple(changes))
 
 
 __all__ = ["ALL", "TRAILER", "GuardPolicy", "GuardVerdict", "KindChange", "allowance", "allowed_kinds",
-           "check_deletions", "deletion_verdict", "trailers"]
+           "check_deletions", "deletion_verdict", "remedy_in", "trailers"]
