@@ -208,6 +208,12 @@ class Settings:
                             "every item that refers to it, is left out of the commit (keeping its last good "
                             "version where there is one) instead of refusing the whole commit; a file that "
                             "does not load still refuses it.", groups=(SOURCE,))
+    ambiguous_scalars: str = setting("render", "enum", limits.AMBIGUOUS_SCALARS, "Plain (unquoted) values "
+                                     "that YAML 1.1 tools read otherwise than YAML 1.2, which gitsync reads "
+                                     "(`yes`, `on`, `0777`, `1_000`, `0b101`, `1:20`, `2024-01-02`, …): "
+                                     "`warn` reports each at its file:line and renders the commit, `error` "
+                                     "refuses it (docs/repo-format.md, \"How values are read\").",
+                                     choices=limits.AMBIGUOUS_SCALARS_CHOICES, groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", limits.MAX_PAYLOAD_SIZE, "Largest rendered payload "
                                     "accepted (APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
     secret_fields: tuple[str, ...] = setting(

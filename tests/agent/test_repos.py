@@ -429,8 +429,8 @@ def test_a_source_deleting_its_own_items_is_held_by_the_guard_against_its_own_la
     assert outcome.stage is Stage.GUARD
     good = (agent.state.sources["a"].last_good or "")[:7]
     assert outcome.problems == (f"source 'a': deletion guard: against its last good commit {good}: routes: "
-                                "8 → 0 (−100 %), refused: add \"Gitsync-Allow-Delete: routes\" (it would "
-                                "leave routes empty)",)
+                                "8 → 0, deletes 8 of 8 (100 %), refused: add "
+                                "\"Gitsync-Allow-Delete: routes\" (it would leave routes empty)",)
     assert emptied in agent.state.sources["a"].bad and agent.state.sources["b"].last_good == b_new
     assert len(fleet.uris()) == 9
     fleet.a.commit({"r.yaml": "routes:\n" + route("a-0", "/a/0")}, "a: one\n\nGitsync-Allow-Delete: routes")
