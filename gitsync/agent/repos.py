@@ -71,8 +71,9 @@ class Repos:
 
     def __init__(self, specs: Sequence[RepoSettings], *, env: Mapping[str, str], memory: AgentMemory,
                  queue: WriteBackQueue, guard: GuardPolicy, unmanaged: frozenset[str], attempts: int = 1,
-                 clock: Clock) -> None:
+                 clock: Clock, status: bool = True) -> None:
         self.memory = memory
+        self.status = status  # each repo's status ref is written (a one-shot's only when asked)
         self.attempts = attempts  # tries of each git contact within one sync
         self.guard = guard
         self.unmanaged = unmanaged
@@ -88,11 +89,11 @@ class Repos:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, env: Mapping[str, str], memory: AgentMemory,
-                      queue: WriteBackQueue, attempts: int = 1, clock: Clock) -> Repos:
+                      queue: WriteBackQueue, attempts: int = 1, clock: Clock, status: bool = True) -> Repos:
         """The repos the settings name (`gitsync.settings.repos_of`)."""
         return cls(repos_of(settings), env=env, memory=memory, queue=queue,
                    guard=guard_policy_from_settings(settings), unmanaged=frozenset(settings.unmanaged),
-                   attempts=attempts, clock=clock)
+                   attempts=attempts, clock=clock, status=status)
 
     @property
     def state(self) -> AgentState:
@@ -178,6 +179,16 @@ class Repos:
     def named_commits(self, composition: str | None) -> dict[str, str]:
         """Each ``[[sources]]`` repo's commit in `composition` (the web view's links go to each one's)."""
         return {name: sha for name, sha in self.commits(composition).items() if name is not None}
+
+    def refused_in(self, run: SyncRun) -> tuple[str, ...]:
+        """``source b 504ae51 at validate`` for each ``[[sources]]`` commit `run` refused, in order."""
+        found: dict[str, None] = {}
+        for names in run.refused.values():
+            for name, sha in names.items():
+                if name is not None:
+                    stage = self._by_name[name].state.bad.get(sha, "refused").split(":", 1)[0]
+                    found[f"source {name} {short(sha)} at {stage}"] = None
+        return tuple(found)
 
     def noun(self, composition: str) -> str:
         """What the log calls `composition`: ``commit`` when it is one (a composition of ``[source]``)."""
@@ -437,12 +448,16 @@ class Repos:
 
     def refresh(self) -> None:
         """After a sync that changed nothing: each repo's heartbeat, and what failed to be written before."""
+        if not self.status:
+            return
         self._queue.submit_once([(repo.writeback, repo.writeback.refresh) for repo in self.all
                                  if repo.writeback is not None])
 
     def publish(self, report: StatusReport, run: SyncRun) -> None:
         """Each repo's status, on its own repo: its commit the gateways hold (or that was refused), and its
-        own result (`_result`)."""
+        own result (`_result`). None without `status`."""
+        if not self.status:
+            return
         commits = self.commits(report.commit)
         refused = run.refused.get(report.commit, {})
         for repo in self.all:
