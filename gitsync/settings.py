@@ -372,7 +372,9 @@ class Settings:
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
-                              "(default: the host name).", groups=(WRITEBACK,), factory=default_agent_name)
+                              "(default: the host name). A `sync --once` named after the host writes no "
+                              "status ref unless run with `--status` (docs/operations.md).",
+                              groups=(WRITEBACK,), factory=default_agent_name)
     author: str = setting("writeback", "str", "gitsync <gitsync@localhost>", "Author and committer of "
                           "write-backs.", groups=(WRITEBACK,))
     note_max_bytes: int = setting("writeback", "size", 16 * 1024, "Largest note section; longer ones are "

@@ -616,6 +616,7 @@ class Agent:
         # The view first: once `last_outcome` is set, /readyz may answer 200, and the web view must
         # then show what it says is live.
         self._publish_view(outcome)
+        first = self.memory.last_outcome is None  # an agent shows in the fleet from its first sync on
         self.memory.last_outcome = outcome
         report = None if self._repeats(outcome) else self._report(outcome)
         if report is None:
@@ -628,8 +629,8 @@ class Agent:
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self.observer.ended(outcome, self.state)
-        if outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
-                              SyncResult.DRIFT_REPORTED):
+        if first or outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
+                                       SyncResult.DRIFT_REPORTED):
             self.repos.publish(report or self._report(outcome), run)  # each repo's status, on its own repo
         else:  # every poll: the heartbeats, and what failed to be written before
             self.repos.refresh()
