@@ -37,7 +37,7 @@ from gitsync.display import short
 from gitsync.log import logger, redact
 from gitsync.problems import Problem, ProblemsError
 from gitsync.push.apply import guard_policy_from_settings
-from gitsync.push.guard import GuardPolicy, KindChange, deletion_verdict, remedy_in
+from gitsync.push.guard import GuardPolicy, KindChange, deletion_verdict, dropped, drops_own, remedy_in
 from gitsync.push.plan import Desired, Policy
 from gitsync.push.results import GatewayResult
 from gitsync.render import LastGood, LeftOut, Rendered
@@ -390,15 +390,13 @@ class Repos:
         """Where the trailer that allows a held deletion goes: a new commit of this repo, named with its
         URL; the items of its own the composition would delete, a few of them named."""
         kinds = {change.kind for change in refused}
-        own = sorted({f"{change.kind}/{ident}" for change in refused for ident in change.gone
-                      if repo.owns.may_own(change.kind, ident)})
-        shown = ", ".join(own[:5]) + (f" and {len(own) - 5} more" if len(own) > 5 else "")
-        others = sorted({str(other.name) for other in self.all for change in refused for ident in change.gone
-                         if other is not repo and other.owns.may_own(change.kind, ident)})
+        own = dropped(refused, repo.owns.may_own)
         where = f"{repo.label.rstrip(': ') or 'the repo'} ({display_url(repo.settings.repo or '')})"
-        allow = remedy_in(kinds, where)
         if own:
-            return f"it drops {len(own)} of its own live item(s) ({shown}); to allow it, {allow}"
+            return drops_own(own, where)
+        others = sorted({str(other.name) for other in self.all if other is not repo
+                         and dropped(refused, other.owns.may_own)})
+        allow = remedy_in(kinds, where)
         if others:
             names = ", ".join(f"source {name}" for name in others)
             return (f"the items it would delete are {names}'s, which give(s) no commit of them here: this "

@@ -38,7 +38,7 @@ from gitsync.push.apply import (
     guard_policy_from_settings,
     policy_from_settings,
 )
-from gitsync.push.guard import allowed_kinds, check_deletions
+from gitsync.push.guard import KindChange, allowed_kinds, check_deletions, dropped, drops_own
 from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
 from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
@@ -338,9 +338,23 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             if change.deleted:
                 out.line(f"  guard: {change.describe()}")
         if verdict.refused:
+            for line in _whose_deletions(settings, verdict.refused):
+                out.line(f"  guard: {line}")
             out.refused(f"gitsync diff: {one.url}: the deletion guard would hold this commit")
             held = True
     return out.finish(EXIT_GUARD_WOULD_HOLD if held and status != 2 else status)
+
+
+def _whose_deletions(settings: Settings, refused: tuple[KindChange, ...]) -> list[str]:
+    """With ``[[sources]]``: for each source whose items the held deletions are, where its allowance goes
+    (as the agent's notes say it, `gitsync.push.guard.drops_own`)."""
+    lines = []
+    for repo in repos_of(settings):
+        own = dropped(refused, repo.owns.may_own) if repo.name is not None else []
+        if own:
+            where = f"source {repo.name} ({display_url(repo.settings.repo or '')})"
+            lines.append(f"source {repo.name}: {drops_own(own, where)}")
+    return lines
 
 
 def _follows_git(settings: Settings) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,21 @@ def remedy_in(kinds: Iterable[str], where: str) -> str:
     ``source 'orders' (ssh://…/orders.git)``): a trailer in a *new* commit there, the held one being
     tried again with it."""
     return f'add "{TRAILER}: {", ".join(sorted(kinds))}" to a new commit of {where}'
+
+
+def dropped(refused: Iterable[KindChange], owns: Callable[[str, str], bool]) -> list[str]:
+    """``kind/id`` of each item the refused changes delete that `owns` (a source's ownership) claims."""
+    return sorted({f"{change.kind}/{ident}" for change in refused for ident in change.gone
+                   if owns(change.kind, ident)})
+
+
+def drops_own(items: Sequence[str], where: str) -> str:
+    """What a source whose commit drops live items of its own (`dropped`) is told, and where the allowance
+    goes: ``it drops 12 of its own live item(s) (routes/a-0, …); to allow it, add "…" to a new commit of
+    source a (URL)``."""
+    shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+    kinds = {item.split("/", 1)[0] for item in items}
+    return f"it drops {len(items)} of its own live item(s) ({shown}); to allow it, {remedy_in(kinds, where)}"
 
 
 @dataclass(frozen=True)
@@ -263,4 +278,4 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
 
 
 __all__ = ["ALL", "TRAILER", "GuardPolicy", "GuardVerdict", "KindChange", "allowance", "allowed_kinds",
-           "check_deletions", "deletion_verdict", "remedy_in", "trailers"]
+           "check_deletions", "deletion_verdict", "dropped", "drops_own", "remedy_in", "trailers"]

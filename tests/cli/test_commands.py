@@ -30,6 +30,17 @@ def status_refs(repo: BareRepo) -> list[str]:
     return repo.git("for-each-ref", "--format=%(refname)", "refs/gitsync/status/").split()
 
 
+def platform_and_team(tmp_path: Path, team_routes: str, team_subject: str) -> tuple[BareRepo, BareRepo, Path]:
+    """A platform repo (the upstream p-u), a team repo (`team_routes`), and the settings composing them."""
+    platform, team = (BareRepo.create(tmp_path / f"{name}.git") for name in ("platform", "team"))
+    platform.commit({"up.yaml": "upstreams:\n  - id: p-u\n    nodes: {'127.0.0.1:1980': 1}\n"}, "platform v1")
+    team.commit({"routes.yaml": team_routes}, team_subject)
+    config = tmp_path / "gitsync.toml"
+    config.write_text(sources_toml(("platform", str(platform.path), "upstreams", "p-"),
+                                   ("team", str(team.path), "routes", "t-")))
+    return platform, team, config
+
+
 @pytest.mark.slow
 def test_a_one_shot_writes_no_status_ref_unless_asked_or_named(tmp_path: Path, apisix: ApisixDouble) -> None:
     repo = BareRepo.create(tmp_path / "repo.git")
@@ -65,12 +76,8 @@ def test_a_one_shot_against_a_gateway_that_does_not_answer_promises_no_next_atte
 @pytest.mark.slow
 def test_sync_once_with_sources_names_what_went_live_and_what_was_refused(tmp_path: Path,
                                                                           apisix: ApisixDouble) -> None:
-    platform, team = (BareRepo.create(tmp_path / f"{name}.git") for name in ("platform", "team"))
-    platform.commit({"up.yaml": "upstreams:\n  - id: p-u\n    nodes: {'127.0.0.1:1980': 1}\n"}, "platform v1")
-    team.commit({"routes.yaml": "routes:\n  - id: t-r1\n    uri: /r1\n    upstream_id: p-u\n"}, "team v1")
-    config = tmp_path / "gitsync.toml"
-    config.write_text(sources_toml(("platform", str(platform.path), "upstreams", "p-"),
-                                   ("team", str(team.path), "routes", "t-")))
+    platform, team, config = platform_and_team(
+        tmp_path, "routes:\n  - id: t-r1\n    uri: /r1\n    upstream_id: p-u\n", "team v1")
     assert once(tmp_path, apisix.url, "--config", str(config), "--writeback", "off").returncode == 0
 
     moved = platform.commit({"up.yaml": "upstreams:\n  - id: p-u\n    nodes: {'127.0.0.1:1981': 1}\n"},
@@ -86,3 +93,20 @@ def test_sync_once_with_sources_names_what_went_live_and_what_was_refused(tmp_pa
     logged = [line for line in done.stderr.splitlines() if "sync (cli):" in line][-1]
     assert "applied composition" in logged and f"refused: source team {broken[:7]} at validate" in logged
     assert apisix.config()["upstreams"][0]["nodes"] == {"127.0.0.1:1981": 1}
+
+
+@pytest.mark.slow
+def test_diff_with_sources_names_the_source_whose_commit_would_delete_its_live_items(
+        tmp_path: Path, apisix: ApisixDouble) -> None:
+    apisix.out_of_band("upstreams", [{"id": "p-u", "nodes": {"127.0.0.1:1980": 1}, "type": "roundrobin"}])
+    apisix.out_of_band("routes", [{"id": f"t-{n}", "uri": f"/{n}", "upstream_id": "p-u"} for n in range(12)])
+    _, team, config = platform_and_team(
+        tmp_path, "routes:\n  - id: t-new\n    uri: /new\n    upstream_id: p-u\n", "renamed")
+    done = once(tmp_path, apisix.url, "--config", str(config))  # the agent, once
+    shown = run_gitsync("diff", "--config", str(config), "--gateway", apisix.url, "--admin-key-file",
+                        str(tmp_path / "key"), "--state-dir", str(tmp_path / "state"))
+    assert shown.returncode == 4, shown.stdout + shown.stderr
+    assert ("  guard: source team: it drops 12 of its own live item(s) (routes/t-0, routes/t-1, routes/t-10, "
+            "routes/t-11, routes/t-2 and 7 more); to allow it, add \"Gitsync-Allow-Delete: routes\" to a new "
+            f"commit of source team ({team.path})") in shown.stdout
+    assert done.returncode == 1 and len(apisix.config()["routes"]) == 12  # the agent holds it the same way
