@@ -112,7 +112,9 @@ def _secret_file() -> Any:
     return field(default=None, metadata={"secret_file": True})
 
 
-def _hostname() -> str:
+def default_agent_name() -> str:
+    """The agent's name when none is given: the host's (a one-shot so named writes no status ref unless
+    asked: `gitsync.cli.commands.sync`)."""
     return socket.gethostname().split(".")[0] or "gitsync"
 
 
@@ -387,7 +389,9 @@ class Settings:
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
-                              "(default: the host name).", groups=(WRITEBACK,), factory=_hostname)
+                              "(default: the host name). A `sync --once` named after the host writes no "
+                              "status ref unless run with `--status` (docs/operations.md).",
+                              groups=(WRITEBACK,), factory=default_agent_name)
     author: str = setting("writeback", "str", "gitsync <gitsync@localhost>", "Author and committer of "
                           "write-backs.", groups=(WRITEBACK,))
     note_max_bytes: int = setting("writeback", "size", 16 * 1024, "Largest note section; longer ones are "

@@ -17,7 +17,11 @@ newest where it is good:
   remembers as "the commit" (`gitsync.agent.decide` is unchanged);
 * a refused composition blames the new commits it holds that the refusal names (an item's
   ``name:file:line``, a check's ``name:check``), or, when it names none of them, every new commit in
-  it: those are marked bad, and the next composition leaves them out.
+  it: those are marked bad, and the next composition leaves them out;
+* a commit blamed only for the composition it was in (held: the gateways' deletion guard on the
+  composed payload, a reference into another repo, a refusal that named no repo) is tried again once
+  the other repos would give other commits (`retried`): a repo's first commit held while another repo
+  had no good commit yet goes live when that one has.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Choice:
     composition: str | None = None
     error: str | None = None
     refused: str | None = None
+    retried: tuple[str, ...] = ()  # the repos whose held tip is tried again (`retried`)
 
     @property
     def commits(self) -> dict[str | None, str]:
@@ -74,27 +79,73 @@ def choose(tips: Sequence[SourceTip], states: Mapping[str | None, RepoState]) ->
     if tips and all(tip.tip is None for tip in tips):
         first = tips[0]
         return Choice(error=_said(first.name, first.error or "no tip"))
-    refused = [(tip, why) for tip in tips if tip.tip is not None
-               and (why := (states.get(tip.name) or SourceState()).bad.get(tip.tip)) is not None]
+    again = retried(tips, states)
+    refused = [(tip, why) for tip in tips if tip.tip is not None and tip.name not in again
+               and (why := _state(states, tip.name).bad.get(tip.tip)) is not None]
     if tips and len(refused) == len(tips):
         candidates = tuple(Candidate(tip.name, tip.tip) for tip in tips)
         return Choice(candidates, composition_id_of(candidates), refused=_said(tips[0].name, refused[0][1]))
     candidates = []
     for tip in tips:
-        state = states.get(tip.name) or SourceState()
+        state = _state(states, tip.name)
         if tip.tip is None:
             if state.last_good is None:
                 why = f"{tip.error or 'no tip'} (it has no good commit yet: the sources wait for it)"
                 return Choice(error=_said(tip.name, why))
             candidates.append(Candidate(tip.name, state.last_good, why=f"git remote: {tip.error}"))
-        elif tip.tip in state.bad:
+        elif tip.tip in state.bad and tip.name not in again:
             candidates.append(Candidate(tip.name, state.last_good,
                                         why=f"the tip {tip.tip[:7]} was refused: {state.bad[tip.tip]}"))
         else:
-            candidates.append(Candidate(tip.name, tip.tip, tip.tip != state.last_good))
+            why = "its tip, held with other commits of the other sources, is tried again" \
+                if tip.name in again else ""
+            candidates.append(Candidate(tip.name, tip.tip, tip.tip != state.last_good, why))
     if not any(c.commit for c in candidates):
         return Choice(tuple(candidates), error="no source has a commit to apply yet")
-    return Choice(tuple(candidates), composition_id_of(candidates))
+    return Choice(tuple(candidates), composition_id_of(candidates), retried=tuple(sorted(map(str, again))))
+
+
+def _state(states: Mapping[str | None, RepoState], name: str | None) -> RepoState:
+    return states.get(name) or SourceState()
+
+
+def retried(tips: Sequence[SourceTip], states: Mapping[str | None, RepoState]) -> frozenset[str | None]:
+    """The repos whose tip was refused only for the composition it was in (held: the gateways' deletion
+    guard, a reference across repos, a refusal that named no repo) and would now be composed with other
+    commits of the other repos: those tips are tried again. A tip held with exactly the commits the others
+    would give now stays refused, so that nothing is tried twice in the same company.
+
+    Found from above: every held tip tried, then each one whose company would be the same dropped, and
+    the rest judged again without them, until none is the same. So tips held together stay refused
+    together (a platform commit that dropped an upstream and a team's new route naming it: until either
+    repo, or a third one, moves), and a tip held while another repo had no good commit yet is tried once
+    that repo has one. A tip held again is remembered with its new company: none is tried twice with the
+    same company."""
+    held = {tip.name: others for tip in tips if tip.tip is not None
+            and (others := _state(states, tip.name).held_with(tip.tip)) is not None}
+    again = frozenset(held)
+    while again:
+        gives = {tip.name: _gives(tip, _state(states, tip.name), tip.name in again) for tip in tips}
+        same = frozenset(name for name in again
+                         if held[name] == {str(other): sha for other, sha in gives.items() if other != name})
+        if not same:
+            break
+        again -= same
+    return again
+
+
+def _gives(tip: SourceTip, state: RepoState, again: bool) -> str:
+    """The commit a repo gives a composition (``-``: none), its tip tried `again` or not."""
+    if tip.tip is not None and (again or tip.tip not in state.bad):
+        return tip.tip
+    return state.last_good or "-"
+
+
+def company(name: str | None, commits: Mapping[str | None, str], names: Iterable[str | None],
+            ) -> dict[str, str]:
+    """What a commit of repo `name` is held with: every other repo's commit in the composition
+    (`commits`), ``-`` for one that gives none (see `retried`)."""
+    return {str(other): commits.get(other) or "-" for other in names if other != name}
 
 
 def composition_id_of(candidates: Sequence[Candidate]) -> str:
@@ -114,4 +165,4 @@ def blamed(named: Iterable[str | None], new: Iterable[str | None]) -> frozenset[
     return hit or new
 
 
-__all__ = ["Candidate", "Choice", "SourceTip", "blamed", "choose", "composition_id_of"]
+__all__ = ["Candidate", "Choice", "SourceTip", "blamed", "choose", "company", "composition_id_of", "retried"]

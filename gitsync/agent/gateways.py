@@ -31,9 +31,10 @@ class Gateways:
 
     @classmethod
     def from_settings(cls, settings: Settings, interrupted: Callable[[], bool] = lambda: False,
-                      wake: Callable[[Trigger], None] = lambda trigger: None) -> Gateways:
+                      wake: Callable[[Trigger], None] = lambda trigger: None, *, one_shot: bool = False,
+                      ) -> Gateways:
         endpoints = endpoints_from_settings(settings)
-        pool = GatewayPool(endpoints, settings.max_backoff)
+        pool = GatewayPool(endpoints, settings.max_backoff, one_shot=one_shot)
         proxy_urls = {e.display_url: url for e, url in zip(endpoints, settings.proxy_urls, strict=False)}
         proxy = HttpClient(None, settings.gateway_timeout, max_connections=4 * max(1, len(endpoints)))
         return cls(pool, proxy, proxy_urls, policy_from_settings(settings),

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from gitsync.display import short
 from gitsync.push.results import GatewayResult
 
 
@@ -109,6 +110,19 @@ class SyncOutcome:
     wake_at: float | None = None  # time.time() at which a sync should run again (the canary's soak)
     duration: float = 0.0
     phases: PhaseTimes = field(default_factory=PhaseTimes, repr=False)  # where the time went
+    #: With several repos: each repo's commit this sync refused (``source b 504ae51 at validate``), and
+    #: what the gateways hold beside the refusal (``applied composition c6c4a2c: a f708738 subject``, or
+    #: ``nothing new went live (the gateways stay on 8372281)``), so that the verdict names both.
+    refused_repos: tuple[str, ...] = ()
+    went_live: str = ""
+
+    def verdict(self) -> str:
+        """The sync's verdict for people: ``failed 2b999e7``; with several repos, what went live and what
+        was refused (``applied composition c6c4a2c: a f708738 a: moved; refused: source b 504ae51 at
+        validate``)."""
+        if not self.refused_repos:
+            return f"{self.result} {short(self.commit)}"
+        return f"{self.went_live or 'nothing went live'}; refused: {', '.join(self.refused_repos)}"
 
     def __post_init__(self) -> None:
         for name in ("problems", "gateways", "drifted"):

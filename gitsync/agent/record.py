@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from gitsync.agent.metrics import Metrics
 from gitsync.agent.outcomes import SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState
-from gitsync.display import short
 from gitsync.log import logger, redact
 from gitsync.writeback.publisher import WriteBack
 
@@ -86,8 +85,8 @@ def log_outcome(outcome: SyncOutcome) -> None:
     quiet = outcome.ok or outcome.result in (SyncResult.FETCH_FAILED, SyncResult.SKIPPED, SyncResult.DEFERRED)
     level = "INFO" if outcome.result in (SyncResult.APPLIED, SyncResult.HEALED) else (
         "DEBUG" if quiet else "WARNING")
-    logger.log(level, "sync ({}): {} {} in {:.2f}s{}", outcome.reason, outcome.result, short(outcome.commit),
-               outcome.duration, f" — {outcome.problems[0]}" if outcome.problems else "")
+    logger.log(level, "sync ({}): {} in {:.2f}s{}", outcome.reason, outcome.verdict(), outcome.duration,
+               f" — {outcome.problems[0]}" if outcome.problems else "")
     if outcome.gateways:
         logger.debug("sync ({}) phases: {}", outcome.reason, outcome.phases.describe(outcome.duration))
 

@@ -188,13 +188,17 @@ class Repo:
 
     # -- tell the repo -------------------------------------------------------------------------------
 
-    def refuse(self, sha: str, stage: Stage, lines: list[str], *, composition: str) -> None:
-        """`sha` can never go live: remember it as refused, with a note on it in its repo. Logged here
-        when it is not the refused composition itself (the agent logs that one)."""
-        self.state.mark_bad(sha, f"{stage}: {lines[0] if lines else 'refused'}")
+    def refuse(self, sha: str, stage: Stage, lines: list[str], *, composition: str,
+               held_with: dict[str, str] | None = None) -> None:
+        """`sha` cannot go live: remember it as refused, with a note on it in its repo. `held_with`: it
+        was refused only for the composition, whose other commits these are; it is tried again when they
+        change (`gitsync.agent.choice.retried`). Logged here when it is not the refused composition
+        itself (the agent logs that one)."""
+        self.state.mark_bad(sha, f"{stage}: {lines[0] if lines else 'refused'}", held_with=held_with)
         if sha != composition:
-            logger.error("{}commit {} refused at {} ({} problem(s)); it stays on {}", self.label, short(sha),
-                         stage, len(lines), short(self.state.last_good))
+            again = "; tried again once another source's commit changes" if held_with is not None else ""
+            logger.error("{}commit {} refused at {} ({} problem(s)); it stays on {}{}", self.label,
+                         short(sha), stage, len(lines), short(self.state.last_good), again)
             for line in lines[:50]:
                 logger.error("  {}", line)
         self.note(sha, stage, lines)
@@ -216,6 +220,7 @@ class Repo:
 
     def advanced(self, sha: str) -> None:
         """`sha` is live and good: the repo's last good commit."""
+        self.state.forgive(sha)  # held before, and tried again
         if self.state.last_good != sha:
             known = self.memory.rendered.get(sha)
             self.state.last_good = sha

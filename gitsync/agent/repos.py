@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
-from gitsync.agent.choice import SourceTip, blamed, choose
+from gitsync.agent.choice import SourceTip, blamed, choose, company
 from gitsync.agent.decision import RemoteView
 from gitsync.agent.memory import AgentMemory, RepoMemory
 from gitsync.agent.outcomes import Stage
@@ -37,7 +37,7 @@ from gitsync.display import short
 from gitsync.log import logger, redact
 from gitsync.problems import Problem, ProblemsError
 from gitsync.push.apply import guard_policy_from_settings
-from gitsync.push.guard import GuardPolicy, deletion_verdict
+from gitsync.push.guard import GuardPolicy, KindChange, deletion_verdict, dropped, drops_own, remedy_in
 from gitsync.push.plan import Desired, Policy
 from gitsync.push.results import GatewayResult
 from gitsync.render import LastGood, LeftOut, Rendered
@@ -59,9 +59,11 @@ Blame = dict[str | None, tuple[Stage, list[str]]]
 class CompositionRefused(ProblemsError):
     """A composition some of whose repos' commits cannot go live: each blamed repo, why."""
 
-    def __init__(self, stage: Stage, problems: list[Problem], blame: Blame) -> None:
+    def __init__(self, stage: Stage, problems: list[Problem], blame: Blame,
+                 held: frozenset[str | None] = frozenset()) -> None:
         super().__init__(str(stage), problems)
         self.blame = blame
+        self.held = held  # the blamed repos refused only for the composition (see `Repos.refuse`)
 
 
 class Repos:
@@ -69,8 +71,9 @@ class Repos:
 
     def __init__(self, specs: Sequence[RepoSettings], *, env: Mapping[str, str], memory: AgentMemory,
                  queue: WriteBackQueue, guard: GuardPolicy, unmanaged: frozenset[str], attempts: int = 1,
-                 clock: Clock) -> None:
+                 clock: Clock, status: bool = True) -> None:
         self.memory = memory
+        self.status = status  # each repo's status ref is written (a one-shot's only when asked)
         self.attempts = attempts  # tries of each git contact within one sync
         self.guard = guard
         self.unmanaged = unmanaged
@@ -86,11 +89,11 @@ class Repos:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, env: Mapping[str, str], memory: AgentMemory,
-                      queue: WriteBackQueue, attempts: int = 1, clock: Clock) -> Repos:
+                      queue: WriteBackQueue, attempts: int = 1, clock: Clock, status: bool = True) -> Repos:
         """The repos the settings name (`gitsync.settings.repos_of`)."""
         return cls(repos_of(settings), env=env, memory=memory, queue=queue,
                    guard=guard_policy_from_settings(settings), unmanaged=frozenset(settings.unmanaged),
-                   attempts=attempts, clock=clock)
+                   attempts=attempts, clock=clock, status=status)
 
     @property
     def state(self) -> AgentState:
@@ -133,6 +136,10 @@ class Repos:
             self.state.remember_composition(choice.composition, {str(n): c for n, c in commits.items()})
         if choice.refused is not None and choice.composition not in self.state.bad:
             self.state.mark_bad(choice.composition, choice.refused)
+        if choice.retried:
+            logger.info("source(s) {}: the tip held with other commits of the other sources is tried again",
+                        ", ".join(repr(name) for name in choice.retried))
+            self.state.bad.pop(choice.composition, None)  # tried again on purpose
         return RemoteView(sha=choice.composition)
 
     def tip_refused(self) -> bool:
@@ -172,6 +179,16 @@ class Repos:
     def named_commits(self, composition: str | None) -> dict[str, str]:
         """Each ``[[sources]]`` repo's commit in `composition` (the web view's links go to each one's)."""
         return {name: sha for name, sha in self.commits(composition).items() if name is not None}
+
+    def refused_in(self, run: SyncRun) -> tuple[str, ...]:
+        """``source b 504ae51 at validate`` for each ``[[sources]]`` commit `run` refused, in order."""
+        found: dict[str, None] = {}
+        for names in run.refused.values():
+            for name, sha in names.items():
+                if name is not None:
+                    stage = self._by_name[name].state.bad.get(sha, "refused").split(":", 1)[0]
+                    found[f"source {name} {short(sha)} at {stage}"] = None
+        return tuple(found)
 
     def noun(self, composition: str) -> str:
         """What the log calls `composition`: ``commit`` when it is one (a composition of ``[source]``)."""
@@ -306,32 +323,45 @@ class Repos:
                 lines = blame.setdefault(name, (Stage.VALIDATE, []))[1]
                 repo = self._by_name[name]
                 lines.append(repo.own_text(miss.problem) if name == miss.source else str(miss.problem))
-        raise CompositionRefused(Stage.VALIDATE, [miss.problem for miss in found], blame)
+        # what a reference names is another repo's to declare: held, tried again when the others change
+        raise CompositionRefused(Stage.VALIDATE, [miss.problem for miss in found], blame, frozenset(blame))
 
     # -- refusals and the last good commits -------------------------------------------------------------
 
     def refuse(self, composition: str, stage: Stage, problems: Sequence[str], run: SyncRun,
-               results: Iterable[GatewayResult] = (), blame: Blame | None = None) -> None:
+               results: Iterable[GatewayResult] = (), blame: Blame | None = None,
+               held: frozenset[str | None] = frozenset()) -> None:
         """Mark the commits a refused composition blames bad in their repos, each with a note: its new
-        commits (a composition with none, its last good one that no longer goes live: all of them)."""
+        commits (a composition with none, its last good one that no longer goes live: all of them).
+
+        A commit blamed only for the composition it is in is *held*: blamed by the gateways' deletion
+        guard on the composed payload, by a reference into another repo (`held`), or by a refusal that
+        names no repo. It is remembered with the other repos' commits, and tried again once they differ
+        (`gitsync.agent.choice.retried`)."""
         new = self._new(composition) or self.commits(composition)
         if blame is None:
-            blame = self._blame(stage, problems, list(results), new)
+            blame, held = self._blame(stage, problems, list(results), new)
         refused = run.refused.setdefault(composition, {})
+        commits = self.commits(composition)
+        several = len(self.all) > 1
         for name, (own_stage, lines) in blame.items():
             sha = new.get(name)
             if sha is not None:
                 refused[name] = sha
+                company_of = company(name, commits, self._by_name) if several and name in held else None
                 self._by_name[name].refuse(sha, own_stage, [redact(line) for line in lines],
-                                           composition=composition)
+                                           composition=composition, held_with=company_of)
 
     def _blame(self, stage: Stage, problems: Sequence[str], results: list[GatewayResult],
-               new: Mapping[str | None, str]) -> Blame:
+               new: Mapping[str | None, str]) -> tuple[Blame, frozenset[str | None]]:
         """Who a refusal by the gateways blames: the repos it names (`_named`), else every new one, with
-        every line of the refusal."""
+        every line of the refusal; and which of them are held (`refuse`): all, for the deletion guard on
+        the composed payload, else those it blames without naming them."""
         named, unplaced = self._named(stage, results, new)
         every = [line for lines in named.values() for line in lines] + unplaced or list(problems)
-        return {name: (stage, named.get(name) or every) for name in blamed(named, new)}
+        blame = {name: (stage, named.get(name) or every) for name in blamed(named, new)}
+        held = frozenset(blame) if stage is Stage.GUARD else frozenset(blame) - frozenset(named)
+        return blame, held
 
     def _named(self, stage: Stage, results: list[GatewayResult], new: Mapping[str | None, str],
                ) -> tuple[dict[str | None, list[str]], list[str]]:
@@ -354,12 +384,31 @@ class Repos:
                     line = f"{result.url}: {(repo.own_check(check) if repo else check).describe()}"
                     (named.setdefault(repo.name, []) if repo is not None else unplaced).append(line)
         elif stage is Stage.GUARD:
-            kinds = {change.kind for r in results if r.guard is not None for change in r.guard.refused}
+            refused = [change for r in results if r.guard is not None for change in r.guard.refused]
+            kinds = {change.kind for change in refused}
             lines = [f"{r.url}: {line}" for r in results if r.guard is not None for line in r.guard.problems]
-            for name in new:
-                if self._deletes(self._by_name[name], new[name], kinds):
-                    named[name] = lines
+            owners = {name for name in new for change in refused
+                      if any(self._by_name[name].owns.may_own(change.kind, ident) for ident in change.gone)}
+            for name in owners or [n for n in new if self._deletes(self._by_name[n], new[n], kinds)]:
+                named[name] = [*lines, self._allow_hint(self._by_name[name], refused)]
         return named, unplaced
+
+    def _allow_hint(self, repo: Repo, refused: Sequence[KindChange]) -> str:
+        """Where the trailer that allows a held deletion goes: a new commit of this repo, named with its
+        URL; the items of its own the composition would delete, a few of them named."""
+        kinds = {change.kind for change in refused}
+        own = dropped(refused, repo.owns.may_own)
+        where = f"{repo.label.rstrip(': ') or 'the repo'} ({display_url(repo.settings.repo or '')})"
+        if own:
+            return drops_own(own, where)
+        others = sorted({str(other.name) for other in self.all if other is not repo
+                         and dropped(refused, other.owns.may_own)})
+        allow = remedy_in(kinds, where)
+        if others:
+            names = ", ".join(f"source {name}" for name in others)
+            return (f"the items it would delete are {names}'s, which give(s) no commit of them here: this "
+                    f"commit is tried again once that changes (to delete them anyway, {allow})")
+        return f"the items it would delete are no source's; to allow it, {allow}"
 
     def _owner(self, place: str | None) -> Repo | None:
         """The repo a place of the composed payload (a file, a check's name) is in, if any."""
@@ -404,12 +453,16 @@ class Repos:
 
     def refresh(self) -> None:
         """After a sync that changed nothing: each repo's heartbeat, and what failed to be written before."""
+        if not self.status:
+            return
         self._queue.submit_once([(repo.writeback, repo.writeback.refresh) for repo in self.all
                                  if repo.writeback is not None])
 
     def publish(self, report: StatusReport, run: SyncRun) -> None:
         """Each repo's status, on its own repo: its commit the gateways hold (or that was refused), and its
-        own result (`_result`)."""
+        own result (`_result`). None without `status`."""
+        if not self.status:
+            return
         commits = self.commits(report.commit)
         refused = run.refused.get(report.commit, {})
         for repo in self.all:

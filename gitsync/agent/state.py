@@ -39,7 +39,11 @@ class RepoState(Protocol):
     last_good_subject: str
     bad: dict[str, str]
 
-    def mark_bad(self, sha: str, reason: str) -> None: ...
+    def mark_bad(self, sha: str, reason: str, *, held_with: dict[str, str] | None = None) -> None: ...
+
+    def held_with(self, sha: str) -> dict[str, str] | None: ...
+
+    def forgive(self, sha: str) -> None: ...
 
 
 @dataclass
@@ -49,14 +53,35 @@ class SourceState:
     last_good: str | None = None  # its commit in the newest composition a gateway accepted
     last_good_subject: str = ""
     bad: dict[str, str] = field(default_factory=dict)  # commit SHA → why it was refused
+    #: Commits of `bad` refused only for the composition they were in (the gateways' deletion guard, a
+    #: reference across sources, a refusal that named no source): SHA → every other source's commit in
+    #: that composition (``-``: none). Such a commit is tried again once the others' commits differ
+    #: (`gitsync.agent.choice.choose`).
+    held: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def mark_bad(self, sha: str, reason: str) -> None:
+    def mark_bad(self, sha: str, reason: str, *, held_with: dict[str, str] | None = None) -> None:
         _remember(self.bad, sha, reason)
+        self.held.pop(sha, None)
+        if held_with is not None:
+            self.held[sha] = dict(held_with)
+        for gone in [k for k in self.held if k not in self.bad]:
+            del self.held[gone]
+
+    def held_with(self, sha: str) -> dict[str, str] | None:
+        """The other sources' commits `sha` was held with, when it was refused only for its composition."""
+        return self.held.get(sha)
+
+    def forgive(self, sha: str) -> None:
+        """`sha`, held before, went live: it is refused no more."""
+        self.bad.pop(sha, None)
+        self.held.pop(sha, None)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SourceState:
+        held = {str(sha): {str(n): str(c) for n, c in others.items()}
+                for sha, others in (data.get("held") or {}).items() if isinstance(others, dict)}
         return cls(data.get("last_good"), str(data.get("last_good_subject") or ""),
-                   dict(data.get("bad") or {}))
+                   dict(data.get("bad") or {}), held)
 
 
 def _remember(bad: dict[str, str], sha: str, reason: str) -> None:
@@ -99,8 +124,16 @@ class AgentState:
         if checked or (ok and (not changed or self.unchecked.get(url) != commit)):
             self.unchecked.pop(url, None)
 
-    def mark_bad(self, sha: str, reason: str) -> None:
+    def mark_bad(self, sha: str, reason: str, *, held_with: dict[str, str] | None = None) -> None:
+        """`sha` (a commit or composition) is refused; `held_with` is for a source of several, never this."""
         _remember(self.bad, sha, reason)
+
+    def held_with(self, sha: str) -> dict[str, str] | None:
+        """The repo of ``[source]`` is alone: no commit of it is refused for another repo's sake."""
+        return None
+
+    def forgive(self, sha: str) -> None:
+        """Refusals of the repo of ``[source]`` are final (its next commit is tried, never the same)."""
 
     def repo(self, name: str | None) -> RepoState:
         """The saved state of the agent's repo `name`: a ``[[sources]]`` repo's own, under `sources`; the

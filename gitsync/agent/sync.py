@@ -102,14 +102,16 @@ class Agent:
     `observer`: told when the agent starts on a new commit and how each sync ends
     (`gitsync.agent.observer`); the agent closes it when it closes.
     `remote_attempts`: tries of each git contact within one sync (`sync --once` has no next poll).
-    `clock`: where the agent reads the time (`gitsync.timing.Clock`)."""
+    `clock`: where the agent reads the time (`gitsync.timing.Clock`).
+    `one_shot`: one sync and exit (`sync --once`): no "next attempt" is promised. `status`: each repo's
+    status ref is written (a one-shot writes it only when asked, `gitsync.cli.commands.sync`)."""
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None, state_dir: StateDir | None = None,
                  interrupted: Callable[[], bool] = lambda: False,
                  wake: Callable[[Trigger], None] = lambda trigger: None,
                  observer: SyncObserver | None = None, remote_attempts: int = 1,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, one_shot: bool = False, status: bool = True) -> None:
         set_agent(settings.agent_name)  # the `agent` of every JSON log line from now on
         self.settings = settings
         self.clock = clock
@@ -121,12 +123,12 @@ class Agent:
         self._closing = contextlib.ExitStack()  # what `close` ends, the last made first
         try:
             self.gateways = self._closing.enter_context(contextlib.closing(
-                Gateways.from_settings(settings, interrupted, wake)))
+                Gateways.from_settings(settings, interrupted, wake, one_shot=one_shot)))
             self._closing.callback(self.observer.close)
             queue = self._closing.enter_context(contextlib.closing(WriteBackQueue(self.metrics)))
             self.repos = self._closing.enter_context(contextlib.closing(Repos.from_settings(
                 settings, env=dict(os.environ if env is None else env), memory=self.memory, queue=queue,
-                attempts=remote_attempts, clock=clock)))
+                attempts=remote_attempts, clock=clock, status=status)))
             self.gate = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
         except BaseException:
             self._closing.close()
@@ -170,6 +172,7 @@ class Agent:
                 # for the repos that move on, every refused one at its last good commit)
                 acted = self._act(self._decide(self.repos.view(), views), run)
                 outcome = healed_after(outcome, acted)
+            outcome = self._named_verdict(outcome, acted, run)
             outcome = with_late(outcome, late)
             # Before the collector is back: its first collection (of all the sync left alive) comes
             # with the next allocation, and belongs to no phase of the sync; it runs as it is recorded.
@@ -178,6 +181,18 @@ class Agent:
         self._record(outcome, run)
         self.repos.tidy()  # after the sync: a merge of packs never holds up a push
         return outcome
+
+    def _named_verdict(self, outcome: SyncOutcome, acted: SyncOutcome, run: SyncRun) -> SyncOutcome:
+        """With ``[[sources]]``: the sources whose commits this sync refused, and the composition that went
+        live beside them (`SyncOutcome.verdict`: not just "failed" when another source's commit went live)."""
+        refused = self.repos.refused_in(run)
+        if not refused:
+            return outcome
+        live = f"nothing new went live (the gateways stay on {short(self.state.last_good)})"
+        if acted is not outcome and acted.commit and acted.result in (SyncResult.APPLIED, SyncResult.CANARY):
+            what = f"{self.repos.noun(acted.commit)} {short(acted.commit)}: {acted.subject}".rstrip(": ")
+            live = f"{acted.result} {what}"
+        return replace(outcome, refused_repos=refused, went_live=live)
 
     # -- observe -------------------------------------------------------------------------------------
 
@@ -303,8 +318,10 @@ class Agent:
         try:
             commit = self._render(target, fetch=decision.new, run=run)
         except ProblemsError as exc:
-            blame = exc.blame if isinstance(exc, CompositionRefused) else None
-            return self._refuse(target, run, Stage(exc.stage), [str(p) for p in exc.problems], blame=blame)
+            refusal = exc if isinstance(exc, CompositionRefused) else None
+            return self._refuse(target, run, Stage(exc.stage), [str(p) for p in exc.problems],
+                                blame=refusal.blame if refusal else None,
+                                held=refusal.held if refusal else frozenset())
         except SourceError as exc:
             attempts = self.repos.attempts
             tries = f" ({given_up(exc, attempts)})" if attempts > 1 else ""
@@ -579,7 +596,8 @@ class Agent:
         return known.subject if known is not None else ""
 
     def _refuse(self, sha: str, run: SyncRun, stage: Stage, problems: list[str],
-                gateways: list[GatewayResult] | None = None, blame: Blame | None = None) -> SyncOutcome:
+                gateways: list[GatewayResult] | None = None, blame: Blame | None = None,
+                held: frozenset[str | None] = frozenset()) -> SyncOutcome:
         """A commit that can never apply: remember it as bad, say why; the caller heals with the last good.
         The repos' commits it blames (`blame`, else who the gateways' answers name) are bad in their own
         repos too, each with a note there."""
@@ -590,7 +608,7 @@ class Agent:
                      short(sha), stage, len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
-        self.repos.refuse(sha, stage, problems, run, gateways or (), blame)
+        self.repos.refuse(sha, stage, problems, run, gateways or (), blame, held)
         return SyncOutcome(run.triggers, SyncResult.FAILED, sha, subject, stage=stage, problems=problems,
                            gateways=gateways or ())
 
@@ -601,6 +619,7 @@ class Agent:
         # The view first: once `last_outcome` is set, /readyz may answer 200, and the web view must
         # then show what it says is live.
         self._publish_view(outcome)
+        first = self.memory.last_outcome is None  # an agent shows in the fleet from its first sync on
         self.memory.last_outcome = outcome
         report = None if self._repeats(outcome) else self._report(outcome)
         if report is None:
@@ -613,8 +632,8 @@ class Agent:
         self.metrics.left_out.set(len(live.rendered.left_out) if live is not None else 0)
         log_outcome(outcome)
         self.observer.ended(outcome, self.state)
-        if outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
-                              SyncResult.DRIFT_REPORTED):
+        if first or outcome.result in (SyncResult.APPLIED, SyncResult.HEALED, SyncResult.FAILED,
+                                       SyncResult.DRIFT_REPORTED):
             self.repos.publish(report or self._report(outcome), run)  # each repo's status, on its own repo
         else:  # every poll: the heartbeats, and what failed to be written before
             self.repos.refresh()

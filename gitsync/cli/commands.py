@@ -38,7 +38,7 @@ from gitsync.push.apply import (
     guard_policy_from_settings,
     policy_from_settings,
 )
-from gitsync.push.guard import allowed_kinds, check_deletions
+from gitsync.push.guard import KindChange, allowed_kinds, check_deletions, dropped, drops_own
 from gitsync.push.plan import Desired, ItemChange, KindStatus
 from gitsync.push.release import Release, release
 from gitsync.push.summary import ABSENT, GROUP_MIN, ChangeGroup, summarise, value_at, value_text
@@ -57,7 +57,7 @@ from gitsync.render.compose import Part, PartFacts, compose, dangling, facts_of,
 from gitsync.render.memo import render_memo
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
-from gitsync.settings import RepoSettings, Settings, SettingsError, repos_of
+from gitsync.settings import RepoSettings, Settings, SettingsError, default_agent_name, repos_of
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
@@ -287,7 +287,7 @@ def _print_change(change: ItemChange, live: dict[tuple[str, str | None], Any],
 def _gateways(settings: Settings, command: str, out: Findings | None = None) -> GatewayPool | int:
     """A client for each gateway, or say why not (a TLS file that cannot be used) and return 2."""
     try:
-        return GatewayPool(endpoints_from_settings(settings), settings.max_backoff)
+        return GatewayPool(endpoints_from_settings(settings), settings.max_backoff, one_shot=True)
     except SettingsError as exc:
         (out or Findings()).error(f"gitsync {command}: error: {redact(str(exc))}")
         return 2
@@ -338,9 +338,23 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             if change.deleted:
                 out.line(f"  guard: {change.describe()}")
         if verdict.refused:
+            for line in _whose_deletions(settings, verdict.refused):
+                out.line(f"  guard: {line}")
             out.refused(f"gitsync diff: {one.url}: the deletion guard would hold this commit")
             held = True
     return out.finish(EXIT_GUARD_WOULD_HOLD if held and status != 2 else status)
+
+
+def _whose_deletions(settings: Settings, refused: tuple[KindChange, ...]) -> list[str]:
+    """With ``[[sources]]``: for each source whose items the held deletions are, where its allowance goes
+    (as the agent's notes say it, `gitsync.push.guard.drops_own`)."""
+    lines = []
+    for repo in repos_of(settings):
+        own = dropped(refused, repo.owns.may_own) if repo.name is not None else []
+        if own:
+            where = f"source {repo.name} ({display_url(repo.settings.repo or '')})"
+            lines.append(f"source {repo.name}: {drops_own(own, where)}")
+    return lines
 
 
 def _follows_git(settings: Settings) -> bool:
@@ -358,7 +372,11 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     there is no commit: the directory is rendered and pushed.
     """
     if _follows_git(settings):
-        return _sync_repo(settings)
+        # A one-shot from a laptop or a CI runner is no agent of the fleet: its status ref, named after
+        # the host, would show as one, and as "down" for good once it exits. It writes one when asked, or
+        # when it is given a name of its own (its notes on refused commits are written either way).
+        status = bool(getattr(args, "status", False)) or settings.agent_name != default_agent_name()
+        return _sync_repo(settings, status=status)
     rendered = _render_source(settings, "sync")
     if isinstance(rendered, int):
         return rendered
@@ -386,7 +404,7 @@ def sync(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results.values()) and not failed_checks else 1
 
 
-def _sync_repo(settings: Settings) -> int:
+def _sync_repo(settings: Settings, *, status: bool) -> int:
     from gitsync.agent.metrics import Metrics
     from gitsync.agent.state import StateError
     from gitsync.agent.statedir import StateDir
@@ -406,7 +424,7 @@ def _sync_repo(settings: Settings) -> int:
             feedback = stack.enter_context(contextlib.closing(
                 Feedback.from_settings(settings, metrics, state_dir.path)))
             agent = Agent(settings, state_dir=state_dir, metrics=metrics, observer=feedback,
-                          remote_attempts=ONCE_GIT_ATTEMPTS)
+                          remote_attempts=ONCE_GIT_ATTEMPTS, one_shot=True, status=status)
         except SettingsError as exc:
             print(f"gitsync sync: error: {redact(str(exc))}", file=sys.stderr)
             return 2
@@ -432,6 +450,9 @@ def _sync_repo(settings: Settings) -> int:
         print(redact(problem), file=sys.stderr)
     commit = outcome.commit[:12] if outcome.commit else "no commit read"
     reason = f": {redact(outcome.problems[0])}" if outcome.problems else ""
+    if outcome.refused_repos:  # several sources: what went live beside the refusal, and what was refused
+        print(f"gitsync sync: {outcome.verdict()}{reason}", file=sys.stderr)
+        return 1
     verdict = str(outcome.result).replace("_", " ")
     print(f"gitsync sync: {verdict} at {outcome.stage or '?'} ({commit}){reason}", file=sys.stderr)
     return 1

@@ -130,6 +130,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
         if command.name == "sync":
             p.add_argument("--once", action="store_true", help="one sync, then exit (the only mode of sync)")
+            p.add_argument("--status", action="store_true",
+                           help="write this agent's status ref (refs/gitsync/status/<agent>), as the daemon "
+                                "does; without it, only an agent named with agent_name writes one")
         if command.name == "status":
             p.add_argument("--fleet", action="store_true", help="every agent's status from the status refs")
             p.add_argument("--publish", action="store_true",

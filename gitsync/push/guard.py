@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,28 @@ class GuardPolicy:
         return max(math.floor(fraction * live), self.max_delete_count)
 
 
+def remedy_in(kinds: Iterable[str], where: str) -> str:
+    """How to allow deleting items of `kinds` when the commit to say so is in a repo of several (`where`:
+    ``source 'orders' (ssh://…/orders.git)``): a trailer in a *new* commit there, the held one being
+    tried again with it."""
+    return f'add "{TRAILER}: {", ".join(sorted(kinds))}" to a new commit of {where}'
+
+
+def dropped(refused: Iterable[KindChange], owns: Callable[[str, str], bool]) -> list[str]:
+    """``kind/id`` of each item the refused changes delete that `owns` (a source's ownership) claims."""
+    return sorted({f"{change.kind}/{ident}" for change in refused for ident in change.gone
+                   if owns(change.kind, ident)})
+
+
+def drops_own(items: Sequence[str], where: str) -> str:
+    """What a source whose commit drops live items of its own (`dropped`) is told, and where the allowance
+    goes: ``it drops 12 of its own live item(s) (routes/a-0, …); to allow it, add "…" to a new commit of
+    source a (URL)``."""
+    shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+    kinds = {item.split("/", 1)[0] for item in items}
+    return f"it drops {len(items)} of its own live item(s) ({shown}); to allow it, {remedy_in(kinds, where)}"
+
+
 @dataclass(frozen=True)
 class KindChange:
     """What a commit does to the number of items of one kind."""
@@ -78,6 +100,7 @@ class KindChange:
     deleted: int
     refused: str | None = None  # why the guard refuses it: "it would leave routes empty", ...
     remedy: str = ""  # how the author allows it: 'add "Gitsync-Allow-Delete: routes"'
+    gone: tuple[str, ...] = field(default=(), compare=False)  # the ids it deletes, sorted
 
     @property
     def added(self) -> int:
@@ -240,7 +263,8 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
             continue
         wanted_ids = set(desired)
         wanted_ids.discard(None)
-        deleted = len(live_ids - wanted_ids)
+        gone = live_ids - wanted_ids
+        deleted = len(gone)
         refused = None
         if policy.enabled and deleted and not policy.allows(kind):
             if not wanted_ids:
@@ -248,9 +272,10 @@ def deletion_verdict(wanted: Mapping[str, Collection[str | None]], live: Mapping
             elif deleted > policy.limit(kind, len(live_ids)):
                 refused = f"it would delete {deleted} {kind}, more than {policy.limit(kind, len(live_ids))}"
         changes.append(KindChange(kind, len(live_ids), len(wanted_ids), deleted, refused,
-                                  policy.remedy(kind) if refused else ""))
+                                  policy.remedy(kind) if refused else "",
+                                  tuple(sorted(str(ident) for ident in gone))))
     return GuardVerdict(tuple(changes))
 
 
 __all__ = ["ALL", "TRAILER", "GuardPolicy", "GuardVerdict", "KindChange", "allowance", "allowed_kinds",
-           "check_deletions", "deletion_verdict", "trailers"]
+           "check_deletions", "deletion_verdict", "dropped", "drops_own", "remedy_in", "trailers"]

@@ -28,8 +28,9 @@ BACKOFF_BASE = 1.0
 class GatewayWorker:
     """One gateway: its client, its backoff, and the thread that runs its pushes."""
 
-    def __init__(self, endpoint: Endpoint, max_backoff: float) -> None:
+    def __init__(self, endpoint: Endpoint, max_backoff: float, *, one_shot: bool = False) -> None:
         self.endpoint = endpoint
+        self.one_shot = one_shot  # a command that exits after its sync: there is no next attempt to promise
         self.url = endpoint.display_url
         self.client = Gateway(endpoint)
         self.backoff = Backoff(BACKOFF_BASE, max_backoff)
@@ -47,7 +48,8 @@ class GatewayWorker:
             result = job(self.client)
             if result.unreachable:
                 delay = self.backoff.failed()
-                logger.warning("gateway {}: next attempt in {:.1f}s at the earliest", self.url, delay)
+                if not self.one_shot:
+                    logger.warning("gateway {}: next attempt in {:.1f}s at the earliest", self.url, delay)
             else:
                 self.backoff.succeeded()
             return result
@@ -67,8 +69,10 @@ class GatewayWorker:
 class GatewayPool:
     """Every gateway of one agent, by URL (without credentials), in the configured order."""
 
-    def __init__(self, endpoints: Iterable[Endpoint], max_backoff: float = 300.0) -> None:
-        self.workers = {w.url: w for w in (GatewayWorker(e, max_backoff) for e in endpoints)}
+    def __init__(self, endpoints: Iterable[Endpoint], max_backoff: float = 300.0, *, one_shot: bool = False,
+                 ) -> None:
+        workers = (GatewayWorker(endpoint, max_backoff, one_shot=one_shot) for endpoint in endpoints)
+        self.workers = {worker.url: worker for worker in workers}
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(8, len(self.workers))),
                                         thread_name_prefix="gateway-probe")
 

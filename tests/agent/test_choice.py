@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gitsync.agent.choice import SourceTip, blamed, choose, composition_id_of
+from gitsync.agent.choice import SourceTip, blamed, choose, company, composition_id_of, retried
 from gitsync.agent.state import AgentState, SourceState
 
 
@@ -38,3 +38,45 @@ def test_every_tip_refused_or_no_remote_answering_is_said_for_named_sources_too(
     assert choose([SourceTip("a", "a2"), SourceTip("b", "b1")], states).refused is None  # b is at its tip
     down = choose([SourceTip("a", error="timed out"), SourceTip("b", error="refused")], states)
     assert down.error == "source 'a': timed out"
+
+
+def held(last_good: str | None, tip: str, company_of: dict[str, str]) -> SourceState:
+    state = SourceState(last_good)
+    state.mark_bad(tip, "guard: held", held_with=company_of)
+    return state
+
+
+def test_a_tip_held_for_its_company_is_tried_again_once_another_source_would_give_another_commit() -> None:
+    # the migration: b's first commit refused for its own sake; a's and the platform's held without b
+    states = {"p": held(None, "p1", {"a": "a1", "b": "-"}), "a": held(None, "a1", {"p": "p1", "b": "-"}),
+              "b": SourceState(bad={"b1": "validate: x"})}
+    tips = [SourceTip("p", "p1"), SourceTip("a", "a1"), SourceTip("b", "b1")]
+    assert retried(tips, states) == frozenset()  # the same company: not tried twice
+    assert choose(tips, states).refused is not None  # every tip refused: the sync skips
+    fixed = [SourceTip("p", "p1"), SourceTip("a", "a1"), SourceTip("b", "b2")]
+    choice = choose(fixed, states)
+    assert choice.commits == {"p": "p1", "a": "a1", "b": "b2"} and choice.retried == ("a", "p")
+    assert all(c.new for c in choice.candidates)
+
+
+def test_tips_held_together_stay_refused_together_and_a_refused_one_is_never_tried_again() -> None:
+    # b's route names the upstream p's new commit dropped: both held, each with the other's commit
+    states = {"p": held("p0", "p1", {"b": "b1"}), "b": held("b0", "b1", {"p": "p1"})}
+    assert retried([SourceTip("p", "p1"), SourceTip("b", "b1")], states) == frozenset()
+    # one held with the other's last good commit: that other is held again, so it is the same company
+    states = {"p": held("p0", "p1", {"b": "b1"}), "b": held("b0", "b1", {"p": "p0"})}
+    assert retried([SourceTip("p", "p1"), SourceTip("b", "b1")], states) == frozenset()
+    # refused for its own sake: never, whatever the others do
+    states = {"p": SourceState("p0", bad={"p1": "render: x"}), "b": SourceState("b0")}
+    assert retried([SourceTip("p", "p1"), SourceTip("b", "b9")], states) == frozenset()
+    assert company("a", {"a": "a1", "b": "b1"}, ["a", "b", "c"]) == {"b": "b1", "c": "-"}
+    # the repo of [source] is alone: nothing of it is ever held
+    assert AgentState().held_with("x") is None
+
+
+def test_a_held_commit_that_goes_live_is_forgiven() -> None:
+    state = held(None, "a1", {"b": "-"})
+    state.forgive("a1")
+    assert (state.bad, state.held) == ({}, {})
+    saved = {"bad": {"a1": "guard: x"}, "held": {"a1": {"b": "-"}}}
+    assert SourceState.from_json(saved).held == {"a1": {"b": "-"}}

@@ -379,10 +379,27 @@ def test_a_team_route_using_the_platforms_upstream_applies_and_dropping_it_blame
     assert list(outcome.problems) == [
         "a:r.yaml:4:5: routes[a-one].upstream_id: upstream_id 'platform-web' names no item of upstreams",
         "b:r.yaml:4:5: routes[b-one].upstream_id: upstream_id 'platform-web' names no item of upstreams"]
-    # a is unchanged and b's new commit still names it: the platform's new commit is blamed, b's too
-    assert dropped in agent.state.sources["platform"].bad and b_new in agent.state.sources["b"].bad
-    assert agent.state.sources["platform"].last_good == platform_good
+    # a is unchanged and b's new commit still names it: the platform's new commit is blamed, b's too, both
+    # held together (for the company they were in): not tried again until a source moves
+    platform, b = agent.state.sources["platform"], agent.state.sources["b"]
+    assert platform.held[dropped] == {"a": fleet.a.tip(), "b": b_new}
+    assert b.held[b_new] == {"platform": dropped, "a": fleet.a.tip()}
+    assert platform.last_good == platform_good
     assert [u["id"] for u in fleet.apisix.config()["upstreams"]] == ["platform-web"]
+    puts = len([r for r in fleet.apisix.requests if r[0] == "PUT"])
+    assert agent.sync_once().result is SyncResult.NOOP  # a is at its last good commit, the others too
+    assert len([r for r in fleet.apisix.requests if r[0] == "PUT"]) == puts
+    # a's next commit (naming the upstream too) moves the company: tried with the platform's commit again,
+    # a's and b's are held with it; the platform's own fix moves it again, and everything goes live
+    a_new = fleet.a.commit({"r.yaml": "routes:\n" + route("a-one", "/a/2")}, "a v2")
+    again = agent.sync_once()
+    assert again.result is SyncResult.FAILED and again.stage is Stage.VALIDATE
+    assert agent.state.sources["a"].held[a_new]["platform"] == dropped
+    assert fleet.uris() == {"a-one": "/a/1", "b-one": "/b/1"}
+    fixed = fleet.platform.commit({"p.yaml": UPSTREAM + rule("prometheus")}, "platform: web is back")
+    assert agent.sync_once().result is SyncResult.APPLIED
+    assert (platform.last_good, agent.state.sources["a"].last_good, b.last_good) == (fixed, a_new, b_new)
+    assert fleet.uris() == {"a-one": "/a/2", "b-one": "/b/2"}
 
 
 def test_an_item_with_another_sources_prefix_is_refused_at_its_file_line(fleet: Fleet) -> None:
@@ -757,3 +774,91 @@ def test_one_repo_as_source_or_as_the_one_of_sources_pushes_notes_and_reports_th
     assert one["state"]["sources"] == {} and one["state"]["compositions"] == {}
     assert many["state"]["sources"]["all"]["last_good"] == one["state"]["last_good"]
     assert set(many["state"]["sources"]["all"]["bad"]) == set(one["state"]["bad"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# moving a live gateway to sources (docs/sources.md, "Moving a live gateway to sources")
+
+
+def routes_of(prefix: str, count: int, uri: str = "") -> str:
+    return "routes:\n" + "".join(route(f"{prefix}{n}", f"/{uri or prefix}{n}") for n in range(count))
+
+
+def one_repo_live(tmp_path: Path, fleet: Fleet) -> None:
+    """The gateway as one repo of ``[source]`` left it: the platform's upstream and rule, 12 routes of a's
+    and 12 of b's; the same state dir as the sources' agent will use."""
+    mono = BareRepo.create(tmp_path / "mono.git")
+    mono.commit({"p.yaml": UPSTREAM + rule("prometheus"), "a.yaml": routes_of("a-", 12),
+                 "b.yaml": routes_of("b-", 12)}, "everything")
+    settings = fleet.settings_file().read_text()
+    one = tmp_path / "one.toml"
+    one.write_text(settings[:settings.index("[[sources]]")] + f'[source]\nrepo = "{mono.path}"\n')
+    agent = Agent(load(config=one, env={}), env={})
+    assert agent.sync_once().result is SyncResult.APPLIED
+    agent.close()
+    assert len(fleet.uris()) == 24
+
+
+def test_moving_a_live_gateway_to_sources_a_first_commit_held_for_another_source_goes_live_with_it(
+        tmp_path: Path, fleet: Fleet) -> None:
+    one_repo_live(tmp_path, fleet)
+    fleet.a.commit({"r.yaml": routes_of("a-", 12)}, "a: moved")
+    broken = fleet.b.commit({"r.yaml": routes_of("b-", 12).replace("uri: /b-0\n", "uri: 42\n")},
+                            "b: moved, broken")
+    agent = fleet.start()
+    outcome = agent.sync_once()
+    # b's first commit is refused; without it the composition would delete b's 12 live routes: the guard
+    # holds it, and the platform's and a's first commits are held for b's sake, not refused for good
+    assert outcome.result is SyncResult.FAILED and len(fleet.uris()) == 24
+    sources = agent.state.sources
+    assert sources["b"].bad[broken].startswith("validate: r.yaml:3:5: routes[b-0].uri")
+    assert broken not in sources["b"].held  # its own fault: tried again never
+    for name in ("platform", "a"):
+        tip = getattr(fleet, name).tip()
+        assert sources[name].bad[tip].startswith("guard: ")
+        assert sources[name].held[tip]["b"] == "-"
+    agent.close()
+    stage, told = note_of(fleet.a, fleet.a.tip())
+    assert stage == "guard" and told[0].endswith("(it would delete 12 routes, more than 10)")
+    assert told[1] == ("the items it would delete are source b's, which give(s) no commit of them here: this "
+                       "commit is tried again once that changes (to delete them anyway, add \"Gitsync-Allow-"
+                       f"Delete: routes\" to a new commit of source a ({fleet.a.path}))")
+
+    again = fleet.start()
+    assert again.sync_once().result is SyncResult.SKIPPED  # nothing changed: nothing is tried again
+    assert again.state.sources["a"].last_good is None
+    fixed = fleet.b.commit({"r.yaml": routes_of("b-", 12)}, "b: fixed")
+    outcome = again.sync_once()
+    assert outcome.result is SyncResult.APPLIED, outcome
+    assert {name: s.last_good for name, s in again.state.sources.items()} == {
+        "platform": fleet.platform.tip(), "a": fleet.a.tip(), "b": fixed}
+    assert all(not s.bad and not s.held for name, s in again.state.sources.items() if name != "b")
+    assert len(fleet.uris()) == 24
+
+
+def test_moving_a_live_gateway_to_sources_the_guard_names_the_source_whose_commit_drops_its_items(
+        tmp_path: Path, fleet: Fleet) -> None:
+    one_repo_live(tmp_path, fleet)
+    # a renames its routes on the way: its first commit would delete its 12 live ones
+    fleet.a.commit({"r.yaml": routes_of("a-new-", 12)}, "a: moved, renamed")
+    fleet.b.commit({"r.yaml": routes_of("b-", 12)}, "b: moved")
+    agent = fleet.start()
+    assert agent.sync_once().result is SyncResult.FAILED
+    assert len(fleet.uris()) == 24
+    a_tip, sources = fleet.a.tip(), agent.state.sources
+    assert sources["a"].bad[a_tip].startswith("guard: ") and a_tip in sources["a"].held
+    agent.close()
+    told = "\n".join(note_of(fleet.a, a_tip)[1])
+    assert ("it drops 12 of its own live item(s) (routes/a-0, routes/a-1, routes/a-10, routes/a-11, "
+            "routes/a-2 and 7 more); to allow it, add \"Gitsync-Allow-Delete: routes\" to a new commit of "
+            f"source a ({fleet.a.path})") in told
+    # the platform and b, composed without a (no good commit yet), would delete a's routes: held for a
+    assert sources["b"].held[fleet.b.tip()]["a"] == "-"
+
+    # the trailer, in a's repo as the hint says: every first commit goes live together
+    allowed = fleet.a.commit({"r.yaml": routes_of("a-new-", 12)},
+                             "a: renamed\n\nGitsync-Allow-Delete: routes")
+    again = fleet.start()
+    assert again.sync_once().result is SyncResult.APPLIED
+    assert sorted(fleet.uris()) == sorted([f"a-new-{n}" for n in range(12)] + [f"b-{n}" for n in range(12)])
+    assert again.state.sources["a"].last_good == allowed

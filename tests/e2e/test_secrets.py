@@ -72,7 +72,7 @@ def setup(tmp_path: Path, vault_server: VaultServer, apisix: ApisixDouble, remot
     admin_key.write_text(apisix.admin_key + "\n")
     args = ("--repo", git_daemon.url(remote_repo.path.name), "--gateway", apisix.url,
             "--admin-key-file", str(admin_key), "--age-key-file", str(key.write(tmp_path / "age.key")),
-            "--state-dir", str(tmp_path / "state"), "--writeback", "on")
+            "--state-dir", str(tmp_path / "state"), "--writeback", "on", "--status")
     return Setup(remote_repo, apisix, token, value, tmp_path / "state", args)
 
 

@@ -238,7 +238,7 @@ def test_commands_show_the_canary_nowhere(leaky: Leaky):
 @pytest.mark.slow
 def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     src, gw = leaky.source_args, leaky.gateway_args
-    sync = ("sync", "--once", *src, *gw, "--writeback", "on", "-vv")
+    sync = ("sync", "--once", *src, *gw, "--writeback", "on", "--status", "-vv")
 
     leaky.commit(routes(), "good")
     leaky.run(*sync, expect=0)
@@ -586,7 +586,7 @@ def test_a_tricky_secret_leaks_nowhere_end_to_end(tmp_path: Path, remote_repo: B
         admin_key = tmp_path / "admin.key"
         admin_key.write_text(gateway.admin_key)
         sync = ("sync", "--once", *source, "--gateway", gateway.url, "--admin-key-file", str(admin_key),
-                "--writeback", "on", "-vv")
+                "--writeback", "on", "--status", "-vv")
         schema = remote_repo.commit({"routes.yaml": routes}, "refused: the secret where the schema quotes it")
         for args, expect in ((("validate", *source, "-vv"), 1), (sync, 1), ((*sync, "--log-json"), 1)):
             result = run_gitsync(*args, env=env)
