@@ -984,3 +984,55 @@ def test_a_changed_item_that_is_no_item_is_sent_as_it_is() -> None:
     odd = plan({"routes": ["not an item", route("r2", "/c")]}, first.after)
     assert json.loads(odd.body)["routes"][0] == "not an item"
     assert json.loads(odd.body)["routes"][1]["uri"] == "/c"
+
+
+def test_an_index_is_derived_from_the_content_render_gave() -> None:
+    from gitsync.content import content_split
+
+    witness = content_bytes(route("r1", "/the-content"))  # what render says the item's content is
+    desired = Desired.of({"routes": [route("r1")]}, contents={"routes": [witness]})
+    first = plan(desired, fresh())
+    assert first.sent["routes"].items[0]["modifiedIndex"] == content_index(None, content=witness)
+    routes = [route("r1"), route("r2")]
+    contents = [content_bytes(i) for i in routes]
+    splits = [content_split(i, c) for i, c in zip(routes, contents, strict=True)]
+    pushed = plan(Desired.of({"routes": routes}, contents={"routes": contents}, splits={"routes": splits}),
+                  fresh())
+    changed = Desired.of({"routes": [route("r1"), route("r2", "/b")]},
+                         contents={"routes": [contents[0], witness]}, splits={"routes": splits})
+    second = plan(changed, pushed.after)  # in place
+    assert second.sent["routes"].items[1]["modifiedIndex"] == content_index(None, content=witness)
+    assert second.sent["routes"].splits == splits and second.sent["routes"].odd == {}
+    moved = Desired.of({"routes": [route("r2"), route("r1")]}, contents={"routes": contents[::-1]},
+                       splits={"routes": splits[::-1]})
+    third = plan(moved, pushed.after)  # by id
+    assert third.sent["routes"].splits == splits[::-1] and third.sent["routes"].odd == {}
+
+
+def test_items_that_are_no_items_are_planned_in_place_as_they_are() -> None:
+    first = plan({"routes": ["x", route("r2")]}, fresh())
+    second = plan({"routes": ["y", route("r2", "/b")]}, first.after)
+    assert json.loads(second.body)["routes"][0] == "y"
+    assert json.loads(second.body)["routes"][1]["uri"] == "/b"
+    assert second.body == plan({"routes": ["y", route("r2", "/b")]}, applied(first.body)).body
+
+
+def test_an_odd_index_of_our_own_push_is_handed_on_by_id() -> None:
+    routes = [route("r1"), route("r2"), route("r3")]
+    read = applied(plan({"routes": routes}, fresh()).body)
+    read["routes"][1]["modifiedIndex"] = 777  # another writer's index on r2, kept
+    ours = plan({"routes": [*routes, route("r4")]}, read)
+    assert ours.sent["routes"].odd == {"r2": 777}
+    moved = plan({"routes": [route("r2"), route("r1")]}, ours.after)
+    assert moved.sent["routes"].odd == {"r2": 777} and moved.sent["routes"].items[0]["modifiedIndex"] == 777
+
+
+def test_a_restored_plugin_metadata_keeps_its_splits() -> None:
+    from gitsync.content import content_split
+
+    metadata = [{"id": "http-logger", "log_format": {"host": "$host"}}]
+    split = content_split(metadata[0], content_bytes(metadata[0]))
+    pushed = Desired.of({"plugin_metadata": metadata}, splits={"plugin_metadata": [split]},
+                        contents={"plugin_metadata": [content_bytes(metadata[0])]})
+    listed = LiveView.restored(pushed, {"plugin_metadata_conf_version": 1}, {}).listed("plugin_metadata")
+    assert listed.splits == [split] and listed.fragments == [None] and listed.odd == {}
