@@ -1009,7 +1009,7 @@ def test_an_index_is_derived_from_the_content_render_gave() -> None:
     assert third.sent["routes"].splits == splits[::-1] and third.sent["routes"].odd == {}
 
 
-def test_items_that_are_no_items_are_planned_in_place_as_they_are() -> None:
+def test_items_that_are_no_items_are_sent_as_they_are_after_our_own_push() -> None:
     first = plan({"routes": ["x", route("r2")]}, fresh())
     second = plan({"routes": ["y", route("r2", "/b")]}, first.after)
     assert json.loads(second.body)["routes"][0] == "y"
