@@ -914,9 +914,9 @@ def test_an_items_json_comes_from_its_content_when_the_split_says_it_is_its_own(
         assert _Listed([item], ["r1"], [witness]).fragment(0) == canonical_json(item)  # no split: encoded
         assert _Listed([item], ["r1"], [witness], splits=[-1]).fragment(0) == canonical_json(item)
     first = {"uri": "/a", "name": "n"}  # no key sorts before modifiedIndex: split 1
-    content = content_bytes(first)
+    content = content_bytes({"uri": "/from-the-content", "name": "n"})
     assert _Listed([{**first, "modifiedIndex": 7}], [None], [content], splits=[1]).fragment(0) == \
-        canonical_json({**first, "modifiedIndex": 7})
+        canonical_json({"uri": "/from-the-content", "name": "n", "modifiedIndex": 7})
     assert _Listed(["x"], [None], [b'"y"'], splits=[1]).fragment(0) == b'"x"'
 
 
@@ -1036,3 +1036,22 @@ def test_a_restored_plugin_metadata_keeps_its_splits() -> None:
                         contents={"plugin_metadata": [content_bytes(metadata[0])]})
     listed = LiveView.restored(pushed, {"plugin_metadata_conf_version": 1}, {}).listed("plugin_metadata")
     assert listed.splits == [split] and listed.fragments == [None] and listed.odd == {}
+
+
+def test_a_restored_item_whose_index_goes_first_has_its_json_too() -> None:
+    item = {"uri": "/a", "name": "n"}  # no key sorts before modifiedIndex: split 1
+    pushed = Desired.of({"routes": [item]}, contents={"routes": [content_bytes(item)]},
+                        splits={"routes": [1]})
+    listed = LiveView.restored(pushed, {"routes_conf_version": 1}, {}).listed("routes")
+    assert listed.fragments == [canonical_json({**item, "modifiedIndex": content_index(item)})]
+
+
+def test_an_item_changed_in_place_loses_the_odd_index_it_had() -> None:
+    routes = [route("r1"), route("r2"), route("r3")]
+    read = applied(plan({"routes": routes}, fresh()).body)
+    read["routes"][1]["modifiedIndex"] = 777
+    ours = plan({"routes": [route("r1", "/b"), route("r2"), route("r3")]}, read)
+    assert ours.sent["routes"].odd == {"r2": 777}
+    changed = plan({"routes": [route("r1", "/b"), route("r2", "/c"), route("r3")]}, ours.after)  # in place
+    assert changed.sent["routes"].odd == {}
+    assert changed.sent["routes"].items[1]["modifiedIndex"] == content_index(route("r2", "/c"))
