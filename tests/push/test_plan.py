@@ -1053,5 +1053,7 @@ def test_an_item_changed_in_place_loses_the_odd_index_it_had() -> None:
     ours = plan({"routes": [route("r1", "/b"), route("r2"), route("r3")]}, read)
     assert ours.sent["routes"].odd == {"r2": 777}
     changed = plan({"routes": [route("r1", "/b"), route("r2", "/c"), route("r3")]}, ours.after)  # in place
+    assert [(k.status, k.live_version, k.version, k.count, k.modified) for k in changed.kinds
+            if k.key == "routes"] == [(KindStatus.CHANGED, 2, 3, 3, ("r2",))]
     assert changed.sent["routes"].odd == {}
     assert changed.sent["routes"].items[1]["modifiedIndex"] == content_index(route("r2", "/c"))
