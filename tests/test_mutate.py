@@ -87,9 +87,9 @@ def test_a_report_keeps_the_modules_not_run_again(tmp_path):
     mutate.write_report(report, MODULES, [first], 2)
     mutate.write_report(report, MODULES, [mutate.Result(trust, killed=5, seconds=30)], 2)
     text = report.read_text()
-    assert "| gitsync/writeback/trust.py | 5 | 5 | 0 | 0 | 100.0 % | 0.5 |" in text
-    assert "| gitsync/push/guard.py | 10 | 9 | 1 | 0 | 90.0 % | 1.0 |" in text
-    assert "| all | 15 | 14 | 1 | 0 | 93.3 % | 1.5 | |" in text
+    assert "| gitsync/writeback/trust.py | 5 | 5 | 0 | 0 | 100.0 % | 0.5 | 0.0 |" in text
+    assert "| gitsync/push/guard.py | 10 | 9 | 1 | 0 | 90.0 % | 1.0 | 0.0 |" in text
+    assert "| all | 15 | 14 | 1 | 0 | 93.3 % | 1.5 | 0.0 | |" in text
     assert "- trailers #4 (survived):" in text and "  -    a\n  +    b" in text
     assert text.index("writeback/trust.py") < text.index("push/guard.py")  # in the config's order
     mutate.write_report(report, MODULES, [mutate.Result(guard, killed=10, seconds=60)], 2)

@@ -81,10 +81,11 @@ def _part(kind: str, plugin: str, conf: Any) -> Part | None:
 
 def _owner(kind: str, item: Mapping[str, Any]) -> str:
     """Who holds an item's parts: a consumer (a credential's consumer) or a global rule, as `repr`
-    so that ``1`` and ``"1"`` stay apart as they do for the gateway's comparison."""
+    so that ``1`` and ``"1"`` stay apart as they do for the gateway's comparison. A credential's id
+    is ``<consumer>/credentials/<credential>``."""
     if kind == "consumers":
-        ident = str(item.get("id", ""))
-        return repr(ident.split("/credentials/", 1)[0] if "/credentials/" in ident else item.get("username"))
+        consumer, separator, _ = str(item.get("id")).partition("/credentials/")
+        return repr(consumer if separator else item.get("username"))
     return repr(item.get("id"))
 
 
@@ -158,7 +159,7 @@ def _without_refused_parts(kind: str, items: Sequence[Any], live: Mapping[str, A
     listed: list[Any] = []
     moves: list[Move] = []
     for item in items:
-        refused = _refused_parts(kind, item, live, owners) if owners else []
+        refused = _refused_parts(kind, item, live, owners)
         if refused:
             names = {name for name, _ in refused}
             item = {**item, "plugins": {n: c for n, c in item["plugins"].items() if n not in names}}

@@ -434,7 +434,7 @@ def _with_indexes(kind: str, want: _Listed, live: _Listed, twins: Mapping[str, t
             sent.append(item)
             fragments.append(None)
             continue
-        twin, twin_content = twins.get(key or "", (None, b""))
+        twin, twin_content = twins.get(key, (None, None))  # type: ignore[arg-type]
         twin_index = twin.get(INDEX_FIELD) if isinstance(twin, Mapping) else None
         if key in ours and twin_content == content and _is_number(twin_index):
             previous, fragment = ours[key]
@@ -611,7 +611,7 @@ def _body(fields: Mapping[str, Any]) -> bytes:
     parts = {}
     for key, value in fields.items():
         if isinstance(value, _Listed):
-            fragments = value.fragments if value.fragments is not None else [None] * len(value.items)
+            fragments = value.fragments or [None] * len(value.items)
             for index, fragment in enumerate(fragments):
                 if fragment is None:
                     fragments[index] = value.fragment(index)

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from gitsync.kinds import KINDS
+from gitsync.push import moves
 from gitsync.push.admin_api import Endpoint
 from gitsync.push.apply import RetryPolicy, sync_gateway
-from gitsync.push.moves import first_step, is_move_refusal
+from gitsync.push.moves import _owner, _owners, _part, _refused_parts, first_step, is_move_refusal
 from gitsync.push.plan import Policy, item_content, items_equal, plan
 from gitsync.push.results import SyncStatus
 from gitsync.schema import check_payload
@@ -363,3 +364,63 @@ def test_a_plan_that_does_not_send_a_kind_has_it_checked_by_nobody() -> None:
     without = plan({"routes": []}, {"routes_conf_version": 1})  # a plan with no consumers in it
     assert first_step(desired, live, the_plan=without) is None
     assert first_step(desired, live, the_plan=plan(desired, live)) is not None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pre-filter: which plugins are worth asking the gateway's model about (it keeps the check linear)
+
+
+def test_the_part_of_a_plugin_is_the_plugin_in_a_global_rule_and_the_key_in_a_consumer() -> None:
+    assert _part("global_rules", "cors", {"allow_origins": "*"}) == ("cors", None)
+    assert _part("consumers", "key-auth", {"key": "k1"}) == ("key-auth", "k1")
+    assert _part("consumers", "basic-auth", {"username": "u1", "password": "p"}) == ("basic-auth", "u1")
+    assert _part("consumers", "limit-count", {"count": 1}) is None  # holds no key
+    assert _part("consumers", "key-auth", ["k1"]) is None  # no config object
+    assert _part("consumers", "key-auth", {"key": 5}) is None  # a key that is no string is no key
+    assert _part("consumers", "key-auth", {}) is None
+
+
+def test_the_owner_of_a_credentials_parts_is_its_consumer() -> None:
+    assert _owner("consumers", {"id": "jack/credentials/c1", "plugins": {}}) == "'jack'"
+    assert _owner("consumers", {"username": "jack", "plugins": {}}) == "'jack'"
+    assert _owner("consumers", {"id": "jack", "username": "rose"}) == "'rose'"  # an id, not a credential's
+    assert _owner("global_rules", {"id": "g1", "username": "jack"}) == "'g1'"
+    assert _owner("global_rules", {"id": 1}) == "1"  # 1 and "1" stay apart
+    assert _owner("consumers", {}) == "None"
+
+
+def test_owners_are_every_part_live_items_hold_and_who_holds_it() -> None:
+    live = {"consumers": [
+        consumer("jack", **key_auth("k1"), **{"limit-count": {"count": 1, "time_window": 60}}),
+        {"id": "jack/credentials/c1", "plugins": key_auth("k2")},
+        {"id": "rose/credentials/c1", "plugins": key_auth("k2")},
+        "not an item", {"username": "bob", "plugins": ["key-auth"]}, {"username": "eve"}],
+        "global_rules": [rule("g1", "cors", "prometheus"), rule("g2", "cors")]}
+    assert _owners("consumers", live) == {("key-auth", "k1"): {"'jack'"},
+                                          ("key-auth", "k2"): {"'jack'", "'rose'"}}
+    assert _owners("global_rules", live) == {("cors", None): {"'g1'", "'g2'"}, ("prometheus", None): {"'g1'"}}
+    assert _owners("routes", live) == {}
+    assert _owners("consumers", {"consumers": {"jack": consumer("jack", **key_auth("k1"))}}) == {}  # no list
+
+
+def test_only_parts_another_live_item_holds_are_asked_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, str]] = []
+
+    def spy(kind: str, item: Any, live: Any) -> str | None:
+        asked.append((item.get("username") or item.get("id"), *item["plugins"]))
+        return live_conflict(kind, item, live)
+
+    live_conflict = moves.live_conflict
+    monkeypatch.setattr(moves, "live_conflict", spy)
+    live = {"consumers": [consumer("jack", **key_auth("k1")), consumer("rose", **key_auth("k2")),
+                          {"id": "jack/credentials/c1", "plugins": key_auth("k3")}]}
+    owners = _owners("consumers", live)
+    limit = {"limit-count": {"count": 1, "time_window": 60}}
+    assert _refused_parts("consumers", consumer("jack", **key_auth("k1"), **limit), live, owners) == []
+    assert _refused_parts("consumers", consumer("jack", **key_auth("k3")), live, owners) == []
+    assert asked == []  # its own key, a key of its own credential, a plugin without key: nothing to ask
+    assert _refused_parts("consumers", consumer("jack", **key_auth("k2")), live, owners) == [
+        ("key-auth", "duplicate key of plugin key-auth found with consumer: rose")]
+    assert asked == [("jack", "key-auth")]
+    assert _refused_parts("consumers", "not an item", live, owners) == []
+    assert _refused_parts("consumers", {"username": "jack", "plugins": ["key-auth"]}, live, owners) == []

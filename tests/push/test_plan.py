@@ -804,3 +804,256 @@ def test_the_derived_index_is_the_same_in_every_gitsync_version() -> None:
         usual = int.from_bytes(hashlib.sha256(content).digest()[:8], "big") % (10**14 - 1) + 1
         stand_in = int.from_bytes(hashlib.sha256(content + b"\x00").digest()[:8], "big") % (10**14 - 1) + 1
         assert content_indexes(item) == (usual, stand_in)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a plan says of every kind, and what it hands on to the next plan (the speed path: what it reuses
+# rather than computes again, each piece stated)
+
+
+def test_a_plan_says_of_each_kind_its_status_versions_and_count() -> None:
+    from gitsync.push.plan import KindPlan
+
+    live = {**fresh(), "routes_conf_version": 5, "upstreams_conf_version": 7, "services_conf_version": 8,
+            "consumers_conf_version": 9, "plugins_conf_version": 3,
+            "routes": [route("r1")], "services": {"not": "a list"}, "upstreams": [{"id": "u1", "nodes": {}}],
+            "consumers": [{"username": "jack", "desc": "a"}, {"username": "rose"}]}
+    live = {**live, "routes": json.loads(plan({"routes": [route("r1")]}, fresh()).body)["routes"]}
+    desired = {"routes": [route("r1")], "consumers": [{"username": "jack", "desc": "b"}, {"username": "bob"}]}
+    p = plan(desired, live, Policy(frozenset({"upstreams", "services"})))
+    assert p.kind("routes") == KindPlan("routes", KindStatus.UNCHANGED, 5, 5, 1)
+    assert p.kind("upstreams") == KindPlan("upstreams", KindStatus.UNMANAGED, 7, 7, 1)
+    assert p.kind("services") == KindPlan("services", KindStatus.UNMANAGED, 8, 8, 0)  # no list: none known
+    assert p.kind("plugins") == KindPlan("plugins", KindStatus.KEPT, 3, 3, 0)
+    assert p.kind("consumers") == KindPlan("consumers", KindStatus.CHANGED, 9, 10, 2, added=("bob",),
+                                           modified=("jack",), pruned=("rose",))
+    # the gateway once it takes the push: the kinds left alone as they were read
+    assert p.after is not None and p.after.items("upstreams") == live["upstreams"]
+    assert p.after.items("routes") == live["routes"]
+    assert [i["username"] for i in p.after.items("consumers")] == ["jack", "bob"]
+
+
+def test_the_largest_storable_version_is_kept_when_nothing_can_follow_it() -> None:
+    top = 1.7976931348623e308
+    p = plan({"routes": [route("r1")]}, {**fresh(), "routes_conf_version": top})
+    assert [k.version for k in p.kinds if k.key == "routes"] == [top]
+    assert p.versions["routes_conf_version"] == top
+    assert p.problems
+
+
+def test_the_version_keys_of_a_gateway_known_kinds_first_then_plugins_then_the_rest_by_name() -> None:
+    from gitsync.push.plan import live_version_keys
+
+    live = {"zzz_conf_version": 1, "plugins_conf_version": 1, "aaa_conf_version": 1,
+            "upstreams_conf_version": 1,
+            "routes_conf_version": 1, "routes": [], "conf_version": 1}
+    assert live_version_keys(live) == ["routes", "upstreams", "plugins", "aaa", "zzz"]
+
+
+def test_a_live_kind_that_is_not_a_list_equals_no_desired_list() -> None:
+    assert items_equal([], {}) and items_equal([], None) and items_equal([], [])
+    assert not items_equal([], {"not": "empty"})
+    assert not items_equal(["a", "b"], "ab") and not items_equal([], 5)
+
+
+def test_an_item_is_gitsyncs_by_the_index_its_own_content_derives() -> None:
+    item = route("r1")
+    assert written_by_gitsync({**item, "modifiedIndex": content_index(item)})
+    assert written_by_gitsync({**item, "modifiedIndex": content_indexes(item)[1]})
+    assert not written_by_gitsync({**item, "modifiedIndex": content_index(route("r2"))})
+
+
+def test_above_2_53_the_next_version_is_a_float_as_json_writes_it() -> None:
+    assert next_version(9007199254740000) == 9007199254740100 and type(next_version(9007199254740000)) is int
+    following = next_version(2**53 + 5000)
+    assert following == 9007199254746100.0 and type(following) is float
+    assert canonical_json(following) == b"9007199254746100.0"
+
+
+def test_indexed_items_and_copies() -> None:
+    from gitsync.push.plan import _copy, _Indexed
+
+    indexed = _Indexed([{"id": "r1", "modifiedIndex": 1}, "not an item"], [5, 6])
+    assert indexed[1] == "not an item" and indexed[0] == {"id": "r1", "modifiedIndex": 5}
+    assert _copy((1, 2)) == [1, 2] and _copy([1, 2]) == [1, 2]
+    twin = _copy(indexed)
+    assert isinstance(twin, _Indexed) and twin[0] is indexed[0]
+
+
+def test_a_list_takes_the_contents_ids_and_splits_render_kept_when_they_fit() -> None:
+    from gitsync.push.plan import _Listed
+
+    items = [{"username": "jack"}, {"username": "rose"}]
+    computed = [content_bytes(i) for i in items]
+    listed = _Listed.of("consumers", items)
+    assert (listed.ids, listed.contents, listed.splits) == (["jack", "rose"], computed, None)
+    kept = _Listed.of("consumers", items, [b"c1", b"c2"], ["a", "b"], [3, 4])
+    assert (kept.ids, kept.contents, kept.splits) == (["a", "b"], [b"c1", b"c2"], [3, 4])
+    short = _Listed.of("consumers", items, [b"c1"], ["a"], [3])  # another length: computed, no splits
+    assert (short.ids, short.contents, short.splits) == (["jack", "rose"], computed, None)
+    assert _Listed.of("consumers", items, [b"c1", b"c2"], None, [3]).splits is None
+    assert _Listed.of("consumers", items, None, None, [3, 4]).splits is None  # splits of other contents
+    desired = Desired.of({"consumers": items, "routes": [route("r1")]},
+                         contents={"consumers": [b"c1", b"c2"]}, ids={"consumers": ["a", "b"]},
+                         splits={"consumers": [3, 4]})
+    assert desired.wanted["consumers"] == kept and desired.wanted["routes"].ids == ["r1"]
+    assert Desired.of({"consumers": items}).wanted["consumers"].ids == ["jack", "rose"]
+
+
+def test_an_items_json_comes_from_its_content_when_the_split_says_it_is_its_own() -> None:
+    from gitsync.content import content_split, with_index
+    from gitsync.push.plan import _Listed
+
+    witness = content_bytes(route("r1", "/from-the-content"))  # not the item's: shows which was used
+    split = content_split(route("r1", "/from-the-content"), witness)
+    cases = [(route("r1"), witness), ({**route("r1"), "modifiedIndex": 5}, with_index(witness, split, 5)),
+             ({**route("r1"), "modifiedIndex": None}, canonical_json({**route("r1"), "modifiedIndex": None})),
+             ({**route("r1"), "modifiedIndex": 5.5}, canonical_json({**route("r1"), "modifiedIndex": 5.5}))]
+    for item, expected in cases:
+        assert _Listed([item], ["r1"], [witness], splits=[split]).fragment(0) == expected, item
+        assert _Listed([item], ["r1"], [witness]).fragment(0) == canonical_json(item)  # no split: encoded
+        assert _Listed([item], ["r1"], [witness], splits=[-1]).fragment(0) == canonical_json(item)
+    first = {"uri": "/a", "name": "n"}  # no key sorts before modifiedIndex: split 1
+    content = content_bytes({"uri": "/from-the-content", "name": "n"})
+    assert _Listed([{**first, "modifiedIndex": 7}], [None], [content], splits=[1]).fragment(0) == \
+        canonical_json({"uri": "/from-the-content", "name": "n", "modifiedIndex": 7})
+    assert _Listed(["x"], [None], [b'"y"'], splits=[1]).fragment(0) == b'"x"'
+
+
+def test_a_restored_list_is_what_gitsync_pushed_with_its_json() -> None:
+    from gitsync.content import content_split, with_index
+
+    routes = [route("r1"), route("r2"), route("r3")]
+    contents = [content_bytes(i) for i in routes]
+    splits = [content_split(i, c) for i, c in zip(routes, contents, strict=True)]
+    metadata = [{"id": "http-logger", "log_format": {"host": "$host"}}]
+    pushed = Desired.of({"routes": routes, "plugin_metadata": metadata}, contents={"routes": contents},
+                        splits={"routes": splits})
+    versions = {"routes_conf_version": 2, "plugin_metadata_conf_version": 2}
+    view = LiveView.restored(pushed, versions, {"routes": {"r2": 777, "r2.5": 1}})
+    listed = view.listed("routes")
+    indexes = [content_index(routes[0]), 777, content_index(routes[2])]
+    rows = zip(contents, splits, indexes, strict=True)
+    assert listed.fragments == [with_index(content, split, index) for content, split, index in rows]
+    assert listed.odd == {"r2": 777} and listed.splits == splits and listed.contents == contents
+    assert [item["modifiedIndex"] for item in listed.items] == indexes
+    odd = LiveView.restored(pushed, versions, {"routes": {"r2": 7.5}}).listed("routes")
+    assert odd.fragments == [listed.fragments[0], None, listed.fragments[2]]  # no int: written when sent
+    unsplit = LiveView.restored(Desired.of({"routes": routes}), versions, {}).listed("routes")
+    assert unsplit.fragments == [None, None, None] and unsplit.splits is None
+    meta = view.listed("plugin_metadata")
+    assert (meta.items, meta.fragments, meta.odd, meta.splits) == (metadata, [None], {}, None)
+    assert view.ids(["plugin_metadata", "upstreams"]) == {"plugin_metadata": ["http-logger"]}
+
+
+def test_a_plan_hands_on_each_items_json_and_odd_index_to_the_next() -> None:
+    from gitsync.content import content_split
+
+    routes = [route("r1"), route("r2"), route("r3")]
+    contents = [content_bytes(i) for i in routes]
+    splits = [content_split(i, c) for i, c in zip(routes, contents, strict=True)]
+    desired = Desired.of({"routes": routes}, contents={"routes": contents}, splits={"routes": splits})
+    first = plan(desired, fresh())
+    assert first.sent["routes"].fragments == [None, None, None]  # written when the body is
+    body = first.body
+    assert first.sent["routes"].fragments == [canonical_json(i) for i in json.loads(body)["routes"]]
+    assert first.sent["routes"].splits == splits and first.sent["routes"].odd == {}
+    read = applied(body)
+    read["routes"][1]["modifiedIndex"] = 777
+    again = plan(desired, read)  # another writer's index on r2: kept, and known as odd
+    assert not again.changes and again.after.listed("routes").odd_indexes() == {"r2": 777}
+    changed = [route("r1", "/changed"), route("r2"), route("r3")]
+    second = plan({"routes": changed}, first.after)  # in place: the same ids in order
+    sent = second.sent["routes"]
+    assert sent.fragments == [None, first.sent["routes"].fragments[1], first.sent["routes"].fragments[2]]
+    assert sent.odd == {} and sent.splits is None and sent.items[1] is first.sent["routes"].items[1]
+    moved = [route("r3"), route("r2"), route("r4")]
+    third = plan({"routes": moved}, first.after)  # not in place: twins by id
+    sent = third.sent["routes"]
+    assert sent.fragments == [first.sent["routes"].fragments[2], first.sent["routes"].fragments[1], None]
+    assert sent.odd == {} and [k.removed for k in third.kinds if k.key == "routes"] == [("r1",)]
+    from_read = plan({"routes": moved}, read).sent["routes"]
+    assert from_read.odd == {"r2": 777} and from_read.fragments == [None, None, None]
+    assert from_read.items[1]["modifiedIndex"] == 777
+
+
+def test_a_changed_item_that_is_no_item_is_sent_as_it_is() -> None:
+    first = plan({"routes": [route("r1"), route("r2")]}, fresh())
+    second = plan({"routes": [route("r1"), route("r2", "/b")]}, first.after)
+    assert [k.modified for k in second.kinds if k.key == "routes"] == [("r2",)]
+    odd = plan({"routes": ["not an item", route("r2", "/c")]}, first.after)
+    assert json.loads(odd.body)["routes"][0] == "not an item"
+    assert json.loads(odd.body)["routes"][1]["uri"] == "/c"
+
+
+def test_an_index_is_derived_from_the_content_render_gave() -> None:
+    from gitsync.content import content_split
+
+    witness = content_bytes(route("r1", "/the-content"))  # what render says the item's content is
+    desired = Desired.of({"routes": [route("r1")]}, contents={"routes": [witness]})
+    first = plan(desired, fresh())
+    assert first.sent["routes"].items[0]["modifiedIndex"] == content_index(None, content=witness)
+    routes = [route("r1"), route("r2")]
+    contents = [content_bytes(i) for i in routes]
+    splits = [content_split(i, c) for i, c in zip(routes, contents, strict=True)]
+    pushed = plan(Desired.of({"routes": routes}, contents={"routes": contents}, splits={"routes": splits}),
+                  fresh())
+    changed = Desired.of({"routes": [route("r1"), route("r2", "/b")]},
+                         contents={"routes": [contents[0], witness]}, splits={"routes": splits})
+    second = plan(changed, pushed.after)  # in place
+    assert second.sent["routes"].items[1]["modifiedIndex"] == content_index(None, content=witness)
+    assert second.sent["routes"].splits == splits and second.sent["routes"].odd == {}
+    moved = Desired.of({"routes": [route("r2"), route("r1")]}, contents={"routes": contents[::-1]},
+                       splits={"routes": splits[::-1]})
+    third = plan(moved, pushed.after)  # by id
+    assert third.sent["routes"].splits == splits[::-1] and third.sent["routes"].odd == {}
+
+
+def test_items_that_are_no_items_are_sent_as_they_are_after_our_own_push() -> None:
+    first = plan({"routes": ["x", route("r2")]}, fresh())
+    second = plan({"routes": ["y", route("r2", "/b")]}, first.after)
+    assert json.loads(second.body)["routes"][0] == "y"
+    assert json.loads(second.body)["routes"][1]["uri"] == "/b"
+    assert second.body == plan({"routes": ["y", route("r2", "/b")]}, applied(first.body)).body
+
+
+def test_an_odd_index_of_our_own_push_is_handed_on_by_id() -> None:
+    routes = [route("r1"), route("r2"), route("r3")]
+    read = applied(plan({"routes": routes}, fresh()).body)
+    read["routes"][1]["modifiedIndex"] = 777  # another writer's index on r2, kept
+    ours = plan({"routes": [*routes, route("r4")]}, read)
+    assert ours.sent["routes"].odd == {"r2": 777}
+    moved = plan({"routes": [route("r2"), route("r1")]}, ours.after)
+    assert moved.sent["routes"].odd == {"r2": 777} and moved.sent["routes"].items[0]["modifiedIndex"] == 777
+
+
+def test_a_restored_plugin_metadata_keeps_its_splits() -> None:
+    from gitsync.content import content_split
+
+    metadata = [{"id": "http-logger", "log_format": {"host": "$host"}}]
+    split = content_split(metadata[0], content_bytes(metadata[0]))
+    pushed = Desired.of({"plugin_metadata": metadata}, splits={"plugin_metadata": [split]},
+                        contents={"plugin_metadata": [content_bytes(metadata[0])]})
+    listed = LiveView.restored(pushed, {"plugin_metadata_conf_version": 1}, {}).listed("plugin_metadata")
+    assert listed.splits == [split] and listed.fragments == [None] and listed.odd == {}
+
+
+def test_a_restored_item_whose_index_goes_first_has_its_json_too() -> None:
+    item = {"uri": "/a", "name": "n"}  # no key sorts before modifiedIndex: split 1
+    pushed = Desired.of({"routes": [item]}, contents={"routes": [content_bytes(item)]},
+                        splits={"routes": [1]})
+    listed = LiveView.restored(pushed, {"routes_conf_version": 1}, {}).listed("routes")
+    assert listed.fragments == [canonical_json({**item, "modifiedIndex": content_index(item)})]
+
+
+def test_an_item_changed_in_place_loses_the_odd_index_it_had() -> None:
+    routes = [route("r1"), route("r2"), route("r3")]
+    read = applied(plan({"routes": routes}, fresh()).body)
+    read["routes"][1]["modifiedIndex"] = 777
+    ours = plan({"routes": [route("r1", "/b"), route("r2"), route("r3")]}, read)
+    assert ours.sent["routes"].odd == {"r2": 777}
+    changed = plan({"routes": [route("r1", "/b"), route("r2", "/c"), route("r3")]}, ours.after)  # in place
+    assert [(k.status, k.live_version, k.version, k.count, k.modified) for k in changed.kinds
+            if k.key == "routes"] == [(KindStatus.CHANGED, 2, 3, 3, ("r2",))]
+    assert changed.sent["routes"].odd == {}
+    assert changed.sent["routes"].items[1]["modifiedIndex"] == content_index(route("r2", "/c"))

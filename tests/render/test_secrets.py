@@ -20,6 +20,7 @@ from gitsync.render import RenderOptions, mask_secrets, render
 from gitsync.render.memo import ParseCache, incremental
 from gitsync.render.secrets import (
     NO_RULES,
+    Finding,
     SecretRules,
     apisix_paths,
     classify,
@@ -537,3 +538,163 @@ def test_every_list_of_a_payload_is_looked_at_after_one_skipped():
     contents = {"upstreams": [b'{"id":"u1","nodes":[]}'], "routes": [b'{"desc":"Bearer abcdefgh12345678"}']}
     assert [(k, i) for k, i, _ in find_secrets(payload, NO_RULES, contents)] == [("routes", 0)]
     assert [(k, i) for k, i, _ in find_secrets(payload)] == [("routes", 0)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Each finding's reason: export and validate name it, so a rule that finds a value for the wrong reason
+# (a broader rule finding it again) is a changed decision
+
+
+def why_of(kind: str, item: Any, rules: SecretRules = NO_RULES) -> dict[str, tuple[list[str], str]]:
+    """field path (dotted) → (the secret pieces there, why), for findings the classifier is sure of."""
+    found = {}
+    for f in classify(kind, item, rules):
+        assert f.certain, f
+        found[".".join(map(str, f.path))] = (f.pieces(value_at(item, f.path)), f.why)
+    return found
+
+
+def test_each_plugin_rule_says_why():
+    conf = {"jwt-auth": {"key": "user-key", "secret": "s-1"}, "my-plugin": {"conf": {"opaque": "o-1"}},
+            "limit-count": {"redis_password": "r-1", "key": "remote_addr"}}
+    rules = SecretRules.of(["my-plugin.conf.opaque"])
+    assert why_of("consumers", {"username": "u", "plugins": conf}, rules) == {
+        "plugins.jwt-auth.key": (["user-key"], "jwt-auth's credential"),  # an auth plugin's key
+        "plugins.jwt-auth.secret": (["s-1"], "jwt-auth's encrypt_fields (apisix/plugins/jwt-auth.lua)"),
+        "plugins.my-plugin.conf.opaque": (["o-1"], "secret_fields: my-plugin.conf.opaque"),
+        "plugins.limit-count.redis_password": (
+            ["r-1"], "limit-count's encrypt_fields (apisix/plugins/limit-count/init.lua)"),
+    }  # limit-count's key names a variable
+    assert why_of("consumers", {"username": "u", "plugins": {"jwt-auth": {"secret": "s-1"}}}) == {
+        "plugins.jwt-auth.secret": (["s-1"], "jwt-auth's encrypt_fields (apisix/plugins/jwt-auth.lua)")}
+    assert why_of("consumers", {"username": "u", "plugins": {"jwt-auth": ["key"]}}) == {}
+
+
+def test_a_plugin_inside_workflow_says_it_is_that_plugins_field():
+    limit = {"count": 1, "time_window": 1, "redis_password": "w-1"}
+    actions = [5, ["limit-count"], [7, limit], "limit-count", ["jwt-auth", {"key": "k-2"}, "more"],
+               ["limit-count", limit]]
+    route = {"id": "r", "uri": "/", "plugins": {"workflow": {"rules": [
+        "not a rule", {"case": []}, {"actions": "not a list"}, {"actions": actions}]}}}
+    assert why_of("routes", route) == {
+        "plugins.workflow.rules.3.actions.2.1.redis_password": (["w-1"], "the field name 'redis_password'"),
+        "plugins.workflow.rules.3.actions.4.1.key": (["k-2"], "jwt-auth's credential"),
+        "plugins.workflow.rules.3.actions.5.1.redis_password": (
+            ["w-1"], "limit-count's encrypt_fields (apisix/plugins/limit-count/init.lua)"),
+    }  # an action named by no string is no plugin: found by its field's name only
+    not_listed = {"id": "r", "plugins": {"workflow": {"rules": {"actions": actions}}}}
+    assert {why for _, why in why_of("routes", not_listed).values()} == {"the field name 'redis_password'"}
+    # only workflow's actions are plugins: another plugin's rules are its own config
+    other = {"id": "r", "plugins": {"my-plugin": {"rules": [{"actions": [["jwt-auth", {"key": "k-3"}]]}]}}}
+    assert why_of("routes", other) == {}
+
+
+def test_each_kind_rule_says_why():
+    assert why_of("ssls", {"id": "s", "key": "k", "keys": ["k1", {"k": "k2"}]}) == {
+        "key": (["k"], "ssls's key"), "keys.0": (["k1"], "ssls's keys"), "keys.1.k": (["k2"], "ssls's keys")}
+    assert why_of("routes", {"id": "r", "upstream": {"tls": {"client_key": "ck"}}}) == {
+        "upstream.tls.client_key": (["ck"], "routes's upstream.tls.client_key")}
+    rules = SecretRules.of(["upstreams.discovery_args.opaque"])
+    assert why_of("upstreams", {"id": "u", "discovery_args": {"opaque": "d-1"}}, rules) == {
+        "discovery_args.opaque": (["d-1"], "secret_fields: upstreams.discovery_args.opaque")}
+
+
+@pytest.mark.parametrize(("item", "found"), [
+    ({"id": "vault/main", "token": "t-1", "uri": "http://v:8200"},
+     {"token": (["t-1"], "the vault secret manager's token")}),
+    ({"id": "aws/team/a", "secret_access_key": "s-1", "session_token": "t-2"},
+     {"secret_access_key": (["s-1"], "the aws secret manager's secret_access_key"),
+      "session_token": (["t-2"], "the aws secret manager's session_token")}),
+    ({"id": "gcp/p", "auth_config": {"private_key": "g-1", "client_email": "e"}},
+     {"auth_config.private_key": (["g-1"], "the gcp secret manager's auth_config.private_key")}),
+    ({"id": "custom/x", "token": "t-3"}, {"token": (["t-3"], "the field name 'token'")}),  # no table
+    ({"token": "t-4"}, {"token": (["t-4"], "the field name 'token'")}),
+])
+def test_a_secret_manager_says_which_manager_by_its_id(item: dict[str, Any], found: dict[str, Any]):
+    assert why_of("secrets", item) == found
+
+
+AZURE = "azure-functions's metadata encrypt_fields (apisix/plugins/azure-functions.lua)"
+
+
+def test_plugin_metadata_says_its_plugins_metadata_and_declared_fields():
+    assert why_of("plugin_metadata", {"id": "azure-functions", "master_apikey": "m-1"}) == {
+        "master_apikey": (["m-1"], AZURE)}
+    rules = SecretRules.of(["my-plugin.conf.opaque", "azure-functions.conf.opaque"])
+    assert why_of("plugin_metadata", {"id": "my-plugin", "conf": {"opaque": "o-1"}}, rules) == {
+        "conf.opaque": (["o-1"], "secret_fields: my-plugin.conf.opaque")}
+    both = {"id": "azure-functions", "master_apikey": "m-1", "conf": {"opaque": "o-2"}}
+    assert why_of("plugin_metadata", both, rules) == {
+        "master_apikey": (["m-1"], AZURE),
+        "conf.opaque": (["o-2"], "secret_fields: azure-functions.conf.opaque")}
+    assert why_of("plugin_metadata", {"master_apikey": "m-1"}) == {
+        "master_apikey": (["m-1"], "the field name 'master_apikey'")}  # whose metadata: unknown
+
+
+def test_a_field_named_secret_says_its_name_whole_values_inside_it_too():
+    item = {"id": "r", "desc": {"password": {"a": ["p-1", "$env://P"], "b": "p-2"}, "api_key": ""}}
+    assert why_of("routes", item) == {"desc.password.a.0": (["p-1"], "the field name 'password'"),
+                                      "desc.password.b": (["p-2"], "the field name 'password'")}
+
+
+def test_an_authorization_field_is_read_as_the_header():
+    item = {"id": "r", "desc": {"password": "p-1", "authorization": "Bearer t0ken-1",
+                                "proxy_authorization": "$http_proxy_authorization",
+                                "http_proxy_authorization": "Basic dXNlcjpwdw==", "Authorization": ["a-1"]}}
+    assert why_of("routes", item) == {
+        "desc.password": (["p-1"], "the field name 'password'"),
+        "desc.authorization": (["t0ken-1"], "the value of the header 'Authorization'"),  # after its scheme
+        "desc.http_proxy_authorization": (["dXNlcjpwdw=="], "the value of the header 'Authorization'"),
+        "desc.Authorization.0": (["a-1"], "the field name 'Authorization'"),  # no string: whole
+    }  # a variable is where the value comes from
+
+
+def test_header_lines_in_a_header_list_and_nowhere_else():
+    lines = ["Cookie: sid=a:b", f"{JWT}", "https://u:s3cret@h.example/x", "Token: $env://T", "X-A: b"]
+    item = {"id": "r", "plugins": {"proxy-rewrite": {"headers": lines}}, "desc": "X-Api-Key: k3y-value"}
+    assert why_of("routes", item) == {
+        "plugins.proxy-rewrite.headers.0": (["sid=a:b"], "the value of the header 'Cookie'"),
+        "plugins.proxy-rewrite.headers.1": ([JWT], "a JWT"),
+        "plugins.proxy-rewrite.headers.2": (["s3cret"], "a URL password"),
+    }  # a free text field is no header map: by shape only
+    found = [f for f in classify("routes", item) if f.path == ("plugins", "proxy-rewrite", "headers", 0)]
+    assert found == [Finding(("plugins", "proxy-rewrite", "headers", 0), ((8, 15),),
+                             "the value of the header 'Cookie'")]
+
+
+def test_shapes_say_which_shape_each_part_has():
+    text = f"{PEM}{JWT} and Bearer abcdefgh-ijklmno and Basic dXNlcjpwdw== token=Bearer abc-defgh"
+    (finding,) = classify("routes", {"id": "r", "desc": text})
+    assert finding.why == "a PEM private key; a JWT; a credential after an authorization scheme"
+    assert finding.pieces(text) == [PEM, JWT, "abcdefgh-ijklmno", "dXNlcjpwdw=="]  # side by side: two
+    for words in ("Bearer abcdefghijklmnopqrstu", "Bearer abc-defgh", "Bearer abcdefg-ijklmn",
+                  "https://h.example/x?token=$env://TOKEN"):
+        assert classify("routes", {"id": "r", "desc": words}) == [], words  # words, a reference: none
+    shaped = {"id": "r", "plugins": {"proxy-rewrite": {"headers": {"set": {"X-Note": f"see {JWT}"}}}}}
+    assert classify("routes", shaped) == [
+        Finding(("plugins", "proxy-rewrite", "headers", "set", "X-Note"), ((4, 4 + len(JWT)),), "a JWT")]
+
+
+def test_a_non_item_is_looked_at_for_shapes_only():
+    assert classify("routes", ["Bearer abcdefgh12345678", {"password": "p-1"}]) == [
+        Finding((0,), ((7, 23),), "a credential after an authorization scheme"),
+        Finding((1, "password"), None, "the field name 'password'")]
+    assert classify("ssls", "-----BEGIN EC PRIVATE KEY-----") == [
+        Finding((), ((0, 30),), "a PEM private key")]
+
+
+def test_likely_secrets_at_their_edges():
+    assert classify("routes", {"id": "r", "desc": "https://h.example/p/Q2x8sK9mLp3Rt7vW1yZ4"}) == [
+        Finding(("desc",), ((20, 40),), "a high-entropy part of a URL", certain=False)]  # 20 characters
+    assert classify("routes", {"id": "r", "desc": "https://h.example/p/Q2x8sK9mLp3Rt7vW1yZ"}) == []  # 19
+    even = "aabbccddeeffgghh1111222233334444"  # exactly 3.5 bits a character
+    assert entropy(even) == 3.5
+    found = classify("routes", {"id": "r", "desc": f"https://h.example/{even}"})
+    assert [f.spans for f in found] == [((18, 50),)]
+    # the host is no secret, however random its name
+    assert classify("routes", {"id": "r", "desc": "https://Q2x8sK9mLp3Rt7vW1yZ4bN6c.example/hook"}) == []
+
+
+def test_contents_of_another_length_are_not_used():
+    payload = {"routes": [{"id": "r1", "desc": "Bearer abcdefgh12345678"}]}
+    assert [(k, i) for k, i, _ in find_secrets(payload, NO_RULES, {"routes": []})] == [("routes", 0)]
