@@ -13,6 +13,7 @@ in the environment (containers), or from ``$CREDENTIALS_DIRECTORY/<name>``.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import socket
@@ -33,7 +34,7 @@ from gitsync.notation import (
     parse_size,
     secret_field_problem,
 )
-from gitsync.ownership import Claim, Ownership, static_overlap
+from gitsync.ownership import EVERY_SOURCE, Claim, Ownership, Share, static_overlap
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
@@ -424,6 +425,9 @@ class Settings:
     verbose: int = setting("log", "int", 0, "0 info, 1 debug, 2 trace (`-v`, `-vv`).", groups=(GLOBAL,),
                            minimum=0)
     config_file: Path | None = None  # the TOML file actually read, if any
+    #: ``--source NAME`` of render/validate/diff: that ``[[sources]]`` table's files alone (its repo, or
+    #: ``--dir``), references into items other sources share taken as theirs (a team's CI; no agent)
+    only_source: str | None = None
 
 
 def _specs() -> tuple[Spec, ...]:
@@ -654,8 +658,9 @@ def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
 # [[sources]]
 
 #: The keys of a ``[[sources]]`` table beside those of ``[source]``.
-SOURCE_KEYS = ("name", "owns")
+SOURCE_KEYS = ("name", "owns", "shares")
 CLAIM_KEYS = ("kinds", "prefix", "labels")
+SHARE_KEYS = ("kinds", "prefix", "ids", "with")
 
 
 def _array_headers(text: str, name: str) -> list[int]:
@@ -728,7 +733,55 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
     if "owns" not in table:
         raise SettingsError(f"{where}: source {name!r} owns nothing: set owns = [...] (kinds, and within a "
                             "kind an id prefix or labels)")
-    return SourceSpec(name, values, Ownership(_claims(table["owns"], at("owns"))), where)
+    claims = _claims(table["owns"], at("owns"))
+    shares = _shares(table["shares"], at("shares")) if "shares" in table else ()
+    owned = Ownership(claims)
+    for share in shares:
+        for kind in share.kinds:
+            if kind not in owned.kinds():
+                raise SettingsError(f"{at('shares')}: source {name!r} shares {kind}, which it does not own "
+                                    f"(it owns {', '.join(sorted(owned.kinds()))})")
+    return SourceSpec(name, values, Ownership(claims, shares=shares), where)
+
+
+def _kinds_of(entry: Mapping[str, Any], where: str) -> list[str]:
+    """The ``kinds`` of an ``owns`` or ``shares`` table, each one known."""
+    kinds = entry.get("kinds")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+        raise SettingsError(f"{where}: kinds: expected a non-empty array of kinds")
+    for kind in kinds:
+        if kind not in KINDS:
+            raise SettingsError(f"{where}: unknown kind {kind!r}{_suggest(kind, KINDS)}")
+    return kinds
+
+
+def _shares(shares: Any, where: str) -> tuple[Share, ...]:
+    """``shares``: tables ``{kinds, prefix or ids, with}``: what other sources may name of this one's."""
+    if not isinstance(shares, list):
+        raise SettingsError(f"{where}: expected an array of tables "
+                            "({ kinds = [...], prefix = \"...\", with = [\"orders\"] })")
+    found = []
+    for entry in shares:
+        if not isinstance(entry, dict):
+            raise SettingsError(f"{where}: expected a table, got {_type_name(entry)}")
+        unknown = [key for key in entry if key not in SHARE_KEYS]
+        if unknown:
+            raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], SHARE_KEYS)}")
+        kinds = _kinds_of(entry, where)
+        prefix, ids = entry.get("prefix"), entry.get("ids", [])
+        if prefix is not None and (not isinstance(prefix, str) or not prefix):
+            raise SettingsError(f"{where}: prefix: expected a non-empty string")
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise SettingsError(f"{where}: ids: expected an array of ids")
+        if prefix is not None and ids:
+            raise SettingsError(f"{where}: a share names a prefix or ids, not both")
+        readers = entry.get("with", [EVERY_SOURCE])
+        readers = [readers] if isinstance(readers, str) else readers
+        if not isinstance(readers, list) or not readers or not all(isinstance(r, str) for r in readers):
+            raise SettingsError(f"{where}: with: expected an array of source names, or \"*\" (every source)")
+        found.append(Share(tuple(kinds), tuple(readers), prefix, tuple(ids)))
+    return tuple(found)
 
 
 def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
@@ -745,13 +798,7 @@ def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
         unknown = [key for key in entry if key not in CLAIM_KEYS]
         if unknown:
             raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], CLAIM_KEYS)}")
-        kinds = entry.get("kinds")
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
-            raise SettingsError(f"{where}: kinds: expected a non-empty array of kinds")
-        for kind in kinds:
-            if kind not in KINDS:
-                raise SettingsError(f"{where}: unknown kind {kind!r}{_suggest(kind, KINDS)}")
+        kinds = _kinds_of(entry, where)
         prefix = entry.get("prefix")
         if prefix is not None and (not isinstance(prefix, str) or not prefix):
             raise SettingsError(f"{where}: prefix: expected a non-empty string")
@@ -759,6 +806,12 @@ def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise SettingsError(f"{where}: labels: expected a table of strings "
                                 "(labels = { team = \"orders\" })")
+        if labels and prefix is None:
+            # ids are unique per kind on the gateway: with labels alone, who owns an id would be up to the
+            # items, and two sources declaring one id could not be told apart (which one to refuse)
+            raise SettingsError(f"{where}: a claim by labels needs an id prefix too ({{ kinds = "
+                                f"{json.dumps(kinds)}, prefix = \"<team>-\", labels = {{ ... }} }}): the "
+                                "owner of an id must follow from the settings alone")
         claims.append(Claim(tuple(kinds), prefix, tuple(sorted(labels.items()))))
     return tuple(claims)
 
@@ -769,7 +822,10 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
     sources: tuple[SourceSpec, ...] = values.get("sources", ())
     if not sources:
         return
-    for name, why in (("repo", "each source names its own repo"), ("dir", "a source is a git repo"),
+    for name, why in (("repo", "each source names its own repo"),
+                      *(() if values.get("only_source") else (("dir", "a source is a git repo (give --source "
+                                                                      "NAME to read one source's files from "
+                                                                      "--dir)"),)),
                       ("partial", "a left-out item keeps its last good version from its repo's last good "
                                   "commit, which the state of a source does not record"),
                       ("after_group", "the group gate compares the commit each agent of a group applied, "
@@ -792,6 +848,12 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
         seen[spec.name] = spec
         if not spec.values.get("repo"):
             raise SettingsError(f"{spec.origin}: source {spec.name!r} has no repo")
+        for share in spec.owns.shares:
+            names = {other.name for other in sources}
+            unknown = [r for r in share.readers if r != EVERY_SOURCE and r not in names]
+            if unknown:
+                raise SettingsError(f"{spec.origin}: source {spec.name!r} shares with {unknown[0]!r}, "
+                                    "which is no source")
         unmanaged = spec.owns.kinds() & set(values.get("unmanaged", ()))
         if unmanaged:
             raise SettingsError(f"{spec.origin}: source {spec.name!r} owns {sorted(unmanaged)[0]}, which "
@@ -819,6 +881,11 @@ class RepoSettings:
 def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
     """The config repos the settings name: one per ``[[sources]]`` table, or the one repo of ``[source]``
     (unnamed, owning every item): a composition of one. The one place that tells the two apart."""
+    if settings.only_source is not None:
+        spec = next(spec for spec in settings.sources if spec.name == settings.only_source)
+        own = source_settings(settings, spec)
+        alone = replace(own, dir=settings.dir, repo=None if settings.dir else own.repo)
+        return (RepoSettings(spec.name, alone, spec.owns),)
     if settings.sources:
         return tuple(RepoSettings(spec.name, source_settings(settings, spec), spec.owns)
                      for spec in settings.sources)
@@ -897,6 +964,7 @@ def load(
     """
     env = dict(os.environ if env is None else env)
     flags = dict(flags or {})
+    only_source = flags.pop("only_source", None)
     if config is None and "GITSYNC_CONFIG" in env:
         config = env["GITSYNC_CONFIG"]
     config_path: Path | None = None
@@ -962,6 +1030,13 @@ def load(
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
     _check_names(values, merged)
+    if only_source is not None:
+        names = [spec.name for spec in values.get("sources", ())]
+        if only_source not in names:
+            raise SettingsError(f"--source {only_source}: " + (
+                f"no [[sources]] table is named so (they are {', '.join(names)})" if names else
+                "the settings have no [[sources]] tables (--source picks one of them)"))
+        values["only_source"] = only_source
     _check_sources(values, merged)
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
@@ -1144,9 +1219,13 @@ def _sources_docs() -> list[str]:
         "(`<state_dir>/sources/<name>`) and the prefix of every place it reports (`name:file:line`). |",
         "| `owns` | What it may declare: an array of kinds (every item of each) and tables "
         "`{ kinds = [...], prefix = \"orders-\", labels = { team = \"orders\" } }` (the items of those "
-        "kinds whose id starts with `prefix` and that carry every one of `labels`). Two sources that could "
-        "claim one item are a settings error, unless one tells its items by prefix and the other by labels: "
-        "then an item both claim is refused where it is declared. |",
+        "kinds whose id starts with `prefix` and that carry every one of `labels`; a claim by labels needs a "
+        "`prefix` too). Two sources whose claims could hold one id are a settings error: the owner of an id "
+        "follows from the settings alone. |",
+        "| `shares` | What other sources' items may name of its own (a route's `upstream_id`, a consumer's "
+        "`group_id`, a `$secret://` manager, …): tables `{ kinds = [...], prefix = \"platform-\" (or ids = "
+        "[...]), with = [\"orders\"] (or \"*\", the default: every source) }`. Nothing else of it may be named "
+        "by another source. |",
         f"| {keys} | As in `[source]`; a key left out is `[source]`'s. |",
         "",
     ]

@@ -119,6 +119,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if command.arguments:
             module_name, func_name = command.arguments.split(":")
             getattr(importlib.import_module(module_name), func_name)(p)
+        if command.name in ("render", "validate", "diff"):
+            p.add_argument("--source", dest="only_source", metavar="NAME", default=None,
+                           help="with [[sources]]: that source alone, from --dir or its repo (a team's CI): "
+                                "references into items other sources share are theirs, others refused")
         if command.name == "render":
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
             p.add_argument("--explain", nargs=2, metavar=("KIND", "ID"), default=None,

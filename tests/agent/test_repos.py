@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 from gitsync.agent.outcomes import Stage, SyncResult
 from gitsync.agent.sync import Agent
 from gitsync.kinds import KINDS
-from gitsync.ownership import Claim, Ownership, static_overlap
+from gitsync.ownership import Claim, Ownership, Share, static_overlap
 from gitsync.problems import Location
 from gitsync.push.plan import items_equal
 from gitsync.render import RenderOptions, render
@@ -56,7 +56,7 @@ ref = "release"
 paths = ["base", "envs/prod"]
 git_token_file = "{token}"
 owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
-        {{ kinds = ["consumers"], labels = {{ team = "orders" }} }}]
+        {{ kinds = ["consumers"], prefix = "orders-", labels = {{ team = "orders" }} }}]
 """)
     settings = load(config=config, env={}, require=("repo",))
     platform, orders = settings.sources
@@ -64,7 +64,7 @@ owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
     assert orders.values["ref"] == "release" and orders.values["paths"] == ("base", "envs/prod")
     assert orders.values["git_token"].reveal() == "orders-token-value"
     assert orders.owns.claims == (Claim(("routes", "upstreams"), "orders-"),
-                                  Claim(("consumers",), None, (("team", "orders"),)))
+                                  Claim(("consumers",), "orders-", (("team", "orders"),)))
     own = source_settings(settings, platform)
     assert (own.repo, own.ref, own.paths, own.git_timeout) == ("https://git.example/platform.git", "main",
                                                                ("base",), 7.0)
@@ -88,8 +88,9 @@ def test_the_example_for_a_platform_and_twenty_teams_loads(tmp_path: Path) -> No
     ('["routes"]', '[{ kinds = ["routes"], prefix = "b-" }]', "both claim every item of routes / routes with "
                                                              "id prefix 'b-'"),
     ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], prefix = "a-b" }]', "id prefix 'a-'"),
-    ('[{ kinds = ["routes"], labels = { team = "a" } }]',
-     '[{ kinds = ["routes"], labels = { team = "a", env = "prod" } }]', "label team=a"),
+    # labels do not tell two sources apart: one id, two owners
+    ('[{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } }]',
+     '[{ kinds = ["routes"], prefix = "a-", labels = { team = "b" } }]', "label team=b"),
     ('[{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } }]',
      '[{ kinds = ["routes"], prefix = "a" }]', "id prefix 'a'"),
 ])
@@ -107,13 +108,11 @@ def test_two_sources_that_may_claim_one_item_are_a_settings_error_naming_both(
 
 @pytest.mark.parametrize(("owns_a", "owns_b"), [
     ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], prefix = "b-" }]'),
-    ('[{ kinds = ["routes"], labels = { team = "a" } }]',
-     '[{ kinds = ["routes"], labels = { team = "b" } }]'),
+    ('[{ kinds = ["consumers"], prefix = "a-", labels = { team = "a" } }]',
+     '[{ kinds = ["consumers"], prefix = "b-", labels = { team = "a" } }]'),
     ('["routes"]', '["upstreams"]'),
-    # one by prefix, the other by labels: only an item can make them meet (checked per item)
-    ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], labels = { team = "b" } }]'),
 ])
-def test_sources_told_apart_by_the_settings_or_by_their_items_start(tmp_path: Path, owns_a: str,
+def test_sources_told_apart_by_their_id_prefixes_start(tmp_path: Path, owns_a: str,
                                                                    owns_b: str) -> None:
     config = tmp_path / "gitsync.toml"
     config.write_text(f'[[sources]]\nname = "a"\nrepo = "/a"\nowns = {owns_a}\n\n'
@@ -137,6 +136,16 @@ def test_sources_told_apart_by_the_settings_or_by_their_items_start(tmp_path: Pa
      ":3: sources[0]: source 'a' owns secrets, which unmanaged leaves as it is live"),
     ('[[sources]]\nname = "a"\nrepo = "/a"\ngit_token = "x"\nowns = ["routes"]\n',
      ":4: sources[0].git_token: secrets are not read from the settings file"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = [{ kinds = ["consumers"], labels = { team = "a" } }]\n',
+     ':4: sources[0].owns: a claim by labels needs an id prefix too ({ kinds = ["consumers"], prefix = '
+     '"<team>-", labels = { ... } }): the owner of an id must follow from the settings alone'),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = [{ kinds = ["upstreams"], prefix = "a-" }]\n'
+     'shares = [{ kinds = ["routes"] }]\n',
+     ":5: sources[0].shares: source 'a' shares routes, which it does not own (it owns upstreams)"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["upstreams"]\nshares = [{ kinds = ["upstreams"], '
+     'with = ["b"] }]\n', ":1: sources[0]: source 'a' shares with 'b', which is no source"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["upstreams"]\nshares = [{ kinds = ["upstreams"], '
+     'prefix = "a-", ids = ["a-1"] }]\n', ":5: sources[0].shares: a share names a prefix or ids, not both"),
 ])
 def test_a_bad_source_table_is_a_settings_error_at_its_line(tmp_path: Path, text: str, error: str) -> None:
     config = tmp_path / "gitsync.toml"
@@ -172,25 +181,27 @@ def test_overlapping_sources_stop_the_agent_with_exit_2(tmp_path: Path) -> None:
 # ownership, composition, choice (pure)
 
 
-def test_static_overlap_and_items_told_apart_by_prefix_and_labels() -> None:
-    by_prefix, by_label = Claim(("routes",), "a-"), Claim(("routes",), None, (("team", "b"),))
+def test_static_overlap_is_decided_by_ids_and_labels_only_narrow_a_claim() -> None:
+    by_prefix, by_label = Claim(("routes",), "a-"), Claim(("routes",), "b-", (("team", "b"),))
     assert static_overlap(by_prefix, by_label) is None
     assert static_overlap(by_prefix, Claim(("upstreams",))) is None
     assert static_overlap(Claim(("routes",), "a-"), Claim(("routes",), "b-")) is None
     assert static_overlap(Claim(("routes",)), by_label)
+    assert static_overlap(Claim(("routes",), "b-", (("team", "c"),)), by_label)  # one id, two owners
     assert by_prefix.matches("routes", "a-1", {}) and not by_prefix.matches("routes", "b-1", {})
-    assert by_label.matches("routes", "x", {"labels": {"team": "b", "env": "p"}})
-    assert not by_label.matches("routes", "x", {"labels": {"team": "a"}})
-    assert not by_label.matches("routes", "x", {})
+    assert by_label.matches("routes", "b-x", {"labels": {"team": "b", "env": "p"}})
+    assert not by_label.matches("routes", "b-x", {"labels": {"team": "a"}})
+    assert not by_label.matches("routes", "b-x", {})
 
 
 def rendered(files: dict[str, str], **options: Any) -> Any:
     return render({name: text.encode() for name, text in files.items()}, RenderOptions(**options))
 
 
-PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")))
+PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")),
+                     shares=(Share(("upstreams",), prefix="platform-"),))
 TEAM_A = Ownership((Claim(("routes", "upstreams"), "a-"),))
-TEAM_B = Ownership((Claim(("routes",), None, (("team", "b"),)),))
+TEAM_B = Ownership((Claim(("routes",), "b-", (("team", "b"),)),))
 OTHERS = (("platform", PLATFORM), ("a", TEAM_A), ("b", TEAM_B))
 
 
@@ -199,20 +210,23 @@ def part(name: str, files: dict[str, str]) -> Part:
     return Part(name, "0" * 40, rendered(files, unmanaged=shared_kinds(owns)), owns)
 
 
-def test_an_item_outside_its_sources_ownership_or_claimed_by_another_is_refused_at_its_line() -> None:
+def test_an_item_outside_its_sources_ownership_is_refused_at_its_line_naming_the_ids_owner() -> None:
     a = part("a", {"r.yaml": "routes:\n  - id: a-one\n    uri: /a\n    upstream_id: platform-web\n"
                              "  - id: b-one\n    uri: /b\n    upstream_id: platform-web\n"
+                             "    labels: {team: b}\n"
                              "  - id: a-two\n    uri: /c\n    upstream_id: platform-web\n"
                              "    labels: {team: b}\n"})
-    assert [str(p) for p in facts_of(a, OTHERS).problems] == [
-        "r.yaml:5:5: routes[b-one]: source 'a' may not declare this item: it owns routes with id prefix 'a-'",
-        "r.yaml:8:5: routes[a-two]: claimed by two sources: 'a' (routes with id prefix 'a-') and 'b' (routes "
-        "with label team=b); give it an id or labels only one of them claims",
-    ]
-    b = part("b", {"r.yaml": "routes:\n  - id: a-three\n    uri: /a\n    upstream_id: platform-web\n"})
+    assert [str(p) for p in facts_of(a, OTHERS).problems] == [  # a label names no owner: the id does
+        "r.yaml:5:5: routes[b-one]: source 'a' may not declare this item: it owns routes with id prefix "
+        "'a-'; it belongs to source 'b' (routes with id prefix 'b-' and label team=b)"]
+    b = part("b", {"r.yaml": "routes:\n  - id: a-three\n    uri: /a\n    upstream_id: platform-web\n"
+                             "    labels: {team: b}\n"
+                             "  - id: b-four\n    uri: /b\n    upstream_id: platform-web\n"})
     assert [str(p) for p in facts_of(b, OTHERS).problems] == [
-        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with label "
-        "team=b; it belongs to source 'a' (routes with id prefix 'a-')"]
+        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with id prefix "
+        "'b-' and label team=b; it belongs to source 'a' (routes with id prefix 'a-')",
+        "r.yaml:6:5: routes[b-four]: source 'b' may not declare this item: it owns routes with id prefix "
+        "'b-' and label team=b; the id is its own, the item lacks the labels"]
 
 
 def test_a_composed_payload_keeps_the_sources_order_and_places_and_checks_references_across_them() -> None:
@@ -266,6 +280,7 @@ agent_name = "edge-1"
 name = "platform"
 repo = "{self.platform.path}"
 owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
 
 [[sources]]
 name = "a"
@@ -627,8 +642,11 @@ def test_export_split_by_a_label_gives_one_repo_per_owner_that_the_agent_compose
     tables = (out / "sources.toml").read_text()
     for name, url in urls.items():
         tables = tables.replace(f"<the URL of the {name} repo>", url)
-    assert 'owns = [{ kinds = ["routes", "consumers"], labels = { team = "a" } }]' in tables
-    assert 'owns = ["upstreams", "global_rules"]' in tables
+    # a claim by label with the id prefix its items share; what other owners' items name, shared with them
+    assert ('owns = [{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } },\n'
+            '        { kinds = ["consumers"], prefix = "alice", labels = { team = "a" } }]') in tables
+    assert ('owns = ["upstreams", "global_rules"]\nshares = [{ kinds = ["upstreams"], '
+            'ids = ["platform-web"], with = ["a", "b"] }]') in tables
     with ApisixDouble(ADMIN_KEY) as fresh:
         config = tmp_path / "gitsync.toml"
         config.write_text(f'[gateways]\ngateways = ["{fresh.url}"]\nadmin_key_file = "{key}"\n'
@@ -653,6 +671,31 @@ def test_export_split_by_refuses_a_kind_only_some_of_whose_items_carry_the_label
     assert done.returncode == 2
     assert ("gitsync export: --split-by team: routes[nobody] carries no label 'team' while other routes do: "
             "label them (each item needs one owner), or export without --split-by") in done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(("routes", "error"), [
+    # the settings file written beside the repos cannot be a repo too: refused before anything is written
+    ([{"id": "x-one", "uri": "/x", "labels": {"team": "sources.toml"}},
+      {"id": "a-one", "uri": "/a", "labels": {"team": "a"}}],
+     "routes[x-one]: label team='sources.toml' cannot name a source and its repo"),
+    # a claim by label needs the id prefix its items share
+    ([{"id": "one", "uri": "/x", "labels": {"team": "a"}},
+      {"id": "two", "uri": "/y", "labels": {"team": "a"}}],
+     "the routes of 'a' (one, two) share no id prefix, which a claim by label needs"),
+    ([{"id": "a-one", "uri": "/x", "labels": {"team": "a"}}, {"id": "a-one-b", "uri": "/y",
+                                                             "labels": {"team": "b"}}],
+     "the routes of 'a' (id prefix 'a-one') and of 'b' (id prefix 'a-one-b') could hold one id"),
+])
+def test_export_split_by_writes_nothing_when_the_owners_cannot_be_told_apart_by_the_settings(
+        tmp_path: Path, apisix: ApisixDouble, routes: list[dict[str, Any]], error: str) -> None:
+    apisix.out_of_band("routes", routes)
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    done = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key), "--out",
+                       str(tmp_path / "out"), "--split-by", "team")
+    assert done.returncode == 2
+    assert f"gitsync export: --split-by team: {error}" in done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -72,6 +72,7 @@ agent_name = "edge-1"
 name = "platform"
 repo = "{git_daemon.url(platform.path.name)}"
 owns = ["global_rules", "plugin_metadata", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
 
 [[sources]]
 name = "a"
