@@ -39,6 +39,9 @@ from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
 DOCKER_SECRETS = Path("/run/secrets")
+#: Where ``${{ secrets.NAME }}`` values are read from when `secrets_dir` is not set (when it exists): not
+#: a directory of gitsync's own credentials (`$CREDENTIALS_DIRECTORY`, `/run/secrets`).
+DEFAULT_SECRETS_DIR = Path("/etc/gitsync/secrets")
 
 
 class SettingsError(Exception):
@@ -195,8 +198,13 @@ class Settings:
     vars_file: Path | None = setting("render", "path", None, "A YAML or JSON mapping of values for "
                                      "`${{ vars.NAME }}`.", groups=(SOURCE,), must_exist=True)
     secrets_dir: Path | None = setting("render", "path", None, "Directory of files, one value each, for "
-                                       "`${{ secrets.NAME }}`; defaults to `$CREDENTIALS_DIRECTORY`, else "
-                                       "`/run/secrets` when present.", groups=(SOURCE,))
+                                       "`${{ secrets.NAME }}`; defaults to `/etc/gitsync/secrets` when "
+                                       "present (not `$CREDENTIALS_DIRECTORY` nor `/run/secrets`: gitsync's "
+                                       "own credentials are never readable from config, whatever directory "
+                                       "they share). With `[[sources]]`, a source reads its own subdirectory "
+                                       "`<secrets_dir>/<name>/` only, and the names its `shared_secrets` "
+                                       "lists.",
+                                       groups=(SOURCE,))
     age_key: Secret | None = setting("render", "str", None, "age identity that decrypts SOPS files (also "
                                      "`SOPS_AGE_KEY_FILE` and `SOPS_AGE_KEY`, as sops reads them).",
                                      secret=True, groups=(SOURCE,))
@@ -425,6 +433,15 @@ class Settings:
     verbose: int = setting("log", "int", 0, "0 info, 1 debug, 2 trace (`-v`, `-vv`).", groups=(GLOBAL,),
                            minimum=0)
     config_file: Path | None = None  # the TOML file actually read, if any
+    #: Files gitsync reads for itself (every ``*_file`` setting's of the agent and of each source, its
+    #: credentials found by name): ``${{ secrets.NAME }}`` never resolves to one of them.
+    credential_files: tuple[Path, ...] = ()
+    #: With ``[[sources]]``: the source this is the settings of (`source_settings`), and the names of the
+    #: agent's own ``${{ secrets }}`` (in `secrets_dir` itself, ``GITSYNC_SECRET_*``) it may read too.
+    source_name: str | None = None
+    shared_secrets: tuple[str, ...] = ()
+    #: Said once at start, as a warning (a setting whose default changed under an install that used it).
+    notices: tuple[str, ...] = ()
     #: ``--source NAME`` of render/validate/diff: that ``[[sources]]`` table's files alone (its repo, or
     #: ``--dir``), references into items other sources share taken as theirs (a team's CI; no agent)
     only_source: str | None = None
@@ -658,7 +675,9 @@ def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
 # [[sources]]
 
 #: The keys of a ``[[sources]]`` table beside those of ``[source]``.
-SOURCE_KEYS = ("name", "owns", "shares")
+SOURCE_KEYS = ("name", "owns", "shares", "shared_secrets")
+#: Keys of other sections a ``[[sources]]`` table takes: its own SOPS identity.
+SOURCE_RENDER_KEYS = ("age_key",)
 CLAIM_KEYS = ("kinds", "prefix", "labels")
 SHARE_KEYS = ("kinds", "prefix", "ids", "with")
 
@@ -706,7 +725,8 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
         raise SettingsError(f"{at('name') if 'name' in table else where}: every source needs a name of 1 to "
                             f"64 letters, digits, '.', '_' or '-', starting with a letter or digit (got "
                             f"{name!r})")
-    allowed = {spec.name: spec for spec in SPECS if spec.section == "source"}
+    allowed = {spec.name: spec for spec in SPECS
+               if spec.section == "source" or spec.name in SOURCE_RENDER_KEYS}
     values: dict[str, Any] = {}
     for key, raw in table.items():
         if key in SOURCE_KEYS:
@@ -733,6 +753,11 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
     if "owns" not in table:
         raise SettingsError(f"{where}: source {name!r} owns nothing: set owns = [...] (kinds, and within a "
                             "kind an id prefix or labels)")
+    shared = table.get("shared_secrets", [])
+    if not isinstance(shared, list) or not all(isinstance(n, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)
+                                               for n in shared):
+        raise SettingsError(f"{at('shared_secrets')}: expected an array of secret names (letters, digits, _)")
+    values["shared_secrets"] = tuple(shared)
     claims = _claims(table["owns"], at("owns"))
     shares = _shares(table["shares"], at("shares")) if "shares" in table else ()
     owned = Ownership(claims)
@@ -895,7 +920,7 @@ def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
 def source_settings(settings: Settings, spec: SourceSpec) -> Settings:
     """The settings of one source as a repo of its own: its keys over ``[source]``'s, its own state
     directory (mirror, parse cache, write-back) under the agent's."""
-    return replace(settings, **{**spec.values, "sources": (), "dir": None,
+    return replace(settings, **{**spec.values, "sources": (), "dir": None, "source_name": spec.name,
                                 "state_dir": settings.state_dir / "sources" / spec.name})
 
 
@@ -1001,8 +1026,17 @@ def load(
     }}
     if "state_dir" not in values and env.get("STATE_DIRECTORY"):
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
+    notices = []
     if "secrets_dir" not in values:
-        values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
+        values["secrets_dir"] = DEFAULT_SECRETS_DIR if DEFAULT_SECRETS_DIR.is_dir() else None
+        left = [d for _, d in _credential_dirs(env) if d.is_dir() and any(
+            p.name.lower() not in OWN_SECRET_NAMES for p in _listed(d))]
+        if left:
+            notices.append(f"secrets_dir is not set: ${{{{ secrets.NAME }}}} no longer reads {left[0]} (the "
+                           f"directory of gitsync's own credentials), which holds other files; move the "
+                           f"config's secrets to {DEFAULT_SECRETS_DIR}, or set secrets_dir = \"{left[0]}\" "
+                           "(gitsync's own credentials stay unreadable from config either way)")
+    values["notices"] = tuple(notices)
     for entry in values.get("secret_fields", ()):
         problem = secret_field_problem(entry)
         if problem:
@@ -1041,7 +1075,8 @@ def load(
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")
-    settings = Settings(**values, config_file=config_path)
+    settings = Settings(**values, config_file=config_path,
+                        credential_files=_credential_files(values, config_path, env))
     if settings.sources:  # each source names its repo
         require = [name for name in require if name != "repo"]
     missing = [name for name in require if not getattr(settings, name)]
@@ -1124,6 +1159,34 @@ def _resolve_secret(
                 out[spec.name] = Secret(_read_secret_file(path, where))
                 break
     return out
+
+
+#: The names of gitsync's own credentials (and of every file setting's stem): never a ``${{ secrets }}`` name.
+OWN_SECRET_NAMES = frozenset(
+    {spec.name for spec in SPECS if spec.secret} |
+    {f.name[: -len("_file")] for f in fields(Settings) if f.name.endswith("_file")} |
+    {"ssh_key", "signing_key", "client_key", "client_cert", "sops_age_key", "credentials", "age_keys"}) - {
+        "config", "vars"}
+
+
+def _listed(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
+def _credential_files(values: Mapping[str, Any], config: Path | None, env: Mapping[str, str]
+                      ) -> tuple[Path, ...]:
+    """Every file gitsync reads for itself: each ``*_file`` setting's (the agent's and each source's), the
+    settings file, its credentials by name in the credential directories, sops's key file."""
+    found: list[Path] = [config] if config is not None else []
+    for table in (values, *(spec.values for spec in values.get("sources", ()))):
+        found += [path for name, path in table.items() if name.endswith("_file") and isinstance(path, Path)]
+    found += [directory / name for _, directory in _credential_dirs(env) for name in OWN_SECRET_NAMES]
+    if env.get("SOPS_AGE_KEY_FILE"):
+        found.append(Path(env["SOPS_AGE_KEY_FILE"]))
+    return tuple(dict.fromkeys(found))
 
 
 def _credential_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
@@ -1211,7 +1274,8 @@ def render_docs() -> str:
 def _sources_docs() -> list[str]:
     """The ``[[sources]]`` part of the settings page: its keys, from the ``[source]`` specs."""
     keys = ", ".join(f"`{spec.name}_file`" if spec.secret else f"`{spec.name}`"
-                     for spec in SPECS if spec.section == "source" and spec.name != "dir")
+                     for spec in SPECS if (spec.section == "source" and spec.name != "dir")
+                     or spec.name in SOURCE_RENDER_KEYS)
     return [
         "## `[[sources]]`", "", SPEC_BY_NAME["sources"].help + " File only (no flag or variable).", "",
         "| key | meaning |", "|---|---|",
@@ -1224,8 +1288,11 @@ def _sources_docs() -> list[str]:
         "follows from the settings alone. |",
         "| `shares` | What other sources' items may name of its own (a route's `upstream_id`, a consumer's "
         "`group_id`, a `$secret://` manager, …): tables `{ kinds = [...], prefix = \"platform-\" (or ids = "
-        "[...]), with = [\"orders\"] (or \"*\", the default: every source) }`. Nothing else of it may be named "
-        "by another source. |",
+        "[...]), with = [\"orders\"] (or \"*\", the default: every source) }`. Nothing else of it may be "
+        "named by another source. |",
+        "| `shared_secrets` | Names of the agent's own `${{ secrets.NAME }}` values (the files of "
+        "`secrets_dir` itself, `GITSYNC_SECRET_NAME`) it may read beside its own directory "
+        "`<secrets_dir>/<name>/`. |",
         f"| {keys} | As in `[source]`; a key left out is `[source]`'s. |",
         "",
     ]

@@ -192,6 +192,8 @@ def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
         return 2, None
     if (settings.verbose, settings.log_json) != (args.verbose or 0, bool(args.log_json)):
         gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)  # the settings file's choice
+    for notice in settings.notices:
+        gslog.logger.warning("{}", notice)
     args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)

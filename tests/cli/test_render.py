@@ -221,14 +221,15 @@ def test_a_team_validates_its_repo_alone_with_the_platforms_shared_items_taken_a
     ok = run_gitsync("validate", "--config", str(config), "--source", "orders", "--dir", str(team))
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("valid: 1 routes")
-    (team / "routes.yaml").write_text(routes + "  - id: orders-b\n    uri: /b\n    upstream_id: payments-web\n"
-                                      "  - id: payments-c\n    uri: /c\n    upstream_id: platform-web\n")
+    theirs = "  - id: orders-b\n    uri: /b\n    upstream_id: payments-web\n"
+    squatted = "  - id: payments-c\n    uri: /c\n    upstream_id: platform-web\n"
+    (team / "routes.yaml").write_text(routes + theirs + squatted)
     refused = run_gitsync("validate", "--config", str(config), "--source", "orders", "--dir", str(team))
     assert refused.returncode == 1
     assert refused.stderr.splitlines() == [
         "routes.yaml:8:5: routes[payments-c]: source 'orders' may not declare this item: it owns routes with "
         "id prefix 'orders-'; it belongs to source 'payments' (routes with id prefix 'payments-')"]
-    (team / "routes.yaml").write_text(routes + "  - id: orders-b\n    uri: /b\n    upstream_id: payments-web\n")
+    (team / "routes.yaml").write_text(routes + theirs)
     refused = run_gitsync("validate", "--config", str(config), "--source", "orders", "--dir", str(team))
     assert refused.stderr.splitlines() == [
         "routes.yaml:7:5: routes[orders-b].upstream_id: upstream_id 'payments-web' names upstreams of source "
