@@ -11,8 +11,8 @@ RUN python -m pip install --no-cache-dir --root-user-action=ignore build==1.2.2 
  && python -m build --wheel --outdir /dist .
 
 FROM ${BASE_IMAGE}
-LABEL org.opencontainers.image.title="gitsync" \
-      org.opencontainers.image.description="GitOps pull agent for Apache APISIX (API-driven standalone)" \
+LABEL org.opencontainers.image.title="apisix-gitsync" \
+      org.opencontainers.image.description="gitsync: GitOps pull agent for Apache APISIX (API-driven standalone)" \
       org.opencontainers.image.licenses="Apache-2.0"
 # ssh for ssh:// remotes; nothing else: dulwich speaks git itself.
 # hadolint ignore=DL3008

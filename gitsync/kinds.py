@@ -25,9 +25,10 @@ KINDS: tuple[str, ...] = (
     "secrets",
 )
 
-#: Kinds a config repo may declare that are gitsync's own, never pushed: health checks (gitsync.push.health)
-#: and the site's secret fields (gitsync.render.secrets).
-REPO_ONLY_KINDS: tuple[str, ...] = ("checks", "secret_fields")
+#: Kinds a config repo may declare that are gitsync's own, never pushed: health checks (gitsync.push.health),
+#: the site's secret fields (gitsync.render.secrets) and the OpenAPI specs it renders
+#: (gitsync.render.openapi).
+REPO_ONLY_KINDS: tuple[str, ...] = ("checks", "secret_fields", "openapi")
 
 #: Every key APISIX 3.14+ keeps a ``<key>_conf_version`` for: the kinds plus ``plugins``.
 VERSIONED_KEYS: tuple[str, ...] = (*KINDS, "plugins")

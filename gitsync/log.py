@@ -103,7 +103,8 @@ def spellings(value: str) -> frozenset[str]:
 class Redactor:
     """Masks a set of secret values in any text, whole or cut short, in every spelling of `spellings`.
 
-    A value of `MIN_SECRET_LENGTH` or more is masked wherever it appears, and its first (last)
+    A value of `MIN_SECRET_LENGTH` or more is masked wherever it appears, as a whole word (`_mask_whole`:
+    a value inside a longer word takes the whole word with it, never leaving half of it), and its first (last)
     characters too where the text was cut right after (before) them. A shorter value is masked only
     as a whole quoted value (``"x#y"``), or with `whole_words`, wherever it stands as a word.
     """
@@ -161,7 +162,7 @@ class Redactor:
             return text
         for spelling in long_ones:
             if spelling in text:
-                text = text.replace(spelling, MASK)
+                text = _mask_whole(text, spelling)
         text = self._cut_ends(text)
         if short is not None:
             text = short.sub(MASK, text)
@@ -211,6 +212,33 @@ class Redactor:
             last = end
         out.append(text[last:])
         return "".join(out)
+
+
+_WORD_BEFORE = re.compile(r"\w+$")
+_WORD_AFTER = re.compile(r"^\w+")
+
+
+def _mask_whole(text: str, spelling: str) -> str:
+    """`text` with each `spelling` masked as a whole value: where it is part of a longer word (a secret
+    ``short`` in ``shorter``), the whole word goes, never half of it (``*** than``, not ``***er than``).
+    The mask never shrinks below the value, so a secret written against other characters (``ab`` +
+    secret) is masked all the same, with them."""
+    out: list[str] = []
+    last = 0
+    start = text.find(spelling)
+    while start >= 0:
+        begin, end = start, start + len(spelling)
+        if spelling[0].isalnum() or spelling[0] == "_":
+            before = _WORD_BEFORE.search(text, last, begin)
+            begin = before.start() if before else begin
+        if spelling[-1].isalnum() or spelling[-1] == "_":
+            after = _WORD_AFTER.search(text[end:])
+            end += after.end() if after else 0
+        out += [text[last:begin], MASK]
+        last = end
+        start = text.find(spelling, last)
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

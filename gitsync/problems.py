@@ -93,6 +93,9 @@ class Problem:
     kind: str | None = None
     id: str | None = None
     field: str | None = None
+    #: What the message leaves out for the person reading it (the value, the allowed ones), printed in
+    #: parentheses after it: `message` stays the gateway's own words where they are its.
+    detail: str | None = None
 
     def subject(self) -> str:
         """The ``kind[id].field`` part, or ``""`` when nothing of it is known."""
@@ -109,7 +112,8 @@ class Problem:
         subject = self.subject()
         if subject:
             head.append(subject)
-        return one_line(": ".join([*head, self.message]))
+        message = f"{self.message} ({self.detail})" if self.detail else self.message
+        return one_line(": ".join([*head, message]))
 
 
 class ProblemsError(Exception):

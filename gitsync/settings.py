@@ -217,6 +217,12 @@ class Settings:
                             "every item that refers to it, is left out of the commit (keeping its last good "
                             "version where there is one) instead of refusing the whole commit; a file that "
                             "does not load still refuses it.", groups=(SOURCE,))
+    ambiguous_scalars: str = setting("render", "enum", limits.AMBIGUOUS_SCALARS, "Plain (unquoted) values "
+                                     "that YAML 1.1 tools read otherwise than YAML 1.2, which gitsync reads "
+                                     "(`yes`, `on`, `0777`, `1_000`, `0b101`, `1:20`, `2024-01-02`, …): "
+                                     "`warn` reports each at its file:line and renders the commit, `error` "
+                                     "refuses it (docs/repo-format.md, \"How values are read\").",
+                                     choices=limits.AMBIGUOUS_SCALARS_CHOICES, groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", limits.MAX_PAYLOAD_SIZE, "Largest rendered payload "
                                     "accepted (APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
     secret_fields: tuple[str, ...] = setting(
@@ -757,7 +763,8 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
     if not isinstance(shared, list) or not all(isinstance(n, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)
                                                for n in shared):
         raise SettingsError(f"{at('shared_secrets')}: expected an array of secret names (letters, digits, _)")
-    values["shared_secrets"] = tuple(shared)
+    if shared:
+        values["shared_secrets"] = tuple(shared)
     claims = _claims(table["owns"], at("owns"))
     shares = _shares(table["shares"], at("shares")) if "shares" in table else ()
     owned = Ownership(claims)

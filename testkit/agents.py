@@ -206,7 +206,14 @@ def upstream(body: bytes = b'{"status": "ok"}\n', delay: float = 0.0) -> Iterato
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving(Handler) as address:
+        yield address
+
+
+@contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threading HTTP server of `handler` on 127.0.0.1 for the block: `host:port`."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True  # a delayed answer must not hold the test's end
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()

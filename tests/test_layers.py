@@ -36,10 +36,24 @@ def test_the_tree_keeps_every_contract():
 
 
 def test_the_memo_wall_names_every_module_of_renders_core():
-    """A module added to render/ is inside the wall (or in render/memo/, behind it) by construction."""
-    core = {f"gitsync.render.{p.stem}" for p in (ROOT / "gitsync" / "render").glob("*.py")
-            if p.stem != "__init__"} | {"gitsync.render"}
+    """A module or package added to render/ is inside the wall (or in render/memo/, behind it) by
+    construction (a package named in the contract holds its modules)."""
+    render = ROOT / "gitsync" / "render"
+    core = {f"gitsync.render.{p.stem}" for p in render.glob("*.py") if p.stem != "__init__"}
+    core.add("gitsync.render")
+    core |= {f"gitsync.render.{p.name}" for p in render.iterdir()
+             if (p / "__init__.py").is_file() and p.name != "memo"}
     assert set(contracts()["memo-wall"]["source_modules"]) == core
+
+
+def test_the_pure_contract_names_every_module_of_the_openapi_conversion():
+    """A module added to render/openapi is a decision, pure, unless it is the render's hook (`stage`,
+    which reads the repo's files through the render's memo, as the pipeline does)."""
+    openapi = ROOT / "gitsync" / "render" / "openapi"
+    conversion = {f"gitsync.render.openapi.{p.stem}" for p in openapi.glob("*.py")
+                  if p.stem not in ("__init__", "stage")}
+    pure = {m for m in contracts()["pure"]["source_modules"] if m.startswith("gitsync.render.openapi")}
+    assert pure == conversion
 
 
 @pytest.mark.slow

@@ -140,7 +140,7 @@ def test_a_secret_cut_short_is_masked_on_either_side_of_the_ellipsis():
     assert gslog.redact(f"answered: password {value[:9]}…") == "answered: password ***…"
     assert gslog.redact(f"…{value[-8:]} was refused") == "…*** was refused"
     assert gslog.redact(f'{{"message": "{value[:12]}..."}}') == '{"message": "***..."}'
-    assert gslog.clip("x" * 20 + value, 25) == "x" * 20 + "***"  # redacted first, then cut
+    assert gslog.clip("x" * 20 + " " + value, 25) == "x" * 20 + " ***"  # redacted first, then cut
     # Not a cut: an ordinary word that happens to start the value, at the end of a line, stays.
     assert gslog.redact("agent tok-0\n") == "agent tok-0\n"
 
@@ -149,3 +149,38 @@ def test_a_short_value_is_masked_only_as_a_whole_quoted_value():
     gslog.register_secret("x#y")
     assert gslog.redact('with "x#y" and \'x#y\' and \\"x#y\\"') == 'with "***" and \'***\' and \\"***\\"'
     assert gslog.redact("x#yz, ax#y, x#y") == "x#yz, ax#y, x#y"
+
+
+def test_a_secret_is_masked_as_a_whole_word_never_half_of_one():
+    """A secret inside a longer word takes the word with it: no `***er than 16 characters`, and never a
+    secret let through because something was written against it."""
+    gslog.register_secret("short")
+    gslog.register_secret("Tok3n-of-the-gateway")
+    assert gslog.redact("the key must be shorter than 16 characters") == \
+        "the key must be *** than 16 characters"
+    assert gslog.redact("key=short; (short) 'short'") == "key=***; (***) '***'"
+    assert gslog.redact("prefixTok3n-of-the-gatewaysuffix next") == "*** next"
+    assert gslog.redact("Bearer Tok3n-of-the-gateway.") == "Bearer ***."
+
+
+def test_whole_word_masking_in_log_lines_exceptions_and_notes(capsys):
+    """The rule holds where secrets are met: a log line, an exception's text in it, a note's text."""
+    from datetime import UTC, datetime
+
+    from gitsync.writeback.notes import render_section
+    from gitsync.writeback.wire import FailureNote
+
+    secret = "hunter2-admin-key"
+    gslog.register_secret(secret)
+    gslog.setup(stream=sys.stderr)
+    try:
+        raise RuntimeError(f"gateway said: key {secret}x is invalid (expected {secret})")
+    except RuntimeError:
+        logger.opt(exception=True).error("push failed for {}", secret + "s")
+    logged = capsys.readouterr().err
+    assert secret not in logged and "key *** is invalid (expected ***)" in logged
+    assert "push failed for ***" in logged
+    note = render_section(FailureNote("agent-1", "c0ffee", datetime.now(UTC), "push",
+                                      (f"routes[r1]: the gateway refused {secret}ed keys like {secret}",)),
+                          4096)
+    assert secret not in note and "the gateway refused *** keys like ***" in note

@@ -25,6 +25,7 @@ from gitsync.adopt.adc_releases import (
     Behaviour,
     Release,
 )
+from gitsync.adopt.repo_writer import NumberReference
 from gitsync.adopt.secret_fields import Placeholder
 from gitsync.content import content_bytes
 from gitsync.kinds import KINDS, is_credential, item_id
@@ -323,8 +324,11 @@ def _placeholder_pattern(text: str) -> re.Pattern[str]:
 
 
 def resolved(imported: Any, live: Any) -> Any:
-    """`imported` with each ``${{ secrets.NAME }}`` text that matches the live value replaced by it:
-    what the repo renders once those secrets are set as on the gateway."""
+    """`imported` with each ``${{ secrets.NAME }}`` text that matches the live value replaced by it, and
+    each ``${{ number(vars.NAME) }}`` where the gateway holds a number: what the repo renders once those
+    secrets and variables are set as on the gateway."""
+    if isinstance(imported, NumberReference):
+        return live if isinstance(live, int | float) and not isinstance(live, bool) else imported
     if isinstance(imported, Placeholder):
         return live if isinstance(live, str) and _placeholder_pattern(imported).fullmatch(live) else imported
     if isinstance(imported, Mapping) and isinstance(live, Mapping):

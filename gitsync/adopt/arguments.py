@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 LAYOUTS = ("per-kind", "per-item", "per-service")
-FORMATS = ("adc", "apisix-yaml")
+FORMATS = ("adc", "apisix-yaml", "openapi")
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -15,6 +15,13 @@ def _label(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
     return key, value
+
+
+def _node(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
 
 
 def _out(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +59,8 @@ def import_(parser: argparse.ArgumentParser) -> None:
     """With --gateway (and --admin-key-file, from the settings' flags) import adc follows the live
     gateway; a gateway of the settings file or the environment alone is not read."""
     parser.add_argument("format", choices=FORMATS,
-                        help="adc: ADC declarative files; apisix-yaml: a file-driven apisix.yaml")
+                        help="adc: ADC declarative files; apisix-yaml: a file-driven apisix.yaml; openapi: "
+                             "OpenAPI specs (3.x, Swagger 2.0), as a repo's openapi: section renders them")
     parser.add_argument("files", metavar="FILE", nargs="+", type=Path, help="the files to import")
     _out(parser)
     _secrets_out(parser)
@@ -68,10 +76,25 @@ def import_(parser: argparse.ArgumentParser) -> None:
                              "release, or the gateway, says)")
     parser.add_argument("--no-lint", action="store_true",
                         help="adc: the files were synced with adc sync --no-lint (no defaults filled in)")
+    parser.add_argument("--server-variable", metavar="NAME=VALUE", action="append", type=_label, default=[],
+                        help="openapi: the value of the specs' server variable NAME (default: its default)")
+    parser.add_argument("--upstream-node", metavar="HOST:PORT", action="append", type=_node, default=[],
+                        help="openapi: the upstream's nodes, instead of the hosts of the specs' servers")
+    parser.add_argument("--request-validation", action="store_true",
+                        help="openapi: validate requests (request-validation) from each operation's header "
+                             "parameters and JSON body")
 
 
 def init(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", type=Path, help="a new (or empty) directory")
+    parser.add_argument("--wheel", metavar="FILE", type=Path, default=None,
+                        help="the apisix-gitsync wheel your agents run: CI installs it by its sha256 "
+                             "(default: the wheel this gitsync was installed from)")
+    parser.add_argument("--wheel-url", metavar="URL", default=None,
+                        help="where CI downloads that wheel (default: the package index)")
+    parser.add_argument("--pin-only", action="store_true",
+                        help="only rewrite ci/gitsync-requirements.txt and ci/gitsync-libraries.txt in DIR "
+                             "(move an existing repo's CI to another gitsync version)")
 
 
 def schema(parser: argparse.ArgumentParser) -> None:

@@ -19,14 +19,18 @@ equal and changes nothing. The rules, as every ADC release applies them:
   plus its ``id`` or sha1("<username>.<credential>"), its ``type``/``config`` one plugin;
 - a global rule and a plugin metadata item are keyed by the plugin's name;
 - labels whose value is a list become that list's JSON text; ``--label-selector``
-  labels are stamped on services, routes, stream routes, consumers and SSLs;
+  labels are stamped on services, routes, stream routes, consumers and SSLs; ``labels: {}``
+  stays, as ADC writes it (its standalone backend's ``fromADCLabels`` maps ``{}`` to ``{}``);
 - ``${NAME}`` (ADC's environment substitution) becomes ``${{ secrets.NAME }}``
   (text, like ADC's; masked in output), ``\\${NAME}`` a literal ``${NAME}``. A ``$``
   right before ``${NAME}`` (ADC: that ``$``, then the value) has no spelling in gitsync's
   syntax (``$${{`` is its escape of a literal ``${{``): it is reported.
 
 Each file is checked against the types of ADC's schema (`adc_shapes`) before it is
-converted: a wrong type is a problem at its line, never an exception.
+converted: a wrong type is a problem at its line, never an exception. Text in a number
+field is read first as ADC's lint reads it (`adc_shapes.numbers_read`): a number, or
+``${{ number(vars.NAME) }}`` for a field that is one ``${NAME}``, each with a note (a
+problem for a release synced with ``--no-lint``, which writes the text APISIX refuses).
 
 What differs between releases (the defaults its lint fills in, health checks and
 service discovery, ``nodes: []``, the ``managed-by: adc`` label of ADC after 0.28.0)
@@ -40,8 +44,6 @@ silently.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,41 +57,44 @@ from gitsync.adopt.adc_releases import (
     VERIFY_CERT_OLD,
     Behaviour,
 )
-from gitsync.adopt.adc_shapes import item_count, too_many_items, wrong_types
+from gitsync.adopt.adc_shapes import (
+    ADC_ENV,
+    NumberRead,
+    item_count,
+    numbers_read,
+    too_many_items,
+    wrong_types,
+)
 from gitsync.adopt.repo_writer import dollar_before, rewrite_matches
 from gitsync.problems import Location, Problem
 from gitsync.render.load import parse
+from gitsync.render.openapi.adc_items import (
+    DISCOVERY,
+    ROUTE_FIELDS,
+    SERVICE_FIELDS,
+    UPSTREAM_FIELDS,
+    child_id,
+    labels,
+    route_item,
+    service_item,
+    set_fields,
+    sha1,
+    upstream_fields,
+    with_defaults,
+)
 from gitsync.render.sourcemap import FilePositions, string_leaves
 
 ADC_KEYS = ("services", "ssls", "consumers", "consumer_groups", "global_rules", "plugin_metadata",
             "routes", "stream_routes")
-_ENV = re.compile(r"\\\$\{(\w+)\}|\$\{(\w+)\}")
 
-SERVICE_FIELDS = {"id", "name", "description", "labels", "upstream", "upstreams", "plugins", "path_prefix",
-                  "strip_path_prefix", "hosts", "routes", "stream_routes"}
-ROUTE_FIELDS = {"id", "name", "description", "labels", "hosts", "uris", "priority", "timeout", "vars",
-                "methods", "enable_websocket", "remote_addrs", "plugins", "filter_func"}
 STREAM_ROUTE_FIELDS = {"id", "name", "description", "labels", "plugins", "remote_addr", "server_addr",
                        "server_port", "sni"}
-UPSTREAM_FIELDS = {"name", "description", "labels", "type", "hash_on", "key", "checks", "nodes", "scheme",
-                   "retries", "retry_timeout", "timeout", "tls", "keepalive_pool", "pass_host",
-                   "upstream_host", "service_name", "discovery_type", "discovery_args"}
 SSL_FIELDS = {"id", "labels", "type", "snis", "certificates", "client", "ssl_protocols"}
 CONSUMER_FIELDS = {"username", "description", "labels", "plugins", "credentials"}
 CREDENTIAL_FIELDS = {"id", "name", "description", "labels", "type", "config"}
 
-_HEALTHY = {"http_statuses": [200, 302], "successes": 2}
-_UNHEALTHY = {"http_statuses": [429, 404, 500, 501, 502, 503, 504, 505], "http_failures": 5,
-              "tcp_failures": 2, "timeouts": 3}
-_ACTIVE = {"type": "http", "timeout": 1, "concurrency": 10, "http_path": "/"}
-_KEEPALIVE = {"size": 320, "idle_timeout": 60, "requests": 1000}
 #: What APISIX calls ADC's health-check fields (ADC writes its own names, which APISIX does not read).
 _APISIX_CHECK_NAMES = {VERIFY_CERT_OLD: VERIFY_CERT, "http_request_headers": "req_headers"}
-_DISCOVERY = ("service_name", "discovery_type", "discovery_args")
-
-
-def sha1(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -98,6 +103,7 @@ class Converted:
     problems: list[Problem] = field(default_factory=list)  # the import refuses: nothing written
     notes: list[Problem] = field(default_factory=list)  # told, and the import goes on
     secrets: set[str] = field(default_factory=set)  # ${NAME} turned into ${{ secrets.NAME }}
+    variables: set[str] = field(default_factory=set)  # ${NAME} in a number field: ${{ number(vars.NAME) }}
     origins: dict[tuple[str, str], Location] = field(default_factory=dict)  # (kind, id) → where in the files
 
 
@@ -119,7 +125,7 @@ def _substitute(value: Any, found: set[str]) -> Any:
         found.add(match.group(2))
         return "${{ secrets." + match.group(2) + " }}"
 
-    return rewrite_matches(value, _ENV, replace)
+    return rewrite_matches(value, ADC_ENV, replace)
 
 
 def input_problems(src: _Source) -> list[Problem]:
@@ -127,52 +133,11 @@ def input_problems(src: _Source) -> list[Problem]:
     ``${NAME}`` right after a ``$`` (gitsync reads ``$${{`` as a literal ``${{``)."""
     problems = [Problem(message, src.at(*path)) for path, message in wrong_types(src.data)]
     for path, text in string_leaves(src.data):
-        for match in _ENV.finditer(text):
+        for match in ADC_ENV.finditer(text):
             if match.group(2) and text[:match.start()].endswith("$"):
                 problems.append(Problem(dollar_before("$" + match.group(0), match.group(2), "ADC"),
                                         src.at(*path)))
     return problems
-
-
-def _labels(labels: Any, stamp: Mapping[str, str] | None) -> dict[str, str] | None:
-    out = {k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-           for k, v in (labels or {}).items()} if isinstance(labels, Mapping) else {}
-    if stamp:
-        out.update(stamp)
-    return out or None
-
-
-def _set(target: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    target.update({k: v for k, v in fields.items() if v is not None})
-    return target
-
-
-def _with_defaults(value: Any, defaults: Mapping[str, Any]) -> Any:
-    if not isinstance(value, Mapping):
-        return value
-    return {**defaults, **value}
-
-
-def _checks(checks: Any, verify_cert: str) -> Any:
-    """Health checks with the defaults ADC's lint (zod 4) fills in, under ADC's own field names."""
-    if not isinstance(checks, Mapping):
-        return checks
-    out = dict(checks)
-    active = out.get("active")
-    if isinstance(active, Mapping):
-        active = _with_defaults(active, {**_ACTIVE, verify_cert: True})
-        for name, base in (("healthy", _HEALTHY), ("unhealthy", _UNHEALTHY)):
-            if isinstance(active.get(name), Mapping):
-                active[name] = _with_defaults(active[name], {**base, "interval": 1})
-        out["active"] = active
-    passive = out.get("passive")
-    if isinstance(passive, Mapping):
-        passive = _with_defaults(passive, {"type": "http"})
-        for name, base in (("healthy", _HEALTHY), ("unhealthy", _UNHEALTHY)):
-            if isinstance(passive.get(name), Mapping):
-                passive[name] = _with_defaults(passive[name], base)
-        out["passive"] = passive
-    return out
 
 
 def _js_key_order(names: list[str]) -> list[int]:
@@ -184,15 +149,6 @@ def _js_key_order(names: list[str]) -> list[int]:
 
     indices = sorted((k, i) for i, n in enumerate(names) if (k := index_key(n)) is not None)
     return [i for _, i in indices] + [i for i, n in enumerate(names) if index_key(n) is None]
-
-
-def _child_id(explicit: Any, parent: str, name: str) -> str:
-    """The id ADC gives a route, stream route, named upstream or credential: its own ``id``, or
-    sha1("<parent>.<name>"). ADC's differ derives the latter also for an explicit id that equals
-    sha1(<name>), taking it for one it derived without the parent."""
-    if not explicit or str(explicit) == sha1(name):
-        return sha1(f"{parent}.{name}")
-    return str(explicit)
 
 
 class _Converter:
@@ -238,26 +194,10 @@ class _Converter:
                  ) -> dict[str, Any]:
         """An ADC upstream as its standalone backend writes it, without id and name (the caller's)."""
         release = self.behaviour.release
-        nodes = up.get("nodes")
-        if self.full_defaults and isinstance(nodes, list):
-            nodes = [_with_defaults(n, {"priority": 0}) for n in nodes]
-        keepalive = up.get("keepalive_pool")
-        if self.behaviour.lint:  # zod 3 and zod 4 alike
-            keepalive = _with_defaults(keepalive, _KEEPALIVE)
-        out = _set({}, desc=up.get("description"), labels=_labels(up.get("labels"), None),
-                   type=up.get("type"), hash_on=up.get("hash_on"), key=up.get("key"), nodes=nodes,
-                   scheme=up.get("scheme"), retries=up.get("retries"), retry_timeout=up.get("retry_timeout"),
-                   timeout=up.get("timeout"), tls=up.get("tls"), keepalive_pool=keepalive,
-                   pass_host=up.get("pass_host"), upstream_host=up.get("upstream_host"))
-        if self.full_defaults:
-            for key, default in (("type", "roundrobin"), ("scheme", "http"), ("pass_host", "pass")):
-                out.setdefault(key, default)
-        dropped = [key for key in ("checks", *_DISCOVERY) if key in up]
+        out = upstream_fields(up, lint=self.behaviour.lint, full_defaults=self.full_defaults,
+                              checks=release.checks, verify_cert=release.verify_cert)
+        dropped = [key for key in ("checks", *DISCOVERY) if key in up]
         if release.checks:
-            checks = up.get("checks")
-            if self.full_defaults:
-                checks = _checks(checks, release.verify_cert)
-            _set(out, checks=checks, **{key: up.get(key) for key in _DISCOVERY})
             self.check_names(src, path, up.get("checks"), what)
         elif dropped:
             self.note(f"{what}: {self.behaviour.name} does not write {', '.join(dropped)} (ADC writes them "
@@ -317,10 +257,7 @@ class _Converter:
                 self.note(f"service {name!r}: {key} is not written by ADC's standalone backend (APISIX has "
                           "no such field); not imported", src.at("services", index, key))
         nested = self.own_upstream(src, index, svc, name, ident)
-        self.add("services", _set({"id": ident}, name=name, desc=svc.get("description"),
-                                  labels=_labels(svc.get("labels"), self.stamp), hosts=svc.get("hosts"),
-                                  upstream=nested, upstream_id=None if nested is not None else ident,
-                                  plugins=svc.get("plugins")), where)
+        self.add("services", service_item(svc, ident, self.stamp, nested), where)
         for r_index, route in enumerate(svc.get("routes") or ()):
             self.route(src, (index, r_index), route, name, ident)
         for r_index, route in enumerate(svc.get("stream_routes") or ()):
@@ -343,7 +280,7 @@ class _Converter:
         self.unknown_fields(src, upstream, UPSTREAM_FIELDS, what, *path)
         mapped = self.upstream(src, path, upstream, what)
         if self.behaviour.release.nested_upstream:
-            return _set(mapped, name=upstream.get("name"))
+            return set_fields(mapped, name=upstream.get("name"))
         self.add("upstreams", {"id": ident, "name": name, **mapped}, src.at(*path))
         return None
 
@@ -358,7 +295,7 @@ class _Converter:
         self.unknown_fields(src, up, UPSTREAM_FIELDS | {"id"}, what, *path)
         mapped = self.upstream(src, path, up, what)
         mapped["labels"] = {**(mapped.get("labels") or {}), UPSTREAM_SERVICE_LABEL: service_id}
-        item = {"id": _child_id(up.get("id"), service, up["name"]), "name": up["name"], **mapped}
+        item = {"id": child_id(up.get("id"), service, up["name"]), "name": up["name"], **mapped}
         self.named_upstreams.append((item, src.at(*path)))
 
     def route(self, src: _Source, at: tuple[int, int], route: Any, service: str, service_id: str) -> None:
@@ -367,15 +304,7 @@ class _Converter:
             self.problem("a route needs a name (ADC derives its id from it)", src.at(*path), "routes")
             return
         self.unknown_fields(src, route, ROUTE_FIELDS, f"route {route['name']!r}", *path)
-        ident = _child_id(route.get("id"), service, route["name"])
-        self.add("routes", _set({"id": ident}, name=route["name"], desc=route.get("description"),
-                                labels=_labels(route.get("labels"), self.stamp), uris=route.get("uris"),
-                                hosts=route.get("hosts"), methods=route.get("methods"),
-                                remote_addrs=route.get("remote_addrs"), vars=route.get("vars"),
-                                filter_func=route.get("filter_func"), service_id=service_id,
-                                enable_websocket=route.get("enable_websocket"), plugins=route.get("plugins"),
-                                priority=route.get("priority"), timeout=route.get("timeout"), status=1),
-                 src.at(*path))
+        self.add("routes", route_item(route, service, service_id, self.stamp), src.at(*path))
 
     def stream_route(self, src: _Source, at: tuple[int, int], route: Any, service: str, service_id: str,
                      ) -> None:
@@ -385,9 +314,9 @@ class _Converter:
                          "stream_routes")
             return
         self.unknown_fields(src, route, STREAM_ROUTE_FIELDS, f"stream route {route['name']!r}", *path)
-        ident = _child_id(route.get("id"), service, route["name"])
-        self.add("stream_routes", _set({"id": ident}, name=route["name"], desc=route.get("description"),
-                                       labels=_labels(route.get("labels"), self.stamp),
+        ident = child_id(route.get("id"), service, route["name"])
+        self.add("stream_routes", set_fields({"id": ident}, name=route["name"], desc=route.get("description"),
+                                       labels=labels(route.get("labels"), self.stamp),
                                        remote_addr=route.get("remote_addr"),
                                        server_addr=route.get("server_addr"),
                                        server_port=route.get("server_port"), sni=route.get("sni"),
@@ -403,14 +332,15 @@ class _Converter:
         certs = [c for c in ssl["certificates"] if isinstance(c, Mapping)]
         client = ssl.get("client")
         if self.full_defaults:
-            client = _with_defaults(client, {"depth": 1})
-        item = _set({"id": ident}, labels=_labels(ssl.get("labels"), self.stamp),
+            client = with_defaults(client, {"depth": 1})
+        item = set_fields({"id": ident}, labels=labels(ssl.get("labels"), self.stamp),
                     type=ssl.get("type", "server" if self.full_defaults else None), snis=ssl["snis"],
                     cert=certs[0].get("certificate"), key=certs[0].get("key"))
         if len(certs) > 1:
             item["certs"] = [c.get("certificate") for c in certs[1:]]
             item["keys"] = [c.get("key") for c in certs[1:]]
-        self.add("ssls", _set(item, client=client, ssl_protocols=ssl.get("ssl_protocols"), status=1), where)
+        self.add("ssls", set_fields(item, client=client, ssl_protocols=ssl.get("ssl_protocols"), status=1),
+                 where)
 
     def consumer(self, src: _Source, index: int, consumer: Any) -> None:
         where = src.at("consumers", index)
@@ -419,8 +349,8 @@ class _Converter:
             return
         username = consumer["username"]
         self.unknown_fields(src, consumer, CONSUMER_FIELDS, f"consumer {username!r}", "consumers", index)
-        self.add("consumers", _set({"username": username}, desc=consumer.get("description"),
-                                   labels=_labels(consumer.get("labels"), self.stamp),
+        self.add("consumers", set_fields({"username": username}, desc=consumer.get("description"),
+                                   labels=labels(consumer.get("labels"), self.stamp),
                                    plugins=consumer.get("plugins")), where)
         for c_index, cred in enumerate(consumer.get("credentials") or ()):
             path = ("consumers", index, "credentials", c_index)
@@ -428,10 +358,11 @@ class _Converter:
                 self.problem("a credential needs a name and a type", src.at(*path), "consumers")
                 continue
             self.unknown_fields(src, cred, CREDENTIAL_FIELDS, f"credential {cred['name']!r}", *path)
-            ident = f"{username}/credentials/{_child_id(cred.get('id'), username, cred['name'])}"
-            self.credentials.append((_set({"id": ident}, name=cred["name"], desc=cred.get("description"),
-                                          labels=_labels(cred.get("labels"), None),
-                                          plugins={str(cred["type"]): cred.get("config") or {}}),
+            ident = f"{username}/credentials/{child_id(cred.get('id'), username, cred['name'])}"
+            credential = set_fields({"id": ident}, name=cred["name"], desc=cred.get("description"),
+                                    labels=labels(cred.get("labels"), None),
+                                    plugins={str(cred["type"]): cred.get("config") or {}})
+            self.credentials.append((credential,
                                      src.at(*path)))
 
     def by_plugin(self, src: _Source, key: str, value: Any) -> None:
@@ -497,12 +428,13 @@ class _Converter:
 
 @dataclass
 class AdcFiles:
-    """ADC's files read once (parsed, type-checked, ``${NAME}`` substituted), for one conversion or
-    several."""
+    """ADC's files read once (parsed, number fields read as ADC's lint reads them, type-checked,
+    ``${NAME}`` substituted), for one conversion or several."""
 
     sources: list[_Source]
     problems: list[Problem]
     secrets: set[str]
+    numbers: list[tuple[NumberRead, Location]] = field(default_factory=list)
 
 
 def _document(name: str, data: bytes) -> tuple[Any, list[Problem]]:
@@ -524,7 +456,12 @@ def read_files(files: Mapping[str, bytes], max_items: int | None = None) -> AdcF
     counted = 0
     for name, data in files.items():
         document, problems = _document(name, data)
-        problems = problems or input_problems(_Source(name, document, positions))
+        if not problems:
+            src = _Source(name, document, positions)
+            numbers, mixed = numbers_read(document)
+            out.numbers += sorted(((number, src.at(*number.path)) for number in numbers),
+                                  key=lambda found: found[1])
+            problems = [Problem(message, src.at(*path)) for path, message in mixed] + input_problems(src)
         if problems:
             out.problems += problems
             continue
@@ -548,6 +485,13 @@ def convert_files(adc: AdcFiles, label_selector: Mapping[str, str] | None = None
     converter = _Converter(stamp, behaviour)
     converter.out.problems += adc.problems
     converter.out.secrets |= adc.secrets
+    for number, where in adc.numbers:
+        if behaviour.lint:
+            converter.note(number.note(), where)
+            if number.variable is not None:
+                converter.out.variables.add(number.variable)
+        else:
+            converter.problem(number.unlinted(), where)
     for src in adc.sources:
         converter.file(src)
     converter.convert_pending()

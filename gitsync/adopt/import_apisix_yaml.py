@@ -15,6 +15,10 @@ note names the variable to set and the default), a name gitsync does not take (`
 ``${{A B}}``: refused), a ``$`` right before a reference (``$${{`` is gitsync's escape of a
 literal ``${{``: refused), and a value mixing references with digits, which APISIX types
 after substitution when it is unquoted and gitsync keeps as text (a note).
+
+APISIX parses the file with lyaml, which reads plain scalars as YAML 1.1 does (``yes`` is true,
+``1_000`` is 1000); gitsync reads them as YAML 1.2 does. Each plain scalar the two read apart is
+a note at its line, naming what to write (`gitsync.render.scalars`).
 """
 
 from __future__ import annotations
@@ -207,6 +211,8 @@ def split(name: str, data: bytes) -> Split:
             if ident is not None:
                 out.origins.setdefault((kind, ident), where)
     out.notes += [f"{name}: {w}" for w in warnings]
+    out.notes += [f"{name}:{w.line}:{w.col}: {w.message} (APISIX reads apisix.yaml with lyaml, a YAML 1.1 "
+                  "parser: the gateway may have read it the YAML 1.1 way)" for w in parsed.warnings]
     out.notes += found.notes
     for var, where in sorted(found.first.items()):
         out.notes.append(f"{where}: ${{{{{var}}}}} became ${{{{ vars.{var} }}}}: set GITSYNC_VAR_{var} or "

@@ -1,4 +1,5 @@
-"""``gitsync import adc FILE…`` and ``gitsync import apisix-yaml FILE``: files into a new config repo.
+"""``gitsync import adc FILE…``, ``gitsync import apisix-yaml FILE`` and ``gitsync import openapi SPEC…``:
+files into a new config repo.
 
 All or nothing. Each file is read up to ``max_file_size`` (a larger one, or ``/dev/zero``,
 is refused before it is parsed), its items counted against ``max_items`` (ADC files before
@@ -10,6 +11,9 @@ written. A problem anywhere (a wrong type, what cannot be mapped, an item APISIX
 refuse) is reported as ``file:line:col: message`` at its place in the imported files, exit
 1, nothing written. Notes (what was left out on purpose, variables to set) are printed and
 the import goes on.
+
+``import openapi`` writes what a repo declaring the specs renders (`import_openapi`), and proves it:
+the written repo renders the same payload, or nothing is written.
 
 ``import adc`` writes what one ADC release writes (`adc_releases`) and says which:
 the latest release unless ``--adc-version`` says otherwise, or, with ``--gateway``,
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitsync.adopt import adc_gateway, import_adc, import_apisix_yaml, repo_writer
+from gitsync.adopt import adc_gateway, import_adc, import_apisix_yaml, import_openapi, repo_writer
 from gitsync.adopt.adc_releases import DEFAULT, LATEST_RELEASED, UnknownRelease, behaviour_for
 from gitsync.adopt.adc_shapes import too_many_items
 from gitsync.adopt.export import usage_problem, write_secrets
@@ -37,7 +41,7 @@ from gitsync.problems import Location, Problem, ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.push.plan import ItemChange
 from gitsync.push.summary import ChangeGroup, summarise
-from gitsync.render import RenderOptions, render
+from gitsync.render import RenderOptions, payload_json, render
 from gitsync.render.memo import render_memo
 from gitsync.render.secrets import SecretRules
 from gitsync.render.sourcemap import field_text
@@ -87,6 +91,8 @@ def import_command(settings: Settings, args: argparse.Namespace) -> int:
         files = read_inputs(args.files, settings.max_file_size)
         if args.format == "adc":
             imported = _import_adc(settings, args, files)
+        elif args.format == "openapi":
+            imported = _import_openapi(settings, args, files)
         else:
             imported = _import_apisix_yaml(args, files)
     except InputTooLarge as exc:
@@ -103,6 +109,11 @@ def import_command(settings: Settings, args: argparse.Namespace) -> int:
     invalid = result_problems(written, imported, settings, extracted.values)
     if invalid:
         return _refuse(invalid)
+    if args.format == "openapi":
+        if not same_render(written, imported.payload, settings, extracted.values):
+            return _refuse([Problem("round trip: the written repo does not render what the specs render "
+                                    "(nothing written)")])
+        imported.told.append("round trip: render of the written repo equals the specs' render")
     if not _written(args, written, extracted.values):
         return 2
     _tell(imported, extracted, len(written), args)
@@ -170,6 +181,25 @@ def result_problems(written: Mapping[str, bytes], imported: _Imported, settings:
     return []
 
 
+def same_render(written: Mapping[str, bytes], payload: Mapping[str, Any], settings: Settings,
+                secrets: Mapping[str, str]) -> bool:
+    """Whether the files the import would write render exactly `payload` (the secrets put back)."""
+    options = RenderOptions(max_file_size=settings.max_file_size, max_items=settings.max_items,
+                            secret_lookup=secrets.get)
+    try:
+        again = render(written, options, memo=render_memo(settings)).payload
+    except ProblemsError:
+        return False
+    return payload_json(again) == payload_json({kind: items for kind, items in payload.items() if items})
+
+
+def _import_openapi(settings: Settings, args: argparse.Namespace, files: dict[str, bytes]) -> _Imported:
+    if getattr(args, "gateways", None):
+        raise _UsageError("--gateway is for import adc (a spec says what it renders)")
+    converted = import_openapi.convert(settings, args, files)
+    return _Imported(converted.payload, converted.problems, origins=converted.origins)
+
+
 def _at_origin(problem: Problem, origins: Mapping[tuple[str, str], Location]) -> Problem:
     origin = origins.get((problem.kind or "", problem.id or ""))
     if origin is None:  # about the repo as a whole (a file too large for max_file_size: another --layout)
@@ -207,6 +237,9 @@ def _import_adc(settings: Settings, args: argparse.Namespace, files: dict[str, b
     if converted.secrets:
         notes.append("ADC's ${NAME} became ${{ secrets.NAME }}: set GITSYNC_SECRET_<NAME> or a file "
                      "<NAME> in the secrets directory for " + ", ".join(sorted(converted.secrets)))
+    if converted.variables:
+        notes.append("ADC's ${NAME} in a number field became ${{ number(vars.NAME) }}: set "
+                     "GITSYNC_VAR_<NAME> (or [render.vars]) for " + ", ".join(sorted(converted.variables)))
     return _Imported(converted.payload, converted.problems, notes, told, converted.origins)
 
 

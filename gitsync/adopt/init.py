@@ -8,6 +8,10 @@ every push and shows ``gitsync diff`` against a gateway given by CI secrets, as 
 pull request (``gitsync pr-comment``). Nothing
 in the examples needs a variable or a secret, so ``gitsync validate --dir DIR`` passes
 on the result as it is.
+
+Every install the scaffold writes is of one wheel named by its sha256 (`gitsync.adopt.pin`, the files
+under ``ci/``), never of a bare name; only the steps that need a secret receive it (GitHub: the step's
+own ``env``; GitLab: variables scoped to the diff job's environment, and pip run without them).
 """
 
 from __future__ import annotations
@@ -15,8 +19,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gitsync import __version__
-from gitsync.adopt import repo_writer
+from gitsync import DISTRIBUTION
+from gitsync.adopt import pin, repo_writer
+
+#: The install commands (`pin.INSTALL`) as each file writes them.
+INSTALL_LINES = "\n".join(pin.INSTALL)
+INSTALL_STEP = "\n".join(" " * 10 + line for line in pin.INSTALL)
+GITLAB_INSTALL = "\n".join(" " * 6 + line.replace("python -m pip", "pip") for line in pin.INSTALL)
 
 EXAMPLES: dict[str, str] = {
     "upstreams/web.yaml": """\
@@ -82,11 +91,12 @@ global_rules:
 """,
 }
 
-README = """\
+README = f"""\
 # APISIX configuration
 
-This repository is the configuration of our Apache APISIX gateways. [gitsync] applies
-every commit of the main branch to the gateways; nothing is changed on a gateway by hand.
+This repository is the configuration of our Apache APISIX gateways. gitsync (the project's
+distribution `{DISTRIBUTION}`; its command is `gitsync`) applies every commit of the main branch
+to the gateways; nothing is changed on a gateway by hand.
 
 ## Layout
 
@@ -102,6 +112,13 @@ error. `*_conf_version` keys never belong here: gitsync chooses versions.
 
 ## Before you commit
 
+Install the gitsync your agents run, as CI does: the wheel pinned by its sha256 in `ci/`
+(never the bare name `gitsync` from a package index: that one is another project's):
+
+```sh
+{INSTALL_LINES}
+```
+
 ```sh
 gitsync validate --dir .        # each problem as file:line:col: kind[id].field: message
 pre-commit install              # runs the same check on every commit
@@ -116,7 +133,7 @@ Editors: `gitsync schema --out .schemas` writes JSON Schemas; put
 
 Never commit a password, token or private key in clear. Use, in any string:
 
-- `${{ secrets.NAME }}` — read by gitsync from its host (a file `NAME` in its secrets
+- `${{{{ secrets.NAME }}}}` — read by gitsync from its host (a file `NAME` in its secrets
   directory, or `GITSYNC_SECRET_NAME`);
 - `$secret://vault/<manager>/<path>/<key>` or `$env://NAME` — resolved by APISIX itself;
 - a SOPS file (`*.sops.yaml`) encrypted for the gitsync host's age key.
@@ -126,12 +143,17 @@ Never commit a password, token or private key in clear. Use, in any string:
 `.github/workflows/gitsync.yml` and `.gitlab-ci.yml` validate every push and, for a pull
 or merge request, show what would change on the gateway (`gitsync diff`): each problem at
 its line of the diff, and the report as one comment on the pull request, updated on every
-push. The diff needs two CI secrets: `GITSYNC_GATEWAY` (the Admin API URL) and
-`GITSYNC_ADMIN_KEY`; a read-only (viewer) admin key is enough. On GitLab, the note needs
-`GITSYNC_FORGE_TOKEN`, a project access token (Reporter, scope `api`); GitHub's own token
-does it there.
+push. The diff needs two CI secrets: `GITSYNC_GATEWAYS` (the Admin API URL) and
+`GITSYNC_ADMIN_KEY`; a read-only (viewer) admin key is enough. Without them the diff says
+it was skipped. Only the diff sees them: on GitHub they are set on its step alone; on
+GitLab, give both masked variables the environment scope `gitsync-diff`, which only the
+diff job declares, and pip runs without them in its environment. On GitLab, the note
+needs `GITSYNC_FORGE_TOKEN`, a project access token (Reporter, scope `api`); GitHub's own
+token does it there.
 
-[gitsync]: https://pypi.org/project/gitsync/
+Both install gitsync from `ci/`: `{pin.REQUIREMENTS}` names one wheel by its sha256, and
+`{pin.LIBRARIES}` the libraries it needs. To move CI to another gitsync version:
+`gitsync init --pin-only --wheel apisix_gitsync-<version>-py3-none-any.whl .`
 """
 
 GITIGNORE = """\
@@ -145,7 +167,8 @@ secrets/
 
 PRE_COMMIT = """\
 # pre-commit (https://pre-commit.com): `pre-commit install` once, then every commit is checked.
-# Uses the gitsync installed on your machine (pip install gitsync).
+# Uses the gitsync installed on your machine: the wheel pinned in ci/ (see README.md), never a bare
+# install of the bare name `gitsync` (that name on the package index is another project's).
 repos:
   - repo: local
     hooks:
@@ -170,23 +193,32 @@ permissions:
 jobs:
   gitsync:
     runs-on: ubuntu-latest
-    env:
-      # The gateway that diff compares with: CI secrets (a read-only admin key is enough).
-      GITSYNC_GATEWAYS: ${{{{ secrets.GITSYNC_GATEWAY }}}}
-      GITSYNC_ADMIN_KEY: ${{{{ secrets.GITSYNC_ADMIN_KEY }}}}
     steps:
       - uses: actions/checkout@v4
       - uses: actions/setup-python@v5
         with:
           python-version: "3.12"
-      - run: pip install "gitsync=={__version__}"
+      - name: install gitsync
+        # The wheel pinned by its sha256 in ci/ (never a bare name), then the libraries it needs.
+        # No secret is set for this step.
+        run: |
+{INSTALL_STEP}
       - name: gitsync validate
         # Each problem as an annotation on its line of the diff, and in the job summary.
         run: gitsync validate --dir . --format github --output gitsync-review.md
       - name: gitsync diff
         # What merging would change on the gateway, in the job summary (a change is no failure).
-        if: github.event_name == 'pull_request' && env.GITSYNC_GATEWAYS != ''
-        run: gitsync diff --dir . --format github --output gitsync-review.md
+        if: github.event_name == 'pull_request'
+        env:
+          # The gateway and a read-only admin key (CI secrets), for this step alone.
+          GITSYNC_GATEWAYS: ${{{{ secrets.GITSYNC_GATEWAYS || secrets.GITSYNC_GATEWAY }}}}
+          GITSYNC_ADMIN_KEY: ${{{{ secrets.GITSYNC_ADMIN_KEY }}}}
+        run: |
+          if [ -z "$GITSYNC_GATEWAYS" ]; then
+            echo "::notice::gitsync diff skipped: set the CI secrets GITSYNC_GATEWAYS and GITSYNC_ADMIN_KEY"
+            exit 0
+          fi
+          gitsync diff --dir . --format github --output gitsync-review.md
       - name: gitsync review comment
         # The report as one comment on the pull request, updated on every push, never repeated.
         if: always() && github.event_name == 'pull_request'
@@ -209,7 +241,11 @@ workflow:
 default:
   image: python:3.12-slim
   before_script:
-    - pip install "gitsync=={__version__}"
+    - |
+      # gitsync: the wheel pinned by its sha256 in ci/ (never a bare name), then the libraries it
+      # needs. pip runs without the gateway's and the forge's secrets in its environment.
+      pip() {{ env -u GITSYNC_ADMIN_KEY -u GITSYNC_GATEWAYS -u GITSYNC_FORGE_TOKEN python -m pip "$@"; }}
+{GITLAB_INSTALL}
 
 validate:
   stage: validate
@@ -220,13 +256,22 @@ validate:
     paths: [gitsync-review.md]
 
 diff:
-  # What merging would change on the gateway (a change is no failure).
-  # Set GITSYNC_GATEWAYS and GITSYNC_ADMIN_KEY as masked CI/CD variables.
+  # What merging would change on the gateway (a change is no failure). GITSYNC_GATEWAYS and
+  # GITSYNC_ADMIN_KEY: masked CI/CD variables with the environment scope gitsync-diff, so that
+  # this job alone receives them (a read-only admin key is enough).
   stage: diff
+  environment:
+    name: gitsync-diff
+    action: access
   rules:
-    - if: $CI_PIPELINE_SOURCE == "merge_request_event" && $GITSYNC_GATEWAYS
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
   script:
-    - gitsync diff --dir . --format markdown --output gitsync-review.md
+    - |
+      if [ -z "$GITSYNC_GATEWAYS" ]; then
+        echo "gitsync diff skipped: set GITSYNC_GATEWAYS and GITSYNC_ADMIN_KEY (scope gitsync-diff)"
+        exit 0
+      fi
+      gitsync diff --dir . --format markdown --output gitsync-review.md
   artifacts:
     when: always
     paths: [gitsync-review.md]
@@ -243,20 +288,42 @@ review:
 """
 
 
-def scaffold_files() -> dict[str, bytes]:
+def scaffold_files(wheel: pin.WheelPin) -> dict[str, bytes]:
     files = {path: text for path, text in EXAMPLES.items()}
     files |= {"README.md": README, ".gitignore": GITIGNORE, ".pre-commit-config.yaml": PRE_COMMIT,
-              ".github/workflows/gitsync.yml": GITHUB, ".gitlab-ci.yml": GITLAB}
+              ".github/workflows/gitsync.yml": GITHUB, ".gitlab-ci.yml": GITLAB, **wheel.files()}
     return {path: text.encode("utf-8") for path, text in files.items()}
 
 
 def init_command(_settings: object, args: argparse.Namespace) -> int:
     try:
-        repo_writer.check_target(args.directory)
-        repo_writer.write_tree(args.directory, scaffold_files())
-    except (repo_writer.WriteError, OSError) as exc:
+        wheel = pin.choose(args.wheel, args.wheel_url)
+        if args.pin_only and wheel.sha256 is None:
+            raise pin.PinError(f"{wheel.why}: --pin-only needs the wheel your agents run, --wheel "
+                               f"{pin.wheel_name(wheel.version)}")
+        if args.pin_only:
+            if not args.directory.is_dir():
+                raise repo_writer.WriteError(f"{args.directory}: no such directory (--pin-only rewrites the "
+                                             "CI pin of an existing repo)")
+            for path, text in wheel.files().items():
+                (args.directory / path).parent.mkdir(parents=True, exist_ok=True)
+                (args.directory / path).write_text(text, encoding="utf-8")
+        else:
+            repo_writer.check_target(args.directory)
+            repo_writer.write_tree(args.directory, scaffold_files(wheel))
+    except (pin.PinError, repo_writer.WriteError, OSError) as exc:
         print(f"gitsync init: {exc}", file=sys.stderr)
         return 2
-    print(f"a new config repo in {args.directory}; next: cd {args.directory} && git init && "
-          "gitsync validate --dir .")
+    if wheel.sha256 is None:
+        print(f"gitsync init: {args.directory / pin.REQUIREMENTS} is not pinned yet ({wheel.why}): "
+              f"CI installs nothing until you run: gitsync init --pin-only --wheel "
+              f"{pin.wheel_name(wheel.version)} {args.directory} (`pip download "
+              f"{DISTRIBUTION}=={wheel.version} --no-deps` fetches the wheel)", file=sys.stderr)
+    if args.pin_only:
+        print(f"CI in {args.directory} now installs gitsync {wheel.version} (sha256 {wheel.sha256[:12]}…): "
+              f"commit {pin.REQUIREMENTS} and {pin.LIBRARIES}")
+        return 0
+    pinned = "its CI pinned to" if wheel.sha256 else "its CI to be pinned to"
+    print(f"a new config repo in {args.directory}, {pinned} gitsync {wheel.version}; next: cd "
+          f"{args.directory} && git init && gitsync validate --dir .")
     return 0

@@ -32,6 +32,7 @@ from ruamel.yaml import YAML
 from gitsync.adopt.arguments import LAYOUTS
 from gitsync.adopt.secret_fields import Placeholder
 from gitsync.kinds import KINDS, item_id
+from gitsync.render.scalars import read as read_plain
 
 MAX_STEM = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -72,6 +73,16 @@ class TextTemplate(Placeholder):
     render gives it the type YAML gives its value)."""
 
     __slots__ = ()
+
+
+class NumberReference(Placeholder):
+    """Repo text that is exactly one ``${{ number(vars.X) }}``: rendered as the number X holds."""
+
+    __slots__ = ()
+
+    @classmethod
+    def to(cls, name: str) -> NumberReference:
+        return cls(f"${{{{ number(vars.{name}) }}}}")
 
 
 def rewrite_matches(value: Any, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> Any:
@@ -128,12 +139,14 @@ class _Quoted(str):
 
 def _styled(value: Any) -> Any:
     """Multi-line printable strings (certificates, protos) as ``|`` blocks; any string holding another
-    control character (keys too) double-quoted with escapes, the one style that keeps it exact."""
+    control character (keys too) double-quoted with escapes, the one style that keeps it exact; and a
+    string that YAML 1.1 tools would read as something else unquoted (``yes``, ``on``), quoted: every
+    tool then reads the text gitsync reads, and ``gitsync validate`` has nothing to warn of."""
     if isinstance(value, TextTemplate):
         return _Quoted(value)
     if isinstance(value, str):
         lines = value.split("\n")
-        if not all(line.isprintable() for line in lines):
+        if not all(line.isprintable() for line in lines) or read_plain(value).note is not None:
             return _Quoted(value)
         return _Literal(value) if len(value.rstrip("\n").split("\n")) > 1 else str(value)
     if isinstance(value, Mapping):

@@ -5,8 +5,9 @@ definitions`), as draft-07 documents: ``config-file.schema.json`` for any config
 and ``<kind>.schema.json`` for a file of one kind. On top of APISIX's item schemas
 they carry the repo's own rules — every item has an id, no ``*_conf_version`` keys,
 plugin names from APISIX's list — and they accept, wherever a value is checked, what
-only gitsync or APISIX resolve: ``${{ vars.X }}`` / ``${{ secrets.X }}`` and
-``$secret://`` / ``$env://`` references. ``gitsync validate`` stays the authority:
+only gitsync or APISIX resolve: ``${{ vars.X }}`` / ``${{ secrets.X }}`` /
+``${{ number(vars.X) }}`` and ``$secret://`` / ``$env://`` references. Their description says how
+unquoted values are read (YAML 1.2, as the editors read them). ``gitsync validate`` stays the authority:
 the editor schemas cannot check references between items or plugin configurations.
 """
 
@@ -24,6 +25,7 @@ from gitsync import __version__
 from gitsync.adopt.repo_writer import WriteError, replace_files
 from gitsync.kinds import KINDS, is_credential
 from gitsync.notation import SECRET_FIELD
+from gitsync.render.openapi.declaration import DEFAULTS, MAX_PREFIX, VALIDATION_OPTIONS
 from gitsync.schema import PLUGINS, STREAM_PLUGINS
 from gitsync.schema import definitions as defs
 
@@ -186,6 +188,29 @@ SECRET_FIELDS: dict[str, Any] = {
 }
 
 
+#: The repo's own ``openapi:`` list (`gitsync.render.openapi.declaration`), never pushed.
+OPENAPI: dict[str, Any] = {
+    "description": "OpenAPI specs the repo renders into services, upstreams and routes (docs/openapi.md).",
+    "type": ["array", "null"],
+    "items": {
+        "type": "object", "required": ["name", "spec"], "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "description": "Unique; layers replace or patch it."},
+            "spec": {"type": "string", "description": "The spec's path, relative to this file (/… from the "
+                                                      "repo's root)."},
+            **{key: {"type": "object", "description": f"As x-adc-{key.replace('_', '-')} at the spec's root "
+                                                      "(ADC's field names)."} for key in DEFAULTS},
+            "server_variables": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+            "request_validation": {"type": ["boolean", "object"],
+                                   "properties": {key: {} for key in VALIDATION_OPTIONS},
+                                   "additionalProperties": False},
+            "id_prefix": {"type": "string", "pattern": "^[a-zA-Z0-9_.-]*$", "maxLength": MAX_PREFIX},
+            "$patch": {"enum": ["merge"]},
+        },
+    },
+}
+
+
 def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
     """A config file (one YAML document) holding lists of `kinds` (all of them: the repo's own lists too)."""
     properties: dict[str, Any] = {
@@ -193,12 +218,17 @@ def file_schema(kinds: tuple[str, ...], title: str) -> dict[str, Any]:
                "maxProperties": 0, "items": kind_items(kind)} for kind in kinds}
     if kinds == KINDS:
         properties["secret_fields"] = SECRET_FIELDS
+        properties["openapi"] = OPENAPI
     return {
         "$schema": DRAFT,
         "$id": f"https://gitsync.invalid/schema/{__version__}/{title}",
         "title": f"gitsync config file ({', '.join(kinds) if len(kinds) < 3 else 'any kind'})",
         "description": "A gitsync config repo file: resource kinds mapped to lists of items. "
-                       "Check with `gitsync validate`.",
+                       "Check with `gitsync validate`. Unquoted values are read as YAML 1.2 reads them, "
+                       "as this editor does by default (yaml.yamlVersion 1.2): yes, on, 1_000 and 0b101 "
+                       "are text, 0777 is the number 777; `gitsync validate` warns of each one that YAML "
+                       "1.1 tools read otherwise, and names what to write. "
+                       "${{ number(vars.NAME) }} stands for a number.",
         "type": ["object", "null"],
         # a list of items; `routes:` (null) or `routes: {}` is an empty kind
         "properties": properties,

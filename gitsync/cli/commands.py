@@ -77,6 +77,9 @@ from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
 EXIT_WRITEBACK_FAILED = 3  # sync --once: the sync was fine, its write-back was not
+#: diff: the commit renders and the gateways answer, but the deletion guard would hold it (2 stays the
+#: code of a check that could not be made: a CI can tell "allow the deletion" from "fix the pipeline").
+EXIT_GUARD_WOULD_HOLD = 4
 #: Tries of each git contact by ``sync --once`` (it has no next poll): 1 + 3 retries, at most 1, 2 and
 #: 4 s apart (half of each wait is random: agents started together do not retry together).
 ONCE_GIT_ATTEMPTS = 4
@@ -170,7 +173,14 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
     leave_to_exit(composed, *(part.rendered for part in parts if part.rendered is not composed))
     for left_out in composed.left_out:  # partial apply, from a directory: there is no last good version
         out.warning(redact(left_out.describe()))
+    _warn_scalars(composed, out)
     return composed, "\n".join(messages)
+
+
+def _warn_scalars(rendered: Rendered, out: Findings) -> None:
+    """Each plain scalar YAML 1.1 tools read otherwise, at its place (``ambiguous_scalars = "warn"``)."""
+    for warning in rendered.warnings:
+        out.warning(redact(str(warning)))
 
 
 def render(settings: Settings, args: argparse.Namespace) -> int:
@@ -196,11 +206,8 @@ def _explain(rendered: Rendered, kind: str, ident: str) -> int:
         print(f"gitsync render: no item {kind}[{ident}] in the rendered payload", file=sys.stderr)
         return 1
     item = rendered.payload[kind][index]
-    source = rendered.source_map.source(kind, index)
-    assert source is not None
-    patched = rendered.source_map.patched.get(source)
-    head = f"{kind}[{ident}]: {patched.describe()}" if patched is not None else \
-        f"{kind}[{ident}]: at {rendered.source_map.location(kind, index)}"
+    origin = rendered.source_map.describe(kind, index)  # patched by overlays, generated from a spec
+    head = f"{kind}[{ident}]: {origin or f'at {rendered.source_map.location(kind, index)}'}"
     fields = [(field_text(path) or "(the item)", str(where))
               for path, where in rendered.source_map.explain(kind, index, item)]
     width = max((len(name) for name, _ in fields), default=0)
@@ -305,8 +312,9 @@ def _gateways(settings: Settings, command: str, out: Findings | None = None) -> 
 
 
 def diff(settings: Settings, args: argparse.Namespace) -> int:
-    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error or a
-    commit the deletion guard would refuse (a report format: `gitsync.feedback.review`)."""
+    """What a sync would add, change, remove or prune; exit 0 nothing, 1 something, 2 an error, 4 a commit
+    the deletion guard would hold (`EXIT_GUARD_WOULD_HOLD`; an error wins). A report format has its own
+    codes (`gitsync.feedback.review`)."""
     from gitsync.agent.statedir import StateDir
 
     out = findings(args, "diff", settings)
@@ -327,7 +335,7 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
     show = bool(getattr(args, "show_secrets", False))
     desired_shown = rendered.payload if show else mask_secrets(rendered.payload, rendered.secret_values,
                                                                rendered.secret_rules)
-    status = 0
+    status, held = 0, False
     for url in gateways.urls:
         one = diffs[url]
         if one.error is not None or one.plan is None:
@@ -348,9 +356,9 @@ def diff(settings: Settings, args: argparse.Namespace) -> int:
             if change.deleted:
                 out.line(f"  guard: {change.describe()}")
         if verdict.refused:
-            out.refused(f"gitsync diff: {one.url}: the deletion guard would refuse this commit")
-            status = 2
-    return out.finish(status)
+            out.refused(f"gitsync diff: {one.url}: the deletion guard would hold this commit")
+            held = True
+    return out.finish(EXIT_GUARD_WOULD_HOLD if held and status != 2 else status)
 
 
 def _follows_git(settings: Settings) -> bool:
@@ -437,10 +445,13 @@ def _sync_repo(settings: Settings) -> int:
         for problem in outcome.problems:  # e.g. what partial apply left out
             print(f"warning: {redact(problem)}", file=sys.stderr)
         return EXIT_WRITEBACK_FAILED if unwritten else 0
-    print(f"gitsync sync: {outcome.result} at {outcome.stage or '?'}: {outcome.commit or '-'}",
-          file=sys.stderr)
-    for problem in outcome.problems:
+    # The verdict comes last, with its first reason: the line a person (or CI) reads first.
+    for problem in outcome.problems[1:]:
         print(redact(problem), file=sys.stderr)
+    commit = outcome.commit[:12] if outcome.commit else "no commit read"
+    reason = f": {redact(outcome.problems[0])}" if outcome.problems else ""
+    verdict = str(outcome.result).replace("_", " ")
+    print(f"gitsync sync: {verdict} at {outcome.stage or '?'} ({commit}){reason}", file=sys.stderr)
     return 1
 
 

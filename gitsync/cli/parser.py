@@ -39,7 +39,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("validate", "check a config repo; each error as file:line:col: kind[id].field: message",
             "gitsync.cli.commands:validate", ("source", "state", "unmanaged"),
             arguments="gitsync.feedback.review:format_arguments", closes_all=True),
-    Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error)",
+    Command("diff", "show per kind and item what a sync would change (exit 0 none, 1 some, 2 error, 4 the "
+            "deletion guard would hold the commit)",
             "gitsync.cli.commands:diff", ("source", "gateway", "state"), ("gateways", "admin_key"),
             arguments="gitsync.feedback.review:format_arguments", closes_all=True),
     Command("sync", "one sync of the gateways to the repo (exit 0 applied or already live, 1 failed, "
@@ -60,7 +61,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("export", "write a live gateway's configuration as a config repo, secrets kept out, round trip "
             "proven", "gitsync.adopt.export:export_command", ("gateway", "secret_fields"), ("gateways",),
             "gitsync.adopt.arguments:export"),
-    Command("import", "convert ADC declarative files or a file-driven apisix.yaml into a config repo",
+    Command("import", "convert ADC declarative files, a file-driven apisix.yaml or OpenAPI specs into a "
+            "config repo",
             "gitsync.adopt.importing:import_command", ("connect", "secret_fields"), (),
             "gitsync.adopt.arguments:import_"),
     Command("init", "scaffold a config repo: examples, README, pre-commit, CI for GitHub and GitLab",

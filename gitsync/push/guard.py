@@ -79,11 +79,21 @@ class KindChange:
     refused: str | None = None  # why the guard refuses it: "it would leave routes empty", ...
     remedy: str = ""  # how the author allows it: 'add "Gitsync-Allow-Delete: routes"'
 
+    @property
+    def added(self) -> int:
+        """How many items of the kind the commit adds (ids that are not live)."""
+        return self.after - (self.live - self.deleted)
+
     def describe(self) -> str:
-        """``routes: 812 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes"``."""
-        drop = f" (−{round(100 * self.deleted / self.live)} %)" if self.live and self.deleted else ""
+        """``routes: 812 → 0, deletes 812 of 812 (100 %), refused: add "Gitsync-Allow-Delete: routes"``;
+        ``routes: 1 → 3, deletes 1 of 1 (100 %), adds 3``: what the guard counts (the deleted share of
+        what is live) beside the totals, so that a kind that grows while it loses items reads right."""
+        counts = ""
+        if self.deleted:
+            counts = f", deletes {self.deleted} of {self.live} ({round(100 * self.deleted / self.live)} %)"
+            counts += f", adds {self.added}" if self.added else ""
         verdict = f", refused: {self.remedy}" if self.refused else ""
-        return f"{self.kind}: {self.live} → {self.after}{drop}{verdict}"
+        return f"{self.kind}: {self.live} → {self.after}{counts}{verdict}"
 
 
 @dataclass(frozen=True)

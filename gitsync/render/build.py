@@ -65,6 +65,10 @@ def _top_level_problems(loaded: Loaded) -> tuple[list[Problem], list[str]]:
     if not isinstance(data, dict):
         return [Problem(f"a document must be a mapping of kinds to lists (routes: [...]), not "
                         f"{describe(data)}", at(doc.pos))], []
+    if isinstance(data.get("openapi"), str) or "swagger" in data:
+        return [Problem("this is an OpenAPI document, not a config file: declare it in an `openapi:` list "
+                        "of a config file (- name: …, spec: <its path>) to render its routes "
+                        "(docs/openapi.md)", at(doc.pos))], []
     problems: list[Problem] = []
     kinds: list[str] = []
     for key, value in data.items():

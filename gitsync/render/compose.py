@@ -37,7 +37,7 @@ from gitsync.problems import Location, Problem
 from gitsync.render.references import Reference, references_of
 from gitsync.render.result import Rendered
 from gitsync.render.secrets import SecretRules
-from gitsync.render.sourcemap import FieldPath, ItemSource, Patched, SourceMap
+from gitsync.render.sourcemap import FieldPath, Generated, ItemSource, Patched, SourceMap
 
 #: Between a source's name and a file of it, in every place a composed payload reports.
 SEPARATOR = ":"
@@ -272,7 +272,8 @@ def compose(parts: Sequence[Part]) -> Rendered:
     left_out = tuple(dataclasses.replace(out, why=relabel(part.name, out.why))
                      for part in parts for out in part.rendered.left_out)
     rules = sum((part.rendered.secret_rules for part in parts), SecretRules())
-    return Rendered(payload, source_map, secrets, checks, contents, left_out, ids, splits, rules)
+    warnings = tuple(relabel(part.name, warning) for part in parts for warning in part.rendered.warnings)
+    return Rendered(payload, source_map, secrets, checks, contents, left_out, ids, splits, rules, warnings)
 
 
 def _per_item(rendered: Rendered, table: Mapping[str, list[Any]], kind: str) -> list[Any]:
@@ -293,6 +294,7 @@ class ComposedSourceMap(SourceMap):
         self._starts = dict(starts)
         self._lists: dict[str, list[ItemSource]] | None = None
         self._relabeled: dict[ItemSource, Patched] | None = None
+        self._relabeled_generated: dict[tuple[str, ItemSource], Generated] | None = None
 
     def _find(self, kind: str, index: int) -> tuple[str | None, SourceMap, int] | None:
         """The part holding item `index` of `kind`: its name, source map and the item's own index."""
@@ -357,6 +359,16 @@ class ComposedSourceMap(SourceMap):
                 tuple(s._replace(file=in_source(name, s.file)) for s in value.sources), value.owners)
                 for name, source_map in self._parts for key, value in source_map.patched.items()}
         return self._relabeled
+
+    @property
+    def generated(self) -> Mapping[tuple[str, ItemSource], Generated]:
+        if self._relabeled_generated is None:
+            self._relabeled_generated = {
+                (kind, key._replace(file=in_source(name, key.file))): dataclasses.replace(
+                    value, spec=in_source(name, value.spec), declared=_moved(name, value.declared),
+                    fields={path: _moved(name, where) for path, where in value.fields.items()})
+                for name, source_map in self._parts for (kind, key), value in source_map.generated.items()}
+        return self._relabeled_generated
 
     def __len__(self) -> int:
         return sum(len(source_map) for _, source_map in self._parts)

@@ -154,6 +154,7 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
         max_payload_size=settings.max_payload_size,
         unmanaged=frozenset(settings.unmanaged),
         partial=settings.partial,
+        ambiguous_scalars=settings.ambiguous_scalars,
         check_limits=CheckLimits(settings.max_checks, settings.max_check_time, settings.max_check_body),
         secret_rules=SecretRules.of(settings.secret_fields),
     )

@@ -4,9 +4,10 @@ A plain file's items are the parse's own objects, the same every render while th
 (`gitsync.render.memo.ParseCache`), so what a stage works out about them holds as long as the parse
 does: validation's facts (`gitsync.render.facts.FACTS`), the build's units
 (`gitsync.render.build.UNITS`), the values the classifier finds secret
-(`gitsync.render.pipeline.SECRET_VALUES`). Each stage declares its own `MemoSlot`, typed with what it
-keeps there, so a reader of one slot knows what it gets; this module knows none of them (it sits
-below every stage that uses it).
+(`gitsync.render.pipeline.SECRET_VALUES`), an OpenAPI spec file's references and outline
+(`gitsync.render.openapi.stage.REFERENCES`, `OUTLINE`). Each stage declares its own `MemoSlot`,
+typed with what it keeps there, so a reader of one slot knows what it gets; this module knows none
+of them (it sits below every stage that uses it).
 """
 
 from __future__ import annotations

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import marshal
-import math
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml.constructor import SafeConstructor
 from ruamel.yaml.cyaml import CParser
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.events import (
@@ -35,15 +32,12 @@ from ruamel.yaml.events import (
     SequenceEndEvent,
     SequenceStartEvent,
 )
-from ruamel.yaml.nodes import ScalarNode
-from ruamel.yaml.resolver import VersionedResolver
 
 from gitsync.render.filememo import FileMemo
+from gitsync.render.scalars import MERGE_MESSAGE, Reading, read, read_tagged, shown
 
 #: Deeper nesting than any APISIX config needs; also keeps every later recursive walk safe.
 MAX_DEPTH = 64
-#: Digits of the largest integer a 64-bit float (what APISIX's JSON decoder makes of a number) can hold.
-MAX_INT_DIGITS = len(str(int(sys.float_info.max)))
 #: The YAML version gitsync reads. A ``%YAML 1.1`` directive asks for other rules (``yes``/``on`` as
 #: booleans, ``0777`` as octal): refused, rather than read with rules its author did not mean.
 YAML_VERSION = (1, 2)
@@ -51,8 +45,9 @@ YAML_VERSION = (1, 2)
 Pos = tuple[int, int]  # 1-based line and column
 
 _TAG = "tag:yaml.org,2002:"
-_STR, _INT, _FLOAT, _BOOL, _NULL = (_TAG + n for n in ("str", "int", "float", "bool", "null"))
-_TIMESTAMP, _MERGE, _MAP, _SEQ = (_TAG + n for n in ("timestamp", "merge", "map", "seq"))
+_STR, _TIMESTAMP, _MERGE, _MAP, _SEQ = (_TAG + n for n in ("str", "timestamp", "merge", "map", "seq"))
+#: The core schema's explicit tags (``!!int 12``): their text must read as that type.
+_CORE_TAGS = {_TAG + name: name for name in ("int", "float", "bool", "null")}
 
 
 class PlainTemplate(str):
@@ -143,6 +138,8 @@ class ParsedFile:
     has_sops: bool  # has a top-level ``sops`` mapping: must be decrypted
     has_secret_references: bool  # contains ``$secret://``
     size: int = 0  # bytes
+    #: Plain scalars YAML 1.1 tools read otherwise (`gitsync.render.scalars`): what to write instead.
+    warnings: tuple[LoadIssue, ...] = ()
     #: Results of later pure checks on items exactly as parsed, kept as long as the parse is cached.
     memo: FileMemo = field(default_factory=FileMemo, compare=False, repr=False)
 
@@ -152,50 +149,17 @@ def blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-_Rules = tuple[tuple[str, Any], ...]
-
-
-def _implicit_table() -> tuple[dict[str, _Rules], _Rules]:
-    """ruamel's implicit resolvers for YAML 1.2 as `VersionedResolver.resolve` consults them for a
-    plain scalar: by first character, each followed by the ones for any character (the second
-    value, alone for a character with none of its own); tags with their default prefix."""
-    table = VersionedResolver(version=YAML_VERSION).versioned_resolver
-
-    def tagged(rules: list[tuple[Any, Any]]) -> _Rules:
-        return tuple((str(tag) if str(tag).startswith(_TAG) else _TAG + str(tag), regexp)
-                     for tag, regexp in rules)
-
-    anywhere = tagged(table.get(None, []))
-    return {first: tagged(rules) + anywhere for first, rules in table.items() if first is not None}, anywhere
-
-
-_IMPLICIT, _IMPLICIT_ANY = _implicit_table()
-
-
-def _plain_tag(value: str) -> str:
-    """The tag YAML 1.2 gives a plain scalar, as ruamel's resolver finds it, without asking the parser
-    for its version on every scalar (most of what reading a file cost)."""
-    for tag, regexp in _IMPLICIT.get(value[:1], _IMPLICIT_ANY):
-        if regexp.match(value):
-            return tag
-    return _STR
-
-
-class _Loader(CParser, SafeConstructor, VersionedResolver):
-    """The C parser with ruamel's YAML 1.2 resolver (for implicit tags) and scalar constructors."""
-
-    def __init__(self, stream: bytes) -> None:
-        CParser.__init__(self, stream)
-        self._parser = self._composer = self
-        SafeConstructor.__init__(self, loader=self)
-        VersionedResolver.__init__(self, version=None, loadumper=self)
+class _Loader(CParser):
+    """ruamel's C parser, read event by event: plain scalars are typed by `gitsync.render.scalars`, not
+    by ruamel's resolver (which would ask the parser its version for every scalar, and whose YAML 1.2
+    table reads ``1_000`` and ``0b101`` as numbers, as YAML 1.1 does)."""
 
     def close(self) -> None:
-        """Release the C parser and drop the loader's references to itself (it is its own parser,
-        composer, constructor and resolver): freed at once by reference counting, not left with its
-        resolver tables (~80 containers a file) for the cyclic GC, which a sync holds off."""
+        """Release the C parser."""
         self.dispose()
-        self.__dict__.clear()
+
+
+_TEXT = tuple.__new__  # a quoted scalar's Reading, made without NamedTuple's __new__ (a Python function)
 
 
 class _Stop(Exception):
@@ -206,53 +170,28 @@ def _pos(mark: Any) -> Pos:
     return (mark.line + 1, mark.column + 1)
 
 
-def _scalar(loader: _Loader, event: ScalarEvent, templates: bool, yaml_12: bool) -> tuple[Any, str | None]:
-    """The Python value of a scalar, or an error message for values JSON cannot carry. `yaml_12`: the
-    document is read with YAML 1.2's rules (no other ``%YAML`` directive)."""
+def _scalar(event: ScalarEvent, templates: bool) -> Reading:
+    """The Python value of a scalar, an error for values JSON cannot carry, and a note for a plain scalar
+    YAML 1.1 tools read otherwise (`gitsync.render.scalars`)."""
     value: str = event.value
     tag = event.tag
     if tag is None or tag == "!":
         if event.style or tag == "!":
-            return value, None
-        tag = _plain_tag(value) if yaml_12 and event.implicit[0] else loader.resolve(ScalarNode, value,
-                                                                                      event.implicit)
-        if tag == _STR:
-            if templates and "${{" in value and value.startswith("${{") and value.endswith("}}") \
-                    and value.count("${{") == 1:
-                return PlainTemplate(value), None
-            return value, None
+            return _TEXT(Reading, (value, None, None))
+        reading = read(value)
+        if templates and reading.value is value and "${{" in value and value.startswith("${{") \
+                and value.endswith("}}") and value.count("${{") == 1:
+            return Reading(PlainTemplate(value))
+        return reading
     if tag in (_STR, _TIMESTAMP):
-        return value, None  # dates stay text: JSON has no date type
-    if tag == _INT:
-        decimal = value.replace("_", "").lstrip("+-").lstrip("0")
-        if decimal.isdigit() and len(decimal) > MAX_INT_DIGITS:  # before int(): Python refuses 4,300+
-            return None, _too_large(value)
-        number = int(value) if value.isdigit() else loader.construct_yaml_int(ScalarNode(tag, value))
-        if abs(number) > sys.float_info.max:  # 0x… and 0o… have no digit limit
-            return None, _too_large(value)
-        return number, None
-    if tag == _FLOAT:
-        number = loader.construct_yaml_float(ScalarNode(tag, value))
-        if not math.isfinite(number):
-            return None, f"{_shown(value)} is not a number JSON can carry"
-        return number, None
-    if tag == _BOOL:
-        return value.lower() == "true", None
-    if tag == _NULL:
-        return None, None
+        return Reading(value)  # dates stay text: JSON has no date type
+    core = _CORE_TAGS.get(tag)
+    if core is not None:
+        return read_tagged(core, value)
     if tag == _MERGE:
-        return value, "merge keys (<<) are not supported; write the keys out"
-    return value, f"the tag {tag!r} is not supported (only plain strings, numbers, booleans and null)"
-
-
-def _shown(value: str, limit: int = 24) -> str:
-    """A scalar's text for a message: whole when short, else its start and its length."""
-    return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value)} characters)"
-
-
-def _too_large(value: str) -> str:
-    return (f"the number {_shown(value)} is too large: APISIX reads numbers as 64-bit floats, which end "
-            "near 1.8e308; quote it if it is text")
+        return Reading(value, MERGE_MESSAGE)
+    return Reading(value, f"the tag {tag!r} is not supported (only plain strings, numbers, booleans and "
+                          "null)")
 
 
 def _key_text(key: Any) -> str:
@@ -270,6 +209,7 @@ def parse(data: bytes) -> ParsedFile:
     """Parse one file's bytes: every document, every problem, never an exception."""
     templates = b"${{" in data
     issues: list[LoadIssue] = []
+    warnings: list[LoadIssue] = []
     documents: list[Document] = []
     loader = _Loader(data)
     get_event = loader.get_event
@@ -281,7 +221,6 @@ def parse(data: bytes) -> ParsedFile:
     root: list[tuple[Any, Pos]] = []
     sops = False
     doc_pos: Pos = (1, 1)
-    yaml_12 = True
 
     def add(value: Any, pos: Pos) -> None:
         if not stack:
@@ -323,11 +262,13 @@ def parse(data: bytes) -> ParsedFile:
                 if event.anchor:
                     issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
                 try:
-                    value, error = _scalar(loader, event, templates, yaml_12)
-                except (ValueError, OverflowError) as exc:  # the resolver accepted it, Python cannot build it
-                    value, error = None, f"cannot read the value {_shown(event.value)}: {exc}"
+                    value, error, note = _scalar(event, templates)
+                except (ValueError, OverflowError) as exc:  # the schema accepted it, Python cannot build it
+                    value, error, note = None, f"cannot read the value {shown(event.value)}: {exc}", None
                 if error:
                     issues.append(LoadIssue(*pos, error))
+                elif note:
+                    warnings.append(LoadIssue(*pos, note))
                 if len(stack) == 2:
                     note_item(pos)
                 add(value, pos)
@@ -358,8 +299,7 @@ def parse(data: bytes) -> ParsedFile:
                 key_pos, item_pos, root = {}, {}, []
                 doc_pos = _pos(event.end_mark)
                 version = getattr(event, "version", None)
-                yaml_12 = version is None or tuple(version) == YAML_VERSION
-                if not yaml_12:
+                if version is not None and tuple(version) != YAML_VERSION:
                     issues.append(LoadIssue(*_pos(event.start_mark), _version_message(tuple(version))))
             elif kind is DocumentEndEvent:
                 value, pos = root[0] if root else (None, doc_pos)
@@ -372,15 +312,16 @@ def parse(data: bytes) -> ParsedFile:
         pass
     finally:
         loader.close()
-    return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data, len(data))
+    return ParsedFile(tuple(documents), tuple(issues), templates, sops, b"$secret://" in data, len(data),
+                      tuple(warnings))
 
 
 _NO_KEY = object()
 
 
 def _version_message(version: tuple[int, ...]) -> str:
-    shown = ".".join(map(str, version))
-    return (f"%YAML {shown}: gitsync reads YAML 1.2 only (yes/no/on/off are text, 0777 is decimal); "
+    written = ".".join(map(str, version))
+    return (f"%YAML {written}: gitsync reads YAML 1.2 only (yes/no/on/off are text, 0777 is decimal); "
             "remove the directive, and quote or rewrite the values YAML 1.1 would read otherwise")
 _ANCHOR_MESSAGE = ("YAML anchors and aliases (&name, *name) are not accepted: they can hide a huge "
                    "document; write the value out")
@@ -405,10 +346,10 @@ def _yaml_issue(exc: YAMLError, data: bytes) -> LoadIssue:
     return LoadIssue(mark.line + 1, mark.column + 1, message)
 
 
-def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
+def _nodes(data: bytes, depth: int | None = None) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
     """Every node event of `data` with its path ``(document, *path)`` and its role: ``"key"`` (a
     mapping key: the path of its entry), ``"value"`` (a mapping's value), ``"item"`` (a list item) or
-    ``"root"`` (a document's)."""
+    ``"root"`` (a document's); with `depth`, only those at most that many levels below the root."""
     loader = _Loader(data)
     # Each frame: [is_mapping, current key or index, expecting_key, is_complex_key]
     stack: list[list[Any]] = []
@@ -433,12 +374,14 @@ def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
             if top is not None and top[0] and top[2]:  # a mapping key
                 top[1] = _key_text(event.value) if kind is ScalarEvent else None
                 top[2] = False
-                yield (doc, *(f[1] for f in stack)), event, "key"
+                if depth is None or len(stack) <= depth:
+                    yield (doc, *(f[1] for f in stack)), event, "key"
                 if opens:
                     stack.append([kind is MappingStartEvent, 0, True, True])
                 continue
             role = "root" if top is None else "value" if top[0] else "item"
-            yield (doc, *(f[1] for f in stack)), event, role
+            if depth is None or len(stack) <= depth:
+                yield (doc, *(f[1] for f in stack)), event, role
             if opens:
                 stack.append([kind is MappingStartEvent, 0, True, False])
             else:
@@ -449,14 +392,15 @@ def _nodes(data: bytes) -> Iterator[tuple[tuple[str | int, ...], Any, str]]:
         loader.close()
 
 
-def positions(data: bytes) -> dict[tuple[str | int, ...], Pos]:
-    """Every node's position in `data`, keyed by ``(document, *path)``: for error messages only.
+def positions(data: bytes, depth: int | None = None) -> dict[tuple[str | int, ...], Pos]:
+    """Every node's position in `data` (with `depth`: those at most that many levels below their
+    document's root), keyed by ``(document, *path)``: for error messages only.
 
     A mapping entry maps to its key's position, a list item to the item's start. Built
     lazily for one file at a time when an error needs a field's line.
     """
     found: dict[tuple[str | int, ...], Pos] = {}
-    for path, event, role in _nodes(data):
+    for path, event, role in _nodes(data, depth):
         if role != "value":
             found.setdefault(path, _pos(event.start_mark))
     return found
@@ -483,18 +427,3 @@ def _after_value(stack: list[list[Any]]) -> None:
         frame[2] = True
     else:
         frame[1] += 1
-
-
-def plain_value(text: str) -> Any:
-    """What an unquoted YAML scalar `text` means: a number, boolean, null, or the text itself."""
-    tag = _plain_tag(text)
-    if tag not in (_INT, _FLOAT, _BOOL, _NULL):
-        return text
-    loader = _Loader(b"")  # its constructors build the number
-    try:
-        value, error = _scalar(loader, ScalarEvent(None, tag, (False, False), text), False, True)
-        return text if error else value
-    except (ValueError, OverflowError):
-        return text
-    finally:
-        loader.close()

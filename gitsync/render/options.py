@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gitsync.limits import MAX_FILE_SIZE, MAX_ITEMS, MAX_PAYLOAD_SIZE
+from gitsync.limits import AMBIGUOUS_SCALARS, MAX_FILE_SIZE, MAX_ITEMS, MAX_PAYLOAD_SIZE
 from gitsync.render.healthchecks import CheckLimits
 from gitsync.render.secrets import NO_RULES, SecretRules
 
@@ -34,6 +34,8 @@ class RenderOptions:
     unmanaged: frozenset[str] = frozenset()
     #: Partial apply: items with problems (and what refers to them) are left out, not the commit.
     partial: bool = False
+    #: A plain scalar YAML 1.1 reads otherwise (`gitsync.render.scalars`): "warn" or "error".
+    ambiguous_scalars: str = AMBIGUOUS_SCALARS
     #: The bounds of the repo's health checks (their number, their time, the body they read).
     check_limits: CheckLimits = field(default_factory=CheckLimits)
     #: Secret fields the settings declare (`secret_fields`), besides the repo's own.

@@ -27,11 +27,13 @@ from gitsync.render.healthchecks import CHECKS, Check, parse_checks
 from gitsync.render.layers import layers
 from gitsync.render.load import Document, ParsedFile, blob_sha
 from gitsync.render.memo_api import NoMemo, RenderMemo
+from gitsync.render.openapi.declaration import OPENAPI
+from gitsync.render.openapi.stage import expand
 from gitsync.render.options import RenderOptions
 from gitsync.render.references import dependants, refers_to
 from gitsync.render.result import LastGood, LeftOut, Rendered
 from gitsync.render.secrets import SecretRules, classify, document_secret_values, value_at
-from gitsync.render.sourcemap import FilePositions, SourceMap, field_text
+from gitsync.render.sourcemap import FilePositions, Generated, ItemSource, SourceMap, field_text
 from gitsync.render.substitute import Substitution
 from gitsync.render.validate import item_contents, validate
 
@@ -65,7 +67,9 @@ def _redacted(problem: Problem, secret_fields: SecretFields,
         return local.redact(redact(text))
 
     message = _mask_quoted_parts(problem.message, own) if own else problem.message
-    return replace(problem, message=clean(message),
+    detail = None if problem.detail is None else clean(_mask_quoted_parts(problem.detail, own) if own else
+                                                       problem.detail)
+    return replace(problem, message=clean(message), detail=detail,
                    id=None if problem.id is None else clean(problem.id),
                    field=None if problem.field is None else clean(problem.field))
 
@@ -268,6 +272,10 @@ class _Loading:
     #: searched) or None (never read, or encrypted: they may declare anything).
     unknown: dict[str, bytes | None] = field(default_factory=dict)
     rendered_files: list[str] = field(default_factory=list)  # the config files under the paths, in order
+    parsed: dict[str, ParsedFile] = field(default_factory=dict)  # each file's parse, by name
+    #: The items rendered from OpenAPI specs (`gitsync.render.openapi`): where each came from.
+    generated: dict[tuple[str, ItemSource], Generated] = field(default_factory=dict)
+    warnings: list[Problem] = field(default_factory=list)  # plain scalars YAML 1.1 reads otherwise
 
     def too_large(self, name: str, size: int) -> None:
         self.problems.append(Problem(f"the file is {size} bytes, more than max_file_size = "
@@ -276,10 +284,17 @@ class _Loading:
 
     def file(self, name: str, layer: int, parsed: ParsedFile) -> None:
         """Load one parsed file: its documents, or why it cannot be used."""
+        self.parsed[name] = parsed
         if parsed.issues:
             self.problems += [Problem(i.message, Location(name, i.line, i.col)) for i in parsed.issues]
             self.unknown[name] = self.files[name]
             return
+        if parsed.warnings:
+            noted = [Problem(w.message, Location(name, w.line, w.col)) for w in parsed.warnings]
+            if self.options.ambiguous_scalars == "error":
+                self.problems += noted
+            else:
+                self.warnings += noted
         plain = not parsed.has_templates and not parsed.has_sops
         if plain:
             self.facts[name] = FileFacts.of(parsed)
@@ -328,8 +343,9 @@ def _render(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo
     if following is not None:
         return following
     run = _load(files, options, memo)
+    _expand_specs(run, memo)
     built = build(run.loaded)
-    source_map = SourceMap(files, built.sources, run.positions, built.patched)
+    source_map = SourceMap(files, built.sources, run.positions, built.patched, run.generated)
     checks, rules, problems = _checked(built, source_map, run, options)
     _register_classified(run.plain_files, [one.data for one in run.loaded if one.memo is None], rules)
     everything = run.problems + problems
@@ -368,6 +384,24 @@ def _load(files: Mapping[str, bytes], options: RenderOptions, memo: RenderMemo) 
     return run
 
 
+def _expand_specs(run: _Loading, memo: RenderMemo) -> None:
+    """The repo's OpenAPI specs rendered into documents of their items (`gitsync.render.openapi.stage`);
+    the spec files, and those their references read, are no config files."""
+    specs = expand(run.loaded, run.problems, run.files, run.parsed, memo, run.positions,
+                   run.options.max_file_size, run.options.max_items)
+    if specs is None:
+        return
+    run.loaded, run.problems, run.generated = specs.loaded, specs.problems, specs.generated
+    spec_parses = {id(run.parsed[name]) for name in specs.files if name in run.parsed}
+    run.plain_files = [parsed for parsed in run.plain_files if id(parsed) not in spec_parses]
+    for name in specs.files:
+        run.facts.pop(name, None)
+        run.unknown.pop(name, None)
+    for conversion in specs.conversions:
+        if conversion.problems:  # its items are unknown: what refers to them is not reported as well
+            run.unknown[conversion.declaration.spec] = None
+
+
 def _unread_size(files: Mapping[str, bytes], known: ConfigFiles, name: str) -> int:
     return known.oversized.get(name) or len(files.get(name) or b"")
 
@@ -380,8 +414,10 @@ def _checked(built: Built, source_map: SourceMap, run: _Loading, options: Render
         return source_map.problem(CHECKS, index, "", path).location
 
     checks, problems = parse_checks(built.payload.pop(CHECKS, []), check_field, options.check_limits)
-    built.ids.pop(CHECKS, None)
-    built.segments.pop(CHECKS, None)
+    for kind in (CHECKS, OPENAPI):  # the declarations were rendered by the spec stage
+        built.payload.pop(kind, None)
+        built.ids.pop(kind, None)
+        built.segments.pop(kind, None)
     rules, rule_problems = _repo_rules(built, source_map, options)
     problems = built.problems + problems + rule_problems
     problems += validate(built.payload, source_map, options, run.unknown, run.facts, run.unsubstituted,
@@ -394,11 +430,11 @@ def _partial(built: Built, problems: list[Problem], run: _Loading, fallback: Las
     """Partial apply: leave out the items with problems (and what refers to them) until what is left
     validates, or a problem is not one item's; `left_out` gathers them. What is still wrong, and the
     source map of what is left."""
-    source_map = SourceMap(run.files, built.sources, run.positions, built.patched)
+    source_map = SourceMap(run.files, built.sources, run.positions, built.patched, run.generated)
     while problems and _each_of_one_item(problems):
         for out in _leave_out(built, source_map, problems, fallback, set(left_out)):
             left_out[out.kind, out.id] = out
-        source_map = SourceMap(run.files, built.sources, run.positions, built.patched)
+        source_map = SourceMap(run.files, built.sources, run.positions, built.patched, run.generated)
         run.facts = {}  # a last good item may stand where a file's item stood: no file is as parsed
         problems = validate(built.payload, source_map, run.options, run.unknown, run.facts, run.unsubstituted,
                             ids=built.ids)
@@ -418,7 +454,7 @@ def _result(built: Built, source_map: SourceMap, run: _Loading, checks: list[Che
     outs = sorted((replace(out, why=_redacted(out.why, run.secret_fields, redactors))
                    for out in left_out.values()), key=_where)
     return Rendered(built.payload, source_map, frozenset(secrets), tuple(checks), contents, tuple(outs),
-                    built.ids, splits, rules)
+                    built.ids, splits, rules, tuple(_sorted(run.warnings)))
 
 
 def _parse_missing(files: Mapping[str, bytes], known: ConfigFiles, names: list[str], options: RenderOptions,

@@ -32,6 +32,9 @@ class Rendered:
     splits: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
     #: The secret fields declared by the settings and the repo (`secret_fields`), for every mask.
     secret_rules: SecretRules = field(default_factory=SecretRules)
+    #: Plain scalars YAML 1.1 tools read otherwise, each at its place (`gitsync.render.scalars`), in file
+    #: order: told, not refused (unless ``ambiguous_scalars = "error"``, which refuses the commit instead).
+    warnings: tuple[Problem, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ re-reading just the one file that holds it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from gitsync.problems import Location, Problem
@@ -53,6 +53,38 @@ class Patched:
         patches = ", ".join(str(Location(s.file, *s.pos)) for s in self.sources[1:])
         base = self.sources[0]
         return f"patched by {patches} onto its base item at {Location(base.file, *base.pos)}"
+
+
+@dataclass(frozen=True)
+class Generated:
+    """An item rendered from an OpenAPI spec (`gitsync.render.openapi`): the spec, its declaration, the
+    operation it came from (None for a spec's service or upstream) and where each of its fields came
+    from: `fields` maps a path inside the item to a place in the spec or in the declaration; a field
+    that no entry (nor any entry for a prefix of it) names is the item's own place."""
+
+    spec: str
+    name: str  # the declaration's
+    declared: Location
+    operation: str | None = None  # "GET /users/{id}"
+    operation_id: str | None = None
+    fields: Mapping[FieldPath, Location] = field(default_factory=dict)
+
+    def origin(self, path: FieldPath) -> Location | None:
+        for length in range(len(path), -1, -1):
+            where = self.fields.get(path[:length])
+            if where is not None:
+                return where
+        return None
+
+    def describe(self) -> str:
+        """``generated from GET /users/{id} (operationId getUser) of the OpenAPI spec S (openapi N at F)``."""
+        what = "generated from"
+        if self.operation is not None:
+            what += f" {self.operation}"
+            if self.operation_id is not None:
+                what += f" (operationId {self.operation_id})"
+            what += " of"
+        return f"{what} the OpenAPI spec {self.spec} (openapi {self.name} at {self.declared})"
 
 
 def string_leaves(value: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
@@ -119,20 +151,44 @@ class SourceMap:
 
     `patched`: for each item an overlay patched (by its source, the last patch's), where its parts
     come from; a problem about such an item is placed at the field's own file and line, and names
-    the patch and the base item."""
+    the patch and the base item. `generated`: for each item rendered from an OpenAPI spec (by kind and
+    source), the operation and where its fields come from, named in a problem the same way."""
 
     def __init__(self, files: Mapping[str, bytes], items: Mapping[str, list[ItemSource]],
                  positions_cache: FilePositions | None = None,
-                 patched: Mapping[ItemSource, Patched] | None = None) -> None:
+                 patched: Mapping[ItemSource, Patched] | None = None,
+                 generated: Mapping[tuple[str, ItemSource], Generated] | None = None) -> None:
         self._items = {kind: list(sources) for kind, sources in items.items()}
         self._positions = positions_cache or FilePositions(files)
         self._ids: dict[str, dict[str, int]] = {}
         self._patched: Mapping[ItemSource, Patched] = patched or {}
+        self._generated: Mapping[tuple[str, ItemSource], Generated] = generated or {}
 
     @property
     def patched(self) -> Mapping[ItemSource, Patched]:
         """Each patched item's provenance, by the item's source."""
         return self._patched
+
+    @property
+    def generated(self) -> Mapping[tuple[str, ItemSource], Generated]:
+        """Each item rendered from an OpenAPI spec, by its kind and (base item's) source."""
+        return self._generated
+
+    def describe(self, kind: str, index: int) -> str | None:
+        """Where item `index` of `kind` comes from when it is not simply written at its place: patched by
+        overlays, generated from a spec, or both."""
+        source = self.source(kind, index)
+        if source is None:
+            return None
+        parts = []
+        patched = self.patched.get(source) if self.patched else None
+        if patched is not None:
+            parts.append(patched.describe())
+            source = patched.sources[0]
+        generated = self.generated.get((kind, source)) if self.generated else None
+        if generated is not None:
+            parts.append(generated.describe())
+        return "; ".join(parts) or None
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._items)
@@ -159,16 +215,18 @@ class SourceMap:
                     self._ids[kind].setdefault(source.id, index)
         return self._ids[kind].get(str(item_id))
 
-    def problem(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> Problem:
+    def problem(self, kind: str, index: int | None, message: str, field: FieldPath = (),
+                detail: str | None = None) -> Problem:
         """A problem about item `index` of `kind` (or the kind as a whole), at the field's line when known."""
         source = None if index is None else self.source(kind, index)
         if source is None:
-            return Problem(message, None, kind, None, field_text(field) or None)
-        patched = self.patched.get(source) if self.patched else None
-        if patched is not None:
-            message = f"{message} ({patched.describe()})"
+            return Problem(message, None, kind, None, field_text(field) or None, detail)
+        origin = self.describe(kind, index) if self.patched or self.generated else None
+        if origin is not None:  # the detail says what the message is about: before where it came from
+            message = f"{message} ({detail}) ({origin})" if detail else f"{message} ({origin})"
+            detail = None
         return Problem(message, self.field_location(kind, source, field), kind, source.id,
-                       field_text(field) or None)
+                       field_text(field) or None, detail)
 
     def field_location(self, kind: str, source: ItemSource, field: FieldPath) -> Location:
         """Where the field at `field` of the item written at `source` is (for a patched item: in the
@@ -176,6 +234,9 @@ class SourceMap:
         patched = self.patched.get(source) if self.patched else None
         if patched is not None:
             source = patched.origin(field)
+        generated = self.generated.get((kind, source)) if self.generated else None
+        if generated is not None:
+            return generated.origin(field) or Location(source.file, *source.pos)
         location = Location(source.file, *source.pos)
         if field:
             location = self._positions.location(source.file, source.doc, (kind, source.index, *field),

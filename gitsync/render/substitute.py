@@ -7,6 +7,11 @@ An unquoted scalar that is exactly one ``${{ vars.NAME }}`` takes the type YAML
 would give the value (``port: ${{ vars.PORT }}`` → ``8080``, a number); quote it
 to keep text. Secrets always stay text: a rotated password that happens to be
 all digits must not change type.
+
+``${{ number(vars.NAME) }}`` says the type: the value must be a number (as YAML 1.2
+reads one: ``8080``, ``2.5``, ``1e3``), or the render refuses it at its line; quoted
+or not, the scalar becomes that number. It must be the whole value, and takes a
+var only (a number is not a credential; a secret stays text).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitsync.log import MIN_SECRET_LENGTH, redact, register_secret
-from gitsync.render.load import PlainTemplate, plain_value
+from gitsync.render.load import PlainTemplate
+from gitsync.render.scalars import plain_value, read, shown
 
 _TOKEN = re.compile(r"\$\$\{\{|\$\{\{(.*?)\}\}|\$\{\{", re.DOTALL)
 _EXPRESSION = re.compile(r"^\s*(vars|secrets)\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_NUMBER = re.compile(r"^\s*number\(\s*(vars|secrets)\.([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
 
 Path = tuple[str | int, ...]
 
@@ -47,6 +54,7 @@ class Substitution:
         """`text` with every expression replaced; problems are recorded against `path`."""
         typed = isinstance(text, PlainTemplate)
         used_secret = False
+        numbers: list[int | float] = []
 
         def replace(match: re.Match[str]) -> str:
             nonlocal used_secret
@@ -55,6 +63,13 @@ class Substitution:
                 return "${{"
             if match.group(1) is None:
                 self.problems.append((path, "'${{' without a closing '}}' (write '$${{' for a literal)"))
+                return token
+            number = _NUMBER.match(match.group(1))
+            if number:
+                found = self.number(token, *number.groups(), whole=match.span() == (0, len(text)), path=path)
+                if found is None:
+                    return token
+                numbers.append(found)
                 return token
             expression = _EXPRESSION.match(match.group(1))
             if not expression:
@@ -93,9 +108,34 @@ class Substitution:
             return secret
 
         result = _TOKEN.sub(replace, text)
+        if numbers:
+            return numbers[0]
         if typed and not used_secret and result != text:
             return plain_value(result)
         return result
+
+    def number(self, token: str, source: str, name: str, whole: bool, path: Path) -> int | float | None:
+        """The value of ``${{ number(vars.NAME) }}`` (`token`) as a number, or None with the problem."""
+        if source != "vars":
+            self.problems.append((path, f"{token}: number() takes vars.NAME; a secret stays text (write "
+                                        f"${{{{ secrets.{name} }}}}, or give the value as vars.{name})"))
+            return None
+        if not whole:
+            self.problems.append((path, f"{token} must be the whole value: it renders a number, which cannot "
+                                        "be part of a text"))
+            return None
+        value = self.vars.get(name)
+        if value is None:
+            self.problems.append((path, f"undefined variable vars.{name} (set it in [render.vars], the vars "
+                                        f"file, or GITSYNC_VAR_{name})"))
+            return None
+        reading = read(value.strip())
+        if reading.error is not None or type(reading.value) not in (int, float):
+            self.problems.append((path, f"vars.{name} is {shown(value)}, not a number: {token} needs "
+                                        "an integer or a decimal number, as YAML 1.2 reads one (8080, 2.5, "
+                                        "1e3)"))
+            return None
+        return reading.value
 
     def document(self, data: Any, path: Path = ()) -> Any:
         """A copy of `data` with every string (keys too) expanded; the parse cache's copy is never touched."""
@@ -107,7 +147,9 @@ class Substitution:
                 new_key = key
                 if "${{" in key:
                     new_key = self.expand(key, (*path, key))
-                    new_key = new_key if isinstance(new_key, str) else str(key)
+                    if not isinstance(new_key, str):
+                        self.problems.append(((*path, key), "a key is text: number() has no place in it"))
+                        new_key = str(key)
                     if new_key in out or (new_key != key and new_key in data):
                         self.problems.append(((*path, key), f"duplicate key {new_key!r} after substitution"))
                 out[new_key] = self.document(value, (*path, key))

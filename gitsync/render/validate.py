@@ -20,8 +20,10 @@ from gitsync.render.build import Segment
 from gitsync.render.facts import UNKNOWN, FileFacts, SegmentFacts
 from gitsync.render.options import RenderOptions
 from gitsync.render.references import SECRET_REFERENCE, dependants, ids_named, may_refer
+from gitsync.render.secrets import is_secret_name, walk_item
 from gitsync.render.sourcemap import FieldPath, SourceMap, describe, string_leaves
 from gitsync.schema import check_item
+from gitsync.schema.checks import INVALID
 
 ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_.]+$")
 ID_MAX = 64
@@ -59,7 +61,10 @@ class Checker:
     item_ids: Mapping[str, Sequence[str | None]] | None = None
 
     def add(self, kind: str, index: int | None, message: str, field: FieldPath = ()) -> None:
-        self.problems.append(self.sources.problem(kind, index, message, field))
+        detail = None
+        if index is not None and message.startswith(INVALID):
+            field, detail = explained(kind, self.payload[kind][index], message, field)
+        self.problems.append(self.sources.problem(kind, index, message, field, detail))
 
     def __post_init__(self) -> None:
         # Per kind and item: the reusable facts of its file and its key in them (None: not plain);
@@ -244,6 +249,30 @@ def _check_each(check: Checker, kind: str, items: list[Any], run: Run) -> None:
             continue
         for message, path in check.memo("issues", kind, index, lambda i, kind=kind: _own_issues(kind, i)):
             check.add(kind, index, message, path)
+
+
+def explained(kind: str, item: Any, message: str, path: FieldPath) -> tuple[FieldPath, str | None]:
+    """The field a schema issue is really about and what to add for people (the value, the allowed
+    ones), worked out again for the item at hand: issues are cached as the gateway words them, and an
+    item with issues is rare. A value that is, or may be, a secret is never shown (nor explained)."""
+    if not isinstance(item, dict):
+        return path, None
+    for issue in check_item(kind, item):
+        if issue.explanation is not None and issue.message == message and tuple(issue.path) == path:
+            detail, deeper = issue.explanation
+            at = tuple(deeper) if deeper is not None else path
+            if _may_be_secret(kind, item, at):
+                return path, None
+            return at, detail
+    return path, None
+
+
+def _may_be_secret(kind: str, item: dict[str, Any], at: FieldPath) -> bool:
+    """Whether the value at `at` is, holds or lies within a secret (by the classifier, or by its name)."""
+    if any(isinstance(step, str) and is_secret_name(step) for step in at):
+        return True
+    return any(finding.path[:len(at)] == at or at[:len(finding.path)] == finding.path
+               for finding in walk_item(kind, item))
 
 
 def _own_issues(kind: str, item: dict[str, Any]) -> tuple[tuple[str, FieldPath], ...]:

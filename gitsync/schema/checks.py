@@ -13,7 +13,7 @@ import hashlib
 import marshal
 from collections.abc import Callable, Mapping
 from copy import deepcopy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -21,12 +21,13 @@ from gitsync.kinds import VERSIONED_KEYS, is_credential, version_key
 from gitsync.schema import definitions as defs
 from gitsync.schema.expr import expr_problem
 from gitsync.schema.jsonschema import (
+    Explanation,
     Path,
     cjson_encode,
     first_error,
     is_number,
     is_secret_ref,
-    iter_errors,
+    iter_explained,
     lua_number,
     lua_tostring,
     lua_type,
@@ -49,6 +50,9 @@ class SchemaIssue:
 
     path: tuple[str | int, ...]
     message: str
+    #: For people only (`gitsync validate`), never in what the gateway answers: the value and the allowed
+    #: ones, and the path inside `path` the message is really about (see `jsonschema.Explanation`).
+    explanation: Explanation | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,9 @@ def _present(conf: Mapping[str, Any], key: str) -> bool:
 
 
 def _schema(schema: Mapping[str, Any], value: Any, base: Path = (), prefix: str = INVALID) -> Issues:
-    return [SchemaIssue((*base, *path), prefix + message) for path, message in iter_errors(schema, value)]
+    return [SchemaIssue((*base, *path), prefix + message,
+                        None if why is None else (why[0], None if why[1] is None else (*base, *why[1])))
+            for path, message, why in iter_explained(schema, value)]
 
 
 CONSUMER, ROUTE = "consumer", "route"  # which of a plugin's schemas applies to a body

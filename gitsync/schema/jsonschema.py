@@ -181,6 +181,12 @@ def _shape(schema: Mapping[str, Any]) -> int:
     return shape
 
 
+#: What `gitsync validate` adds to the library's message for the person who reads it (never part of
+#: what the gateway, or the double, answers): the value and the allowed ones, and for an ``anyOf``
+#: that matched no option, the error of the option the value was meant for and the path to it.
+Explanation = tuple[str, Path | None]
+
+
 class _Text:
     """An error's message, written only when it is read: `is_valid` (an anyOf's or oneOf's options,
     an if) reads none, and most of those options fail, each with a nested message to quote."""
@@ -192,6 +198,73 @@ class _Text:
 
     def __str__(self) -> str:
         return self.write(*self.args)
+
+    def explanation(self) -> Explanation | None:
+        """The explanation of the message this one wraps, if it has one."""
+        for arg in self.args:
+            if isinstance(arg, _Text):
+                return arg.explanation()
+        return None
+
+
+class _Explained(_Text):
+    """A message with an explanation, worked out (`why` and its arguments) only when it is asked for."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: tuple[Any, ...], write: Callable[..., str], *args: Any) -> None:
+        super().__init__(write, *args)
+        self.why = why
+
+    def explanation(self) -> Explanation | None:
+        return self.why[0](*self.why[1:])
+
+
+def _same(text: str) -> str:
+    return text
+
+
+#: How much of a value an explanation shows.
+SHOWN = 60
+
+
+def shown(value: Any) -> str:
+    """A value as an explanation quotes it: JSON, cut to `SHOWN` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= SHOWN else text[:SHOWN] + "…"
+
+
+def _got(value: Any) -> Explanation:
+    return f"value {shown(value)}", None
+
+
+def _allowed(value: Any, options: list[Any]) -> Explanation:
+    allowed = ", ".join(str(o) if isinstance(o, str) else shown(o) for o in options)
+    return f"value {shown(value)}; allowed: {allowed}", None
+
+
+def _option_meant(options: Any, value: Any, path: Path) -> Explanation | None:
+    """Why the option `value` has the type of (the first such) refuses it, and where inside it."""
+    for option in options:
+        declared = option.get("type") if isinstance(option, Mapping) else None
+        if isinstance(declared, str) and not _has_type(value, declared):
+            continue
+        first = next(_errors(option, value, path), None)
+        if first is None:
+            continue
+        where, message = first
+        inner = message.explanation() if isinstance(message, _Text) else None
+        if inner is None:
+            return str(message), where
+        return f"{message}: {inner[0]}", inner[1] or where
+    return None
+
+
+def iter_explained(schema: Schema, value: Any, path: Path = ()
+                   ) -> Iterator[tuple[Path, str, Explanation | None]]:
+    """`iter_errors`, each with its explanation for people (None when the message says it all)."""
+    for where, message in _errors(schema, value, path):
+        yield where, str(message), message.explanation() if isinstance(message, _Text) else None
 
 
 _Errors = Iterator[tuple[Path, "str | _Text"]]
@@ -253,9 +326,10 @@ def _errors(schema: Schema, value: Any, path: Path = ()) -> _Errors:
         if not typed:
             got = lua_type(value)
             if isinstance(declared, str):
-                yield path, f"wrong type: expected {declared}, got {got}"
+                yield path, _Explained((_got, value), _same, f"wrong type: expected {declared}, got {got}")
             else:
-                yield path, f"wrong type: expected one of {', '.join(types)}, got {got}"
+                yield path, _Explained((_got, value), _same,
+                                       f"wrong type: expected one of {', '.join(types)}, got {got}")
             return
 
     shape = _shape(schema)
@@ -271,7 +345,8 @@ def _errors(schema: Schema, value: Any, path: Path = ()) -> _Errors:
         return
 
     if "enum" in schema and not any(_enum_equal(value, option) for option in schema["enum"]):
-        yield path, "matches none of the enum values"
+        yield path, _Explained((_allowed, value, list(schema["enum"])), _same,
+                               "matches none of the enum values")
 
     for index, subschema in enumerate(schema.get("allOf", ()), start=1):
         for sub_path, message in _errors(subschema, value, path):
@@ -280,7 +355,7 @@ def _errors(schema: Schema, value: Any, path: Path = ()) -> _Errors:
     if "anyOf" in schema:
         options = schema["anyOf"]
         if not any(is_valid(option, value) for option in options):
-            yield path, _Text(_none_of_the_required, options)
+            yield path, _Explained((_option_meant, options, value, path), _none_of_the_required, options)
 
     if "oneOf" in schema:
         matched: int | None = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -191,10 +193,35 @@ def _hangup(exc: HangupException, remote: Remote) -> tuple[str, bool]:
     return " / ".join(lines[-2:]) or str(exc), bool(lines)
 
 
+def _network(exc: OSError, remote: Remote) -> str:
+    """An OSError as one line that says what failed and what to check (never a library's repr)."""
+    if remote.local:
+        return exc.strerror or str(exc)
+    where = urlsplit(remote.url)
+    host = where.hostname or remote.url
+    port = where.port or {"https": 443, "http": 80, "ssh": 22, "git": 9418}.get(where.scheme, "")
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host {host}: check the URL's host name and this host's DNS"
+    if isinstance(exc, ConnectionRefusedError):
+        return (f"connection refused by {host}:{port}: check that the git server listens there and that "
+                "the URL's port is right")
+    if isinstance(exc, ssl.SSLError):
+        reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc.strerror or \
+            "handshake failed"
+        return f"TLS with {host}:{port} failed ({reason}): check the server's certificate and ca_file"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"cannot reach {host}:{port} ({reason}): check the URL, the network and any proxy"
+
+
 def _protocol(exc: GitProtocolError, remote: Remote) -> tuple[str, bool]:
-    # dulwich wraps a failed read's OSError (a timeout among them) in a GitProtocolError
-    if any(isinstance(e, TimeoutError) for e in _cause_chain(exc)):
+    # dulwich wraps a failed read's OSError (a timeout among them) in a GitProtocolError; over HTTP the
+    # OSError is under urllib3's errors (MaxRetryError → NewConnectionError → ConnectionRefusedError)
+    chain = _cause_chain(exc)
+    if any(isinstance(e, TimeoutError) for e in chain):
         return remote.timed_out(), True
+    cause = next((e for e in chain if isinstance(e, OSError)), None)
+    if cause is not None:
+        return _network(cause, remote), _unreachable(cause)
     return _first_lines(str(exc)), _unreachable(exc.__cause__)
 
 
@@ -205,7 +232,7 @@ _ERROR_MAP: tuple[tuple[type[BaseException], Callable[[Any, Remote], tuple[str, 
     (HangupException, _hangup),
     (TimeoutError, lambda exc, remote: (remote.timed_out(), True)),
     (GitProtocolError, _protocol),
-    (OSError, lambda exc, remote: (exc.strerror or str(exc), _unreachable(exc))),
+    (OSError, lambda exc, remote: (_network(exc, remote), _unreachable(exc))),
 )
 
 

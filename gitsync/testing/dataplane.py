@@ -1,17 +1,20 @@
 """The data plane of the APISIX double: workers that take each accepted config a little after its
 PUT (the ``modifiedIndex`` rule: an equal index keeps the old object), and a router that answers
-requests from what they serve — the route radixtree would pick, its upstream (or the ``mocking``
-plugin's canned answer), forwarded to the upstream's first node when asked."""
+requests from what they serve — the route radixtree would pick (its ``vars`` evaluated as
+lua-resty-expr does, over the variables the double knows), its upstream (or the ``mocking`` plugin's
+canned answer), forwarded to the upstream's first node when asked."""
 
 from __future__ import annotations
 
 import http.client
 import ipaddress
 import json
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from gitsync.kinds import KINDS
 from gitsync.schema.jsonschema import is_number, lua_tostring
@@ -164,6 +167,8 @@ class DataPlane:
                 continue
             if not _remote_matches(route, client):
                 continue
+            if route.get("vars") and not _expression(route["vars"], _variables(method, path, host, client)):
+                continue
             uris = route.get("uris") if isinstance(route.get("uris"), list) else [route.get("uri")]
             best: tuple[int, int] | None = None
             for uri in uris:
@@ -197,6 +202,48 @@ class DataPlane:
             if pattern == "*" or pattern == host or (pattern.startswith("*") and host.endswith(pattern[1:])):
                 return True
         return False
+
+
+def _variables(method: str, path: str, host: str, client: str) -> dict[str, str]:
+    """The nginx variables a route's ``vars`` may test that the double knows (others are nil)."""
+    return {"uri": unquote(path), "request_uri": path, "request_method": method, "host": host,
+            "remote_addr": client}
+
+
+def _expression(rule: Any, variables: Mapping[str, str]) -> bool:
+    """lua-resty-expr (v1) as a route's ``vars`` uses it: a list of conditions ``[var, op, value]`` (all
+    must hold), or ``["AND" | "OR" | "!AND" | "!OR", …]``; ``[var, "!", op, value]`` negates one."""
+    if not isinstance(rule, list) or not rule:
+        return True
+    if isinstance(rule[0], str) and rule[0] in ("AND", "OR", "!AND", "!OR"):
+        results = [_expression(part, variables) for part in rule[1:]]
+        held = all(results) if rule[0].endswith("AND") else any(results)
+        return not held if rule[0].startswith("!") else held
+    if isinstance(rule[0], str):
+        return _condition(rule, variables)
+    return all(_expression(part, variables) for part in rule)
+
+
+def _condition(rule: list[Any], variables: Mapping[str, str]) -> bool:
+    negate = len(rule) == 4 and rule[1] == "!"  # [var, "!", op, value]
+    name, op, expected = (rule[0], rule[2], rule[3]) if negate else [*rule, None, None][:3]
+    if len(rule) == 2:  # [var, value]: equality
+        op, expected = "==", rule[1]
+    op = op.lower() if isinstance(op, str) else op
+    value = variables.get(str(name))
+    if op == "==":
+        held = value is not None and value == lua_tostring(expected)
+    elif op == "~=":
+        held = value != lua_tostring(expected)
+    elif op in ("~~", "~*"):
+        held = value is not None and re.search(str(expected), value, re.I if op == "~*" else 0) is not None
+    elif op == "in":
+        held = isinstance(expected, list) and value in [lua_tostring(v) for v in expected]
+    elif op == "has":
+        held = value is not None and str(expected) in value
+    else:
+        held = False
+    return not held if negate else held
 
 
 def _first_node(upstream: Mapping[str, Any]) -> tuple[str, int] | None:

@@ -194,7 +194,8 @@ class Catalog:
         source = self.rendered.source_map.source(kind, row.index)
         data = self.files.get(source.file) if source is not None else None
         lines = None
-        if source is not None and data is not None:
+        generated = source is not None and (kind, source) in self.rendered.source_map.generated
+        if source is not None and data is not None and not generated:  # a spec's item has no lines of its own
             lines = self._written(kind, source, data, secrets, rules)
         if lines is None:
             return ItemDetail(row, (), dump_yaml(masked), pushed, item)

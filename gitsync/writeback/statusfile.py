@@ -39,8 +39,9 @@ MAX_GATEWAYS = 1000
 MAX_INT = 2**53  # what every reader (JSON, JavaScript, a float) holds exactly
 PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in (
     "str", "int", "float", "bool", "null", "timestamp", "map", "seq"))
-SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-WORD = re.compile(r"^[a-z][a-z_]{0,31}$")
+# \Z, not $: a "$" matches before a final newline, and "failed\n" is not "failed" to the gate
+SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")
+WORD = re.compile(r"^[a-z][a-z_]{0,31}\Z")
 
 
 class StatusError(ValueError):

@@ -343,3 +343,53 @@ def test_import_flags_name_the_release_and_a_bad_one_or_gateway_writes_nothing(t
     assert unreachable.returncode == 2 and "cannot read the gateway" in unreachable.stderr
     assert "Traceback" not in unreachable.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ADC's reading of its files: the shapes of shapes.yaml, as ADC 0.28.0 wrote them to a real APISIX 3.18
+
+SHAPES = "v0.28.0-shapes"
+#: The values ADC read from its environment for shapes.yaml (tests/data/adc/README.md).
+SHAPES_VARS = {"GITSYNC_VAR_PORT": "18391", "GITSYNC_VAR_RETRIES": "2"}
+
+
+def test_the_import_reads_the_files_as_adc_did_empty_labels_plain_scalars_and_numbers_as_text() -> None:
+    record = recording(SHAPES)
+    files = {path: Path(path).read_bytes() for path in adc_files(record)}
+    converted = convert(files)
+    assert not converted.problems and converted.variables == {"PORT", "RETRIES"}
+    body = record["puts"][-1]["body"]
+    for kind in (k for k, v in body.items() if isinstance(v, list)):
+        wrote = [{k: v for k, v in item.items() if k != "modifiedIndex"} for item in body[kind]]
+        ours = [adc_gateway.resolved(item, there) for item, there in zip(converted.payload[kind], wrote,
+                                                                            strict=True)]
+        assert ours == wrote, kind
+    assert {kind: sum(item.get("labels") == {} for item in body[kind]) for kind in
+            ("services", "upstreams", "routes", "consumers")} == {"services": 1, "upstreams": 1, "routes": 1,
+                                                                   "consumers": 2}
+    assert body["routes"][0]["vars"] == [["arg_b", "==", "1_000"]]
+
+
+@pytest.mark.slow
+def test_a_gateway_adc_wrote_from_those_shapes_is_taken_over_with_no_change(tmp_path: Path) -> None:
+    record = recording(SHAPES)
+    (tmp_path / "admin_key").write_text(KEY)
+    with ApisixDouble(KEY, version=record["apisix"]) as double:
+        replay(double, record)
+        before = live(double)
+        gateway = ["--gateway", double.url, "--admin-key-file", str(tmp_path / "admin_key")]
+        repo, secrets = tmp_path / "repo", tmp_path / "secrets"
+        followed = run_gitsync("import", "adc", *adc_files(record), "--out", str(repo), *gateway,
+                               "--secrets-out", str(secrets))
+        assert followed.returncode == 0, followed.stdout + followed.stderr
+        assert "the first sync changes no item and no version" in followed.stdout
+        assert "for PORT, RETRIES" in followed.stdout
+        gateway += ["--secrets-dir", str(secrets)]
+        puts = len(double.put_bodies)
+        diff = run_gitsync("diff", "--dir", str(repo), *gateway, env=SHAPES_VARS)
+        assert diff.returncode == 0 and "no changes" in diff.stdout, diff.stdout + diff.stderr
+        assert "warning:" not in diff.stderr  # the repo's own text is read alike by every YAML tool
+        sync = run_gitsync("sync", "--once", "--dir", str(repo), *gateway, env=SHAPES_VARS)
+        assert sync.returncode == 0 and "unchanged" in sync.stdout, sync.stdout + sync.stderr
+        assert len(double.put_bodies) == puts
+        assert live(double) == before

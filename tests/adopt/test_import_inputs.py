@@ -130,9 +130,15 @@ WRONG_TYPES = [
     ("stream_routes: 5\n", "input.yaml:1:", "stream_routes: expected a list, got an integer"),
     ("services:\n  - name: s\n    upstream: {nodes: []}\n    stream_routes: {a: 1}\n", "input.yaml:4:",
      "services[0].stream_routes: expected a list, got a mapping"),
-    ("services:\n  - name: s\n    upstream:\n      nodes: [{host: a, port: '80', weight: 1}]\n",
+    ("services:\n  - name: s\n    upstream:\n      nodes: [{host: a, port: '8_0', weight: 1}]\n",
      "input.yaml:4:",
-     "services[0].upstream.nodes[0].port: expected an integer, got text"),
+     "services[0].upstream.nodes[0].port: expected an integer, got text '8_0', which JavaScript's Number() "
+     "(ADC's lint) does not read as an integer either"),
+    ("services:\n  - name: s\n    upstream:\n      nodes: [{host: a, port: 80, weight: '1.5'}]\n",
+     "input.yaml:4:", "services[0].upstream.nodes[0].weight: expected an integer, got text '1.5'"),
+    ("services:\n  - name: s\n    upstream:\n      nodes: [{host: a, port: 'p${PORT}', weight: 1}]\n",
+     "input.yaml:4:", "services[0].upstream.nodes[0].port: 'p${PORT}' puts ${PORT} into a number field with "
+                      "other text, which gitsync cannot write"),
     ("services:\n  - name: s\n    labels: {a: 5}\n    upstream: {nodes: []}\n", "input.yaml:3:",
      "services[0].labels.a: expected text or a list, got an integer"),
     ("services:\n  - name: s\n    upstream: {nodes: [], keepalive_pool: 3}\n", "input.yaml:3:",

@@ -1,21 +1,27 @@
-"""``gitsync init``, ``gitsync schema`` (checked with check-jsonschema), shell completion, and the
+"""``gitsync init`` (its CI files run as far as a local runner allows), ``gitsync schema`` (checked with
+check-jsonschema), shell completion, and the
 pre-commit hooks run by the real ``pre-commit try-repo``."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from gitsync.testing.apisix import ApisixDouble
+from testkit.ci import github_steps, gitlab_script, run_shell
 from testkit.gitservers import git_env
 from testkit.processes import ROOT, gitsync_env, run_gitsync
+from testkit.venvs import build_wheel, offline_pip, venv_seeing_this_environment
 
 CHECK_JSONSCHEMA = str(Path(sys.executable).with_name("check-jsonschema"))
 PRE_COMMIT = str(Path(sys.executable).with_name("pre-commit"))
@@ -25,14 +31,34 @@ def check_jsonschema(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CHECK_JSONSCHEMA, *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.slow
-def test_init_scaffolds_a_repo_that_validates_with_ci_that_runs(apisix: ApisixDouble, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This tree's wheel, alone in a directory that stands for the package index."""
+    return build_wheel(tmp_path_factory.mktemp("index"))
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv (this environment's libraries visible, no gitsync): setup-python's place."""
+    path = tmp_path_factory.mktemp("venv")
+    venv_seeing_this_environment(path)
+    return path
+
+
+def _scaffold(tmp_path: Path, wheel: Path) -> Path:
     repo = tmp_path / "config"
-    result = run_gitsync("init", str(repo))
+    result = run_gitsync("init", str(repo), "--wheel", str(wheel))
     assert result.returncode == 0, result.stderr
+    return repo
+
+
+@pytest.mark.slow
+def test_init_scaffolds_a_repo_that_validates_with_ci_files_the_forges_accept(wheel: Path,
+                                                                             tmp_path: Path) -> None:
+    repo = _scaffold(tmp_path, wheel)
     for name in ("README.md", ".gitignore", ".pre-commit-config.yaml", ".github/workflows/gitsync.yml",
                  ".gitlab-ci.yml", "routes/api.yaml", "services/api.yaml", "upstreams/web.yaml",
-                 "consumers/partners.yaml"):
+                 "consumers/partners.yaml", "ci/gitsync-requirements.txt", "ci/gitsync-libraries.txt"):
         assert (repo / name).is_file(), name
     valid = run_gitsync("validate", "--dir", str(repo))
     assert valid.returncode == 0, valid.stderr
@@ -41,11 +67,127 @@ def test_init_scaffolds_a_repo_that_validates_with_ci_that_runs(apisix: ApisixDo
                          ("vendor.gitlab-ci", ".gitlab-ci.yml")):
         checked = check_jsonschema("--builtin-schema", schema, str(repo / path))
         assert checked.returncode == 0, checked.stdout + checked.stderr
-    # The CI's diff step, as the workflow runs it: the gateway and key from the environment.
-    diff = run_gitsync("diff", "--dir", str(repo), env={"GITSYNC_GATEWAYS": apisix.url,
-                                                        "GITSYNC_ADMIN_KEY": "test-admin-key"})
-    assert diff.returncode == 1 and "+ routes[api-orders]" in diff.stdout, diff.stdout + diff.stderr
-    assert run_gitsync("init", str(repo)).returncode == 2  # never over an existing repo
+    # Only the steps that need a secret name one: none at job level, none where pip runs.
+    workflow = YAML(typ="safe").load((repo / ".github/workflows/gitsync.yml").read_text())
+    job = workflow["jobs"]["gitsync"]
+    assert "env" not in job and "env" not in workflow
+    for step in job["steps"]:
+        if "secrets." in json.dumps(step.get("env", {})):
+            assert "pip" not in step["run"], step
+    assert "secrets.GITSYNC_ADMIN_KEY" in json.dumps(job["steps"])
+    gitlab = YAML(typ="safe").load((repo / ".gitlab-ci.yml").read_text())
+    assert gitlab["diff"]["environment"] == {"name": "gitsync-diff", "action": "access"}
+    assert "environment" not in gitlab["validate"] and "environment" not in gitlab["review"]
+    assert run_gitsync("init", str(repo), "--wheel", str(wheel)).returncode == 2  # never over a repo
+
+
+def _github(repo: Path, event: str, secrets: dict[str, str], env: dict[str, str]
+            ) -> list[tuple[str, subprocess.CompletedProcess[str]]]:
+    """Each run step of the workflow, in order, until one fails (as a runner does)."""
+    done = []
+    for step in github_steps(repo / ".github/workflows/gitsync.yml", "gitsync", event, secrets):
+        if step.name == "gitsync review comment":
+            continue  # it talks to GitHub's API: tests/feedback covers pr-comment against a forge double
+        summary = {"GITHUB_STEP_SUMMARY": str(repo.parent / "summary")}
+        result = run_shell(step.script, repo, {**env, **step.env, **summary})
+        done.append((step.name, result))
+        if result.returncode:
+            break
+    return done
+
+
+@pytest.mark.slow
+def test_the_github_workflow_runs_its_steps_with_the_pinned_wheel(apisix: ApisixDouble, wheel: Path,
+                                                                  venv: Path, tmp_path: Path) -> None:
+    repo = _scaffold(tmp_path, wheel)
+    env = offline_pip(wheel.parent, venv)
+    secrets = {"GITSYNC_GATEWAYS": apisix.url, "GITSYNC_ADMIN_KEY": "test-admin-key"}
+    steps = _github(repo, "pull_request", secrets, env)
+    assert [name for name, _ in steps] == ["install gitsync", "gitsync validate", "gitsync diff"]
+    for name, result in steps[:2]:
+        assert result.returncode == 0, (name, result.stdout + result.stderr)
+    # gitsync diff in a report format exits 0 when the commit could apply: the changes are the report.
+    assert steps[2][1].returncode == 0, steps[2][1].stdout + steps[2][1].stderr
+    assert re.search(r"^\+\s+routes\[api-orders\]$", (repo / "gitsync-review.md").read_text(), re.M)
+    probe = "import gitsync; print(gitsync.__file__)"
+    installed = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True,
+                               cwd=repo,
+                               env=env, timeout=60).stdout
+    assert installed.startswith(str(venv)), installed  # the wheel's gitsync, not this checkout
+    # A repo scaffolded before the one name still has its diff (the GitHub secret GITSYNC_GATEWAY).
+    old_name = {"GITSYNC_GATEWAY": apisix.url, "GITSYNC_ADMIN_KEY": "test-admin-key"}
+    old = _github(repo, "pull_request", old_name, env)
+    assert old[-1][0] == "gitsync diff" and old[-1][1].returncode == 0
+    assert "gitsync diff skipped" not in old[-1][1].stdout
+    # Without the secrets the diff says so instead of passing in silence; on a push it does not run.
+    bare = _github(repo, "pull_request", {}, env)
+    assert bare[-1][1].returncode == 0
+    assert "::notice::gitsync diff skipped: set the CI secrets GITSYNC_GATEWAYS" in bare[-1][1].stdout
+    assert [name for name, _ in _github(repo, "push", {}, env)] == ["install gitsync", "gitsync validate"]
+
+
+@pytest.mark.slow
+def test_a_wheel_that_is_not_the_pinned_one_is_refused(wheel: Path, venv: Path, tmp_path: Path) -> None:
+    """Another file under the same name and version (a squatter, a rebuilt wheel) never installs."""
+    repo = _scaffold(tmp_path, wheel)
+    index = tmp_path / "other-index"
+    index.mkdir()
+    with zipfile.ZipFile(wheel) as original, zipfile.ZipFile(index / wheel.name, "w") as copy:
+        for item in original.infolist():
+            data = original.read(item)
+            copy.writestr(item, data + b"\n# changed\n" if item.filename == "gitsync/__init__.py" else data)
+    [(name, result)] = _github(repo, "push", {}, offline_pip(index, venv))
+    assert name == "install gitsync" and result.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_gitlab_jobs_run_their_scripts_and_pip_never_sees_the_key(apisix: ApisixDouble, wheel: Path,
+                                                                      venv: Path, tmp_path: Path) -> None:
+    repo = _scaffold(tmp_path, wheel)
+    env = offline_pip(wheel.parent, venv)
+    validate = run_shell(gitlab_script(repo / ".gitlab-ci.yml", "validate"), repo, env)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    assert "gitsync validate: ✅ valid" in (repo / "gitsync-review.md").read_text()
+    # A pip that tells which secrets it was given stands in front of the real one, by the job's PATH.
+    spy = tmp_path / "spy"
+    (spy / "pip").mkdir(parents=True)
+    (spy / "pip" / "__init__.py").write_text("")
+    (spy / "pip" / "__main__.py").write_text(
+        "import os, runpy, sys\n"
+        "seen = sorted(k for k in os.environ if k in ('GITSYNC_ADMIN_KEY', 'GITSYNC_GATEWAYS'))\n"
+        "print('pip sees:', seen)\n"
+        f"sys.path.remove({str(spy)!r}); sys.modules.pop('pip')\n"
+        "runpy.run_module('pip', run_name='__main__')\n")
+    variables = {"GITSYNC_GATEWAYS": apisix.url, "GITSYNC_ADMIN_KEY": "test-admin-key",
+                 "PYTHONPATH": str(spy), "CI_PIPELINE_SOURCE": "merge_request_event"}
+    diff = run_shell(gitlab_script(repo / ".gitlab-ci.yml", "diff"), repo, {**env, **variables})
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert diff.stdout.count("pip sees: []") == 3, diff.stdout
+    assert re.search(r"^\+\s+routes\[api-orders\]$", (repo / "gitsync-review.md").read_text(), re.M)
+    skipped = run_shell(gitlab_script(repo / ".gitlab-ci.yml", "diff"), repo, env)
+    assert skipped.returncode == 0 and "gitsync diff skipped: set GITSYNC_GATEWAYS" in skipped.stdout
+
+
+@pytest.mark.slow
+def test_the_scaffolds_pre_commit_hook_runs_the_installed_gitsync(wheel: Path, venv: Path,
+                                                                  tmp_path: Path) -> None:
+    repo = _scaffold(tmp_path, wheel)
+    env = git_env(offline_pip(wheel.parent, venv) | {"PRE_COMMIT_HOME": str(tmp_path / "cache")})
+    [(_, installed)] = _github(repo, "push", {}, env)[:1]
+    assert installed.returncode == 0, installed.stderr
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+    assert run("git", "init", "-q").returncode == 0 and run("git", "add", "-A").returncode == 0
+    good = run(PRE_COMMIT, "run", "--all-files")
+    assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
+    routes = repo / "routes/api.yaml"
+    routes.write_text(routes.read_text().replace("methods: [GET, POST]", "methods: [GETT]"))
+    assert run("git", "add", "-A").returncode == 0
+    bad = run(PRE_COMMIT, "run", "--all-files")
+    assert bad.returncode == 1 and "routes/api.yaml:4:" in bad.stdout and "GETT" in bad.stdout, bad.stdout
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +204,7 @@ def test_schemas_have_descriptions_and_pass_the_sample_repo(schemas: Path) -> No
     whole = json.loads((schemas / "config-file.schema.json").read_text())
     assert whole["$schema"].startswith("http://json-schema.org/draft-07")
     assert "uri" in json.dumps(whole["properties"]["routes"]) and whole["properties"]["routes"]["description"]
+    assert "Unquoted values are read as YAML 1.2 reads them" in whole["description"]
     checked = check_jsonschema("--check-metaschema", str(schemas / "config-file.schema.json"),
                                str(schemas / "routes.schema.json"))
     assert checked.returncode == 0, checked.stdout

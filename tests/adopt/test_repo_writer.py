@@ -129,3 +129,14 @@ def test_write_tree_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not (tmp_path / "new").exists()  # the files it wrote and the directories it made are gone
     assert repo_writer.write_tree(out, files) and tree(out) == ["a.yaml", "b", "b/c.yaml", "d", "d/e",
                                                                  "d/e/f.yaml"]
+
+
+def test_text_yaml_11_would_read_otherwise_is_written_quoted_and_read_back_without_a_warning() -> None:
+    from gitsync.render.load import parse
+
+    labels = {"a": "yes", "b": "on", "c": "1_000", "d": "2024-01-02", "e": "0777", "f": "plain", "g": "y"}
+    data = repo_writer.dump_documents([{"routes": [{"id": "r1", "labels": labels, "priority": 777}]}])
+    parsed = parse(data)
+    assert parsed.issues == () and parsed.warnings == ()
+    assert parsed.documents[0].data == {"routes": [{"id": "r1", "labels": labels, "priority": 777}]}
+    assert b'a: "yes"' in data and b"f: plain" in data

@@ -8,7 +8,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gitsync.agent.fleet_gate import FleetGate
-from gitsync.agent.gate import DOWN_AFTER, fleet_table, group_gate, is_live
+from gitsync.agent.gate import (
+    CLOCK_SKEW,
+    DOWN_AFTER,
+    GateVerdict,
+    fleet_table,
+    group_gate,
+    is_live,
+    judge,
+    time_problem,
+)
 from gitsync.writeback.statusfile import FleetEntry, Verdict, status_from
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -188,3 +197,106 @@ def test_fleet_table_shows_control_characters_escaped():
     entry = unreadable("evil\x1b[2J\nname", "bad\r\nline")
     text = fleet_table([entry], NOW, HEARTBEAT)
     assert len(text.splitlines()) == 2 and "\x1b" not in text and "\\x1b" in text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The edges of each rule, and the whole of what the gate says
+
+
+def at(entry: FleetEntry, *, written: float | None = None, seen: float | None = None) -> FleetEntry:
+    """`entry` with its commit times `written` / `seen` seconds after NOW (None: unknown)."""
+    return replace(entry, written=None if written is None else NOW + timedelta(seconds=written),
+                   seen=None if seen is None else NOW + timedelta(seconds=seen))
+
+
+@pytest.mark.parametrize(("written", "seen", "problem"), [
+    (-30, -10, None),
+    (None, -10, "no commit time"),
+    (-30, None, "no commit time"),
+    (CLOCK_SKEW, -10, None),  # exactly the skew ahead: tolerated
+    (CLOCK_SKEW + 0.001, -10, "written in the future"),
+    (-30, CLOCK_SKEW, None),
+    (-30, CLOCK_SKEW + 0.001, "written in the future"),
+])
+def test_a_status_is_believed_up_to_the_clock_skew_ahead(written, seen, problem):
+    assert time_problem(at(agent("c1"), written=written, seen=seen), NOW, None) == problem
+
+
+@pytest.mark.parametrize(("written", "problem"), [
+    (-CLOCK_SKEW, None),  # written exactly the skew before the commit: tolerated
+    (-CLOCK_SKEW - 0.001, "written before the commit it reports"),
+    (0, None),
+    (CLOCK_SKEW + 60, None),
+])
+def test_a_status_written_before_its_commit_is_not_believed(written, problem):
+    committed = NOW - timedelta(seconds=600)
+    entry = replace(agent("c1"), written=committed + timedelta(seconds=written), seen=NOW)
+    assert time_problem(entry, NOW, committed) == problem
+    assert time_problem(entry, NOW, None) is None
+
+
+def test_judge_sorts_every_member_whatever_comes_before_it():
+    """(An unreadable status has no group: it is nobody's member.)"""
+    fleet = [agent("u1", signature=UNSIGNED), agent("f1", result="failed"), agent("d1", seen=3600),
+             agent("c1"), agent("o1", commit=OLD), agent("t1", written=2 * 3600), unreadable("x1"),
+             agent("c2"), agent("m1", "main")]
+    seen = judge(fleet, C, "canary", NOW, HEARTBEAT, COMMITTED)
+    assert [e.agent for e in seen.members] == ["u1", "f1", "d1", "c1", "o1", "t1", "c2"]
+    assert [e.agent for e in seen.failed] == ["f1"]
+    assert [e.agent for e in seen.counted] == ["c1", "c2"]
+    assert [e.agent for e in seen.down] == ["d1"]
+    assert [(e.agent, why) for e, why in seen.refused] == [
+        ("u1", "unverified: not signed"), ("t1", "written before the commit it reports")]
+
+
+def test_without_after_group_a_commit_applies_at_once():
+    assert group_gate([agent("c1", result="failed")], C, None, 1, SOAK, NOW, HEARTBEAT) == \
+        GateVerdict(True, "no after_group: a commit applies at once", NOW)
+    assert group_gate([], C, "", 1, SOAK, NOW, HEARTBEAT).allowed
+
+
+def test_what_the_gate_says_whole():
+    failed = [agent("c1", result="failed"), agent("c2", checks=FAILED), agent("c3")]
+    assert group_gate(failed, C, "canary", 1, SOAK, NOW, HEARTBEAT, since(failed), COMMITTED).why == \
+        "ccccccc failed on canary agent(s) c1, c2: held back until a new commit"
+    waiting = [agent("c1", applied=100), agent("c2", applied=400), agent("d1", seen=3600),
+               agent("d2", seen=7200), agent("u1", signature=UNSIGNED), agent("t1", written=2 * 3600)]
+    verdict = group_gate(waiting, C, "canary", 3, SOAK, NOW, HEARTBEAT, since(waiting), COMMITTED)
+    assert verdict.why == (
+        "waiting: 1 of 3 needed live agent(s) of canary have run ccccccc for 5m (1 more soaking); "
+        "down, not counted: d1 seen 1h ago, d2 seen 2h ago; "
+        "not counted: u1 (unverified: not signed), t1 (written before the commit it reports)")
+    enough_live = [agent("c1", applied=100), agent("c2", applied=100)]
+    assert group_gate(enough_live, C, "canary", 2, SOAK, NOW, HEARTBEAT, since(enough_live), COMMITTED).why \
+        == "waiting: 0 of 2 needed live agent(s) of canary have run ccccccc for 5m (2 more soaking)"
+    too_few = [agent("c1")]
+    assert group_gate(too_few, C, "canary", 2, SOAK, NOW, HEARTBEAT, since(too_few), COMMITTED).why == (
+        "waiting: 1 of 2 needed live agent(s) of canary have run ccccccc for 5m; "
+        "only 1 live agent(s) in canary")
+
+
+def test_an_agent_not_in_since_ran_it_from_now():
+    fleet = [agent("c1"), agent("c2")]
+    verdict = group_gate(fleet, C, "canary", 2, SOAK, NOW, HEARTBEAT, {"c1": NOW - timedelta(hours=1)},
+                         COMMITTED)
+    assert not verdict.allowed and verdict.earliest == NOW + timedelta(seconds=SOAK)
+    assert verdict.why.endswith("(1 more soaking)")
+
+
+def test_fleet_table_shows_what_is_unknown_as_such():
+    no_commit = replace(agent("n1", commit="", group="canary"), written=None)
+    no_group = FleetEntry("g1", "g1", status_from({"agent": "g1", "commit": C, "result": "applied",
+                                                   "time": ago(30)}), None, None, NOW, NOW)
+    lines = fleet_table([no_commit, no_group], NOW, HEARTBEAT).splitlines()
+    assert lines[1].split() == ["n1", "-", "applied", "?", "canary", "-", "10s", "-"]
+    assert lines[2].split()[:5] == ["g1", C[:7], "applied", "0s", "-"]
+
+
+def test_fleet_table_keeps_printable_text_as_it_is():
+    text = fleet_table([unreadable("a\\b'c\"d", "it's \\ fine")], NOW, HEARTBEAT)
+    assert "a\\b'c\"d" in text and "it's \\ fine" in text
+
+
+@pytest.mark.parametrize(("ahead", "problem"), [(120, None), (121, "written in the future")])
+def test_the_clock_skew_tolerated_is_two_minutes(ahead, problem):
+    assert time_problem(at(agent("c1"), written=ahead, seen=-10), NOW, None) == problem

@@ -427,8 +427,8 @@ def test_a_source_deleting_its_own_items_is_held_by_the_guard_against_its_own_la
     assert outcome.stage is Stage.GUARD
     good = (agent.state.sources["a"].last_good or "")[:7]
     assert outcome.problems == (f"source 'a': deletion guard: against its last good commit {good}: routes: "
-                                "8 → 0 (−100 %), refused: add \"Gitsync-Allow-Delete: routes\" (it would "
-                                "leave routes empty)",)
+                                "8 → 0, deletes 8 of 8 (100 %), refused: add "
+                                "\"Gitsync-Allow-Delete: routes\" (it would leave routes empty)",)
     assert emptied in agent.state.sources["a"].bad and agent.state.sources["b"].last_good == b_new
     assert len(fleet.uris()) == 9
     fleet.a.commit({"r.yaml": "routes:\n" + route("a-0", "/a/0")}, "a: one\n\nGitsync-Allow-Delete: routes")
@@ -651,7 +651,7 @@ def test_export_split_by_a_label_gives_one_repo_per_owner_that_the_agent_compose
         config = tmp_path / "gitsync.toml"
         config.write_text(f'[gateways]\ngateways = ["{fresh.url}"]\nadmin_key_file = "{key}"\n'
                           f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[writeback]\nwriteback = "off"\n'
-                          f'[render]\nsecrets_dir = "{secrets / "a"}"\n\n' + tables)
+                          f'[render]\nsecrets_dir = "{secrets}"\n\n' + tables)  # each source: its own
         done = run_gitsync("sync", "--once", "--config", str(config))
         assert done.returncode == 0, done.stderr
         held = fresh.config()

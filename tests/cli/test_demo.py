@@ -14,7 +14,6 @@ import os
 import queue
 import re
 import signal
-import site
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from ruamel.yaml import YAML
 
 from testkit.gitservers import git
 from testkit.processes import ROOT, gitsync_env, run_gitsync, wait_for
+from testkit.venvs import build_wheel, clean_env, venv_seeing_this_environment
 
 STEPS = ("[0] set-up", "[1] first sync:", "[2] commit", "[3] another writer registers the secrets manager",
          "[4] commit", "[5] commit", "[6] the gateway restarts",
@@ -285,34 +285,13 @@ def test_workdir_must_be_empty(tmp_path):
     assert f"--workdir {tmp_path} is not empty" in result.stderr
 
 
-def _venv_seeing_this_environment(path: Path) -> Path:
-    """A new virtualenv that sees the packages installed for this interpreter; returns its python.
-
-    ``venv --system-site-packages`` would not do: run from a virtualenv, it reaches the *base*
-    interpreter's site-packages, not this environment's (where pip put httpx & co.). A ``.pth``
-    file that adds this environment's site directories with `site.addsitedir` (so their own
-    ``.pth`` files count too) works the same whether this is a virtualenv, a system-wide or a
-    ``--user`` install. They come after the venv's own site-packages: what pip installs there wins.
-    """
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
-    python = path / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    sites = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
-    adds = "; ".join(f"site.addsitedir({d!r})" for d in sites if Path(d).is_dir())
-    (Path(purelib) / "_this_environment.pth").write_text(f"import site; {adds}\n")
-    return python
-
-
 @pytest.mark.slow
 def test_the_wheel_carries_the_sample_repo_and_its_demo_runs(tmp_path):
     """`pip install .` then `gitsync demo`, outside the source tree: the sample repo comes from the wheel."""
-    clean = {k: v for k, v in gitsync_env().items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
-                    str(ROOT)], check=True, capture_output=True, env=clean, timeout=300)
-    wheel = next((tmp_path / "dist").glob("gitsync-*.whl"))
+    clean = clean_env()
+    wheel = build_wheel(tmp_path / "dist")
     # The runtime dependencies (and pip) are this environment's; only gitsync itself comes from the wheel.
-    python = _venv_seeing_this_environment(tmp_path / "venv")
+    python = venv_seeing_this_environment(tmp_path / "venv")
     gitsync = tmp_path / "venv" / "bin" / "gitsync"
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
                    capture_output=True, env=clean, timeout=300)

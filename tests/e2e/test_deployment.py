@@ -90,3 +90,18 @@ def test_compose_example_matches_the_compose_spec():
     result = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", str(compose)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_webhook_recipe_sits_beside_the_listen_address_it_needs() -> None:
+    """operations.md says the default listen address cannot be reached by a forge, shows one that can
+    behind TLS, and sets up each forge's hook with its secret, on paths the listener serves."""
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    recipe = ops[ops.index("### Webhooks from a forge"):]
+    recipe = recipe[:recipe.index("\n## ")]
+    assert 'The default\n`listen = "127.0.0.1:9480"` cannot be reached by a forge' in recipe
+    assert "webhook_secret_file" in recipe and "listen 443 ssl" in recipe
+    listener = (ROOT / "gitsync" / "daemon" / "listener.py").read_text()
+    for forge in ("github", "gitlab", "gitea", "generic"):
+        assert f"/hooks/{forge}" in recipe and f'"{forge}"' in listener, forge
+    config = (ROOT / "docs" / "configuration.md").read_text()
+    assert '"Webhooks from a forge"' in config.split("| `listen` |")[1].split("\n")[0]

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 from gitsync.kinds import KINDS, VERSIONED_KEYS, version_key
 from gitsync.ownership import Claim, Ownership
 from gitsync.push.admin_api import Endpoint, Gateway, LiveConfig
-from gitsync.push.apply import RetryPolicy, push, sync_gateway
+from gitsync.push.apply import RetryPolicy, guard_policy_from_settings, push, sync_gateway
+from gitsync.push.guard import GuardPolicy
 from gitsync.push.plan import MANAGE_ALL, Desired, Policy, items_equal
 from gitsync.push.results import GatewayResult, SyncStatus
 from gitsync.push.workers import GatewayPool, wait_for
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, facts_of
-from gitsync.settings import Secret
+from gitsync.settings import Secret, load
 from gitsync.source.directory import read_directory
 from gitsync.testing.apisix import ApisixDouble
 from gitsync.testing.http import Reply
@@ -600,7 +601,8 @@ def test_seed_scenario_with_the_real_cli(tmp_path: Path, apisix: ApisixDouble) -
     # Managed secrets now: the manager would be pruned, which empties the kind. The deletion guard asks
     # for an explicit allowance; with it, the out-of-band manager goes.
     guarded = run_gitsync("sync", "--once", *args)
-    assert guarded.returncode == 1 and "secrets: 1 → 0 (−100 %)" in guarded.stdout + guarded.stderr
+    assert guarded.returncode == 1
+    assert "secrets: 1 → 0, deletes 1 of 1 (100 %)" in guarded.stdout + guarded.stderr
     assert apisix.config()["secrets"] == [manager]
     pruned = run_gitsync("sync", "--once", *args, "-vv", "--allow-delete", "secrets")
     assert pruned.returncode == 0, pruned.stderr
@@ -661,3 +663,14 @@ def test_display_url_drops_credentials_and_never_raises() -> None:
     assert display_url("https://token-1@[::1]:9180/x") == "https://[::1]:9180/x"
     assert display_url("http://127.0.0.1:9180") == "http://127.0.0.1:9180"
     assert display_url("http://u:pw-1@host:notaport") == "http://host:notaport"  # no ValueError
+
+
+def test_the_policy_of_the_settings_and_of_the_commit(tmp_path: Path) -> None:
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[guard]\nguard = false\nmax_delete = 0.5\nmax_delete_count = 3\n'
+                      'max_delete_kinds = { routes = 0.1 }\nallow_delete = ["ssls"]\n')
+    settings = load(config=config, env={})
+    policy = guard_policy_from_settings(settings, frozenset({"routes"}))
+    assert policy == GuardPolicy(False, 0.5, 3, {"routes": 0.1}, frozenset({"routes", "ssls"}), False)
+    assert guard_policy_from_settings(settings, by_flag=True).by_flag
+    assert guard_policy_from_settings(settings).allowed == frozenset({"ssls"})

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gitsync.push.guard import GuardPolicy, allowed_kinds, check_deletions, trailers
+from gitsync.push.guard import GuardPolicy, KindChange, allowed_kinds, check_deletions, trailers
 from gitsync.testing.apisix import ApisixDouble
 from testkit.agents import ADMIN_KEY, repo_url
 from testkit.gitservers import git, git_env
@@ -41,8 +41,8 @@ def test_the_verdict(live: int, desired: int, refused: str | None) -> None:
 def test_the_described_line_and_the_allowances() -> None:
     live = {"routes": routes(812), "upstreams": [{"id": "u"}]}
     verdict = check_deletions({"upstreams": [{"id": "u"}]}, live, ["routes", "upstreams"], GuardPolicy())
-    assert verdict.problems == ['routes: 812 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes" '
-                                "(it would leave routes empty)"]
+    assert verdict.problems == ['routes: 812 → 0, deletes 812 of 812 (100 %), refused: add '
+                                '"Gitsync-Allow-Delete: routes" (it would leave routes empty)']
     for allowed in ({"routes"}, {"all"}):
         assert not check_deletions({}, live, ["routes"], GuardPolicy(allowed=frozenset(allowed))).refused
     assert not check_deletions({}, live, ["routes"], GuardPolicy(enabled=False)).refused
@@ -106,6 +106,34 @@ LINES = ["Fix the routes", "", " ", "Gitsync-Allow-Delete: routes", "gitsync-all
          "Gitsync-Allow-Delete: routes\r"]
 
 
+#: Messages at the edges of git's rules (each one checked against git itself, every run).
+EDGES = [
+    "x\n\nA: b", "x\n\nA: b\n", "x\n\nA: b\n\n\n", "x\n\nA: b\n#c\n\n#d\n", "x\n\nA: b\n#c\nd: e\n",
+    "x\n\nA : b\n", "x\n\nA\t: b\n", "x\n\nA x: b\n", "x\n\n A: b\n", "x\n\n: b\n", "x\n\nA.b: c\n",
+    "x\n\nA:b\n", "x\n\nA:\n", "x\n\nA: b\n  c\n  d\n", "x\n\nA: b\n\tc\n", "x\n\nA: b\n  c\n#x\nD: e\n",
+    "x\n\n  c\nA: b\n", "x\n\nprose\n  c\nA: b\n",
+    "x\n\np1\np2\np3\nSigned-off-by: A <a@b>\n", "x\n\np1\np2\np3\np4\nSigned-off-by: A <a@b>\n",
+    "x\n\np1\n  c1\n  c2\nSigned-off-by: A <a@b>\n", "x\n\np1\np2\n#c\n  c\nSigned-off-by: A <a@b>\n",
+    "x\n\np1\n(cherry picked from commit 0123abc)\n", "x\n\nSigned-off-by: A\n  more\np\n",
+    "x\n\n\u00a0\nA: b\n", "x\n\u00a0\nA: b\n", "x\n\nA: b \u00a0\n", "x\n\n\u00a0A: b\n",
+    "x\n\nA: b\r\n", "x\n#\n\nA: b\n", "#x\n\nA: b\n", "# x\nA: b\n", "A: b\n\nC: d\n",
+    "x\n\nA: b\nC: d\n\n", "x\n\nA: b\n \nC: d\n", "x\n \nA: b\n", "x\n\nA: b\n\n#\n",
+    "x\n\nA: b\n  c \n", "x\n\nA: b\n\t\tc\td\n", "x\n\nA:  \t b \t\n", "x\n\nA-1: b\nB_2: c\n",
+    "x\n\nA: b\n#c\n", "x\n\n#c\nA: b\n", "x\n\nA: b\nprose\n", "x\n\nprose\nA: b\n", "x\n", "",
+    "\n", "\n\nA: b\n", "x\n\nA: b\n  \n", "x\n\nA X: b\n", "x\n\nA\tX: b\n",
+    # the quarter of trailers a generated one needs, with continuation lines and comments counted
+    "x\n\np1\n  c1\n  c2\np2\nSigned-off-by: S\n", "x\n\np1\np2\n#c\n  c1\n  c2\nSigned-off-by: S\n",
+    "x\n\n  c1\n  c2\np1\np2\nSigned-off-by: S\n",
+    "x\n\n" + "p\n" * 7 + "A: b\nSigned-off-by: S\n", "x\n\n" + "p\n" * 6 + "A: b\nSigned-off-by: S\n",
+    "x\n\n  c1\nSigned-off-by: S\n", "x\n\nA: b\n \u00a0c\n",
+]
+
+
+@pytest.mark.parametrize("message", EDGES)
+def test_trailers_at_the_edges_of_gits_rules(message: str) -> None:
+    assert trailers(message) == git_trailers(message)
+
+
 @given(st.lists(st.sampled_from(LINES), min_size=1, max_size=9), st.booleans())
 def test_trailers_are_read_as_git_interpret_trailers_reads_them(lines: list[str], newline: bool) -> None:
     message = "\n".join(lines) + ("\n" if newline else "")
@@ -152,13 +180,14 @@ def test_an_emptied_commit_is_refused_and_its_trailer_lets_it_through(once, remo
     result = once()
     assert result.returncode == 1
     assert "failed at guard" in result.stderr
-    assert 'routes: 20 → 0 (−100 %), refused: add "Gitsync-Allow-Delete: routes"' in result.stderr
+    assert ('routes: 20 → 0, deletes 20 of 20 (100 %), refused: add "Gitsync-Allow-Delete: routes"'
+            in result.stderr)
     assert len(apisix.put_bodies) == puts and live_routes(apisix) == 20  # nothing pushed
     note = git("--git-dir", str(remote_repo.path), "notes", "--ref=gitsync", "show", bad)
     assert "stage: guard" in note and "refused: add" in note
 
     diff = once("diff")
-    assert diff.returncode == 2 and "the deletion guard would refuse" in diff.stderr
+    assert diff.returncode == 4 and "the deletion guard would hold this commit" in diff.stderr
 
     remote_repo.commit({"conf/routes.yaml": emptied},
                        "Retire every route\n\nGitsync-Allow-Delete: routes, upstreams")
@@ -172,13 +201,13 @@ def test_a_60_percent_deletion_is_refused_and_a_10_percent_one_applied(once, rem
     assert once().returncode == 0
     remote_repo.commit({"conf/routes.yaml": route_file(8)}, "twelve gone")
     refused = once()
-    assert refused.returncode == 1 and "routes: 20 → 8 (−60 %)" in refused.stderr
+    assert refused.returncode == 1 and "routes: 20 → 8, deletes 12 of 20 (60 %)" in refused.stderr
     assert live_routes(apisix) == 20
     diff = once("diff")
-    assert diff.returncode == 2 and "guard: routes: 20 → 18 (−10 %)" not in diff.stdout
+    assert diff.returncode == 4 and "guard: routes: 20 → 8, deletes 12 of 20 (60 %)" in diff.stdout
     remote_repo.commit({"conf/routes.yaml": route_file(18)}, "two gone")
     diff = once("diff")
-    assert diff.returncode == 1 and "guard: routes: 20 → 18 (−10 %)" in diff.stdout
+    assert diff.returncode == 1 and "guard: routes: 20 → 18, deletes 2 of 20 (10 %)" in diff.stdout
     assert once().returncode == 0 and live_routes(apisix) == 18
 
 
@@ -195,10 +224,10 @@ def test_dir_needs_allow_delete(tmp_path: Path, apisix: ApisixDouble) -> None:
     refused = run_gitsync(*args)
     assert refused.returncode == 1 and "refused by the deletion guard" in refused.stdout
     # --dir has no commit message: the refusal points at the flag, not at a trailer
-    assert "routes: 20 → 0 (−100 %), refused: pass --allow-delete routes" in refused.stderr
+    assert "routes: 20 → 0, deletes 20 of 20 (100 %), refused: pass --allow-delete routes" in refused.stderr
     assert "Gitsync-Allow-Delete" not in refused.stderr
     diff = run_gitsync("diff", *args[2:])
-    assert diff.returncode == 2 and "refused: pass --allow-delete routes" in diff.stdout, diff.stdout
+    assert diff.returncode == 4 and "refused: pass --allow-delete routes" in diff.stdout, diff.stdout
     assert live_routes(apisix) == 20
     # the trailer takes kind names in any case; so does the flag
     assert run_gitsync(*args, "--allow-delete", "ROUTES", "--allow-delete", "Upstreams").returncode == 0
@@ -242,3 +271,68 @@ def test_the_same_ids_on_both_sides_count_as_the_sets_would() -> None:
         verdict = deletion_verdict({"routes": wanted}, {"routes": list(live)}, ["routes"], GuardPolicy())
         expected = by_sets(wanted, live)
         assert verdict.kinds == ((expected,) if expected else ()), (wanted, live)
+
+
+def test_a_kind_that_grows_while_it_loses_items_reads_right() -> None:
+    """`routes: 1 → 3 (−100 %)` read as a contradiction: the share is of what is live; the adds are told."""
+    verdict = check_deletions({"routes": routes(3, start=10)}, {"routes": routes(1)}, ["routes"],
+                              GuardPolicy(max_delete_count=0))
+    [change] = verdict.kinds
+    assert change.describe().startswith("routes: 1 → 3, deletes 1 of 1 (100 %), adds 3, refused: ")
+    kept = check_deletions({"routes": routes(19)}, {"routes": routes(20)}, ["routes"], GuardPolicy())
+    assert [c.describe() for c in kept.kinds] == ["routes: 20 → 19, deletes 1 of 20 (5 %)"]
+    same = check_deletions({"routes": routes(4)}, {"routes": routes(4)}, ["routes"], GuardPolicy())
+    assert [c.describe() for c in same.kinds] == ["routes: 4 → 4"]
+
+
+def test_each_kind_is_judged_after_one_left_as_it_is_or_empty_on_both_sides() -> None:
+    live = {"routes": routes(3), "services": [], "upstreams": [{"id": "u1"}, {"id": "u2"}]}
+    desired = {"routes": routes(3), "upstreams": []}
+    verdict = check_deletions(desired, live, ["routes", "services", "upstreams"], GuardPolicy())
+    assert [(k.kind, k.live, k.after, k.deleted, k.refused) for k in verdict.kinds] == [
+        ("routes", 3, 3, 0, None), ("upstreams", 2, 0, 2, "it would leave upstreams empty")]
+
+
+def test_items_are_told_apart_by_their_kinds_id():
+    """A consumer is its username: a payload without them empties the consumers."""
+    live = {"consumers": [{"username": "jack"}, {"username": "jill"}]}
+    (change,) = check_deletions({"consumers": []}, live, ["consumers"], GuardPolicy()).kinds
+    assert (change.live, change.after, change.refused) == (2, 0, "it would leave consumers empty")
+    both = {"consumers": [{"username": "jill"}, {"username": "jack"}]}
+    (kept,) = check_deletions(both, live, ["consumers"], GuardPolicy()).kinds
+    assert (kept.live, kept.after, kept.deleted, kept.refused) == (2, 2, 0, None)
+
+
+def test_a_refusal_names_the_kinds_own_limit() -> None:
+    live = {"routes": routes(812)}
+    policy = GuardPolicy(per_kind={"routes": 0.5})
+    (change,) = check_deletions({"routes": routes(312)}, live, ["routes"], policy).kinds
+    assert change.refused == "it would delete 500 routes, more than 406"
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    (KindChange("routes", 10, 10, 0), "routes: 10 → 10"),
+    (KindChange("routes", 10, 8, 2), "routes: 10 → 8, deletes 2 of 10 (20 %)"),
+    (KindChange("routes", 0, 3, 0), "routes: 0 → 3"),
+    (KindChange("routes", 10, 0, 10, "it would leave routes empty", 'add "Gitsync-Allow-Delete: routes"'),
+     'routes: 10 → 0, deletes 10 of 10 (100 %), refused: add "Gitsync-Allow-Delete: routes"'),
+])
+def test_a_kind_change_describes_itself(change: KindChange, line: str) -> None:
+    assert change.describe() == line
+
+
+def test_the_remedy_is_the_trailer_or_with_no_commit_the_flag() -> None:
+    assert GuardPolicy().remedy("routes") == 'add "Gitsync-Allow-Delete: routes"'
+    assert GuardPolicy(by_flag=True).remedy("routes") == "pass --allow-delete routes"
+    verdict = check_deletions({}, {"ssls": [{"id": "s"}]}, ["ssls"], GuardPolicy(by_flag=True))
+    assert verdict.problems == ["ssls: 1 → 0, deletes 1 of 1 (100 %), refused: pass --allow-delete ssls "
+                                "(it would leave ssls empty)"]
+
+
+def test_every_kind_is_judged_after_one_whose_ids_are_the_same_list() -> None:
+    from gitsync.push.guard import deletion_verdict
+
+    wanted, live = {"routes": ["a", "b"], "upstreams": []}, {"routes": ["a", "b"], "upstreams": ["u"]}
+    verdict = deletion_verdict(wanted, live, ["routes", "upstreams"], GuardPolicy())
+    assert [(k.kind, k.deleted, k.refused) for k in verdict.kinds] == [
+        ("routes", 0, None), ("upstreams", 1, "it would leave upstreams empty")]

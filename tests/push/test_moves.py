@@ -19,7 +19,7 @@ from gitsync.kinds import KINDS
 from gitsync.push.admin_api import Endpoint
 from gitsync.push.apply import RetryPolicy, sync_gateway
 from gitsync.push.moves import first_step, is_move_refusal
-from gitsync.push.plan import Policy, item_content, items_equal
+from gitsync.push.plan import Policy, item_content, items_equal, plan
 from gitsync.push.results import SyncStatus
 from gitsync.schema import check_payload
 from gitsync.schema.plugins import AUTH_KEY_FIELDS, PLUGINS
@@ -332,3 +332,34 @@ def test_diff_says_a_two_step_apply_would_happen(tmp_path: Path, apisix: ApisixD
     assert result.returncode == 1, result.stderr
     assert "two-step apply: consumers[rose] takes key-auth" in result.stdout
     assert "k-moving-1" not in result.stdout + result.stderr
+
+
+def test_each_moved_part_is_named_with_its_own_refusal() -> None:
+    basic = {"basic-auth": {"username": "u1", "password": "a-password"}}
+    live = {"consumers": [consumer("jack", **key_auth("k1")), consumer("jill", **basic), consumer("rose")]}
+    limit = {"limit-count": {"count": 1, "time_window": 60}}
+    rose = consumer("rose", **limit, **key_auth("k1"), **basic)  # the moved plugins after another one
+    desired = {"consumers": [consumer("jack"), consumer("jill"), rose]}
+    step = first_step(desired, live)
+    assert step is not None
+    assert [str(m) for m in step.moves] == [
+        "consumers[rose] takes key-auth (duplicate key of plugin key-auth found with consumer: jack)",
+        "consumers[rose] takes basic-auth (duplicate username of plugin basic-auth found with consumer: "
+        "jill)"]
+    assert step.payload["consumers"][2] == consumer("rose", **limit)
+
+
+def test_moves_of_every_item_are_kept() -> None:
+    live = {"consumers": [consumer("jack", **key_auth("k1")), consumer("rose", **key_auth("k2"))]}
+    desired = {"consumers": [consumer("jack", **key_auth("k2")), consumer("rose", **key_auth("k1"))]}
+    step = first_step(desired, live)
+    assert step is not None
+    assert [(m.id, m.plugin) for m in step.moves] == [("jack", "key-auth"), ("rose", "key-auth")]
+
+
+def test_a_plan_that_does_not_send_a_kind_has_it_checked_by_nobody() -> None:
+    live = {"consumers": [consumer("jack", **key_auth("k1"))], "consumers_conf_version": 1}
+    desired = {"consumers": [consumer("rose", **key_auth("k1"))]}
+    without = plan({"routes": []}, {"routes_conf_version": 1})  # a plan with no consumers in it
+    assert first_step(desired, live, the_plan=without) is None
+    assert first_step(desired, live, the_plan=plan(desired, live)) is not None

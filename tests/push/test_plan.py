@@ -19,14 +19,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gitsync.content import content_bytes
 from gitsync.kinds import KINDS, VERSIONED_KEYS, item_id, version_key
 from gitsync.ownership import Claim, Ownership
 from gitsync.push.plan import (
     VERSION_LIMIT,
     Desired,
     KindStatus,
+    LiveView,
     Policy,
     canonical_json,
+    changed_fields,
     content_index,
     content_indexes,
     item_changes,
@@ -35,6 +38,7 @@ from gitsync.push.plan import (
     next_version,
     normalize,
     plan,
+    written_by_gitsync,
 )
 from gitsync.render.compose import Part, compose, facts_of
 from gitsync.testing.apisix import ApisixDouble
@@ -168,6 +172,27 @@ def test_out_of_band_items_are_pruned_and_gitsync_items_removed() -> None:
     assert changes == {("remove", "r2"), ("prune", "oob"), ("prune", "oob2")}
 
 
+@pytest.mark.parametrize(("owned", "removed", "pruned"), [
+    (None, ("r2",), ("oob",)),  # without a record: gitsync's own by the modifiedIndex it derives
+    ({"routes": ["r2"]}, ("r2",), ("oob",)),
+    ({"routes": ["oob"]}, ("oob",), ("r2",)),  # the record wins over the index
+    ({"routes": ["r2", "oob"]}, ("r2", "oob"), ()),
+    ({"routes": []}, (), ("r2", "oob")),
+    ({"upstreams": ["r2"]}, (), ("r2", "oob")),  # a record without this kind: nothing of it is ours
+])
+def test_owned_tells_items_gitsync_pushed_from_items_written_out_of_band(owned, removed, pruned) -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2")]}, fresh()).body)
+    live["routes"].append(route("oob", modifiedIndex=1))
+    kp = plan({"routes": [route("r1")]}, live, owned=owned).kind("routes")
+    assert (kp.removed, kp.pruned) == (removed, pruned)
+
+
+def test_owned_changes_only_what_is_said_of_the_items_not_the_body() -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2")]}, fresh()).body)
+    bodies = {plan({"routes": [route("r1")]}, live, owned=owned).body for owned in (None, {"routes": []})}
+    assert len(bodies) == 1
+
+
 def test_seed_scenario_out_of_band_secret_manager() -> None:
     """Routes live; a secrets manager registered out of band bumped secrets to 1; the repo has no secrets."""
     desired = {"routes": [route("r1")]}
@@ -212,6 +237,9 @@ def test_float_and_timestamp_versions() -> None:
     (1e17, 1.0000000000001e17), (1e20, 1.0000000000001e20),
     (-1e20, -9.9999999999999e19),  # towards zero the digits below the power of ten count
     (-1e14, -99999999999999), (1e308, 1.0000000000001e308),
+    # the next integer exactly at the magnitude limit is not stored apart from the live value: 14 digits
+    (99999999999999.5, 100000000000010), (-100000000000000.5, -99999999999999),
+    (10**14, 100000000000010), (99999999999998.5, 99999999999999), (-99999999999999.5, -99999999999999),
 ])
 def test_a_changed_kind_gets_the_next_version_apisix_stores_apart(live: float, sent: float) -> None:
     body = json.loads(plan({"routes": [route("r")]}, fresh() | {"routes_conf_version": live}).body)
@@ -615,3 +643,164 @@ def test_a_plan_on_a_restored_view_sends_what_a_plan_on_the_read_config_sends_an
     after = ours.after.listed("routes").items
     assert after[150]["uri"] == "/changed" and after[-1]["id"] == "r199" and len(after[10:20]) == 10
     assert ours.after.body()["routes"] == json.loads(ours.body)["routes"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The edges of the plan's rules, at the level of the functions
+
+
+def test_a_policy_manages_the_kinds_it_does_not_leave_out() -> None:
+    policy = Policy(frozenset({"secrets", "ssls"}))
+    assert policy.managed == frozenset(KINDS) - {"secrets", "ssls"}
+    assert policy.manages("routes") and not policy.manages("secrets") and not policy.manages("plugins")
+    assert Policy().managed == frozenset(KINDS)
+
+
+@pytest.mark.parametrize("version", ["7", True, None, float("nan"), float("inf"), [1]])
+def test_a_live_version_that_is_not_a_number_is_a_problem_and_is_not_sent(version: Any) -> None:
+    live = fresh() | {"routes_conf_version": version}
+    p = plan({"routes": [route("r1")]}, live)
+    assert [str(problem) for problem in p.problems] == [
+        f"routes: the gateway reports a routes_conf_version that is not a number: {version!r}"]
+    assert "routes_conf_version" not in json.loads(p.body) and p.kind("routes") is None
+    assert p.kind("upstreams").status is KindStatus.UNCHANGED
+
+
+def test_a_managed_kind_this_gateway_does_not_know_is_a_problem() -> None:
+    live = fresh(tuple(k for k in VERSIONED_KEYS if k != "stream_routes"))
+    p = plan({"stream_routes": [{"id": "s1", "server_port": 9100}]}, live)
+    assert [str(problem) for problem in p.problems] == [
+        "stream_routes: the gateway has no stream_routes_conf_version: this APISIX version does not support "
+        "stream_routes"]
+    assert not plan({"stream_routes": []}, live).problems  # nothing of it wanted: nothing to say
+
+
+def test_desired_is_prepared_once_per_policy() -> None:
+    desired = Desired.of({"routes": [route("r1")]})
+    assert Desired.of(desired) is desired
+    other = Desired.of(desired, Policy(frozenset({"routes"})))
+    assert other is not desired and "routes" not in other.wanted and other.digest != desired.digest
+
+
+def test_after_a_push_the_view_knows_the_ids_it_holds() -> None:
+    p = plan({"routes": [route("r1"), route("r2")], "upstreams": [{"id": "u1", "nodes": {}}]}, fresh())
+    assert p.after is not None
+    assert p.after.ids(["routes", "upstreams", "future"]) == {"routes": ["r1", "r2"], "upstreams": ["u1"]}
+    assert p.after.count("routes") == 2 and p.after.items("routes")[0]["id"] == "r1"
+
+
+@pytest.mark.parametrize(("live_item", "desired_item", "fields"), [
+    (route("r1"), route("r1"), []),
+    (route("r1", modifiedIndex=5), route("r1"), []),  # the index is not content
+    (route("r1"), route("r1", "/b"), [("uri",)]),
+    (route("r1"), route("r1", desc="d"), [("desc",)]),
+    (route("r1", desc="d"), route("r1"), [("desc",)]),
+    (route("r1"), route("r1", upstream={"type": "chash", "nodes": {"127.0.0.1:80": 1}}),
+     [("upstream", "type")]),
+    (route("r1", methods=["GET"]), route("r1", methods=["GET", "POST"]), [("methods",)]),  # one field
+    (route("r1", a={"b": {"c": 1}}), route("r1", a={"b": {"c": 2, "d": 3}}),
+     [("a", "b", "c"), ("a", "b", "d")]),
+])
+def test_changed_fields_are_the_paths_that_differ(live_item, desired_item, fields) -> None:
+    assert changed_fields(live_item, desired_item) == fields
+
+
+def test_item_changes_say_per_item_what_the_push_does_kind_by_kind() -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2"), route("r3", "/c")],
+                         "upstreams": [{"id": "u1", "nodes": {}}, {"id": "u2", "nodes": {}}]}, fresh()).body)
+    live["routes"].append(route("oob", modifiedIndex=1))
+    live["upstreams"].append({"id": "u-oob", "nodes": {}, "modifiedIndex": 1})
+    desired = {"routes": [route("r1"), route("r3", "/changed", desc="d"), route("r4")],
+               "upstreams": [{"id": "u1", "nodes": {}}, {"id": "u3", "nodes": {}}], "ssls": []}
+    changes = item_changes(desired, live, plan(desired, live))
+    assert [(c.kind, c.id, c.action, c.fields) for c in changes] == [
+        ("routes", "r4", "add", ()),
+        ("routes", "r3", "change", (("desc",), ("uri",))),
+        ("routes", "r2", "remove", ()),
+        ("routes", "oob", "prune", ()),
+        ("upstreams", "u3", "add", ()),
+        ("upstreams", "u2", "remove", ()),
+        ("upstreams", "u-oob", "prune", ()),
+    ]
+
+
+def test_item_changes_of_a_plan_that_changes_nothing_are_none() -> None:
+    live = applied(plan({"routes": [route("r1")]}, fresh()).body)
+    assert item_changes({"routes": [route("r1")]}, live, plan({"routes": [route("r1")]}, live)) == []
+
+
+
+def test_an_index_is_derived_from_the_content_it_is_given() -> None:
+    item, other = route("r1"), route("r2", "/other")
+    assert content_index(item, content=content_bytes(other)) == content_index(other)
+    assert content_index(item, avoid=content_index(other), content=content_bytes(other)) == \
+        content_indexes(other)[1]
+    marked = {**item, "modifiedIndex": content_index(other)}
+    assert written_by_gitsync(marked, content_bytes(other)) and not written_by_gitsync(marked)
+    assert not written_by_gitsync("not an item")
+
+
+def test_a_read_view_knows_the_indexes_gitsync_did_not_derive() -> None:
+    live = applied(plan({"routes": [route("r1"), route("r2")]}, fresh()).body)
+    live["routes"][1]["modifiedIndex"] = 5
+    view = LiveView.of(live)
+    assert view.odd_indexes(["routes", "upstreams"]) == {"routes": {"r2": 5}}
+    assert LiveView.of(view) is view
+
+
+def test_a_views_body_holds_the_lists_asked_for() -> None:
+    p = plan({"routes": [route("r1")], "upstreams": [{"id": "u1", "nodes": {}}]}, fresh())
+    assert p.after is not None
+    body = p.after.body(["routes"])
+    assert [item["id"] for item in body["routes"]] == ["r1"] and "upstreams" not in body
+    assert body["upstreams_conf_version"] == 1 and body["routes_conf_version"] == 1
+    assert set(p.after.body()) >= {"routes", "upstreams"}
+
+
+def test_a_restored_view_of_plugin_metadata_plans_as_the_read_one() -> None:
+    """plugin_metadata has no modifiedIndex: restored as pushed, it plans the bodies a GET would."""
+    metadata = [{"id": "http-logger", "log_format": {"host": "$host"}}]
+    desired = {"routes": [route("r1")], "plugin_metadata": metadata}
+    first = plan(desired, fresh())
+    read = json.loads(first.body)
+    restored = LiveView.restored(Desired.of(desired), first.versions, {})
+    assert restored.ids(["plugin_metadata"]) == {"plugin_metadata": ["http-logger"]}
+    assert not plan(desired, restored).changes
+    changed = {**desired, "plugin_metadata": [{"id": "http-logger", "log_format": {"host": "$remote_addr"}}]}
+    assert plan(changed, restored).body == plan(changed, read).body
+    assert "modifiedIndex" not in json.loads(plan(changed, restored).body)["plugin_metadata"][0]
+
+
+def test_a_restored_view_without_splits_plans_as_the_read_one_and_keeps_the_odd_indexes() -> None:
+    routes = [route(f"r{n}", f"/r{n}") for n in range(5)]
+    first = plan({"routes": routes}, fresh())
+    read = json.loads(first.body)
+    read["routes"][2]["modifiedIndex"] = 777
+    odd = {"routes": {"r2": 777, "gone": 1}}
+    restored = LiveView.restored(Desired.of({"routes": routes}), first.versions, odd)
+    assert restored.odd_indexes(["routes"]) == {"routes": {"r2": 777}}  # only the ids it holds
+    changed = [*routes[:4], route("r4", "/changed")]
+    assert plan({"routes": changed}, restored).body == plan({"routes": changed}, read).body
+
+
+def test_changed_fields_of_a_field_that_changed_shape() -> None:
+    assert changed_fields(route("r1"), {**route("r1"), "upstream": "u1"}) == [("upstream",)]
+    assert changed_fields({**route("r1"), "upstream": "u1"}, route("r1")) == [("upstream",)]
+
+
+def test_item_changes_find_items_by_their_kinds_id() -> None:
+    live = applied(plan({"consumers": [{"username": "jack", "desc": "a"}]}, fresh()).body)
+    desired = {"consumers": [{"username": "jack", "desc": "b"}]}
+    assert [(c.kind, c.id, c.action, c.fields) for c in item_changes(desired, live, plan(desired, live))] == [
+        ("consumers", "jack", "change", (("desc",),))]
+
+
+def test_the_derived_index_is_the_same_in_every_gitsync_version() -> None:
+    """An item gitsync pushed is known as gitsync's by its derived index (`written_by_gitsync`), also by
+    a later gitsync: the derivation is fixed, the first 8 bytes of the content's SHA-256, big-endian,
+    mod 10^14 - 1, plus 1 (the stand-in: of the content and a NUL byte)."""
+    for item in (route("r1"), route("r2", "/b", desc="x"), {"id": "u1", "nodes": {}}):
+        content = content_bytes(item)
+        usual = int.from_bytes(hashlib.sha256(content).digest()[:8], "big") % (10**14 - 1) + 1
+        stand_in = int.from_bytes(hashlib.sha256(content + b"\x00").digest()[:8], "big") % (10**14 - 1) + 1
+        assert content_indexes(item) == (usual, stand_in)

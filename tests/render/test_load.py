@@ -5,13 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-from hypothesis import example, given
-from hypothesis import strategies as st
-
-from gitsync.render.load import blob_sha, parse, plain_value, positions
+from gitsync.render.load import blob_sha, parse, positions
 from gitsync.render.memo import ParseCache
-from testkit.profiles import examples
+from gitsync.render.scalars import plain_value
 
 
 def issues(data: bytes) -> list[tuple[int, int, str]]:
@@ -21,8 +17,9 @@ def issues(data: bytes) -> list[tuple[int, int, str]]:
 def test_values_follow_yaml_1_2_and_stay_json_safe():
     doc = parse(b"a: 0x1f\nb: yes\nc: 2024-01-01\nd: ~\ne: 1_000\nf: 1.5\ng: 'true'\n200: ok\ntrue: t\n")
     assert doc.issues == ()
-    assert doc.documents[0].data == {"a": 31, "b": "yes", "c": "2024-01-01", "d": None, "e": 1000,
+    assert doc.documents[0].data == {"a": 31, "b": "yes", "c": "2024-01-01", "d": None, "e": "1_000",
                                      "f": 1.5, "g": "true", "200": "ok", "true": "t"}
+    assert [(w.line, w.col) for w in doc.warnings] == [(2, 4), (3, 4), (5, 4)]  # YAML 1.1: yes, date, 1000
 
 
 def test_item_positions_are_recorded_while_parsing():
@@ -100,33 +97,3 @@ def test_cache_is_keyed_by_git_blob_sha_and_bounded():
     cache.get(b"upstreams: []\n")
     cache.end_render()
     assert len(cache) == 1  # the file no render used since is gone
-
-
-@examples(15)
-@given(st.one_of(st.text(max_size=12), st.from_regex(r"[-+.0-9eE_xXoObBa-fA-F:~<=nNtTfFuUlrs ]{0,12}",
-                                                     fullmatch=True)))
-@pytest.mark.slow
-@example("")
-@example("~")
-@example("null")
-@example("True")
-@example("0o17")
-@example("1_000")
-@example(".inf")
-@example("-.NaN")
-@example("2001-12-14")
-@example("<<")
-@example("=")
-@example("0x1F")
-def test_a_plain_scalar_is_typed_as_ruamels_yaml_12_resolver_types_it(text):
-    """Reading a plain scalar's type from ruamel's YAML 1.2 table (`_plain_tag`) gives what its resolver
-    gives, for any text: the fast path changes no value."""
-    from ruamel.yaml.nodes import ScalarNode
-
-    from gitsync.render.load import _Loader, _plain_tag
-
-    loader = _Loader(b"")
-    try:
-        assert _plain_tag(text) == str(loader.resolve(ScalarNode, text, (True, False)))
-    finally:
-        loader.close()

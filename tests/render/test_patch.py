@@ -222,7 +222,7 @@ def test_a_problem_in_a_patched_item_names_the_patchs_line_and_the_base_items() 
     assert [str(p) for p in refused.value.problems] == [
         "prod/a.yaml:5:5: routes[one].upstream_id: upstream_id 'nowhere' names no item of upstreams " + both,
         "prod/a.yaml:6:5: routes[one].priority: invalid configuration: property \"priority\" validation "
-        "failed: wrong type: expected integer, got string " + both,
+        "failed: wrong type: expected integer, got string (value \"high\") " + both,
     ]
     # a field the base item wrote is placed in the base file
     files["prod/a.yaml"] = b"routes:\n  - id: one\n    $patch: merge\n    desc: fine\n"

@@ -99,7 +99,7 @@ def test_schema_error_positions():
             + UPSTREAM)
     assert errors(files(a_yaml=text)) == [
         'a.yaml:3:5: routes[r1].uri: invalid configuration: property "uri" validation failed: wrong type: '
-        "expected string, got number",
+        "expected string, got number (value 42)",
         "a.yaml:6:7: routes[r1].plugins.no-such-plugin: unknown plugin [no-such-plugin]",
     ]
 
@@ -289,6 +289,113 @@ def test_secrets_stay_text_even_when_they_look_like_numbers():
             "    token: ${{ secrets.T }}\n")
     rendered = render(files(a_yaml=text), RenderOptions(secret_lookup=lambda name: "123456"))
     assert rendered.payload["secrets"][0]["token"] == "123456"
+
+
+def test_number_renders_a_var_as_a_number_quoted_or_not():
+    text = ('upstreams:\n  - id: u1\n    nodes: [{host: a.b, port: "${{ number(vars.PORT) }}", weight: 1}]\n'
+            "    retries: ${{ number(vars.RETRIES) }}\n"
+            "    timeout: {connect: '${{ number(vars.T) }}', send: 1, read: 1}\n")
+    rendered = render(files(a_yaml=text), RenderOptions(vars={"PORT": "18390", "RETRIES": " 2 ", "T": "1e1"}))
+    upstream = rendered.payload["upstreams"][0]
+    assert upstream["nodes"][0]["port"] == 18390 and type(upstream["nodes"][0]["port"]) is int
+    assert upstream["retries"] == 2
+    assert upstream["timeout"]["connect"] == 10.0
+
+
+def test_number_refuses_what_is_not_a_number_at_its_line():
+    text = ("upstreams:\n  - id: u1\n    nodes: {'a.b:80': 1}\n"
+            "    retries: ${{ number(vars.R) }}\n"
+            "    desc: 'port ${{ number(vars.R) }}'\n"
+            "    key: ${{ number(secrets.TOKEN) }}\n"
+            "    scheme: ${{ number(vars.NOPE) }}\n"
+            "    labels: {'${{ number(vars.N) }}': x}\n")
+    assert errors(files(a_yaml=text), stage="render", vars={"R": "1_000", "N": "5"},
+                  secret_lookup={"TOKEN": "12345678"}.get) == [
+        "a.yaml:4:5: upstreams[u1].retries: vars.R is '1_000', not a number: ${{ number(vars.R) }} needs an "
+        "integer or a decimal number, as YAML 1.2 reads one (8080, 2.5, 1e3)",
+        "a.yaml:5:5: upstreams[u1].desc: ${{ number(vars.R) }} must be the whole value: it renders a number, "
+        "which cannot be part of a text",
+        "a.yaml:6:5: upstreams[u1].key: ${{ number(secrets.TOKEN) }}: number() takes vars.NAME; a secret "
+        "stays text (write ${{ secrets.TOKEN }}, or give the value as vars.TOKEN)",
+        "a.yaml:7:5: upstreams[u1].scheme: undefined variable vars.NOPE (set it in [render.vars], the vars "
+        "file, or GITSYNC_VAR_NOPE)",
+        "a.yaml:8:14: upstreams[u1].labels.${{ number(vars.N) }}: a key is text: number() has no place in it",
+    ]
+
+
+def test_an_unquoted_var_is_typed_by_the_yaml_12_reading():
+    text = ("upstreams:\n  - id: u1\n    nodes: {'a.b:80': 1}\n    desc: ${{ vars.D }}\n"
+            "    retries: ${{ vars.R }}\n")
+    rendered = render(files(a_yaml=text), RenderOptions(vars={"D": "1_000", "R": "0777"}))
+    assert rendered.payload["upstreams"][0]["desc"] == "1_000"  # text in YAML 1.2, as ADC and editors read it
+    assert rendered.payload["upstreams"][0]["retries"] == 777
+
+
+def test_empty_maps_and_lists_stay_as_written():
+    """APISIX stores ``labels: {}`` as sent (ADC writes it on services and routes); its GET renders every
+    empty table as ``{}``, which reconcile takes for ``[]`` too, but the payload keeps what the file says."""
+    text = ROUTE + "    labels: {}\n    plugins: {}\n    hosts: []\n" + UPSTREAM + "    labels: {}\n"
+    with pytest.raises(ProblemsError):  # hosts: [] is APISIX's to refuse (minItems 1), as written
+        render(files(a_yaml=text))
+    rendered = render(files(a_yaml=text.replace("    hosts: []\n", "")))
+    assert rendered.payload["routes"][0]["labels"] == {} and rendered.payload["routes"][0]["plugins"] == {}
+    assert rendered.payload["upstreams"][0]["labels"] == {}
+
+
+# --- scalars YAML 1.1 reads otherwise ---------------------------------------------------------------------
+
+AMBIGUOUS = ROUTE + "    vars: [[arg_b, '==', 1_000]]\n    labels: {canary: yes}\n" + UPSTREAM
+
+
+def test_a_scalar_yaml_11_reads_otherwise_is_a_warning_at_its_line_and_renders_as_yaml_12():
+    rendered = render(files(b_yaml=AMBIGUOUS, a_yaml=UPSTREAM.replace("u1", "u0")))
+    assert rendered.payload["routes"][0]["vars"] == [["arg_b", "==", "1_000"]]
+    assert rendered.payload["routes"][0]["labels"] == {"canary": "yes"}
+    assert [str(w).split(": unquoted")[0] for w in rendered.warnings] == ["b.yaml:5:26", "b.yaml:6:22"]
+    assert 'write 1000 for the number' in rendered.warnings[0].message
+
+
+def test_ambiguous_scalars_error_refuses_the_commit_with_each_at_its_line():
+    assert [p.split(": unquoted")[0] for p in errors(files(a_yaml=AMBIGUOUS), ambiguous_scalars="error")] == [
+        "a.yaml:5:26", "a.yaml:6:22"]
+    assert render(files(a_yaml=ROUTE + UPSTREAM), RenderOptions(ambiguous_scalars="error")).warnings == ()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_render_from_the_last_one_tells_the_same_warnings_as_a_full_render(strict: bool):
+    options = RenderOptions(ambiguous_scalars="error" if strict else "warn")
+    routes = {f"r{n}_yaml": ROUTE.replace("r1", f"r{n}").replace("/a", f"/{n}") for n in range(4)}
+    first = files(u_yaml=UPSTREAM, **routes)
+    first["r0.yaml"] += b"    labels: {a: on}\n"
+    cache = ParseCache()
+    if strict:
+        with pytest.raises(ProblemsError):
+            render(first, options, memo=cache)
+        first["r0.yaml"] = first["r0.yaml"].replace(b"on}", b"'on'}")
+    render(first, options, memo=cache)
+    r2 = first["r2.yaml"]
+    for change in (b"    labels: {a: yes}\n", b"    labels: {a: 'yes'}\n", b"    desc: x\n"):
+        second = dict(first, **{"r2.yaml": r2 + change})
+        try:
+            full = render(second, options).warnings
+        except ProblemsError as exc:
+            assert strict
+            with pytest.raises(ProblemsError) as caught:
+                render(second, options, memo=cache)
+            assert caught.value.problems == exc.problems
+            continue
+        assert render(second, options, memo=cache).warnings == full
+        first = second
+
+
+def test_a_composed_payload_names_each_warning_by_its_source():
+    from gitsync.ownership import Claim, Ownership
+    from gitsync.render.compose import Part, compose
+
+    one = render(files(a_yaml=AMBIGUOUS))
+    composed = compose([Part("team", "c0ffee", one, Ownership((Claim(("routes", "upstreams")),)))])
+    assert [str(w).split(": unquoted")[0] for w in composed.warnings] == ["team:a.yaml:5:26",
+                                                                          "team:a.yaml:6:22"]
 
 
 # --- layering --------------------------------------------------------------------------------------------

@@ -24,6 +24,11 @@ from gitsync.render.secrets import (
     apisix_paths,
     classify,
     could_hold_secrets,
+    document_secret_values,
+    entropy,
+    find_secrets,
+    is_secret_name,
+    mask_text,
     secret_values,
     value_at,
     walk_item,
@@ -407,3 +412,128 @@ def test_regression_display_url_drops_a_private_token_query():
         "https://gitlab.example/group/config.git"
     assert display_url("http://admin:p@ss/w?rd@127.0.0.1:9180/apisix?ref=main&token=t-1") == \
         "http://127.0.0.1:9180/apisix?ref=main"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The edges of the classifier, function by function
+
+
+def test_rules_are_true_when_they_declare_something_and_add_up():
+    assert not SecretRules.of([]) and not NO_RULES
+    rules = SecretRules.of(["my-plugin.token", "routes.desc", "not valid", "my-plugin.token"])
+    assert rules and rules.entries == ("my-plugin.token", "routes.desc")
+    assert rules.plugins == {"my-plugin": (("token",),)} and rules.kinds == {"routes": (("desc",),)}
+    both = SecretRules.of(["a-plugin.x"]) + SecretRules.of(["routes.y", "a-plugin.x"])
+    assert both.entries == ("a-plugin.x", "routes.y")
+
+
+def test_an_item_that_is_no_json_is_looked_at_whole():
+    item = {"id": "r1", "values": {1, 2}}  # no JSON: the first look cannot rule it out
+    assert could_hold_secrets("routes", item)
+    assert not could_hold_secrets("routes", {"id": "r1", "uri": "/plain"})
+    assert could_hold_secrets("ssls", {"id": "s1"}) and could_hold_secrets("secrets", {"id": "vault/x"})
+    assert could_hold_secrets("routes", {"id": "r1"}, SecretRules.of(["routes.id"]))
+
+
+@pytest.mark.parametrize("value", ["$secret://vault/gw/token", "$env://TOKEN", "$http_authorization",
+                                   "${http_authorization}", "${{ secrets.token }}", "Bearer $env://TOKEN",
+                                   ""])
+def test_a_credential_header_that_names_where_its_value_comes_from_is_no_secret(value: str):
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": {"Authorization": value}}}}}
+    assert secrets_of("routes", item) == {}
+
+
+def test_a_credential_header_value_is_its_part_after_the_scheme():
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": {"Authorization": "  Bearer abc  ",
+                                                                          "X-Api-Key": " k1 "}}}}}
+    assert secrets_of("routes", item) == {"plugins.proxy-rewrite.headers.set.Authorization": ["abc"],
+                                          "plugins.proxy-rewrite.headers.set.X-Api-Key": ["k1"]}
+
+
+@pytest.mark.parametrize(("text", "pieces"), [
+    ("https://hooks.example.com/T0AB12CD/B0XY34ZW/aZ3kP9qLmN7vR2sT5uW8yB1d", ["aZ3kP9qLmN7vR2sT5uW8yB1d"]),
+    ("https://hooks.example.com", []),  # no path: nothing to look at
+    ("see https://hooks.example.com/x/aZ3kP9qLmN7vR2sT5uW8yB1d", []),  # not a URL value
+    ("https://h.example/p?q=aZ3kP9qLmN7vR2sT5uW8yB1d&x=1", ["aZ3kP9qLmN7vR2sT5uW8yB1d"]),
+])
+def test_a_likely_secret_in_a_url_is_a_high_entropy_part_of_its_path_or_query(text: str, pieces: list[str]):
+    found = secrets_of("routes", {"id": "r1", "desc": text})
+    assert found == ({"desc": pieces} if pieces else {})
+    if pieces:
+        (finding,) = classify("routes", {"id": "r1", "desc": text})
+        assert not finding.certain and finding.why == "a high-entropy part of a URL"
+
+
+def test_a_payload_is_looked_at_list_by_list():
+    payload = {"routes": [{"id": "r1", "desc": "Bearer abcdefgh12345678"}, {"id": "r2", "uri": "/x"}],
+               "plugin_metadata": {"not": "a list"}, "upstreams": [{"id": "u1", "nodes": {}}]}
+    found = [(kind, index, f.path) for kind, index, f in find_secrets(payload)]
+    assert found == [("routes", 0, ("desc",))]
+    contents = {"routes": [b'{"desc":"Bearer abcdefgh12345678","id":"r1"}', b'{"id":"r2","uri":"/x"}'],
+                "upstreams": [b"x"] * 5}  # a list of another length is not used
+    assert [(k, i, f.path) for k, i, f in find_secrets(payload, NO_RULES, contents)] == found
+    quiet = {"routes": [b'{"id":"r1"}', b'{"id":"r2"}']}  # contents without a stem: the list is skipped
+    assert list(find_secrets(payload, NO_RULES, quiet)) == []
+    assert secret_values(payload) == {"abcdefgh12345678"}
+
+
+def test_a_documents_secret_values_are_those_of_its_kinds():
+    document = {"routes": [{"id": "r1", "desc": "Bearer abcdefgh12345678"}], "x": [{"password": "p"}],
+                "consumers": {"not": "a list"}}
+    assert document_secret_values(document) == {"abcdefgh12345678"}
+    assert document_secret_values(["routes"]) == set() and document_secret_values(None) == set()
+
+
+def test_free_text_is_masked_by_shape_only():
+    assert mask_text("nothing to see", "***") == "nothing to see"
+    assert mask_text("password: hunter2", "***") == "password: hunter2"  # no header map in free text
+    assert mask_text("got Bearer abcdefgh12345678 and Basic dXNlcjpwYXNzd29yZA==", "***") == \
+        "got Bearer *** and Basic ***"
+    assert mask_text("https://user:pa55@example.com/x", "***") == "https://user:***@example.com/x"
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("password", True), ("Password", True), ("PASSWORD", True), ("client-secret", True),
+    ("Client_Secret", True), ("db_password", True), ("X-Api-Key", True), ("my-api-key", True),
+    ("passwords", False), ("user", False), ("api", False),
+    ("secret_fallbacks", True), ("token", True), ("tokens", False),
+])
+def test_a_secret_name_in_any_case_and_with_dashes(name: str, secret: bool):
+    assert is_secret_name(name) is secret
+
+
+@pytest.mark.parametrize(("text", "bits"), [("a", 0.0), ("aabb", 1.0), ("abcd", 2.0), ("aaab", 0.811)])
+def test_entropy_is_in_bits_per_character(text: str, bits: float):
+    assert entropy(text) == pytest.approx(bits, abs=0.001)
+
+
+def test_shapes_in_a_header_value_are_its_secret_parts_at_their_offsets():
+    headers = {"X-Note": "see https://u:p4ss@h.example/x and Bearer abcdefgh12345678"}
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": headers}}}}
+    (finding,) = classify("routes", item)
+    assert (finding.spans, finding.why, finding.certain) == (((14, 18), (42, 58)), "a URL password", True)
+    lines = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": ["X-Note: see Bearer abcdefgh12345678"]}}}
+    (line,) = classify("routes", lines)
+    assert line.pieces("X-Note: see Bearer abcdefgh12345678") == ["abcdefgh12345678"]
+
+
+def test_a_likely_secret_header_value_is_its_text_without_the_blanks_and_not_certain():
+    headers = {"X-Note": "  aZ3kP9qLmN7vR2sT5uW8yB1d  "}
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": headers}}}}
+    (finding,) = classify("routes", item)
+    assert (finding.spans, finding.why, finding.certain) == (
+        ((2, 26),), "a high-entropy value of the header 'X-Note'", False)
+
+
+def test_a_credential_headers_finding_says_which_header():
+    item = {"id": "r1", "plugins": {"proxy-rewrite": {"headers": {"set": {"Authorization": "Bearer abc"}}}}}
+    (finding,) = classify("routes", item)
+    assert finding.why == "the value of the header 'Authorization'" and finding.spans == ((7, 10),)
+
+
+def test_every_list_of_a_payload_is_looked_at_after_one_skipped():
+    payload = {"plugin_metadata": {"not": "a list"}, "upstreams": [{"id": "u1", "nodes": {}}],
+               "routes": [{"id": "r1", "desc": "Bearer abcdefgh12345678"}]}
+    contents = {"upstreams": [b'{"id":"u1","nodes":[]}'], "routes": [b'{"desc":"Bearer abcdefgh12345678"}']}
+    assert [(k, i) for k, i, _ in find_secrets(payload, NO_RULES, contents)] == [("routes", 0)]
+    assert [(k, i) for k, i, _ in find_secrets(payload)] == [("routes", 0)]

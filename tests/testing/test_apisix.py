@@ -385,6 +385,30 @@ def test_data_plane_matching_and_headers(admin, apisix):
     assert proxy(apisix, "/nothing").text == '{"error_msg":"404 Route Not Found"}\n'
 
 
+def test_data_plane_evaluates_a_routes_vars_as_lua_resty_expr(admin, apisix):
+    body = {
+        "routes": [
+            {"id": "templated", "uris": ["/users/*"], "vars": [["uri", "~~", "^/users/[^/]+$"]],
+             "upstream_id": "u1"},
+            {"id": "deeper", "uris": ["/users/*"], "priority": 13, "upstream_id": "u1",
+             "vars": [["uri", "~~", "^/users/[^/]+/orders$"], ["request_method", "in", ["GET", "HEAD"]]]},
+            {"id": "either", "uri": "/e", "upstream_id": "u1",
+             "vars": ["OR", ["host", "==", "a.example.com"], ["host", "==", "b.example.com"]]},
+            {"id": "negated", "uri": "/n", "upstream_id": "u1", "vars": [["uri", "!", "~~", "^/n$"]]},
+        ],
+        "upstreams": [UPSTREAM],
+    }
+    assert put(admin, body).status_code == 202
+    assert proxy(apisix, "/users/42").headers["x-route-id"] == "templated"
+    assert proxy(apisix, "/users/42/orders").headers["x-route-id"] == "deeper"
+    assert proxy(apisix, "/users/42/orders", method="POST").status_code == 404
+    assert proxy(apisix, "/users/4/2").status_code == 404  # a template is one segment
+    assert proxy(apisix, "/users/%34%32").headers["x-route-id"] == "templated"  # vars see the decoded uri
+    assert proxy(apisix, "/e", host="b.example.com").headers["x-route-id"] == "either"
+    assert proxy(apisix, "/e", host="c.example.com").status_code == 404
+    assert proxy(apisix, "/n").status_code == 404
+
+
 def test_row37_dangling_references_are_accepted_then_fail_at_request_time(admin, apisix):
     body = {"routes": [{"id": "a", "uri": "/u", "upstream_id": "missing"},
                        {"id": "b", "uri": "/s", "service_id": "missing"},

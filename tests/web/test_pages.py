@@ -346,3 +346,17 @@ def test_the_web_view_benchmark_runs_and_writes_its_json(tmp_path):
                                       "items, search", "item page", "item page, another route each",
                                       "healthz (floor)"}
     assert all(r["cold_s"] > 0 and len(r["samples"]) == 2 for r in report["results"].values())
+
+
+def test_an_item_generated_from_a_spec_is_shown_reformatted_without_reading_the_spec_whole(monkeypatch):
+    spec = (b"openapi: 3.0.0\ninfo: {title: T}\nservers: [{url: 'http://b.example.com'}]\npaths:\n"
+            b"  /a/{id}:\n    get: {operationId: getA}\n")
+    files = {"openapi.yaml": b"openapi:\n  - {name: t, spec: s.yaml}\n", "s.yaml": spec}
+    rendered = render(files)
+    catalog = Catalog("0" * 40, rendered, files)
+    reads = whole_file_reads(monkeypatch, spec)
+    ident = rendered.payload["routes"][0]["id"]
+    detail = catalog.detail("routes", ident)
+    assert detail is not None and detail.written == () and "getA" in (detail.reformatted or "")
+    assert (detail.row.file, detail.row.line) == ("s.yaml", 6)
+    assert reads == []

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from gitsync.configfiles import ConfigFiles
 from gitsync.kinds import REPO_ONLY_KINDS
+from gitsync.problems import Location, Problem
 from gitsync.render.build import Built, Loaded, Unit, units_of
 from gitsync.render.facts import FileFacts, SegmentFacts
-from gitsync.render.load import ParsedFile, blob_sha
+from gitsync.render.load import LoadIssue, ParsedFile, blob_sha
 from gitsync.render.options import RenderOptions
 from gitsync.render.result import Rendered
 from gitsync.render.sourcemap import FilePositions, SourceMap
@@ -112,11 +113,16 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, last: LastRe
     declared: dict[str, set[str]] = {}
     sizes = dict(last.sizes)
     size = last.size
+    warnings = [w for w in before.warnings if w.location is None or w.location.file not in changed]
     for name in changed:
         places = last.places.get(name)
-        lists = _lists(name, blobs[name], parsed_of)
-        if places is None or lists is None or len(lists) != len(places):
+        read = _lists(name, blobs[name], parsed_of)
+        if places is None or read is None or len(read[0]) != len(places):
             return None
+        lists, noted = read
+        if noted and options.ambiguous_scalars == "error":
+            return None  # refused: a full render says so
+        warnings += [Problem(w.message, Location(name, w.line, w.col)) for w in noted]
         sizes[name] = 0
         where = {(place.doc, place.kind): place for place in places}
         for doc, unit, known in lists:
@@ -135,13 +141,15 @@ def render_next(files: Mapping[str, bytes], options: RenderOptions, last: LastRe
     if size > options.max_payload_size:
         return None
     rendered = Rendered(payload, SourceMap(files, sources, FilePositions(files)), before.secret_values,
-                        before.checks, contents, (), before.ids, splits, before.secret_rules)
+                        before.checks, contents, (), before.ids, splits, before.secret_rules,
+                        tuple(sorted(warnings, key=lambda w: w.location or Location(""))))
     return rendered, LastRender(options, blobs, last.places, sizes, size, rendered, last.declaring)
 
 
 def _lists(name: str, blob: str, parsed_of: Callable[[str, str], ParsedFile]
-           ) -> list[tuple[int, Unit, SegmentFacts]] | None:
-    """A changed file's document lists with what is known of each, when it is plain and clean."""
+           ) -> tuple[list[tuple[int, Unit, SegmentFacts]], tuple[LoadIssue, ...]] | None:
+    """A changed file's document lists with what is known of each, when it is plain and clean; and its
+    warnings."""
     parsed = parsed_of(name, blob)
     if parsed.issues or parsed.has_templates or parsed.has_sops or parsed.has_secret_references:
         return None
@@ -155,7 +163,7 @@ def _lists(name: str, blob: str, parsed_of: Callable[[str, str], ParsedFile]
             if unit.kind in LOOKED_ACROSS or unit.patches:
                 return None  # a patch is applied on the item of another layer: a full render does it
             lists.append((doc.index, unit, segment_of(facts, doc.index, unit.kind, unit.items)))
-    return lists
+    return lists, parsed.warnings
 
 
 def _declared(known: SegmentFacts, before: Rendered, declared: dict[str, set[str]],

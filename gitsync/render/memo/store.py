@@ -3,7 +3,7 @@ daemon) parses only the files that changed since the last run, not the whole rep
 
 One file per parsed config file, named by its git blob SHA, under a directory named by gitsync's
 version: ``<state_dir>/parse-cache/<format>-<version>/<sha>.parsed``, 0600 in a 0700 directory. An entry holds
-what `ParsedFile` holds (documents with their positions) and the facts validation keeps about its
+what `ParsedFile` holds (documents with their positions, warnings) and the facts validation keeps about its
 items (`FileFacts`: per document list as a whole, and per item for items outside one: their own
 problems, the ids they name, sizes, canonical content and where its modifiedIndex goes).
 
@@ -36,10 +36,11 @@ from typing import Any
 from gitsync import __version__
 from gitsync.log import logger
 from gitsync.render.facts import FACTS, FileFacts, SegmentFacts
-from gitsync.render.load import Document, ParsedFile
+from gitsync.render.load import Document, LoadIssue, ParsedFile
 from gitsync.render.references import Reference
 
-FORMAT = 5  # 2: facts per document list (segments), items outside one; 3, 4: with content splits; 5: marshal
+FORMAT = 6  # 2: facts per document list (segments), items outside one; 3, 4: with content splits; 5: marshal;
+#            6: the YAML 1.2 core reading of plain scalars (1_000 is text), with its warnings
 SUFFIX = ".parsed"
 MARSHAL_VERSION = 4  # read by every Python gitsync runs on
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -200,6 +201,7 @@ def encode(key: str, parsed: ParsedFile, version: str) -> bytes:
         "format": FORMAT, "version": version, "blob": key, "size": parsed.size,
         "secret_references": parsed.has_secret_references,
         "documents": [[doc.index, doc.pos, doc.key_pos, doc.item_pos, doc.blob] for doc in parsed.documents],
+        "warnings": [[w.line, w.col, w.message] for w in parsed.warnings],
         "facts": None if facts is None else _facts_rows(facts),
     }
     data = marshal.dumps(body, MARSHAL_VERSION)
@@ -219,8 +221,10 @@ def decode(raw: bytes, key: str, version: str) -> ParsedFile | None:
             Document.stored(_int(index), blob, _pos(pos), {str(k): _pos(v) for k, v in key_pos.items()},
                             {str(k): _positions(v) for k, v in item_pos.items()})
             for index, pos, key_pos, item_pos, blob in body["documents"])
+        warnings = tuple(LoadIssue(_int(line), _int(col), _text(message))
+                         for line, col, message in body["warnings"])
         parsed = ParsedFile(documents, (), False, False, body["secret_references"] is True,
-                            _int(body["size"]))
+                            _int(body["size"]), warnings)
         if body["facts"] is not None:
             parsed.memo.put(FACTS, _facts(body["facts"], parsed.has_secret_references))
         return parsed
@@ -319,6 +323,12 @@ def _split(value: Any, content: bytes) -> int:
 def _bytes(value: Any) -> bytes:
     if type(value) is not bytes:
         raise TypeError(f"not bytes: {type(value).__name__}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise TypeError(f"not text: {type(value).__name__}")
     return value
 
 

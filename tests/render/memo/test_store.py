@@ -15,11 +15,12 @@ import pytest
 
 from gitsync.configfiles import ConfigFiles
 from gitsync.render import RenderOptions, render
-from gitsync.render.load import blob_sha
+from gitsync.render.load import blob_sha, parse
 from gitsync.render.memo import ParseCache
 from gitsync.render.memo.store import SUFFIX, ParseStore, decode
 from testkit.agents import ADMIN_KEY, repo_url
 from testkit.processes import run_gitsync
+from testkit.yamlforms import assert_same_parse
 
 CONFIGS = "/apisix/admin/configs"
 
@@ -200,16 +201,21 @@ def _doctored(entry: bytes, change) -> bytes:  # type: ignore[no-untyped-def]
     return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
 
 
-def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp_path) -> None:
-    """Each list of an entry is checked as a whole (in C) and kept as marshal gave it back; whatever
-    does not pass is refused as before, one value at a time: the entry is ignored, the file parsed."""
-    data = (UPSTREAM + "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n").encode()
+def _stored(tmp_path, data: bytes) -> tuple[str, ParseStore, bytes]:  # type: ignore[no-untyped-def]
+    """The parse store's entry of a file `data` a render wrote: its key, the store, the entry's bytes."""
     key = blob_sha(data)
     cache = ParseCache(store=ParseStore(tmp_path))
     render({"a.yaml": data}, RenderOptions(), memo=cache)
     cache.end_render()
     store = ParseStore(tmp_path)
-    entry = (store.dir / f"{key}{SUFFIX}").read_bytes()
+    return key, store, (store.dir / f"{key}{SUFFIX}").read_bytes()
+
+
+def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp_path) -> None:
+    """Each list of an entry is checked as a whole (in C) and kept as marshal gave it back; whatever
+    does not pass is refused as before, one value at a time: the entry is ignored, the file parsed."""
+    data = (UPSTREAM + "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n").encode()
+    key, store, entry = _stored(tmp_path, data)
     assert decode(entry, key, store.version) is not None
     assert decode(_doctored(entry, lambda b: None), key, store.version) is not None
 
@@ -231,3 +237,15 @@ def test_an_entry_whose_facts_or_positions_are_not_of_their_shape_is_refused(tmp
         assert decode(_doctored(entry, change), key, store.version) is None, why
     lists = decode(_doctored(entry, positions([[6, 5]])), key, store.version)  # lists: read as pairs
     assert lists is not None and lists.documents[0].item_pos["routes"] == ((6, 5),)
+
+
+def test_a_files_warnings_are_stored_with_it_and_read_back_as_parsed(tmp_path) -> None:
+    route = "routes:\n  - id: r1\n    uri: /a\n    upstream_id: u1\n    labels: {a: yes}\n"
+    data = (UPSTREAM + route).encode()
+    key, store, entry = _stored(tmp_path, data)
+    stored = decode(entry, key, store.version)
+    assert stored is not None and len(stored.warnings) == 1
+    assert_same_parse(stored, parse(data))
+    for bad in ([[1, 2]], [["1", 2, "x"]], [[1, 2, b"x"]], None):
+        assert decode(_doctored(entry, lambda b, bad=bad: b.__setitem__("warnings", bad)), key,
+                      store.version) is None, bad

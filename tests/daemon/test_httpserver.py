@@ -1,0 +1,469 @@
+"""The listener's limits (gitsync.daemon.httpserver): each one alone, exactly at it and one past, over
+real connections on 127.0.0.1 with a route that says what it was given."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gitsync.daemon.httpserver import (
+    BodyProblem,
+    Headers,
+    HttpServer,
+    Lane,
+    Request,
+    Route,
+    json_response,
+    open_files_for,
+)
+from testkit.logs import captured_log
+from testkit.processes import gitsync_env, wait_for
+
+
+@pytest.fixture
+def log():
+    with captured_log() as out:
+        yield out
+
+
+
+def said(request: Request) -> dict:
+    """What a route's handler was given."""
+    return {"problem": request.problem, "length": request.length, "body": request.body.decode("latin-1"),
+            "deadline": request.body_deadline, "path": request.path}
+
+
+@pytest.fixture
+def make_server() -> Iterator:
+    servers: list[HttpServer] = []
+
+    def make(route=None, **limits) -> HttpServer:
+        route = route or (lambda request: Route(lambda r: json_response(200, said(r)), None, 100))
+        server = HttpServer("127.0.0.1", 0, route, **limits)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def send(server: HttpServer, data: bytes, timeout: float = 10) -> tuple[int, dict]:
+    """One exchange on a new connection: `data` sent, the answer read to its end (status, JSON body)."""
+    with socket.create_connection(server.address, timeout=timeout) as sock:
+        sock.sendall(data)
+        return read_answer(sock)
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict]:
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed after {received!r}")
+        received += chunk
+    head, body = received.split(b"\r\n\r\n", 1)
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return int(head.split()[1]), json.loads(body) if body else {}
+
+
+def get(target: str = "/", headers: bytes = b"") -> bytes:
+    return b"GET " + target.encode() + b" HTTP/1.1\r\nHost: h\r\n" + headers + b"\r\n"
+
+
+def post(body: bytes, target: str = "/", headers: bytes = b"") -> bytes:
+    length = b"Content-Length: %d\r\n" % len(body)
+    return b"POST " + target.encode() + b" HTTP/1.1\r\nHost: h\r\n" + length + headers + b"\r\n" + body
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pieces
+
+
+def test_headers_size_is_each_lines_name_value_colon_space_and_end():
+    assert Headers().size() == 0
+    assert Headers([(b"Host", b"h")]).size() == len("host: h\r\n")
+    two = Headers([(b"Host", b"h"), (b"X-Long", b"v" * 10)])
+    assert two.size() == len("host: h\r\n") + len("x-long: ") + 12
+
+
+def test_a_lane_admits_up_to_its_limit_and_again_once_one_is_released():
+    lane = Lane("test", workers=1, max_in_flight=2)
+    try:
+        assert lane.admit() and lane.admit()
+        assert not lane.admit() and lane.in_flight == 2
+        lane.release()
+        assert lane.in_flight == 1 and lane.admit() and not lane.admit()
+    finally:
+        lane.close()
+
+
+@pytest.mark.parametrize(("body_timeout", "largest", "length", "seconds"), [
+    (10.0, 1000, 1000, 10.0),  # the largest body: the whole deadline
+    (10.0, 1000, 500, 5.0),  # proportional
+    (10.0, 1000, 300, 3.0),
+    (10.0, 1000, 100, 2.0),  # never under the floor
+    (10.0, 1000, 0, 2.0),
+    (1.0, 1000, 0, 1.0),  # a deadline shorter than the floor is the floor
+    (1.0, 1000, 1000, 1.0),
+    (10.0, 0, 1, 10.0),  # no body accepted: as if one byte were the largest
+])
+def test_a_body_deadline_grows_with_its_length_from_a_floor(body_timeout, largest, length, seconds):
+    server = HttpServer("127.0.0.1", 0, lambda r: Route(lambda r: None), body_timeout=body_timeout,
+                        largest_body=largest)
+    try:
+        assert server.body_deadline(length) == pytest.approx(seconds)
+    finally:
+        server.sock.close()
+
+
+@pytest.fixture
+def soft_limit() -> Iterator:
+    """Sets this process's soft open-files limit for a test; the one it had is put back."""
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    def set_soft(soft: int) -> int:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, before[1]))
+        return before[1]
+
+    yield set_soft
+    resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+def test_open_files_are_raised_towards_the_cap_plus_a_reserve(soft_limit):
+    hard = soft_limit(600)
+    assert hard >= 5000, "the test needs a hard open-files limit of at least 5000"
+    assert open_files_for(4096) == 2304  # soft raised to 4096 + 512: half of it at most
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 4608
+    soft_limit(100)
+    assert open_files_for(10) == 10 and resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 522
+    soft_limit(5000)
+    assert open_files_for(100) == 100
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 5000  # never lowered
+    soft_limit(1024)
+    assert open_files_for(512) == 512  # soft 1024 is exactly 512 + 512: nothing to raise
+
+
+def test_open_files_stop_at_the_hard_limit_and_the_cap_comes_down_to_fit(soft_limit):
+    """In a process whose hard limit is low (set there: this one's is left alone)."""
+    soft_limit(600)
+    assert open_files_for(1) == 1  # here too: a mutation run counts only the calls made in its own process
+    code = ("import resource, sys; from gitsync.daemon.httpserver import open_files_for as f\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (600, 1500))\n"
+            "print(f(4096), resource.getrlimit(resource.RLIMIT_NOFILE)[0], end=' ')\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))\n"
+            "print(f(4096))\n")
+    done = subprocess.run([sys.executable, "-c", code], env=gitsync_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    # hard 1500: soft raised to it, half of it for connections; hard 300: one connection still
+    assert done.stdout.split() == ["750", "1500", "1"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Over connections
+
+
+def test_a_request_line_longer_than_the_head_limit_is_414_and_at_it_is_served(make_server):
+    server = make_server(max_header_bytes=300)
+    fits = "/" + "a" * (300 - len("GET") - 12 - 1)  # method + target + 12 is the line's count
+    assert send(server, b"GET " + fits.encode() + b" HTTP/1.1\r\nHost: h\r\n\r\n")[0] == 431  # with a header
+    assert send(server, b"GET " + fits.encode() + b"a HTTP/1.1\r\nHost: h\r\n\r\n") == \
+        (414, {"error": "request-uri too long"})
+    fits = fits[:-len("host: h\r\n")]
+    assert send(server, b"GET " + fits.encode() + b" HTTP/1.1\r\nHost: h\r\n\r\n")[0] == 200
+
+
+def test_headers_beyond_the_head_limit_are_431_and_at_it_are_served(make_server):
+    server = make_server(max_header_bytes=300)
+    line = len("GET") + len("/") + 12
+    room = 300 - line - len("host: h\r\n") - len("x: \r\n")
+    assert send(server, b"GET / HTTP/1.1\r\nHost: h\r\nx: " + b"v" * room + b"\r\n\r\n")[0] == 200
+    assert send(server, b"GET / HTTP/1.1\r\nHost: h\r\nx: " + b"v" * (room + 1) + b"\r\n\r\n") == \
+        (431, {"error": "request header fields too large"})
+
+
+def test_a_body_is_read_up_to_the_routes_limit_and_a_longer_one_is_not_read(make_server):
+    server = make_server()  # the route reads 100 bytes at most
+    status, got = send(server, post(b"x" * 100))
+    assert status == 200 and got["problem"] is None and got["body"] == "x" * 100 and got["length"] == 100
+    status, got = send(server, post(b"x" * 101))
+    assert status == 200 and got["problem"] == BodyProblem.TOO_LARGE and got["body"] == ""
+    assert got["length"] == 101
+
+
+def test_a_body_gets_its_own_deadline(make_server):
+    server = make_server(body_timeout=4.0, largest_body=100)
+    assert send(server, post(b"x" * 100))[1]["deadline"] == pytest.approx(4.0)
+    assert send(server, post(b"x" * 10))[1]["deadline"] == pytest.approx(2.0)
+
+
+def test_a_route_that_reads_no_body_leaves_it_unread(make_server):
+    server = make_server(lambda request: Route(lambda r: json_response(200, said(r))))
+    status, got = send(server, post(b"x" * 10))
+    assert status == 200 and got["body"] == "" and got["problem"] is None
+
+
+def test_a_chunked_body_is_refused_it_needs_a_length(make_server):
+    server = make_server()
+    data = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    status, got = send(server, data)
+    assert status == 200 and got["problem"] == BodyProblem.NO_LENGTH and got["body"] == ""
+
+
+def test_a_body_cut_short_is_said_so(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\n" + b"x" * 10)
+        sock.shutdown(socket.SHUT_WR)
+        status, got = read_answer(sock)
+    assert status == 200 and got["problem"] == BodyProblem.CUT_SHORT and got["body"] == "x" * 10
+
+
+def test_a_body_not_there_by_its_deadline_is_a_timeout(make_server):
+    server = make_server(body_timeout=0.2, largest_body=100)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\n" + b"x" * 10)
+        status, got = read_answer(sock)
+    assert status == 200 and got["problem"] == BodyProblem.TIMEOUT and got["body"] == "x" * 10
+    assert got["deadline"] == pytest.approx(0.2)
+
+
+def test_a_client_that_waits_for_100_continue_gets_it(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        interim = sock.recv(100)
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        sock.sendall(b"hello")
+        status, got = read_answer(sock)
+    assert status == 200 and got["body"] == "hello"
+
+
+def test_bodies_in_flight_hold_at_most_max_body_bytes(make_server):
+    """Each request's declared length is reserved while it is read and handled: beyond the total, 503."""
+    server = make_server(lambda request: Route(lambda r: json_response(200, said(r)), None, 1000),
+                         max_body_bytes=100)
+    assert send(server, post(b"x" * 100))[0] == 200  # exactly the total
+    status, got = send(server, post(b"x" * 101))
+    assert (status, got) == (503, {"error": "busy; retry later"})
+    assert server.body_bytes == 0  # released after each
+
+
+def test_a_body_reserves_its_length_until_it_is_handled(make_server):
+    held = []
+
+    def route(request: Request) -> Route:
+        def handle(r: Request):
+            held.append(server.body_bytes)
+            return json_response(200, said(r))
+        return Route(handle, None, 60)
+
+    server = make_server(route, max_body_bytes=100)
+    assert send(server, post(b"x" * 60))[0] == 200
+    assert send(server, post(b"x" * 70))[0] == 200  # beyond the route's limit: not read, nothing reserved
+    assert send(server, get())[0] == 200
+    assert held == [60, 0, 0] and server.body_bytes == 0
+
+
+def test_a_full_lane_answers_503_and_frees_its_place_after_each_request(make_server):
+    lane = Lane("test", workers=1, max_in_flight=1)
+    server = make_server(lambda request: Route(lambda r: json_response(200, said(r)), lane, 100))
+    try:
+        for _ in range(3):  # one at a time: each is admitted, its place given back
+            assert send(server, post(b"abc"))[0] == 200
+        assert lane.in_flight == 0
+        lane.in_flight = 1  # one in flight: the next is turned away
+        assert send(server, get()) == (503, {"error": "busy; retry later"})
+        assert lane.in_flight == 1
+    finally:
+        lane.close()
+
+
+def test_beyond_max_connections_a_connection_gets_503_and_a_closed_one_frees_its_place(make_server):
+    server = make_server(max_connections=1)
+    with socket.create_connection(server.address, timeout=10) as first:
+        first.sendall(get())
+        assert read_answer(first)[0] == 200  # open, kept alive
+        wait_for(lambda: server.open == 1, 5, "the first connection counted")
+        assert send(server, get()) == (503, {"error": "too many connections; retry later"})
+    wait_for(lambda: server.open == 0, 5, "the first connection closed")
+    assert send(server, get())[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What each refusal says, and what is left behind
+
+
+def closed_after_answer(sock: socket.socket) -> bool:
+    """Whether the server closes the connection once its answer is read."""
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def test_a_head_too_long_is_one_record_naming_the_client_and_the_connection_is_closed(make_server, log):
+    server = make_server(max_header_bytes=300)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nx: " + b"v" * 300 + b"\r\n\r\n")
+        assert read_answer(sock)[0] == 431
+        assert closed_after_answer(sock)
+    assert "listener: 127.0.0.1 bad request (431): 330 bytes" in log.getvalue()
+
+
+def test_an_answer_with_connection_close_closes_it(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        assert read_answer(sock)[0] == 200
+        assert closed_after_answer(sock)
+
+
+def test_a_body_in_pieces_is_read_whole(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nhello")
+        time.sleep(0.05)
+        sock.sendall(b"world")
+        status, got = read_answer(sock)
+    assert status == 200 and got["body"] == "helloworld" and got["problem"] is None
+
+
+@pytest.mark.parametrize("problem", [BodyProblem.CUT_SHORT, BodyProblem.TIMEOUT])
+def test_a_body_in_pieces_that_does_not_end_keeps_what_came(make_server, problem):
+    server = make_server(body_timeout=0.5, largest_body=100)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\nhello")
+        time.sleep(0.05)
+        sock.sendall(b"world")
+        if problem is BodyProblem.CUT_SHORT:
+            time.sleep(0.05)
+            sock.shutdown(socket.SHUT_WR)
+        status, got = read_answer(sock)
+    assert status == 200 and got["body"] == "helloworld" and got["problem"] == problem
+
+
+def test_a_client_gone_mid_body_is_one_record(make_server, log):
+    server = make_server(body_timeout=5.0, largest_body=100)
+    sock = socket.create_connection(server.address, timeout=10)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\nhello")
+    time.sleep(0.05)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a close
+    sock.close()
+    wait_for(lambda: "went away" in log.getvalue(), 5, "the record of the client gone")
+    assert "listener: 1 client(s) went away mid-request (the last from 127.0.0.1: ConnectionResetError)" \
+        in log.getvalue()
+
+
+def test_the_route_is_chosen_from_the_request(make_server):
+    def route(request: Request) -> Route:
+        return Route(lambda r: json_response(200, said(r)), None, 1 if request.path == "/one" else 0)
+
+    server = make_server(route)
+    assert send(server, post(b"x", "/one"))[1]["body"] == "x"  # a route of one byte reads one byte
+    assert send(server, post(b"x", "/none"))[1]["body"] == ""
+
+
+def test_a_lane_runs_its_handlers_on_its_own_threads_and_a_failing_one_is_a_500(make_server, log):
+    lane = Lane("test", workers=1, max_in_flight=4)
+    threads = []
+
+    def handle(request: Request):
+        threads.append(threading.current_thread().name)
+        if request.path == "/fail":
+            raise RuntimeError("boom")
+        return json_response(200, said(request))
+
+    server = make_server(lambda request: Route(handle, lane, 100))
+    try:
+        assert send(server, get())[0] == 200
+        assert send(server, get("/fail")) == (500, {"error": "internal error; the agent's log says why"})
+        assert all(name.startswith("listener-test") for name in threads) and len(threads) == 2
+        assert "listener: request from 127.0.0.1 failed: RuntimeError('boom')" in log.getvalue()
+    finally:
+        lane.close()
+
+
+def test_a_route_that_fails_costs_its_connection_and_one_record(make_server, log):
+    def route(request: Request) -> Route:
+        if request.path == "/bug":
+            raise RuntimeError("a bug")
+        return Route(lambda r: json_response(200, said(r)))
+
+    server = make_server(route)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(get("/bug"))
+        assert sock.recv(100) == b""  # closed, no answer
+    wait_for(lambda: server.open == 0, 5, "the connection closed")
+    assert "listener: request from 127.0.0.1 failed: RuntimeError('a bug')" in log.getvalue()
+    assert send(server, get())[0] == 200  # the listener goes on
+
+
+def test_bodies_in_flight_add_up(make_server):
+    """Three requests at once on a lane: 60 and 10 bytes held, 30 more would be 100 > 80: refused."""
+    lane = Lane("test", workers=3, max_in_flight=3)
+    release = threading.Event()
+    entered = []
+
+    def handle(request: Request):
+        entered.append(request.length)
+        release.wait(10)
+        return json_response(200, said(request))
+
+    server = make_server(lambda request: Route(handle, lane, 100), max_body_bytes=80)
+    answers: list = []
+    try:
+        first = threading.Thread(target=lambda: answers.append(send(server, post(b"x" * 60))[0]))
+        first.start()
+        wait_for(lambda: entered == [60], 5, "the first body held")
+        second = threading.Thread(target=lambda: answers.append(send(server, post(b"y" * 10))[0]))
+        second.start()
+        wait_for(lambda: entered == [60, 10], 5, "the second body held")
+        assert server.body_bytes == 70
+        assert send(server, post(b"z" * 30))[0] == 503
+    finally:
+        release.set()
+        lane.close()
+    first.join(10)
+    second.join(10)
+    assert answers == [200, 200] and server.body_bytes == 0
+
+
+def test_two_connections_count_as_two(make_server, log):
+    server = make_server(max_connections=2)
+    with socket.create_connection(server.address, timeout=10) as one, \
+            socket.create_connection(server.address, timeout=10) as two:
+        for sock in (one, two):
+            sock.sendall(get())
+            assert read_answer(sock)[0] == 200
+        wait_for(lambda: server.open == 2, 5, "two connections counted")
+        assert send(server, get()) == (503, {"error": "too many connections; retry later"})
+    assert "listener: 1 connection(s) refused with 503 (the last from 127.0.0.1): 2 are served at once at " \
+           "most" in log.getvalue()
+
+
+def test_the_listeners_own_limits():
+    """What a listener holds to unless told otherwise (docs/operations.md names them)."""
+    server = HttpServer("127.0.0.1", 0, lambda request: Route(lambda r: None))
+    try:
+        assert (server.header_timeout, server.body_timeout) == (10.0, 10.0)
+        assert (server.wanted_connections, server.max_header_bytes, server.max_body_bytes) == \
+            (4096, 32 * 1024, 16 * 1024 * 1024)
+        assert server.body_deadline(0) == 2.0
+    finally:
+        server.sock.close()
