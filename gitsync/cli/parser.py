@@ -121,7 +121,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if command.arguments:
             module_name, func_name = command.arguments.split(":")
             getattr(importlib.import_module(module_name), func_name)(p)
-        if command.name in ("render", "validate", "diff"):
+        if command.name in ("render", "validate"):  # not diff: the gateway's diff is of every source
             p.add_argument("--source", dest="only_source", metavar="NAME", default=None,
                            help="with [[sources]]: that source alone, from --dir or its repo (a team's CI): "
                                 "references into items other sources share are theirs, others refused")
