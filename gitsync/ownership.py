@@ -84,14 +84,111 @@ class Share:
         return f"{', '.join(self.kinds)} ({which}) with {whom}"
 
 
+#: Plugins that run code on the gateway's workers: a source uses one only when its settings allow it
+#: (`Ownership.may_run`); a route's ``script`` counts as the plugin ``script``.
+CODE_PLUGINS = frozenset({"serverless-pre-function", "serverless-post-function", "ext-plugin-pre-req",
+                          "ext-plugin-post-req", "ext-plugin-post-resp", "script"})
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """The requests a source owns: to `hosts` (``*.example.com`` a suffix; none: every host) on paths
+    starting with one of `paths` (none: every path), TLS handshakes for `snis`, stream `ports`."""
+
+    hosts: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    snis: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+
+    @property
+    def http(self) -> bool:
+        return bool(self.hosts or self.paths)
+
+    def describe(self) -> str:
+        parts = [f"hosts {', '.join(self.hosts)}" if self.hosts else "",
+                 f"paths {', '.join(self.paths)}" if self.paths else "",
+                 f"SNIs {', '.join(self.snis)}" if self.snis else "",
+                 f"stream ports {', '.join(map(str, self.ports))}" if self.ports else ""]
+        return "; ".join(p for p in parts if p)
+
+
+def hosts_meet(a: str, b: str) -> bool:
+    """Whether one host could answer both host patterns (``*.x.com``: any name ending ``.x.com``)."""
+    a, b = a.lower().rstrip("."), b.lower().rstrip(".")
+    if a.startswith("*.") and b.startswith("*."):
+        return a[1:].endswith(b[1:]) or b[1:].endswith(a[1:])
+    if a.startswith("*."):
+        return b.endswith(a[1:])
+    if b.startswith("*."):
+        return a.endswith(b[1:])
+    return a == b
+
+
+def path_meets(uri: str, prefix: str) -> bool:
+    """Whether a route's `uri` (exact, ``/a/*`` a prefix, ``:name`` a parameter) can match a path that
+    starts with `prefix`."""
+    cut = min((at for at in (uri.find("*"), uri.find(":")) if at >= 0), default=-1)
+    if cut < 0:
+        return uri.startswith(prefix)
+    start = uri[:cut]
+    return start.startswith(prefix) or prefix.startswith(start)
+
+
+def _texts(item: dict, one: str, many: str) -> list[str]:
+    """The text of field `one` and those of list `many` (``host``/``hosts``, ``uri``/``uris``)."""
+    listed = item.get(many)
+    return ([item[one]] if isinstance(item.get(one), str) else []) + \
+        [text for text in (listed if isinstance(listed, list) else []) if isinstance(text, str)]
+
+
+def trespass(kind: str, item: Any, traffic: Traffic) -> str | None:
+    """What of `traffic` an item of another source would take (a route whose hosts and uris could match
+    a request of it, whatever its priority, methods and vars: no hosts is every host, no uri every
+    path; an SSL of one of its SNIs; a stream route on one of its ports, or on any), or None."""
+    if not isinstance(item, dict):
+        return None
+    if kind == "routes" and traffic.http:
+        hosts, uris = _texts(item, "host", "hosts"), _texts(item, "uri", "uris") or ["/*"]
+        host_hit = not (traffic.hosts and hosts) or any(hosts_meet(h, t)
+                                                        for h in hosts for t in traffic.hosts)
+        if host_hit and (not traffic.paths or any(path_meets(u, p) for u in uris for p in traffic.paths)):
+            return f"its hosts and uris could match requests of {traffic.describe()}"
+    snis = _texts(item, "sni", "snis") if kind == "ssls" else []
+    if any(hosts_meet(sni, t) for sni in snis for t in traffic.snis):
+        return f"its SNIs meet {traffic.describe()}"
+    if kind == "stream_routes" and traffic.ports:
+        port = item.get("server_port")
+        if port is None or port in traffic.ports:
+            return f"it could take connections on {traffic.describe()}"
+    return None
+
+
+def traffic_overlap(a: Traffic, b: Traffic) -> str | None:
+    """Why one request, handshake or connection could be both sources' traffic, or None."""
+    if a.http and b.http:
+        hosts = not (a.hosts and b.hosts) or any(hosts_meet(x, y) for x in a.hosts for y in b.hosts)
+        paths = not (a.paths and b.paths) or any(x.startswith(y) or y.startswith(x)
+                                                  for x in a.paths for y in b.paths)
+        if hosts and paths:
+            return f"{a.describe()} / {b.describe()}"
+    if any(hosts_meet(x, y) for x in a.snis for y in b.snis) or set(a.ports) & set(b.ports):
+        return f"{a.describe()} / {b.describe()}"
+    return None
+
+
 @dataclass(frozen=True)
 class Ownership:
-    """A source's claims and what it shares; `everything`: the one implicit source of the single-repo
-    settings."""
+    """A source's claims, what it shares, the traffic it owns and the code plugins it may use;
+    `everything`: the one implicit source of the single-repo settings (no check applies to it)."""
 
     claims: tuple[Claim, ...] = ()
     everything: bool = False
     shares: tuple[Share, ...] = ()
+    traffic: Traffic = Traffic()
+    #: plugins a source may use only when allowed (`CODE_PLUGINS` and those the settings add), and
+    #: those of them this source may use
+    restricted: frozenset[str] = CODE_PLUGINS
+    may_run: frozenset[str] = frozenset()
 
     def shares_with(self, kind: str, ident: str, reader: str | None) -> bool:
         """Whether source `reader` may name this source's item (`kind`, `ident`)."""
@@ -141,4 +238,5 @@ def static_overlap(a: Claim, b: Claim) -> str | None:
     return f"both claim {a.describe(common[0])} / {b.describe(common[0])}"
 
 
-__all__ = ["EVERY_SOURCE", "Claim", "Ownership", "Share", "owner_of", "static_overlap"]
+__all__ = ["CODE_PLUGINS", "EVERY_SOURCE", "Claim", "Ownership", "Share", "Traffic", "hosts_meet", "owner_of",
+           "path_meets", "static_overlap", "traffic_overlap", "trespass"]

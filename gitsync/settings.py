@@ -34,7 +34,16 @@ from gitsync.notation import (
     parse_size,
     secret_field_problem,
 )
-from gitsync.ownership import EVERY_SOURCE, Claim, Ownership, Share, static_overlap
+from gitsync.ownership import (
+    CODE_PLUGINS,
+    EVERY_SOURCE,
+    Claim,
+    Ownership,
+    Share,
+    Traffic,
+    static_overlap,
+    traffic_overlap,
+)
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
@@ -225,6 +234,11 @@ class Settings:
                                      choices=limits.AMBIGUOUS_SCALARS_CHOICES, groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", limits.MAX_PAYLOAD_SIZE, "Largest rendered payload "
                                     "accepted (APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    restricted_plugins: tuple[str, ...] = setting(
+        "render", "list", (), "With `[[sources]]`: plugins a source may use only when its table's `may_run` "
+        "lists them, besides those that run code on the gateway's workers (`serverless-pre-function`, "
+        "`serverless-post-function`, `ext-plugin-pre-req`, `ext-plugin-post-req`, `ext-plugin-post-resp`, a "
+        "route's `script`), on routes, services, plugin configs, global rules, consumers and groups.")
     secret_fields: tuple[str, ...] = setting(
         "render", "list", (), "Fields holding secrets besides those gitsync knows (APISIX's "
         "`encrypt_fields`, field names, shapes): `PLUGIN.PATH` (`\"my-plugin.conf.token\"`: that plugin's "
@@ -681,7 +695,8 @@ def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
 # [[sources]]
 
 #: The keys of a ``[[sources]]`` table beside those of ``[source]``.
-SOURCE_KEYS = ("name", "owns", "shares", "shared_secrets")
+SOURCE_KEYS = ("name", "owns", "shares", "shared_secrets", "traffic", "may_run")
+TRAFFIC_KEYS = ("hosts", "paths", "snis", "ports")
 #: Keys of other sections a ``[[sources]]`` table takes: its own SOPS identity.
 SOURCE_RENDER_KEYS = ("age_key",)
 CLAIM_KEYS = ("kinds", "prefix", "labels")
@@ -773,7 +788,36 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
             if kind not in owned.kinds():
                 raise SettingsError(f"{at('shares')}: source {name!r} shares {kind}, which it does not own "
                                     f"(it owns {', '.join(sorted(owned.kinds()))})")
-    return SourceSpec(name, values, Ownership(claims, shares=shares), where)
+    traffic = _traffic(table["traffic"], at("traffic")) if "traffic" in table else Traffic()
+    may_run = table.get("may_run", [])
+    if not isinstance(may_run, list) or not all(isinstance(p, str) and p for p in may_run):
+        raise SettingsError(f"{at('may_run')}: expected an array of plugin names")
+    return SourceSpec(name, values, Ownership(claims, shares=shares, traffic=traffic,
+                                              may_run=frozenset(may_run)), where)
+
+
+def _traffic(table: Any, where: str) -> Traffic:
+    """``traffic = { hosts, paths, snis, ports }``: the requests a source owns."""
+    if not isinstance(table, dict) or not table:
+        raise SettingsError(f"{where}: expected a table {{ hosts = [...], paths = [...], snis = [...], "
+                            "ports = [...] }")
+    unknown = [key for key in table if key not in TRAFFIC_KEYS]
+    if unknown:
+        raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], TRAFFIC_KEYS)}")
+    texts = {}
+    for key in ("hosts", "paths", "snis"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise SettingsError(f"{where}: {key}: expected an array of strings")
+        texts[key] = tuple(value)
+    bad = [p for p in texts["paths"] if not p.startswith("/")]
+    if bad:
+        raise SettingsError(f"{where}: paths: {bad[0]!r} is no path prefix (one starts with '/')")
+    ports = table.get("ports", [])
+    if not isinstance(ports, list) or not all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536
+                                              for p in ports):
+        raise SettingsError(f"{where}: ports: expected an array of port numbers")
+    return Traffic(texts["hosts"], texts["paths"], texts["snis"], tuple(ports))
 
 
 def _kinds_of(entry: Mapping[str, Any], where: str) -> list[str]:
@@ -894,6 +938,11 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
     for one, other in pairs:
         why = next((why for a in one.owns.claims for b in other.owns.claims if (why := static_overlap(a, b))),
                    None)
+        traffic = traffic_overlap(one.owns.traffic, other.owns.traffic)
+        if traffic:
+            raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} both own traffic: "
+                                f"{traffic} (also {one.origin}); give each its own hosts, paths, SNIs or "
+                                "ports")
         if why:
             raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} may both claim "
                                 f"one item: {why} (also {one.origin}); tell them apart by id prefixes "
@@ -1079,6 +1128,10 @@ def load(
                 "the settings have no [[sources]] tables (--source picks one of them)"))
         values["only_source"] = only_source
     _check_sources(values, merged)
+    if values.get("sources"):  # the plugins each source may use only when allowed: the agent's list too
+        restricted = CODE_PLUGINS | frozenset(values.get("restricted_plugins", ()))
+        values["sources"] = tuple(replace(spec, owns=replace(spec.owns, restricted=restricted))
+                                  for spec in values["sources"])
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")

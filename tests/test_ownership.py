@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gitsync.kinds import KINDS
-from gitsync.ownership import EVERY_SOURCE, Claim, Ownership, Share, owner_of, static_overlap
+from gitsync.ownership import (
+    EVERY_SOURCE,
+    Claim,
+    Ownership,
+    Share,
+    Traffic,
+    owner_of,
+    static_overlap,
+    traffic_overlap,
+    trespass,
+)
 
 ORDERS = Claim(("routes", "services"), prefix="orders-")
 TEAM = Claim(("routes",), labels=(("team", "orders"),))
@@ -158,3 +168,40 @@ def test_a_share_allows_its_kinds_ids_to_its_readers(share, kind, ident, reader,
     assert share.allows(kind, ident, reader) is allowed
     assert Ownership((WHOLE,), shares=(share,)).shares_with(kind, ident, reader) is allowed
     assert not Ownership((WHOLE,)).shares_with(kind, ident, reader)
+
+
+PAYMENTS_TRAFFIC = Traffic(hosts=("api.example.com",), paths=("/payments",), snis=("pay.example.com",),
+                           ports=(9100,))
+
+
+@pytest.mark.parametrize(("kind", "item", "taken"), [
+    # issue 41, attack 5: another team's route on the same host and path, whatever its priority
+    ("routes", {"uri": "/payments/*", "hosts": ["api.example.com"], "priority": 100}, True),
+    ("routes", {"uri": "/payments/refund", "host": "api.example.com"}, True),
+    ("routes", {"uri": "/payments/*"}, True),  # no hosts: every host
+    ("routes", {"hosts": ["api.example.com"]}, True),  # no uri: every path
+    ("routes", {"uri": "/*", "hosts": ["*.example.com"]}, True),  # a wildcard host, a * suffix
+    ("routes", {"uris": ["/orders/*", "/payments"], "hosts": ["API.example.com"]}, True),
+    ("routes", {"uri": "/:section/refund", "hosts": ["api.example.com"]}, True),  # a parameter
+    ("routes", {"uri": "/payments/*", "hosts": ["api.example.com"],
+                "vars": [["http_x_team", "==", "orders"]]}, True),  # vars do not narrow the claim
+    ("routes", {"uri": "/orders/*", "hosts": ["api.example.com"]}, False),
+    ("routes", {"uri": "/payments/*", "hosts": ["shop.example.com"]}, False),
+    ("routes", {"uri": "/pay", "hosts": ["api.example.com"]}, False),  # exact, shorter than the prefix
+    ("ssls", {"snis": ["*.example.com"]}, True),
+    ("ssls", {"sni": "shop.example.com"}, False),
+    ("stream_routes", {"server_port": 9100}, True),
+    ("stream_routes", {}, True),  # no port: every port
+    ("stream_routes", {"server_port": 9200}, False),
+    ("upstreams", {"nodes": {"api.example.com:443": 1}}, False),
+])
+def test_traffic_another_source_owns_is_taken_by_what_could_match_it(kind, item, taken):
+    assert (trespass(kind, item, PAYMENTS_TRAFFIC) is not None) is taken
+
+
+def test_two_sources_owning_one_request_overlap():
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(hosts=("*.example.com",), paths=("/payments/v2",)))
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(paths=("/",)))
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(ports=(9100,)))
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(hosts=("api.example.com",), paths=("/orders",))) is None
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(hosts=("shop.example.com",))) is None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitsync.kinds import KINDS, is_credential, item_id
-from gitsync.ownership import Ownership, owner_of
+from gitsync.ownership import Ownership, Traffic, owner_of, trespass
 from gitsync.problems import Location, Problem
 from gitsync.render.references import Reference, references_of
 from gitsync.render.result import Rendered
@@ -128,7 +128,7 @@ def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before:
     every = {kind: rendered.ids.get(kind) or [item_id(kind, item) for item in items]
              for kind, items in rendered.payload.items()}
     declared = {kind: frozenset(i for i in ids if i is not None) for kind, ids in every.items()}
-    if not shared:  # it owns every kind whole: nothing to look at item by item
+    if not shared and not _item_checks(part.name, owns, others):  # nothing to look at item by item
         return PartFacts((), (), declared)
     known = before.memo if before is not None else {}
     memo: dict[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = {}
@@ -150,8 +150,40 @@ def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before:
     return PartFacts(tuple(problems), tuple(references), declared, memo)
 
 
+def _item_checks(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]]) -> bool:
+    """Whether the source's items are checked one by one for more than ownership: plugins it may not
+    use, traffic another source owns."""
+    return not owns.everything and (bool(owns.restricted - owns.may_run) or any(
+        theirs.traffic != Traffic() for other, theirs in others if other != name))
+
+
 def _not_owned(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]], kind: str,
                ident: str | None, item: Any) -> str | None:
+    """Why source `name` may not declare this item (`_not_its`), or use it so (`_not_allowed`), or None."""
+    return _not_its(name, owns, others, kind, ident, item) or _not_allowed(name, owns, others, kind, item)
+
+
+def _not_allowed(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]], kind: str,
+                 item: Any) -> str | None:
+    """A plugin that runs code the source may not use; traffic another source owns that the item would
+    take."""
+    if owns.everything or not isinstance(item, dict):
+        return None
+    plugins = item.get("plugins")
+    used = [*(plugins if isinstance(plugins, dict) else ()), *(["script"] if "script" in item else [])]
+    banned = sorted(set(used) & (owns.restricted - owns.may_run))
+    if banned:
+        return (f"source {name!r} may not use {banned[0]}: it runs code on the gateway's workers, which a "
+                "source does only when its [[sources]] table's may_run lists it")
+    for other, theirs in others:
+        why = trespass(kind, item, theirs.traffic) if other != name else None
+        if why:
+            return f"source {name!r} may not take traffic source {other!r} owns: {why}"
+    return None
+
+
+def _not_its(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]], kind: str,
+             ident: str | None, item: Any) -> str | None:
     """Why source `name` may not declare this item, or None. A credential is judged by its id alone (its
     consumer's username against the claims' prefixes), not by labels of its own: it is its consumer's.
     The owner named is the one the settings give the id (`owner_of`)."""

@@ -146,6 +146,15 @@ def test_sources_told_apart_by_their_id_prefixes_start(tmp_path: Path, owns_a: s
      'with = ["b"] }]\n', ":1: sources[0]: source 'a' shares with 'b', which is no source"),
     ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["upstreams"]\nshares = [{ kinds = ["upstreams"], '
      'prefix = "a-", ids = ["a-1"] }]\n', ":5: sources[0].shares: a share names a prefix or ids, not both"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\ntraffic = { paths = ["payments"] }\n',
+     ":5: sources[0].traffic: paths: 'payments' is no path prefix (one starts with '/')"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\ntraffic = { host = ["x"] }\n',
+     ":5: sources[0].traffic: unknown key 'host' (did you mean 'hosts'?)"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\ntraffic = { hosts = ["api.example.com"] }\n'
+     '[[sources]]\nname = "b"\nrepo = "/b"\nowns = ["upstreams"]\n'
+     'traffic = { hosts = ["*.example.com"], paths = ["/b"] }\n',
+     ":6: sources[1]: sources 'a' and 'b' both own traffic: hosts api.example.com / hosts *.example.com; "
+     "paths /b (also "),
 ])
 def test_a_bad_source_table_is_a_settings_error_at_its_line(tmp_path: Path, text: str, error: str) -> None:
     config = tmp_path / "gitsync.toml"

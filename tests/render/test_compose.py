@@ -283,3 +283,32 @@ def test_a_source_alone_takes_what_others_share_as_theirs_and_refuses_the_rest()
         "r.yaml:10:5: routes[orders-c].upstream_id: upstream_id 'nobodys-web' names no item of upstreams",
         "r.yaml:13:5: routes[orders-d].upstream_id: upstream_id 'orders-gone' names no item of upstreams"]
 
+
+
+def test_a_route_on_traffic_another_team_owns_and_code_on_the_workers_are_refused_at_their_line() -> None:
+    """Issue 41, attack 5: orders' route on payments' host and path, at any priority; serverless Lua."""
+    from gitsync.ownership import Traffic
+    payments = Ownership(PAYMENTS.claims, traffic=Traffic(hosts=("api.example.com",), paths=("/payments",)),
+                         may_run=frozenset({"serverless-pre-function"}))
+    sources = (("platform", THE_PLATFORM), ("orders", ORDERS), ("payments", payments))
+    files = {"r.yaml": "routes:\n  - id: orders-capture\n    uri: /payments/*\n    hosts: [api.example.com]\n"
+                       "    priority: 100\n    upstream_id: orders-up\n"
+                       "  - id: orders-lua\n    uri: /orders/*\n    hosts: [api.example.com]\n"
+                       "    upstream_id: orders-up\n    plugins:\n      serverless-pre-function:\n"
+                       "        phase: rewrite\n        functions: [\"return function() end\"]\n"
+                       "  - id: orders-fine\n    uri: /orders/*\n    hosts: [api.example.com]\n"
+                       "    upstream_id: orders-up\n"
+                       "upstreams:\n  - id: orders-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"}
+    orders = Part("orders", "0" * 40, render({"r.yaml": files["r.yaml"].encode()},
+                                              RenderOptions(unmanaged=shared_kinds(ORDERS))), ORDERS)
+    assert [str(p) for p in facts_of(orders, sources).problems] == [
+        "r.yaml:2:5: routes[orders-capture]: source 'orders' may not take traffic source 'payments' owns: "
+        "its hosts and uris could match requests of hosts api.example.com; paths /payments",
+        "r.yaml:7:5: routes[orders-lua]: source 'orders' may not use serverless-pre-function: it runs code "
+        "on the gateway's workers, which a source does only when its [[sources]] table's may_run lists it"]
+    own = {"r.yaml": "routes:\n  - id: payments-capture\n    uri: /payments/*\n    hosts: [api.example.com]\n"
+                     "    plugins:\n      serverless-pre-function:\n        phase: rewrite\n"
+                     "        functions: [\"return function() end\"]\n"}
+    theirs = Part("payments", "0" * 40, render({"r.yaml": own["r.yaml"].encode()},
+                                                RenderOptions(unmanaged=shared_kinds(payments))), payments)
+    assert facts_of(theirs, sources).problems == ()  # its own traffic, its own allowance
