@@ -395,15 +395,15 @@ def export_split(body: Mapping[str, Any], args: argparse.Namespace, out: Path,
             for line in problems:
                 print(f"gitsync export: {line}", file=sys.stderr)
             return 2
-        for name, done in built.items():
-            repo_writer.check_tree(out / name, done.files)
-        repo_writer.check_tree(out, [SOURCES_FILE])
+        # every repo and the tables as one tree: checked whole, written all or nothing
+        tree = {f"{name}/{path}": data for name, done in built.items() for path, data in done.files.items()}
+        tree[SOURCES_FILE] = tables.encode("utf-8")
+        repo_writer.check_tree(out, tree)
         for name, done in built.items():
             if done.secrets:
                 write_secrets(_secrets_path(args.secrets_out, name, bool(args.age_recipient)), done.secrets,
                               args.age_recipient)
-            repo_writer.write_tree(out / name, done.files)
-        (out / SOURCES_FILE).write_text(tables)
+        repo_writer.write_tree(out, tree)
     except SplitError as exc:
         print(f"gitsync export: --split-by {args.split_by}: {exc}", file=sys.stderr)
         return 2
