@@ -14,16 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from gitsync.agent.outcomes import Stage, SyncResult
 from gitsync.agent.sync import Agent
-from gitsync.kinds import KINDS
-from gitsync.ownership import Claim, Ownership, Share, static_overlap
+from gitsync.kinds import KINDS, item_id
+from gitsync.ownership import Claim, Ownership, Share, Traffic, static_overlap, trespass
 from gitsync.problems import Location
 from gitsync.push.plan import items_equal
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
+from gitsync.render.references import refers_to
 from gitsync.settings import SettingsError, load, source_settings
 from gitsync.source.mirror import MAX_PACKS, UNTIDY_PACKS
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
@@ -809,3 +812,151 @@ def test_one_repo_as_source_or_as_the_one_of_sources_pushes_notes_and_reports_th
     assert one["state"]["sources"] == {} and one["state"]["compositions"] == {}
     assert many["state"]["sources"]["all"]["last_good"] == one["state"]["last_good"]
     assert set(many["state"]["sources"]["all"]["bad"]) == set(one["state"]["bad"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one hostile source among several (issue 41): the others' live items and results as without it
+
+
+HOSTILE_SETTINGS = """
+[gateways]
+gateways = ["{url}"]
+admin_key_file = "{creds}/admin_key"
+[render]
+secrets_dir = "{creds}"
+[agent]
+state_dir = "{state}"
+[writeback]
+writeback = "off"
+
+[[sources]]
+name = "platform"
+repo = "{root}/platform.git"
+owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
+
+[[sources]]
+name = "a"
+repo = "{root}/a.git"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "a-" }},
+        {{ kinds = ["consumers", "consumer_groups"], prefix = "a-", labels = {{ team = "a" }} }}]
+traffic = {{ hosts = ["api.example.com"], paths = ["/a"] }}
+
+[[sources]]
+name = "b"
+repo = "{root}/b.git"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "b-" }}]
+"""
+HOSTILE_TABLE = """
+[[sources]]
+name = "h"
+repo = "{root}/h.git"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "h-" }},
+        {{ kinds = ["consumers", "consumer_groups"], prefix = "h-", labels = {{ team = "h" }} }}]
+"""
+BENIGN = {
+    "platform": {"p.yaml": UPSTREAM + rule("prometheus")},
+    "a": {"a.yaml": "routes:\n  - id: a-1\n    uri: /a/*\n    hosts: [api.example.com]\n"
+                    "    upstream_id: a-up\n    plugins:\n      key-auth: {}\n"
+                    "      consumer-restriction: {whitelist: [a-alice]}\n"
+                    "upstreams:\n  - id: a-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+                    "consumer_groups:\n  - id: a-vip\n    labels: {team: a}\n"
+                    "    plugins: {limit-count: {count: 10, time_window: 60}}\n"
+                    "consumers:\n  - username: a-alice\n    group_id: a-vip\n    labels: {team: a}\n"
+                    "  - id: a-alice/credentials/main\n"
+                    "    plugins: {key-auth: {key: \"${{ secrets.A_KEY }}\"}}\n"},
+    "b": {"b.yaml": "routes:\n" + route("b-1", "/b/1")},
+}
+# its own ids and targets more often than others': an attack goes live only when every item of the
+# commit is accepted, so most examples must be mostly right for the wrong one to matter
+HOSTILE_IDS = st.sampled_from(["h-1", "h-2", "h-3", "h-4", "a-1", "b-1", "a-alice", "platform-web", "x"])
+HOSTILE_TARGETS = st.sampled_from(["platform-web", "h-up", "h-up", "h-up", "a-up", "b-up", "nowhere"])
+HOSTILE_SECRETS = st.sampled_from(["admin_key", "ADMIN_KEY", "A_KEY", "a/A_KEY", "git_token", "H_KEY"])
+
+
+@st.composite
+def hostile_items(draw: st.DrawFn) -> str:
+    """A hostile source's file: routes with random ids, references, traffic and code; consumers named as
+    another team's, credentials under them, groups of theirs; secrets of gitsync's and of other teams'."""
+    routes, consumers = [], []
+    for _ in range(draw(st.integers(0, 2))):  # few items: one refused item refuses the source's commit
+        rid, target = draw(HOSTILE_IDS), draw(HOSTILE_TARGETS)
+        hosts = draw(st.sampled_from(["", "    hosts: [api.example.com]\n",
+                                      "    hosts: ['*.example.com']\n"]))
+        uri = draw(st.sampled_from(["/a/*", "/h/*", "/*", "/b/1"]))
+        plugin = draw(st.sampled_from([
+            "", "    priority: 100\n",
+            "    plugins:\n      serverless-pre-function:\n"
+            "        {phase: rewrite, functions: ['return function() end']}\n",
+            "    plugins:\n      proxy-rewrite:\n        headers:\n          set: {X-Leak: \"${{ secrets."
+            + draw(HOSTILE_SECRETS) + " }}\"}\n",
+            "    plugins:\n      consumer-restriction: {whitelist: [a-alice]}\n"]))
+        routes.append(f"  - id: {rid}\n    uri: {uri}\n{hosts}    upstream_id: {target}\n{plugin}")
+    for _ in range(draw(st.integers(0, 1))):  # a consumer, or a credential alone (under anyone's consumer)
+        who = draw(st.sampled_from(["h-eve", "a-alice", "a-bob"]))
+        group = draw(st.sampled_from(["", "    group_id: a-vip\n", "    group_id: h-vip\n"]))
+        consumers.append(draw(st.sampled_from([
+            f"  - username: {who}\n    labels: {{team: h}}\n{group}",
+            f"  - id: {who}/credentials/x\n    labels: {{team: h}}\n"
+            "    plugins: {key-auth: {key: hostile-chosen-key-1}}\n"])))
+    text = ("routes:\n" + "".join(routes) if routes else "") + \
+        ("consumers:\n" + "".join(consumers) if consumers else "")
+    return text + "upstreams:\n  - id: h-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+
+
+def _hostile_run(root: Path, hostile: str | None
+                 ) -> tuple[dict[str, list[bytes]], dict[str | None, str | None], list[bytes]]:
+    """One agent's first sync over the benign sources (and the hostile one): the live items that are not
+    the hostile source's, each benign source's last good commit, every PUT body."""
+    creds = root / "creds"
+    (creds / "a").mkdir(parents=True)
+    (creds / "admin_key").write_text(ADMIN_KEY)
+    (creds / "git_token").write_text("a-git-token-of-the-agent")
+    (creds / "a" / "A_KEY").write_text("team-a-consumer-key")
+    repos = {name: BareRepo.create(root / f"{name}.git") for name in (*BENIGN, *(("h",) if hostile else ()))}
+    for name, files in BENIGN.items():
+        repos[name].commit(files, f"{name} v1")
+    if hostile is not None:
+        repos["h"].commit({"h.yaml": hostile}, "h v1")
+    with ApisixDouble(ADMIN_KEY) as double:
+        text = HOSTILE_SETTINGS + (HOSTILE_TABLE if hostile else "")
+        config = root / "gitsync.toml"
+        config.write_text(text.format(url=double.url, creds=creds, state=root / "state", root=root))
+        agent = Agent(load(config=config, env={}), env={})
+        try:
+            agent.sync_once()
+            good = {repo.name: repo.state.last_good for repo in agent.repos.all if repo.name != "h"}
+        finally:
+            agent.close()
+        held = {kind: items for kind, items in double.config().items() if isinstance(items, list)}
+        live = {kind: sorted(json.dumps(item, sort_keys=True).encode() for item in items
+                             if not str(item_id(kind, item)).startswith("h-"))
+                for kind, items in held.items()}
+        theirs = [(kind, item) for kind, items in held.items() for item in items
+                  if str(item_id(kind, item)).startswith("h-")]
+        # what the hostile source's live items name: its own items, or what the platform shares; none of
+        # them takes a's traffic or runs code
+        named = {target for kind, item in theirs for target in refers_to(kind, item)}
+        assert all(ident.startswith(("h-", "platform-")) for _, ident in named), named
+        a_traffic = Traffic(hosts=("api.example.com",), paths=("/a",))
+        assert not [item for kind, item in theirs if trespass(kind, item, a_traffic)]
+        assert not [item for _, item in theirs if "serverless-pre-function" in (item.get("plugins") or {})]
+        return live, good, list(double.put_bodies)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hostile=hostile_items())
+def test_a_hostile_source_changes_nothing_of_the_others(tmp_path_factory: pytest.TempPathFactory,
+                                                         hostile: str) -> None:
+    """Whatever one source declares (ids, duplicates and credentials of others', references into what is
+    not shared, routes on owned traffic, code, gitsync's and other teams' secrets), every other source's
+    live items and last good commits are byte for byte what they are without it, and no credential of
+    gitsync's reaches a payload."""
+    alone = _hostile_run(tmp_path_factory.mktemp("alone"), None)
+    among = _hostile_run(tmp_path_factory.mktemp("among"), hostile)
+    assert among[0] == alone[0]
+    assert among[1] == alone[1] and all(alone[1].values())
+    for body in among[2]:
+        assert ADMIN_KEY.encode() not in body and b"a-git-token-of-the-agent" not in body
+        assert body.count(b"team-a-consumer-key") <= 1  # a's own credential; never read by another source
