@@ -832,6 +832,20 @@ def _kinds_of(entry: Mapping[str, Any], where: str) -> list[str]:
     return kinds
 
 
+def _kinds_and_prefix(entry: Any, keys: tuple[str, ...], where: str, what: str
+                      ) -> tuple[list[str], str | None]:
+    """The ``kinds`` and ``prefix`` of an ``owns`` or ``shares`` table, its other keys among `keys`."""
+    if not isinstance(entry, dict):
+        raise SettingsError(f"{where}: expected {what}, got {_type_name(entry)}")
+    unknown = [key for key in entry if key not in keys]
+    if unknown:
+        raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], keys)}")
+    prefix = entry.get("prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not prefix):
+        raise SettingsError(f"{where}: prefix: expected a non-empty string")
+    return _kinds_of(entry, where), prefix
+
+
 def _shares(shares: Any, where: str) -> tuple[Share, ...]:
     """``shares``: tables ``{kinds, prefix or ids, with}``: what other sources may name of this one's."""
     if not isinstance(shares, list):
@@ -839,15 +853,8 @@ def _shares(shares: Any, where: str) -> tuple[Share, ...]:
                             "({ kinds = [...], prefix = \"...\", with = [\"orders\"] })")
     found = []
     for entry in shares:
-        if not isinstance(entry, dict):
-            raise SettingsError(f"{where}: expected a table, got {_type_name(entry)}")
-        unknown = [key for key in entry if key not in SHARE_KEYS]
-        if unknown:
-            raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], SHARE_KEYS)}")
-        kinds = _kinds_of(entry, where)
-        prefix, ids = entry.get("prefix"), entry.get("ids", [])
-        if prefix is not None and (not isinstance(prefix, str) or not prefix):
-            raise SettingsError(f"{where}: prefix: expected a non-empty string")
+        kinds, prefix = _kinds_and_prefix(entry, SHARE_KEYS, where, "a table")
+        ids = entry.get("ids", [])
         if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
             raise SettingsError(f"{where}: ids: expected an array of ids")
         if prefix is not None and ids:
@@ -869,15 +876,7 @@ def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
     for entry in owns:
         if isinstance(entry, str):
             entry = {"kinds": [entry]}
-        if not isinstance(entry, dict):
-            raise SettingsError(f"{where}: expected a kind or a table, got {_type_name(entry)}")
-        unknown = [key for key in entry if key not in CLAIM_KEYS]
-        if unknown:
-            raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], CLAIM_KEYS)}")
-        kinds = _kinds_of(entry, where)
-        prefix = entry.get("prefix")
-        if prefix is not None and (not isinstance(prefix, str) or not prefix):
-            raise SettingsError(f"{where}: prefix: expected a non-empty string")
+        kinds, prefix = _kinds_and_prefix(entry, CLAIM_KEYS, where, "a kind or a table")
         labels = entry.get("labels", {})
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise SettingsError(f"{where}: labels: expected a table of strings "
