@@ -1,4 +1,4 @@
-"""The listener under stalled clients: `/healthz`, threads and memory of `gitsync run --ui`.
+"""The listener under stalled and hostile clients: `/healthz`, threads, memory and log of `gitsync run --ui`.
 
 ``python -m bench.listener`` serves a small generated config repo (bench/generate.py) with git daemon,
 runs `gitsync run --ui` as a real process against a gateway double in a child process, waits until the
@@ -8,6 +8,13 @@ are held open (well within the listener's 10 s header deadline), asks `/healthz`
 each time as a container's probe does, and reads the process's thread count and RSS from /proc. The
 connections are then closed and the agent given a few seconds to drop them before the next count.
 
+Then the attack (``--flood``, ``--heavy``; 0 skips it): one client (from 127.0.0.2) opens `--flood`
+connections that each send one byte, while `--heavy` clients (from 127.0.0.3, .4, …) each send webhook
+requests with 3,700 header names and a wrong signature, one after another; meanwhile `/healthz` is
+asked from 127.0.0.1 every 50 ms for `--attack-seconds` (within the flood's 10 s header deadline). It
+reports the probes' answers and p50/p99/max, what became of the flood's connections (held, or
+answered), the heavy clients' requests and answers, and the agent's log lines per second.
+
 ``--tree DIR`` runs the gitsync of another checkout (its code only: the child's working directory and
 PYTHONPATH are DIR; bytecode goes to the usual cache outside it), for a before/after comparison.
 """
@@ -15,7 +22,6 @@ PYTHONPATH are DIR; bytecode goes to the usual cache outside it), for a before/a
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import resource
 import shutil
@@ -23,18 +29,29 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.double import DoubleProcess
-from bench.run import ADMIN_KEY, DaemonProcess, Fixture, add_tree_and_out, machine
+from bench.run import ADMIN_KEY, DaemonProcess, Fixture, add_tree_and_out, machine, print_report, write_report
 from testkit.git import GitDaemon
 
 STALL = b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # and nothing more
 PROBE = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+HEADER_NAMES = 3700
+
+
+def heavy_request(names: int = HEADER_NAMES) -> bytes:
+    """A webhook with `names` distinct header names (three letters or digits each, empty values: about
+    22 KB, under the 32 KB a head may be) and a wrong signature."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    lines = [f"x{alphabet[i // 1296 % 36]}{alphabet[i // 36 % 36]}{alphabet[i % 36]}:" for i in range(names)]
+    head = ["POST /hooks/github HTTP/1.1", "Host: 127.0.0.1", "Connection: close", "Content-Length: 2",
+            "X-Hub-Signature-256: sha256=" + "0" * 64, *lines]
+    return ("\r\n".join(head) + "\r\n\r\n{}").encode()
 
 
 def raise_open_files(needed: int) -> None:
@@ -92,13 +109,18 @@ def measure(port: int, pid: int, stalled: int, probes: int) -> dict[str, Any]:
     held = sum(1 for sock in socks if _still_open(sock))
     for sock in socks:
         sock.close()
-    latencies = sorted(seconds for _, seconds in answers)
-    statuses: dict[str, int] = {}
-    for status, _ in answers:
-        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    latencies, statuses = summary(answers)
     return {"stalled": stalled, "held_open": held, "open_s": opened, "measured_within_s": measured_within,
             "threads": most_threads, "rss_mb": most_rss, "statuses": statuses,
             "p50_s": statistics.median(latencies), "max_s": latencies[-1], "samples": latencies}
+
+
+def summary(answers: Sequence[tuple[int, float]]) -> tuple[list[float], dict[str, int]]:
+    """The probes' times, sorted, and how many got each status."""
+    statuses: dict[str, int] = {}
+    for status, _ in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    return sorted(seconds for _, seconds in answers), statuses
 
 
 def _still_open(sock: socket.socket) -> bool:
@@ -114,8 +136,94 @@ def _still_open(sock: socket.socket) -> bool:
         sock.setblocking(True)
 
 
-def run(counts: Sequence[int], probes: int, tree: Path, out: Path) -> dict[str, Any]:
-    raise_open_files(max(counts) + 256)
+def _flood(port: int, count: int, source: str, stop: threading.Event, socks: list[socket.socket]) -> None:
+    for _ in range(count):
+        if stop.is_set():
+            return
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+            sock.sendall(b"P")
+        except OSError:
+            return
+        socks.append(sock)
+
+
+def _heavy(port: int, source: str, stop: threading.Event, answers: dict[str, int],
+           lock: threading.Lock) -> None:
+    request = heavy_request()
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10,
+                                          source_address=(source, 0)) as sock:
+                sock.sendall(request)
+                reply = b"".join(iter(lambda: sock.recv(65536), b""))
+            status = reply.split(b" ", 2)[1].decode() if reply.count(b" ") >= 2 else "closed"
+        except OSError as exc:
+            status = type(exc).__name__
+        with lock:
+            answers[status] = answers.get(status, 0) + 1
+
+
+def attack(port: int, pid: int, log: Path, flood: int, heavy: int, seconds: float) -> dict[str, Any]:
+    """One client's `flood` one-byte connections, `heavy` clients' 3,700-header webhooks, and /healthz
+    every 50 ms from another address meanwhile (see the module)."""
+    lines_before = _lines(log)
+    stop, lock, answers = threading.Event(), threading.Lock(), {}
+    socks: list[socket.socket] = []
+    workers = [threading.Thread(target=_flood, args=(port, flood, "127.0.0.2", stop, socks), daemon=True)]
+    workers += [threading.Thread(target=_heavy, args=(port, f"127.0.0.{3 + n}", stop, answers, lock),
+                                 daemon=True) for n in range(heavy)]
+    window = time.monotonic()
+    for worker in workers:
+        worker.start()
+    probes, most_threads, most_rss = [], 0, 0.0
+    while time.monotonic() - window < seconds:
+        probes.append(probe(port))
+        threads, rss = process_status(pid)
+        most_threads, most_rss = max(most_threads, threads), max(most_rss, rss)
+        time.sleep(0.05)
+    held = sum(1 for sock in socks if _still_open(sock))
+    stop.set()
+    for worker in workers:
+        worker.join(15)
+    elapsed = time.monotonic() - window
+    for sock in socks:
+        sock.close()
+    latencies, statuses = summary(probes)
+    written = _written_since(log, lines_before)
+    lines = len(written)
+    return {"flood": flood, "flood_opened": len(socks), "flood_held": held, "samples": [t for _, t in probes],
+            "heavy": heavy, "heavy_answers": answers, "seconds": elapsed, "statuses": statuses,
+            "p50_s": statistics.median(latencies), "p99_s": latencies[min(len(latencies) - 1,
+                                                                        int(len(latencies) * 0.99))],
+            "max_s": latencies[-1], "probes": len(latencies), "threads": most_threads, "rss_mb": most_rss,
+            "log_lines": lines, "log_lines_per_s": lines / max(elapsed, 1e-9), "log": written[:50],
+            "cap": open_files_cap(pid)}
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 16), b""))
+
+
+def _written_since(path: Path, lines: int) -> list[str]:
+    """The log's lines after its first `lines` (the agent's log during the attack), for the report."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return [line.rstrip("\n")[:300] for n, line in enumerate(handle) if n >= lines]
+
+
+def open_files_cap(pid: int) -> int | None:
+    """The agent's soft open-files limit (what its connection cap is made to fit)."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    return None
+
+
+def run(counts: Sequence[int], probes: int, tree: Path, out: Path, flood: int = 5000, heavy: int = 8,
+        seconds: float = 8.0, nofile: int | None = None) -> dict[str, Any]:
+    started = time.monotonic()
+    raise_open_files(max(*counts, flood) + 512)
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-bench-listener-"))
     report: dict[str, Any] = {"machine": machine(), "tree": str(tree), "probes": probes, "results": []}
     try:
@@ -125,19 +233,21 @@ def run(counts: Sequence[int], probes: int, tree: Path, out: Path) -> dict[str, 
         with GitDaemon(served) as daemon, DoubleProcess(ADMIN_KEY) as gateway:
             fixture = Fixture(100, work, daemon)
             with DaemonProcess(fixture, gateway.url, work / "state", drift_interval=3600, webhook=True,
-                               extra=["--ui"], tree=tree) as agent:
+                               extra=["--ui"], tree=tree, nofile=nofile) as agent:
                 agent.wait_ready()
                 for count in counts:
                     report["results"].append(measure(agent.port, agent.proc.pid, count, probes))
                     time.sleep(3)  # the agent drops the closed connections
+                if flood or heavy:
+                    report["attack"] = attack(agent.port, agent.proc.pid, Path(agent.log.name), flood, heavy,
+                                              seconds)
+                    time.sleep(3)
                 report["threads_after"], report["rss_mb_after"] = process_status(agent.proc.pid)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report["table"] = table(report["results"])
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for name in (f"listener-{stamp}.json", "listener-latest.json"):
-        (out / name).write_text(json.dumps(report, indent=2) + "\n")
+    report["table"] = table(report["results"]) + ("\n" + attack_table(report["attack"])
+                                                   if "attack" in report else "")
+    write_report(report, out, started, "listener", "listener-latest.json")
     return report
 
 
@@ -151,20 +261,39 @@ def table(results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def attack_table(a: dict[str, Any]) -> str:
+    answers = ", ".join(f"{n}× {status}" for status, n in sorted(a["statuses"].items()))
+    heavy = ", ".join(f"{n:,}× {status}" for status, n in sorted(a["heavy_answers"].items()))
+    return "\n".join([
+        f"attack: 1 client × {a['flood']:,} one-byte connections ({a['flood_opened']:,} opened, "
+        f"{a['flood_held']:,} of them held at the end) + {a['heavy']} clients × {HEADER_NAMES:,}-header "
+        f"webhooks ({heavy or 'none'}); agent soft open-files limit {a['cap']}",
+        f"  /healthz over {a['seconds']:.1f}s: {a['probes']} probes, p50 {a['p50_s'] * 1000:.1f}ms, "
+        f"p99 {a['p99_s'] * 1000:.1f}ms, max {a['max_s'] * 1000:.1f}ms; {answers}",
+        f"  agent: {a['threads']} threads, {a['rss_mb']:.1f}MB; log {a['log_lines']:,} lines "
+        f"({a['log_lines_per_s']:.1f}/s)"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.listener", description=__doc__.split("\n")[0])
     parser.add_argument("--stalled", default="0,100,1000",
                         help="counts of stalled connections, comma-separated (default %(default)s)")
     parser.add_argument("--probes", type=int, default=20, help="/healthz requests per count (default "
                         "%(default)s; they must fit in the 10 s header deadline of the stalled ones)")
+    parser.add_argument("--flood", type=int, default=5000, help="one-byte connections of the attack's one "
+                        "client (default %(default)s; 0 and --heavy 0 skip the attack)")
+    parser.add_argument("--heavy", type=int, default=8, help="clients sending 3,700-header webhooks "
+                        "(default %(default)s)")
+    parser.add_argument("--attack-seconds", type=float, default=8.0, help="how long /healthz is asked "
+                        "during the attack (default %(default)s; within the flood's 10 s header deadline)")
+    parser.add_argument("--agent-nofile", type=int, default=None, help="the agent's open-files limit, as "
+                        "a container's ulimit -n (default: this process's)")
     add_tree_and_out(parser)
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.stalled.split(",") if n.strip()]
-    report = run(counts, args.probes, args.tree.resolve(), args.out)
-    m = report["machine"]
-    print(f"gitsync of {report['tree']} on {m['cpus']} CPUs, Python {m['python']}; {m['date']}; "
-          f"{args.probes} /healthz probes per count")
-    print(report["table"])
+    report = run(counts, args.probes, args.tree.resolve(), args.out, args.flood, args.heavy,
+                 args.attack_seconds, args.agent_nofile)
+    print_report(report, f"{args.probes} /healthz probes per count")
     return 0
 
 

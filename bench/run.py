@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -394,9 +395,11 @@ class DaemonProcess:
     """``gitsync run`` as a real subprocess; its metrics and memory read from outside."""
 
     def __init__(self, fixture: Fixture, gateway: str, state_dir: Path, *, drift_interval: float,
-                 webhook: bool, extra: Sequence[str] = (), tree: Path = ROOT) -> None:
+                 webhook: bool, extra: Sequence[str] = (), tree: Path = ROOT,
+                 nofile: int | None = None) -> None:
         """`tree`: the checkout whose gitsync runs (its code only: the process's working directory and
-        PYTHONPATH; bytecode goes to the usual cache outside it)."""
+        PYTHONPATH; bytecode goes to the usual cache outside it). `nofile`: the process's open-files
+        limit, soft and hard (a container's `ulimit -n`)."""
         self.port = free_port()
         args = [sys.executable, "-m", "gitsync", "run", *fixture.gitsync_args(gateway, state_dir),
                 "--listen", f"127.0.0.1:{self.port}", "--interval", "3600", "--jitter", "0",
@@ -406,8 +409,12 @@ class DaemonProcess:
         self.log = (fixture.work / f"daemon-{self.port}.log").open("w")
         env = process_env()
         env["PYTHONPATH"] = str(tree)
+        def limit() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=self.log,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=limit)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
         if not wait_for_port(self.port, self.proc, timeout=30):
             self.stop()
@@ -1155,6 +1162,14 @@ def write_report(report: dict[str, Any], out: Path, started: float, prefix: str,
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for name in (f"{prefix}-{stamp}.json", latest):
         (out / name).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def print_report(report: dict[str, Any], extra: str) -> None:
+    """The header of a script that runs the gitsync of a tree (``--tree``), `extra` at its end, then
+    the report's table."""
+    m = report["machine"]
+    print(f"gitsync of {report['tree']} on {m['cpus']} CPUs, Python {m['python']}; {m['date']}; {extra}")
+    print(report["table"])
 
 
 def parse_sizes(text: str) -> list[int]:

@@ -194,6 +194,17 @@ class Settings:
                                                 groups=(SOURCE,), must_exist=True)
     git_timeout: float = setting("source", "duration", 30.0, "Timeout of each git network operation.",
                                  groups=(SOURCE,), minimum=0.1)
+    max_object_size: int = setting("source", "size", 32 * 1024 * 1024, "Largest git object a fetch may bring "
+                                   "(a file, a tree, a commit), read from its header as the pack arrives, "
+                                   "before it is inflated: a commit that holds a larger one is refused "
+                                   "(verify), its source alone. At least `max_file_size`.",
+                                   groups=(SOURCE,), minimum=1024)
+    max_fetch_objects: int = setting("source", "int", 250_000, "Most objects one fetch may bring (a first "
+                                     "fetch brings the whole history, unless `depth` is set); more and the "
+                                     "commit is refused (verify).", groups=(SOURCE,), minimum=16)
+    max_fetch_size: int = setting("source", "size", 1024 * 1024 * 1024, "Most bytes of objects one fetch "
+                                  "may bring, each counted at its full size from its header; more and the "
+                                  "commit is refused (verify).", groups=(SOURCE,), minimum=1024 * 1024)
     # [[sources]]
     sources: tuple[SourceSpec, ...] = setting(
         "sources", "sources", (), "Several repos, one payload: each `[[sources]]` table is a repo with "
@@ -343,7 +354,9 @@ class Settings:
     state_dir: Path = setting("agent", "path", Path("/var/lib/gitsync"), "Mirror, last applied and last good "
                               "commits; `$STATE_DIRECTORY` (systemd) when set.", groups=(DAEMON, STATE))
     listen: str = setting("agent", "address", "127.0.0.1:9480", "Address of /healthz, /readyz, /metrics and "
-                          "the webhooks.", groups=(DAEMON,), metavar="HOST:PORT")
+                          "the webhooks. The default answers this host only: a forge's webhook needs a "
+                          "reachable address behind a TLS proxy (operations.md, \"Webhooks from a forge\").",
+                          groups=(DAEMON,), metavar="HOST:PORT")
     webhook_secret: Secret | None = setting("agent", "str", None, "Shared secret of the webhooks "
                                             "(HMAC-SHA256 or token).", secret=True, groups=(DAEMON,))
     webhook_secret_file: Path | None = _secret_file()
@@ -377,6 +390,10 @@ class Settings:
                                  "as `agents/<agent>.yaml`, rebuilt from the status refs by an agent whose "
                                  "status changed, for people browsing the forge (best effort); empty: this "
                                  "agent does not write it.", groups=(WRITEBACK,))
+    max_status_refs: int = setting("writeback", "int", 1000, "Most status refs read: refs whose name is "
+                                   "no agent's are ignored, and past this many the others are named in the "
+                                   "log and ignored (the gate reads its own group's agents first).",
+                                   groups=(WRITEBACK,), minimum=1)
     status_heartbeat: float = setting("writeback", "duration", 60.0, "The status ref is rewritten (a fresh "
                                       "commit time) at least this often, on the first poll after it is due, "
                                       "so readers tell a live agent from a down one: down after two periods "
@@ -413,6 +430,9 @@ class Settings:
                                         "GitHub Enterprise, `/api/v4` GitLab, `/api/v1` Gitea, "
                                         "`https://api.bitbucket.org/2.0`).", groups=(FEEDBACK,),
                                         metavar="URL")
+    forge_allow_http: bool = setting("feedback", "bool", False, "Allow an `http://` `forge_url` or "
+                                     "`forge_api_url`: the forge token then crosses the network in clear "
+                                     "(a forge on this host, a test).", groups=(FEEDBACK,))
     forge_project: str | None = setting("feedback", "str", None, "The repository on the forge "
                                         "(`owner/repo`, a GitLab `group/sub/project`, a Bitbucket "
                                         "`workspace/slug`); default: the repo URL's path.",
@@ -1127,6 +1147,7 @@ def load(
                 "the settings have no [[sources]] tables (--source picks one of them)"))
         values["only_source"] = only_source
     _check_sources(values, merged)
+    _check_limits(values, merged)
     if values.get("sources"):  # the plugins each source may use only when allowed: the agent's list too
         restricted = CODE_PLUGINS | frozenset(values.get("restricted_plugins", ()))
         values["sources"] = tuple(replace(spec, owns=replace(spec.owns, restricted=restricted))
@@ -1147,6 +1168,24 @@ def load(
                    "in the settings file")
         raise SettingsError(f"{spec.name} is required: set {how}")
     return settings
+
+
+def _check_limits(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
+    """A config file a fetch may not bring could never be read: max_object_size covers max_file_size;
+    and a forge token goes over `http://` only when allowed."""
+    largest, file_size = (values.get(name, SPEC_BY_NAME[name].default) for name in ("max_object_size",
+                                                                                     "max_file_size"))
+    if largest < file_size:
+        name = "max_object_size" if "max_object_size" in merged else "max_file_size"
+        raise SettingsError(f"{merged[name].origin}: max_object_size ({largest}) must be at least "
+                            f"max_file_size ({file_size}): a config file is one git object")
+    if not values.get("forge_allow_http"):
+        for name in ("forge_url", "forge_api_url"):
+            url = values.get(name)
+            if url and urlsplit(url).scheme == "http":
+                raise SettingsError(f"{merged[name].origin}: {name} is http://, so the forge token would "
+                                    "cross the network in clear: use https://, or set forge_allow_http = "
+                                    "true for a forge on this host")
 
 
 def _check_names(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:

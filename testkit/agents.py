@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -90,11 +91,15 @@ class AgentProcess:
         headers = {"Authorization": f"Bearer {bearer}"} if bearer else None
         return httpx.get(self.url(path), timeout=5, headers=headers)
 
-    def hook(self, body: bytes = HOOK_BODY, secret: str = HOOK_SECRET) -> int:
-        """POST a GitHub push webhook signed with `secret`; the status code."""
+    def hook(self, body: bytes | None = None, secret: str = HOOK_SECRET) -> int:
+        """POST a GitHub push webhook signed with `secret`, as GitHub sends one: a delivery id and a body
+        of its own each time (a body sent again is refused as a replay); the status code."""
+        delivery = str(uuid.uuid4())
+        if body is None:
+            body = HOOK_BODY[:-1] + f', "delivery": "{delivery}"}}'.encode()
         return httpx.post(self.url("/hooks/github"), content=body, timeout=5,
-                          headers={"X-Hub-Signature-256": signature(body, secret),
-                                   "X-GitHub-Event": "push"}).status_code
+                          headers={"X-Hub-Signature-256": signature(body, secret), "X-GitHub-Event": "push",
+                                   "X-GitHub-Delivery": delivery}).status_code
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of /metrics (0 when absent)."""

@@ -139,6 +139,18 @@ class BareRepo:
         self.git("update-ref", ref, sha)
         return sha
 
+    def zeros(self, megabytes: int) -> str:
+        """A blob of `megabytes` MB of zeros written into the repo (an object bomb: it packs to about a
+        thousandth of its size); its id. Streamed through a file, never held in memory."""
+        path = self.path / f"tmp-zeros-{os.getpid()}-{threading.get_ident()}"
+        try:
+            with open(path, "wb") as handle:
+                for _ in range(megabytes):
+                    handle.write(bytes(1 << 20))
+            return self.git("hash-object", "-w", str(path))
+        finally:
+            path.unlink(missing_ok=True)
+
     def tag(self, name: str, target: str, annotated: bool = False) -> None:
         if annotated:
             self.git("tag", "-f", "-a", name, target, "-m", f"tag {name}", env=self._dated())

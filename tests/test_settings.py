@@ -157,3 +157,15 @@ def test_gateway_urls_are_checked_without_echoing_a_password():
     with pytest.raises(SettingsError, match="is not an http:// or https:// URL"):
         load(config="/dev/null", env={"GITSYNC_GATEWAYS": "127.0.0.1:9180"})
     assert load({"gateways": ["https://gw:9180"]}, config="/dev/null", env={}).gateways == ("https://gw:9180",)
+
+
+def test_the_fetch_limits_cover_a_config_file_and_are_read_as_sizes():
+    settings = load(env={"GITSYNC_MAX_OBJECT_SIZE": "64MiB", "GITSYNC_MAX_FETCH_OBJECTS": "1000",
+                            "GITSYNC_MAX_FETCH_SIZE": "2GiB", "GITSYNC_MAX_STATUS_REFS": "50"},
+                    config="/dev/null")
+    assert (settings.max_object_size, settings.max_fetch_objects, settings.max_fetch_size,
+            settings.max_status_refs) == (64 << 20, 1000, 2 << 30, 50)
+    with pytest.raises(SettingsError, match=r"GITSYNC_MAX_OBJECT_SIZE: max_object_size \(1048576\) must "
+                                            r"be at least max_file_size \(8388608\): a config file is one "
+                                            r"git object"):
+        load(env={"GITSYNC_MAX_OBJECT_SIZE": "1MiB"}, config="/dev/null")

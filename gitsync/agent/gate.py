@@ -16,7 +16,14 @@ it can check:
 * **time**: a status is judged by its commit's time, not the times its file holds; one written in
   the future (beyond `CLOCK_SKEW`) or before the commit it reports was committed is refused;
 * **soak**: runs on this agent's clock, from when it first saw that agent show the commit applied
-  (`FleetGate` remembers; a restart starts every soak again, which only delays).
+  (`FleetGate` remembers; a restart starts every soak again, which only delays);
+* **memory** (`GateMemory`, kept by `FleetGate` in the state dir across restarts): a verified failure
+  of a commit holds that commit until a new one, whatever that agent's status says afterwards (a heal
+  of an older commit, a heartbeat, a status deleted or rewritten by someone else); and an agent once
+  seen verified in the group stays a member: while its status is gone, unreadable or unverified it
+  holds the gate (it may be a canary whose bad news someone erased), until it shows a verified status
+  again. A member leaves when a verified status of it names another group, or when `status_signers`
+  names the group's agents and no longer names it.
 
 An agent whose ``after_group`` is set applies a commit only when at least ``after_count`` live agents
 of that group show that commit applied (``applied`` or ``healed``: on all their gateways), their
@@ -28,8 +35,8 @@ that. One still on its way (``canary``, ``soaking``) neither counts nor holds ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gitsync.display import format_age, short_sha
@@ -39,6 +46,7 @@ DOWN_AFTER = 2.0  # heartbeat periods without a write before an agent counts as 
 CLOCK_SKEW = 120.0  # seconds another agent's clock (or a committer's) may be ahead of this one's
 APPLIED_RESULTS = frozenset({"applied", "healed"})  # the commit is live on the agent's gateways
 FAILED_RESULT = "failed"  # refused, rolled back, a gateway not brought to it ("canary", "soaking": not yet)
+MAX_FAILED_COMMITS = 50  # commits whose failures the gate remembers (the latest), as the agent's bad ones
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,51 @@ def _failed(entry: FleetEntry, commit: str) -> bool:
 
 
 @dataclass(frozen=True)
+class GateMemory:
+    """What the gate remembers of its group across reads and restarts (see the module): the agents
+    seen verified in the group, and per commit (the latest `MAX_FAILED_COMMITS`) the agents seen fail it."""
+
+    members: frozenset[str] = frozenset()
+    failed: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+def remember(memory: GateMemory, fleet: Sequence[FleetEntry], group: str,
+             named: Collection[str] | None = None) -> GateMemory:
+    """`memory` after a read of `fleet`: every verified status of `group` makes its agent a member and
+    records a failure it shows (of whatever commit); a verified status of another group ends a
+    membership; `named`, when `status_signers` names the group's agents, is who may be a member."""
+    members = set(memory.members)
+    failed = {commit: set(agents) for commit, agents in memory.failed.items()}
+    for entry in fleet:
+        if not entry.verified or entry.status is None:
+            continue
+        if entry.group != group:
+            members.discard(entry.agent)
+            continue
+        members.add(entry.agent)
+        commit = entry.status.commit
+        if commit and _failed(entry, commit):
+            failed.setdefault(commit, set()).add(entry.agent)
+    if named is not None:
+        members &= set(named)
+    kept = list(failed)[-MAX_FAILED_COMMITS:]
+    return GateMemory(frozenset(members), {commit: frozenset(failed[commit]) for commit in kept})
+
+
+def holding(memory: GateMemory, fleet: Sequence[FleetEntry]) -> list[tuple[str, str]]:
+    """The members whose status is gone, unreadable or unverified, and which (see the module)."""
+    by_agent = {entry.agent: entry for entry in fleet}
+    found = []
+    for agent in sorted(memory.members):
+        entry = by_agent.get(agent)
+        if entry is None:
+            found.append((agent, "its status ref is gone"))
+        elif not entry.verified:
+            found.append((agent, entry.trouble or "unverified"))
+    return found
+
+
+@dataclass(frozen=True)
 class Judged:
     """A group's members sorted by what the gate makes of them."""
 
@@ -133,22 +186,30 @@ def judge(fleet: Sequence[FleetEntry], commit: str, group: str, now: datetime, h
 
 def group_gate(fleet: Sequence[FleetEntry], commit: str, after_group: str | None, after_count: int,
                soak: float, now: datetime, heartbeat: float, since: Mapping[str, datetime] | None = None,
-               committed: datetime | None = None) -> GateVerdict:
+               committed: datetime | None = None, memory: GateMemory | None = None) -> GateVerdict:
     """May `commit` be applied now by an agent that goes after `after_group`? (see the module)
 
     `heartbeat`: this agent's period; `soak` in seconds; `now` timezone-aware; `since`: per agent,
-    when this agent first saw it show `commit` applied (absent: now); `committed`: the commit's time.
+    when this agent first saw it show `commit` applied (absent: now); `committed`: the commit's time;
+    `memory`: what the gate remembers, `remember`ed with `fleet` already.
     """
     if not after_group:
         return GateVerdict(True, "no after_group: a commit applies at once", now)
+    memory = memory or GateMemory()
     commit_text = short_sha(commit)
     seen = judge(fleet, commit, after_group, now, heartbeat, committed)
+    failed = sorted({e.agent for e in seen.failed} | memory.failed.get(commit, frozenset()))
+    if failed:
+        return GateVerdict(False, f"{commit_text} failed on {after_group} agent(s) {', '.join(failed)}: "
+                                  "held back until a new commit")
+    held = holding(memory, fleet)
+    if held:
+        return GateVerdict(False, f"waiting: {after_group} agent(s) " + ", ".join(
+            f"{agent} ({why})" for agent, why in held) + ": a member of the group whose status is gone, "
+            "unreadable or unverified holds the gate until it shows a verified status again")
     if not seen.members:
         why = f"waiting for group {after_group}: no agent of it has written a readable status"
         return GateVerdict(False, _with_refused(why, seen))
-    if seen.failed:
-        return GateVerdict(False, f"{commit_text} failed on {after_group} agent(s) {_names(seen.failed)}: "
-                                  "held back until a new commit")
     since = since or {}
     ran = sorted(since.get(e.agent, now) for e in seen.counted)
     soak_time = timedelta(seconds=soak)
@@ -220,5 +281,6 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-__all__ = ["APPLIED_RESULTS", "CLOCK_SKEW", "DOWN_AFTER", "GateVerdict", "checks_of",
-           "checks_passed", "fleet_table", "group_gate", "is_live", "judge", "time_problem"]
+__all__ = ["APPLIED_RESULTS", "CLOCK_SKEW", "DOWN_AFTER", "MAX_FAILED_COMMITS", "GateMemory", "GateVerdict",
+           "checks_of", "checks_passed", "fleet_table", "group_gate", "holding", "is_live", "judge",
+           "remember", "time_problem"]

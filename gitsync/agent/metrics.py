@@ -92,7 +92,13 @@ class Metrics:
                                   "its state: counted (readable, and verified when status_signers is set), "
                                   "unreadable, or unverified.", ["agent", "state"], registry=r)
         self.refused_connections = Counter("gitsync_listener_refused_connections", "Connections answered "
-                                           "503 because the listener served its maximum at once.", registry=r)
+                                           "503 because the listener served its maximum at once, or their "
+                                           "address its share (beyond them only /healthz is answered).",
+                                           registry=r)
+        self.rejected_requests = Counter("gitsync_listener_rejected_requests", "Requests refused before any "
+                                         "endpoint took them, by reason: malformed (400, 414, 431: too "
+                                         "long, or more than 100 header lines), method (405).", ["reason"],
+                                         registry=r)
 
         # What the gauges below were last set to: a poll sets the same values every time, and each
         # label lookup takes a lock; unchanged values are not set again.

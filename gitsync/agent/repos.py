@@ -177,6 +177,13 @@ class Repos:
         """What the log calls `composition`: ``commit`` when it is one (a composition of ``[source]``)."""
         return "commit" if composition in self.commits(composition).values() else "composition"
 
+    def subject(self, composition: str) -> str:
+        """What a composition brings, read from the mirrors when the agent has not rendered it (a commit
+        refused before its render, at verify): each new commit and its subject, as a render names it."""
+        return "; ".join(repo.describe(sha, repo.subject(sha) or repo.source.subject(sha))
+                         for name, sha in self._new(composition).items()
+                         if (repo := self._by_name.get(name)) is not None)
+
     def changes(self, composition: str) -> int:
         """How many repos `composition` moves from their last good commit."""
         return len(self._new(composition))

@@ -7,6 +7,9 @@ Layout::
     <state_dir>/pushed.json  per gateway and kind, the ids gitsync pushed (written when they change)
     <state_dir>/indexes.json per gateway and kind, the modifiedIndex of each item that is not derived
                              from its content (kept from another writer; usually empty)
+    <state_dir>/gate.json    with after_group: the group's members and the failures the gate has seen
+                             (owned by gitsync.agent.fleet_gate, written with `atomic_write`)
+    <state_dir>/fleet/       the status refs' objects the gate read (owned by gitsync.writeback.fleet)
     <state_dir>/mirror/      the bare git mirror (owned by gitsync.source.mirror)
     <state_dir>/parse-cache/ parsed plain config files by blob SHA (owned by gitsync.render.memo.store)
 

@@ -269,6 +269,8 @@ class Agent:
         try:
             committed = self.repos.commit_time(sha)
         except SourceError as exc:
+            if exc.stage == "verify":  # a commit that can never be fetched: left to the act to refuse
+                return None
             return GateVerdict(False, f"cannot fetch {short(sha)}: {exc.reason}")
         verdict = self.gate.verdict(sha, committed, self.clock.now())
         if not verdict.allowed:
@@ -582,13 +584,14 @@ class Agent:
         The repos' commits it blames (`blame`, else who the gateways' answers name) are bad in their own
         repos too, each with a note there."""
         problems = [redact(p) for p in problems]
+        subject = self._subject(sha) or self.repos.subject(sha)
         self.state.mark_bad(sha, f"{stage}: {problems[0] if problems else 'refused'}")
         logger.error("{} {} refused at {} ({} problem(s)); gateways stay on {}", self.repos.noun(sha),
                      short(sha), stage, len(problems), short(self.state.last_good))
         for problem in problems[:50]:
             logger.error("  {}", problem)
         self.repos.refuse(sha, stage, problems, run, gateways or (), blame)
-        return SyncOutcome(run.triggers, SyncResult.FAILED, sha, stage=stage, problems=problems,
+        return SyncOutcome(run.triggers, SyncResult.FAILED, sha, subject, stage=stage, problems=problems,
                            gateways=gateways or ())
 
     # ------------------------------------------------------------------------------------------------

@@ -511,7 +511,8 @@ def _fleet(settings: Settings, signers: Any, now: datetime, args: argparse.Names
     """Every agent's status on the repo of `settings` (and with ``--publish``, each group's on the forge)."""
     with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
         try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers)
+            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers,
+                               settings.max_status_refs)
         except SourceError as exc:
             print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
                   file=sys.stderr)

@@ -6,15 +6,25 @@ that may block runs in a `Lane`: a small thread pool that admits a bounded numbe
 once (running or queued) and answers 503 at once beyond it. What runs on the loop itself must not
 block (``/healthz``, webhook checks).
 
-The limits, every one answered with a status and one log record, never a traceback:
+The limits, every one answered with a status and counted, and told in the log at most once every
+ten seconds per kind (`gitsync.tally`), never a traceback:
 
-- connections: at most `max_connections` open at once; one more is answered 503 and closed. `start`
-  raises the process's soft open-files limit towards what the cap needs (up to the hard limit) and
-  lowers the cap to fit what it gets;
+- connections: at most `max_connections` open at once, and at most an address's share of them
+  (`address_share`: an eighth, at least `MIN_ADDRESS_SHARE`), so that no one client holds the
+  listener. A connection beyond either is given one of `PROBE_RESERVE` places kept for probes
+  (`probe_paths`, ``/healthz``): its request must arrive within `PROBE_TIMEOUT`, and anything but a
+  probe is answered 503 (so is a connection beyond the reserve, at once). `start` raises the
+  process's soft open-files limit towards what the cap needs (up to the hard limit) and lowers the cap
+  to fit what it gets;
 - a request's line and headers must arrive within `header_timeout` of the connection (of the end of
-  the previous answer, on a kept-alive connection), and be at most `max_header_bytes` (414 for a
-  request line that long, else 431). Deadlines, not silences: a byte now and then does not extend
-  them;
+  the previous answer, on a kept-alive connection), be at most `max_header_bytes` (414 for a request
+  line that long, else 431) and hold at most `MAX_HEADERS` header lines (431, counted as the bytes
+  arrive, before any is parsed). Deadlines, not silences: a byte now and then does not extend them;
+- the event loop's time: what the loop spends on one address's requests (`REQUEST_COST` each, for
+  its connection, reading and answer; a large head parsed or a large body checked on the loop, as
+  the loop thread's CPU time) is drawn from that address's share (`CPU_SHARE` of the time, up to
+  `CPU_BURST` at once); an address past it waits before the loop reads its next request (a probe's
+  never does), so that one client sending costly requests, or many, slows itself, not ``/healthz``;
 - a route says how large a body it reads (`Route.max_body`); a larger declared length is not read;
   a body must arrive within its own deadline (`body_deadline`: `body_timeout` for the largest body
   any route accepts, proportionally less for a smaller one, never under `MIN_BODY_TIMEOUT`); the
@@ -32,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import resource
 import socket
 import threading
@@ -48,19 +59,37 @@ import h11
 
 from gitsync.log import logger
 from gitsync.problems import one_line
+from gitsync.tally import Tally
 
 HEADER_TIMEOUT = 10.0  # seconds from the connection (or the last answer) to the end of the headers
 BODY_TIMEOUT = 10.0  # seconds for the largest body accepted; the time a client has to take an answer
 MIN_BODY_TIMEOUT = 2.0  # seconds at least for any body, however small
 MAX_CONNECTIONS = 4096  # open at once; stalled ones cost no thread, only a descriptor and a few KB
+MIN_ADDRESS_SHARE = 16  # connections one address may hold at least, whatever the cap
+PROBE_RESERVE = 32  # connections beyond the cap, or an address's share, kept for probes
+PROBE_RESERVE_PER_ADDRESS = 4  # of those, what one address may hold
+PROBE_TIMEOUT = 2.0  # seconds a connection in the probes' reserve has to send its request
 FD_RESERVE = 512  # open files kept for the agent's own work (git, gateways, state, parse workers)
 MAX_HEADER_BYTES = 32 * 1024
+MAX_HEADERS = 100  # header lines in one request, as Apache's LimitRequestFields
+CPU_SHARE = 0.05  # of the event loop's time, what one address's requests may take on average
+CPU_BURST = 0.1  # seconds of the loop's time one address may take at once
+REQUEST_COST = 0.002  # seconds of the loop a request costs beyond its parsing: accept, read, answer, close
+MEASURED = 16 * 1024  # bytes of a head or body past which the loop's time on it is measured, not assumed
 MAX_BODY_BYTES = 16 * 1024 * 1024  # declared body lengths being read or handled at once
-LOG_INTERVAL = 10.0  # seconds between two records about the same kind of refusal
 LINGER = 2.0  # seconds an unread body is drained before closing
 LINGER_BYTES = 4 * 1024 * 1024
 TURN_AWAY_WAIT = 0.5  # seconds a connection beyond the cap is given to deliver what it sent
+MAX_LINGERING = 64  # connections turned away that may wait for their request at once
 READ_CHUNK = 64 * 1024
+#: Connections the kernel holds for the listener before it accepts them (capped by net.core.somaxconn).
+#: asyncio would set 100: a burst of connections while the loop is busy (a thousand stalled ones) then
+#: overflows the queue, and the kernel drops a probe's handshake until it has room, for seconds.
+BACKLOG = 4096
+#: Connections accepted in one turn of the event loop: a burst of thousands accepted at once would
+#: hold the loop, a probe waiting behind them.
+ACCEPT_BATCH = 100
+ACCEPT_RETRY = 1.0  # seconds before accepting again after the process ran out of descriptors
 
 
 class Headers(Mapping[str, str]):
@@ -69,19 +98,18 @@ class Headers(Mapping[str, str]):
 
     def __init__(self, raw: Iterable[tuple[bytes, bytes]] = ()) -> None:
         self._items = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in raw]
+        self._first: dict[str, str] = {}  # each name's first value: a lookup is one step, however many
+        for key, value in self._items:
+            self._first.setdefault(key, value)
 
     def __getitem__(self, name: str) -> str:
-        name = name.lower()
-        for key, value in self._items:
-            if key == name:
-                return value
-        raise KeyError(name)
+        return self._first[name.lower()]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys(key for key, _ in self._items))
+        return iter(self._first)
 
     def __len__(self) -> int:
-        return len(dict.fromkeys(key for key, _ in self._items))
+        return len(self._first)
 
     def get_all(self, name: str) -> list[str]:
         name = name.lower()
@@ -163,23 +191,31 @@ class Route:
     max_body: int = 0  # bytes of body read for `handle`; 0: a body is left unread
 
 
-class Tally:
-    """Events of one kind, logged as one record at most every `interval` seconds: a flood of stalled
-    or refused clients is a line in the log, not thousands."""
+class LoopShare:
+    """Per client address, the event loop's time its requests may take: `share` of the time on average,
+    `burst` seconds at once (a token bucket), counted in the loop thread's own CPU time (what a client
+    costs, not what the machine's load or another thread adds to it). Addresses with their whole burst
+    left are not kept: the table holds only those that spent some lately. Used on the loop's thread
+    only: no lock."""
 
-    def __init__(self, message: str, level: str = "WARNING", interval: float = LOG_INTERVAL) -> None:
-        self.message = message  # formatted with the count, the last client's address and `detail`
-        self.level = level
-        self.interval = interval
-        self.count = 0
-        self._logged = -interval
+    def __init__(self, share: float = CPU_SHARE, burst: float = CPU_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.burst, self._clock = share, burst, clock
+        self._spent: dict[str, tuple[float, float]] = {}  # address → (balance, when)
 
-    def add(self, client: str, detail: str = "") -> None:
-        self.count += 1
-        now = time.monotonic()
-        if now - self._logged >= self.interval:
-            logger.log(self.level, self.message, self.count, client, detail)
-            self.count, self._logged = 0, now
+    def _balance(self, client: str) -> float:
+        balance, when = self._spent.get(client, (self.burst, 0.0))
+        return min(self.burst, balance + (self._clock() - when) * self.share)
+
+    def wait(self, client: str) -> float:
+        """Seconds `client` must wait before the loop spends more on it (0: it may now)."""
+        balance = self._balance(client)
+        if balance >= self.burst:
+            self._spent.pop(client, None)
+        return 0.0 if balance >= 0 else -balance / self.share
+
+    def charge(self, client: str, seconds: float) -> None:
+        self._spent[client] = (self._balance(client) - seconds, self._clock())
 
 
 def open_files_for(connections: int) -> int:
@@ -203,7 +239,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(1024)
+        sock.listen(BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -212,13 +248,15 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 class HttpServer:
-    """The server: `route` chooses a `Route` for each request's line and headers."""
+    """The server: `route` chooses a `Route` for each request's line and headers; `probe_paths` are the
+    paths (GET or HEAD) served from the probes' reserve."""
 
     def __init__(self, host: str, port: int, route: Callable[[Request], Route], *,
                  header_timeout: float = HEADER_TIMEOUT, body_timeout: float = BODY_TIMEOUT,
                  largest_body: int = 1024 * 1024, max_connections: int = MAX_CONNECTIONS,
                  max_header_bytes: int = MAX_HEADER_BYTES, max_body_bytes: int = MAX_BODY_BYTES,
-                 on_refused: Callable[[], None] = lambda: None) -> None:
+                 probe_paths: frozenset[str] = frozenset(), on_refused: Callable[[], None] = lambda: None,
+                 on_rejected: Callable[[str], None] = lambda reason: None) -> None:
         self.sock = listening_socket(host, port)  # bound now: an address in use fails the start
         self.route = route
         self.header_timeout = header_timeout
@@ -228,14 +266,22 @@ class HttpServer:
         self.max_connections = max_connections
         self.max_header_bytes = max_header_bytes
         self.max_body_bytes = max_body_bytes
+        self.probe_paths = probe_paths
         self.on_refused = on_refused
         self.open = 0  # connections open now
+        self.held: dict[str, int] = {}  # per address, its connections open now (not in the reserve)
+        self.reserve: dict[str, int] = {}  # per address, its connections in the probes' reserve
         self.body_bytes = 0  # declared lengths of the bodies being read or handled
+        self.loop_share = LoopShare()
         self.refused = self._refusals()
         self.stalled = Tally("listener: {} connection(s) closed without a whole request within "
                              f"{header_timeout:g}s (the last from {{}})")
         self.busy = Tally("listener: {} request(s) answered 503, too many at once (the last from {})")
         self.gone = Tally("listener: {} client(s) went away mid-request (the last from {}: {})", "INFO")
+        self.unaccepted = Tally("listener: {} time(s) a connection could not be accepted{} ({}); trying "
+                                f"again in {ACCEPT_RETRY:g}s", "ERROR")
+        self.malformed = Tally("listener: {} malformed request(s) answered 4xx (the last from {}: {})",
+                               counted=lambda: on_rejected("malformed"))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
@@ -247,9 +293,15 @@ class HttpServer:
         host, port = self.sock.getsockname()[:2]
         return host, port
 
+    @property
+    def address_share(self) -> int:
+        """The connections one address may hold: an eighth of the cap, `MIN_ADDRESS_SHARE` at least."""
+        return max(MIN_ADDRESS_SHARE, self.max_connections // 8)
+
     def _refusals(self) -> Tally:
         return Tally("listener: {} connection(s) refused with 503 (the last from {}): "
-                     f"{self.max_connections} are served at once at most")
+                     f"{self.max_connections} are served at once at most, {self.address_share} from one "
+                     "address; /healthz is answered beyond")
 
     def body_deadline(self, length: int) -> float:
         """Seconds a body of `length` bytes is given: proportional to its size, `body_timeout` for
@@ -285,65 +337,143 @@ class HttpServer:
         self._loop = asyncio.get_running_loop()
         self._loop.set_exception_handler(_loop_error)
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_CHUNK)
+        self._loop.add_reader(self.sock.fileno(), self._accept)
         self._started.set()
         try:
             await self._stop.wait()
         finally:
-            server.close()
+            self._loop.remove_reader(self.sock.fileno())
             for task in list(self._tasks):
                 task.cancel()
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        client = str(peer[0]) if isinstance(peer, tuple) else "?"
-        if self.open >= self.max_connections:
-            await self._turn_away(reader, writer, client)
-            return
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        self.open += 1
+
+    def _accept(self) -> None:
+        """Accept what the kernel holds, `ACCEPT_BATCH` connections a turn at most. A connection beyond
+        the cap or its address's share, and beyond the probes' reserve, is turned away here, before a
+        transport or a task is made for it: a flood of connections costs the loop little."""
+        assert self._loop is not None
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors, say: the kernel keeps them queued a second
+                self.unaccepted.add("", exc.strerror or str(exc))
+                self._loop.remove_reader(self.sock.fileno())
+                self._loop.call_later(ACCEPT_RETRY, self._loop.add_reader, self.sock.fileno(), self._accept)
+                return
+            client = str(peer[0]) if isinstance(peer, tuple) else "?"
+            conn.setblocking(False)
+            probe_only = self.open >= self.max_connections or self.held.get(client, 0) >= self.address_share
+            if probe_only and (sum(self.reserve.values()) >= PROBE_RESERVE
+                               or self.reserve.get(client, 0) >= PROBE_RESERVE_PER_ADDRESS):
+                _TurnedAway(self._loop, conn, self.turned_away(client))
+                continue
+            counts = self.reserve if probe_only else self.held
+            counts[client] = counts.get(client, 0) + 1
+            self.open += not probe_only
+            task = self._loop.create_task(self._accepted(conn, client, probe_only, counts))
+            self._tasks.add(task)  # held: the loop keeps only a weak reference to a task
+            task.add_done_callback(self._tasks.discard)
+
+    async def _accepted(self, conn: socket.socket, client: str, probe_only: bool,
+                        counts: dict[str, int]) -> None:
+        writer = None
         try:
-            await _Connection(self, reader, writer, client).serve()
+            reader, writer = await asyncio.open_connection(sock=conn, limit=READ_CHUNK)
+            await _Connection(self, reader, writer, client, probe_only=probe_only).serve()
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # a bug here must cost one connection and one record, not the listener
             logger.opt(exception=exc).error("listener: request from {} failed: {!r}", client, exc)
         finally:
-            self.open -= 1
-            self._tasks.discard(task)  # type: ignore[arg-type]
-            await _close(writer)
+            self.open -= not probe_only
+            counts[client] -= 1
+            if not counts[client]:
+                del counts[client]
+            if writer is not None:
+                await _close(writer)
+            else:
+                conn.close()
 
-    async def _turn_away(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         client: str) -> None:
-        """503 and close. What the client sent with its connection is read first (closing on unread
-        data would reset the connection, and the 503 with it), for a moment at most."""
+    def turned_away(self, client: str) -> bytes:
+        """Count a connection refused for want of room: the answer to send it."""
         self.on_refused()
         self.refused.add(client)
-        writer.write(_raw_answer(503, {"error": "too many connections; retry later"}, [("Retry-After", "1")]))
-        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
-            writer.write_eof()
-            async with asyncio.timeout(TURN_AWAY_WAIT):
-                await reader.read(READ_CHUNK)
-        await _close(writer)
+        return _raw_answer(503, {"error": "too many connections; retry later"}, [("Retry-After", "1")])
+
+
+class _TurnedAway:
+    """A connection answered 503 and closed, on the loop without a transport or a task: the answer sent,
+    the sending side shut, what the client sent read and dropped, then closed as soon as nothing more is
+    waiting (closing on unread data would reset the connection, and the 503 with it). One that has sent
+    nothing yet is given `TURN_AWAY_WAIT` for its request, unless `MAX_LINGERING` already wait: each
+    holds a descriptor, and a flood must not spend them."""
+
+    lingering = 0  # connections waiting for their request, on the loop's thread
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, answer: bytes) -> None:
+        self.loop, self.conn = loop, conn
+        try:
+            conn.send(answer)  # a few hundred bytes: the socket's buffer takes them at once
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        if self._drained() or _TurnedAway.lingering >= MAX_LINGERING:
+            conn.close()
+            return
+        _TurnedAway.lingering += 1
+        loop.add_reader(conn.fileno(), self._readable)
+        self.timer = loop.call_later(TURN_AWAY_WAIT, self._close)
+
+    def _drained(self) -> bool:
+        """Read what is waiting; True when something was read and nothing more waits, or the client
+        closed (safe to close now)."""
+        read = False
+        while True:
+            try:
+                data = self.conn.recv(READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return read
+            except OSError:
+                return True
+            if not data:
+                return True
+            read = True
+
+    def _readable(self) -> None:
+        if self._drained():
+            self.timer.cancel()
+            self._close()
+
+    def _close(self) -> None:
+        _TurnedAway.lingering -= 1
+        with contextlib.suppress(OSError, ValueError):
+            self.loop.remove_reader(self.conn.fileno())
+        self.conn.close()
 
 
 class _Connection:
-    """One client's connection: requests one after another (keep-alive), each within its deadlines."""
+    """One client's connection: requests one after another (keep-alive), each within its deadlines. In
+    the probes' reserve (`probe_only`): one request, a probe or turned away as soon as its line shows
+    it is none."""
 
     def __init__(self, server: HttpServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 client: str) -> None:
+                 client: str, *, probe_only: bool = False) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
         self.client = client
+        self.probe_only = probe_only
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.max_header_bytes)
         self.loop = asyncio.get_running_loop()
+        self.head = _HeadLines()
 
     async def serve(self) -> None:
         while True:
-            request = await self._request(self.loop.time() + self.server.header_timeout)
+            timeout = PROBE_TIMEOUT if self.probe_only else self.server.header_timeout
+            request = await self._request(self.loop.time() + timeout)
             if request is None:
                 return
             response = await self._answer(request)
@@ -356,7 +486,7 @@ class _Connection:
             if self.h11.their_state is not h11.DONE:  # a body left unread: drained, then closed
                 await self._linger()
                 return
-            if self.h11.our_state is not h11.DONE:
+            if self.h11.our_state is not h11.DONE or self.probe_only:
                 return
             self.h11.start_next_cycle()
 
@@ -369,16 +499,35 @@ class _Connection:
 
     async def _request(self, deadline: float) -> Request | None:
         """The next request's line and headers; None when there is none to answer (after answering
-        a malformed one, or the client gone or too slow)."""
+        a malformed one, or the client gone or too slow). The loop's time it takes is the client's
+        (`LoopShare`, and `REQUEST_COST` once it is whole or answered): a client past its share waits
+        before it is parsed again, unless its request is a probe."""
+        self.head = _HeadLines()
+        share = self.server.loop_share
+        data = self.h11.trailing_data[0]  # what came with the last request (pipelined)
         while True:
+            if data and not await self._took(data):
+                share.charge(self.client, REQUEST_COST)
+                return None
+            wait = share.wait(self.client)
+            if wait > 0 and not self._probe():
+                await asyncio.sleep(min(wait, max(0.0, deadline - self.loop.time())))
+            # A small head costs the loop less than what REQUEST_COST counts, and reading the
+            # thread's CPU clock is a system call: measured only for a large one.
+            started = time.thread_time() if self.head.size > MEASURED else None
             try:
                 event = self.h11.next_event()
+                if isinstance(event, h11.Request):
+                    share.charge(self.client, REQUEST_COST)
+                    return Request(event.method.decode("ascii", "replace"), event.target.decode("latin-1"),
+                                   Headers(event.headers), self.client)
             except h11.RemoteProtocolError as exc:
+                share.charge(self.client, REQUEST_COST)
                 await self._malformed(exc)
                 return None
-            if isinstance(event, h11.Request):
-                return Request(event.method.decode("ascii", "replace"), event.target.decode("latin-1"),
-                               Headers(event.headers), self.client)
+            finally:
+                if started is not None:
+                    share.charge(self.client, time.thread_time() - started)
             if isinstance(event, h11.ConnectionClosed):
                 return None
             try:
@@ -394,12 +543,34 @@ class _Connection:
                 return None
             self.h11.receive_data(data)
 
+    def _probe(self) -> bool:
+        """Whether the request line that arrived asks for a probe (``GET``/``HEAD`` of `probe_paths`)."""
+        line = self.head.first_line
+        if line is None:
+            return False
+        parts = line.split()
+        return len(parts) >= 2 and parts[0] in (b"GET", b"HEAD") \
+            and parts[1].split(b"?", 1)[0].decode("latin-1") in self.server.probe_paths
+
+    async def _took(self, data: bytes) -> bool:
+        """Look at what arrived of a request's head before it is parsed: False (the client answered)
+        when it holds more than `MAX_HEADERS` lines, or, in the probes' reserve, when its line is no
+        probe's."""
+        if not self.head.add(data):
+            self.server.malformed.add(self.client, f"431: more than {MAX_HEADERS} header lines")
+            await self._send_raw(_raw_answer(431, {"error": f"more than {MAX_HEADERS} header lines"}))
+            return False
+        if self.probe_only and self.head.first_line is not None and not self._probe():
+            await self._send_raw(self.server.turned_away(self.client))
+            return False
+        return True
+
     async def _malformed(self, exc: h11.RemoteProtocolError) -> None:
         pending = self.h11.trailing_data[0]
         status = exc.error_status_hint
         if status == 431 and b"\n" not in pending:
             status = HTTPStatus.REQUEST_URI_TOO_LONG
-        logger.warning("listener: {} bad request ({}): {}", self.client, status, one_line(str(exc))[:200])
+        self.server.malformed.add(self.client, f"{int(status)}: {one_line(str(exc))[:200]}")
         await self._send_raw(_raw_answer(status, {"error": HTTPStatus(status).phrase.lower()}))
 
     async def _too_slow(self) -> None:
@@ -477,8 +648,13 @@ class _Connection:
                 if read is None:
                     return None
                 request = read
-            if route.lane is None:
-                return _handled(route.handle, request)
+            if route.lane is None:  # on the loop: its time is the client's (a large body's, measured)
+                started = time.thread_time() if len(request.body) > MEASURED else None
+                try:
+                    return _handled(route.handle, request)
+                finally:
+                    if started is not None:
+                        self.server.loop_share.charge(self.client, time.thread_time() - started)
             return await self.loop.run_in_executor(route.lane.pool, _handled, route.handle, request)
         finally:
             self.server.body_bytes -= reserved
@@ -496,7 +672,7 @@ class _Connection:
             status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
         else:
             return None
-        logger.warning("listener: {} bad request ({}): {} bytes", self.client, int(status), head)
+        self.server.malformed.add(self.client, f"{int(status)}: {head} bytes")
         return json_response(status, {"error": status.phrase.lower()}, close=True)
 
     @staticmethod
@@ -552,6 +728,39 @@ class _Connection:
                 if not data:
                     break
                 drained += len(data)
+
+
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a request's head, as h11 finds it
+
+
+class _HeadLines:
+    """The lines of one request's head, counted as its bytes arrive, up to the blank line that ends it
+    (what follows is its body); the request line, once it is whole."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.size = 0  # bytes seen
+        self.ended = False
+        self.first_line: bytes | None = None
+        self._start = b""  # the bytes before the first line's end
+        self._tail = b""  # the last bytes seen, for a blank line cut in two
+
+    def add(self, data: bytes) -> bool:
+        """Count `data`; False once the head holds more lines than `MAX_HEADERS` (and its request line)."""
+        if self.ended:
+            return True
+        self.size += len(data)
+        if self.first_line is None:
+            self._start += data[:1024]
+            if b"\n" in self._start or len(self._start) >= 1024:
+                self.first_line = self._start.split(b"\n", 1)[0]
+        scan = self._tail + data
+        end = _BLANK_LINE.search(scan)
+        upto = len(data) if end is None else max(0, end.end() - len(self._tail))
+        self.lines += data.count(b"\n", 0, upto)
+        self.ended = end is not None
+        self._tail = scan[-2:]
+        return self.lines <= MAX_HEADERS + 2  # the request line's end, each header's, the blank line
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

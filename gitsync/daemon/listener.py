@@ -6,14 +6,19 @@ Webhooks only ever *trigger* a sync: the body is not trusted for anything but it
 and triggers nothing. Signatures are compared in constant time, as bytes.
 
 The listener may face the open network (the image binds 0.0.0.0), so no client can hold it. It is
-an asyncio server (`gitsync.daemon.httpserver`): a connection costs no thread, each request has
-deadlines for its headers and its body, and the work that may block runs in small lanes of threads
-that answer 503 at once when full. ``/healthz`` is answered on the event loop itself, so neither
-thousands of stalled connections nor a flood of page views can starve a container's probe; webhook
-checks run there too (an HMAC of at most 1 MiB). ``/readyz`` and ``/metrics`` share the probe lane,
-the web view's pages have a lane of their own: a page that takes long holds up neither. Every
-request error is a 4xx answer (or, for a client gone, a closed socket) and one log record, through
-the redacting sink: never a traceback on stderr.
+an asyncio server (`gitsync.daemon.httpserver`): a connection costs no thread, each address has a
+share of the connections and of the event loop's time, each request has deadlines for its headers and
+its body, and the work that may block runs in small lanes of threads that answer 503 at once when
+full. ``/healthz`` is answered on the event loop itself, and beyond the connection cap from places
+kept for it, so neither thousands of stalled connections nor a flood of page views can starve a
+container's probe; webhook checks run there too (an HMAC of at most 1 MiB). ``/readyz`` and
+``/metrics`` share the probe lane, the web view's pages have a lane of their own: a page that takes
+long holds up neither. Every request error is a 4xx answer (or, for a client gone, a closed socket),
+counted, and told in the log once in a while per kind (`gitsync.tally`), through the redacting sink:
+never a traceback on stderr, never a line per request a stranger sends.
+
+A signed webhook delivery is accepted once: a replay (the same delivery id or body, or one the forge
+dated too long ago) is refused with 409 (`gitsync.daemon.deliveries`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gitsync.agent.metrics import Metrics, Readiness
 from gitsync.agent.outcomes import Trigger
+from gitsync.daemon.deliveries import Deliveries
 from gitsync.daemon.httpserver import (
     BODY_TIMEOUT,
     HEADER_TIMEOUT,
@@ -41,8 +47,8 @@ from gitsync.daemon.httpserver import (
     Route,
     json_response,
 )
-from gitsync.log import logger
 from gitsync.settings import Secret
+from gitsync.tally import Tally
 
 MAX_WEBHOOK_BODY = 1024 * 1024
 PROVIDERS = ("github", "gitlab", "gitea", "generic")
@@ -118,10 +124,16 @@ class StatusServer:
         self.webhook_secret = webhook_secret
         self.probes = Lane("probe", PROBE_WORKERS, max_in_flight)
         self.pages = Lane("web", PAGE_WORKERS, max_in_flight)
+        self.deliveries = Deliveries()
+        self.methods = Tally("listener: {} request(s) with a method no endpoint takes answered 405 (the last "
+                             "from {}: {})", counted=lambda: metrics.rejected_requests.labels("method").inc())
+        self._refusals: dict[tuple[str, str], Tally] = {}  # (provider, result) → its tally
         self.server = HttpServer(host.strip("[]") or "127.0.0.1", int(port), self._route,
                                  header_timeout=header_timeout, body_timeout=body_timeout,
                                  largest_body=MAX_WEBHOOK_BODY, max_connections=max_connections,
-                                 on_refused=metrics.refused_connections.inc)
+                                 probe_paths=frozenset({"/healthz"}),
+                                 on_refused=metrics.refused_connections.inc,
+                                 on_rejected=lambda reason: metrics.rejected_requests.labels(reason).inc())
 
     @property
     def host(self) -> str:
@@ -157,7 +169,7 @@ class StatusServer:
                 body = MAX_WEBHOOK_BODY if self.webhook_secret is not None else 0
                 return Route(partial(self._webhook, provider), max_body=body)
         else:  # no endpoint has another method
-            logger.warning("listener: {} method {} not allowed", request.client, request.method[:20])
+            self.methods.add(request.client, request.method[:20])
             return Route(lambda _: json_response(405, {"error": "method not allowed"},
                                                  [("Allow", "GET, HEAD, POST")]))
         if self.web is not None:
@@ -185,10 +197,18 @@ class StatusServer:
         return Response(status, body, content_type, headers, close=request.problem is not None)
 
     def _refuse(self, status: int, provider: str, result: str, request: Request, reason: str) -> Response:
-        """A webhook request refused: counted, logged once, answered, and the connection closed."""
-        self.metrics.webhooks.labels(provider, result).inc()
-        logger.warning("webhook {} from {}: {}; ignored", provider, request.client, reason)
+        """A webhook request refused: counted, told in the log once in a while, answered, and the
+        connection closed."""
+        self._refused(provider, result, request, reason)
         return json_response(status, {"error": reason}, close=True)
+
+    def _refused(self, provider: str, result: str, request: Request, reason: str) -> None:
+        tally = self._refusals.get((provider, result))
+        if tally is None:
+            tally = self._refusals[(provider, result)] = Tally(
+                f"webhook {provider}: {{}} request(s) refused ({result}), the last from {{}}: {{}}",
+                counted=self.metrics.webhooks.labels(provider, result).inc)
+        tally.add(request.client, reason)
 
     def _webhook(self, provider: str, request: Request) -> Response | None:
         secret = self.webhook_secret
@@ -206,13 +226,15 @@ class StatusServer:
             return self._refuse(408, provider, "timeout", request,
                                 f"the body did not arrive within {request.body_deadline:g}s")
         if problem is BodyProblem.CUT_SHORT:
-            self.metrics.webhooks.labels(provider, "bad_request").inc()
-            logger.warning("webhook {} from {}: the body stopped after {} of {} bytes; ignored", provider,
-                           request.client, len(request.body), request.length)
+            self._refused(provider, "bad_request", request,
+                          f"the body stopped after {len(request.body)} of {request.length} bytes")
             return None  # the client closed its end: nobody to answer
-        headers = {name: value for name, value in request.headers.items()}
+        headers = dict(request.headers.items())
         if not verify_webhook(provider, secret.reveal(), headers, request.body):
             return self._refuse(401, provider, "unauthorized", request, "bad or missing signature")
+        replay = self.deliveries.replayed(provider, headers, request.body)
+        if replay is not None:
+            return self._refuse(409, provider, "replayed", request, replay)
         self.metrics.webhooks.labels(provider, "accepted").inc()
         self.trigger(Trigger.WEBHOOK)
         return json_response(202, {"status": "sync triggered"})

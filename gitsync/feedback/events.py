@@ -82,14 +82,26 @@ class Event:
         return redact(f"{_MARK[self.kind]} {who}: {line}")
 
     def to_json(self, time: str) -> dict[str, Any]:
-        """The notification's body: the event, and `text` for chats."""
+        """The notification's body: the event, and `text` for chats; every text in it redacted (a
+        subject, a problem, an extra's error may quote a secret)."""
         body: dict[str, Any] = {"event": str(self.kind), "id": self.id, "agent": self.agent,
                                 "group": self.group, "commit": self.commit, "subject": self.subject,
                                 "stage": self.stage, "problems": list(self.problems),
                                 "gateways": list(self.gateways), "time": time, "text": self.text}
         if self.seconds is not None:
             body["seconds"] = round(self.seconds, 1)
-        return body | dict(self.extra)
+        return redacted(body | dict(self.extra))
+
+
+def redacted(value: Any) -> Any:
+    """`value` (JSON: mappings, lists, texts, numbers) with every text in it redacted, keys too."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {redact(str(key)): redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redacted(item) for item in value]
+    return value
 
 
 def _refusal_kind(stage: Stage | None) -> EventKind:
@@ -153,4 +165,4 @@ class Reachability:
         return events
 
 
-__all__ = ["Event", "EventKind", "Reachability", "outcome_events"]
+__all__ = ["Event", "EventKind", "Reachability", "outcome_events", "redacted"]

@@ -151,9 +151,16 @@ def default_api_url(kind: str, web_url: str) -> str:
     return "https://api.bitbucket.org/2.0"
 
 
+#: The forges' own API hosts: the token goes there without a `forge_url` naming them.
+WELL_KNOWN_APIS = frozenset({"api.github.com", "gitlab.com", "api.bitbucket.org", "codeberg.org"})
+
+
 def address_from_settings(settings: Settings, *, need_token: bool = True) -> ForgeAddress | None:
     """The forge to post to, or None when no forge token is set (and `need_token`); `SettingsError` when
-    the forge or the project cannot be told (naming the setting to set)."""
+    the forge or the project cannot be told (naming the setting to set), and when the token would go to
+    a host nobody named: the API's host is taken from the repo URL (`forge_url` and `forge_api_url`
+    unset) and is not one of the forges' own (`WELL_KNOWN_APIS`). A repo URL names where the config
+    is, not whom to trust with the forge token: a mirror or a look-alike host must not receive it."""
     if settings.forge_token is None and need_token:
         return None
     host, path = repo_host_and_path(settings.repo or "")
@@ -173,6 +180,12 @@ def address_from_settings(settings: Settings, *, need_token: bool = True) -> For
         raise SettingsError(f"forge_project: {project or '(none)'!r} is not a repository on the forge "
                             "(owner/repo): set forge_project (GITSYNC_FORGE_PROJECT, --forge-project)")
     api_url = (settings.forge_api_url or default_api_url(kind, web_url)).rstrip("/")
+    api_host = (urlsplit(api_url).hostname or "").lower()
+    if settings.forge_token is not None and not (settings.forge_url or settings.forge_api_url) \
+            and api_host not in WELL_KNOWN_APIS:
+        raise SettingsError(f"forge_url: the forge token would go to {api_url}, a host taken from the repo "
+                            "URL: set forge_url (GITSYNC_FORGE_URL, --forge-url) to the forge's address to "
+                            "say it is the forge to trust with it (or forge_api_url)")
     return ForgeAddress(kind, web_url, api_url, project, settings.forge_token, settings.feedback_timeout)
 
 
@@ -588,7 +601,7 @@ def forge_from_settings(settings: Settings) -> Forge | None:
     return forge_client(address) if address is not None else None
 
 
-__all__ = ["CLIENTS", "FORGES", "STATES", "Bitbucket", "CommitStatus", "Forge", "ForgeAddress",
-           "ForgeAuthError", "ForgeError", "ForgeRejected", "ForgeUnavailable", "GitHub", "GitLab", "Gitea",
-           "address_from_settings", "bitbucket_key", "forge_client", "forge_from_settings", "forge_of_host",
-           "repo_host_and_path"]
+__all__ = ["CLIENTS", "FORGES", "STATES", "WELL_KNOWN_APIS", "Bitbucket", "CommitStatus", "Forge",
+           "ForgeAddress", "ForgeAuthError", "ForgeError", "ForgeRejected", "ForgeUnavailable", "GitHub",
+           "GitLab", "Gitea", "address_from_settings", "bitbucket_key", "forge_client", "forge_from_settings",
+           "forge_of_host", "repo_host_and_path"]

@@ -134,7 +134,7 @@ class Feedback:
             # Its own work repo: the agent's reader (after_group) runs on the sync worker. Statuses are
             # checked as the gate checks them: signed by a key allowed for their agent and group.
             fleet = FleetReader(Remote.from_settings(settings), state_path / "feedback-fleet",
-                                settings.status_refs, signers)
+                                settings.status_refs, signers, settings.max_status_refs)
         notifiers = [Notifier(url, settings.notify_secret, settings.feedback_timeout)
                      for url in settings.notify_urls]
         return cls(settings, metrics, state_path, forge=forge, notifiers=notifiers, fleet=fleet)
@@ -228,7 +228,7 @@ class Feedback:
         if own is None:
             return
         try:
-            fleet = self.fleet.read() if self.fleet is not None else []
+            fleet = list(self.fleet.read().entries) if self.fleet is not None else []
         except SourceError as exc:
             raise RetryableDelivery(f"reading the status refs: {exc.reason}") from None
         group = statuses.members(fleet, s.group, own, datetime.now(UTC), self.heartbeat)

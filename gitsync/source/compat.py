@@ -9,6 +9,10 @@ fingerprint.
   without one, so a silent daemon would hang a fetch forever; this is its ``_connect`` for the
   direct (no proxy) case with the socket made by ``socket.create_connection(..., timeout)``, and
   its writes held until the next read (`_WriteBehind`): one send per request, not per pkt-line.
+- `asks_thin_packs`: whether a client asks the server for thin packs (its private
+  ``_fetch_capabilities``, set in ``GitClient.__init__``). `gitsync.source.packgate.fetch_bounded` fetches
+  as ``GitClient.fetch`` does, with a gate on the pack: a thin pack spooled and completed, a whole pack
+  written straight into the store; which one is that client's choice.
 - `remove_pack`: drop a pack from a disk object store (its cache entry, mmaps and files). The
   mirror merges the small packs incremental fetches leave; dulwich's public ``repack()`` would
   hold every object of the mirror in memory.
@@ -23,10 +27,11 @@ import socket
 from collections.abc import Callable
 from typing import IO
 
-from dulwich.client import TCPGitClient
+from dulwich.client import GitClient, TCPGitClient
 from dulwich.object_store import DiskObjectStore
 from dulwich.pack import Pack
 from dulwich.protocol import (
+    CAPABILITY_THIN_PACK,
     DEFAULT_GIT_PROTOCOL_VERSION_FETCH,
     DEFAULT_GIT_PROTOCOL_VERSION_SEND,
     Protocol,
@@ -39,6 +44,10 @@ REVIEWED: dict[str, str] = {
         "a2b90669dd4c89d1e22b1bfd690b9a8a69c568850af65468006171ffab3b1bb1",
     "dulwich.object_store.DiskObjectStore._remove_pack":
         "37168609d04c0ecfe226bff964d7c1e51a01e97469f2a68dad316e37b794ffce",
+    "dulwich.client.GitClient.__init__":
+        "f2f8bd6ee97c33f1f3513475009f0f566190638faf6101ee0100278de8bee4eb",
+    "dulwich.client.GitClient.fetch":
+        "d341476f3ecbddf53b361c4a81b8dbea86b8afa7c6a8cde3e38df29422a9bf3f",
 }
 
 
@@ -140,9 +149,15 @@ class _WriteBehind:
             self._sock.sendall(held)
 
 
+def asks_thin_packs(client: GitClient) -> bool:
+    """Whether `client` asks for thin packs (as ``GitClient.fetch`` decides where a pack goes)."""
+    return CAPABILITY_THIN_PACK in client._fetch_capabilities
+
+
 def remove_pack(store: DiskObjectStore, pack: Pack) -> None:
     """Remove `pack` from `store`: dulwich's own removal (its pack cache, the mmaps, the files)."""
     store._remove_pack(pack)
 
 
-__all__ = ["TimeoutTCPGitClient", "daemon_request", "daemon_socket", "readable", "remove_pack"]
+__all__ = ["TimeoutTCPGitClient", "asks_thin_packs", "daemon_request", "daemon_socket", "readable",
+           "remove_pack"]

@@ -40,7 +40,9 @@ from dulwich.repo import ParentsProvider, Repo
 from gitsync.backoff import Backoff, retried
 from gitsync.configfiles import DEFAULT_MAX_FILE_SIZE
 from gitsync.log import logger
+from gitsync.settings import SPEC_BY_NAME
 from gitsync.source.compat import remove_pack
+from gitsync.source.packgate import LimitExceeded, ObjectLimits, fetch_bounded
 from gitsync.source.read import CommitFiles, CommitReader
 from gitsync.source.signatures import SignaturePolicy, verify_commit
 from gitsync.source.transport import GitAuth, Remote, SourceError
@@ -62,6 +64,8 @@ MIN_GPG_KEY_ID = 16  # hex digits: short (8-digit) key ids collide on purpose-bu
 MAX_PACKS = 8
 #: A fetch merges packs itself only past this many (a caller that never calls `Source.tidy`).
 UNTIDY_PACKS = 4 * MAX_PACKS
+DEFAULT_LIMITS = ObjectLimits(*(SPEC_BY_NAME[name].default
+                                for name in ("max_object_size", "max_fetch_objects", "max_fetch_size")))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -237,7 +241,7 @@ class Source:
     def __init__(self, remote: Remote, ref: str = "main", paths: Sequence[str] = (".",), *,
                  state_dir: Path = DEFAULT_STATE_DIR, depth: int = 0, allow_rewrite: bool = True,
                  signatures: SignaturePolicy = SignaturePolicy(),
-                 max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
+                 max_file_size: int = DEFAULT_MAX_FILE_SIZE, limits: ObjectLimits = DEFAULT_LIMITS) -> None:
         if depth < 0:
             raise SourceError("config", "depth cannot be negative")
         self.remote = remote
@@ -249,6 +253,7 @@ class Source:
         self.depth = depth
         self.allow_rewrite = allow_rewrite
         self.signatures = signatures
+        self.limits = limits
         self.parents = ParentsMemo()  # the commits a fetch offers as 'have's, for the next fetch
         self.reader = CommitReader(self.paths, max_file_size)
         self._untidy = False  # a fetch added a pack that `tidy` has not looked at
@@ -257,7 +262,8 @@ class Source:
     def from_settings(cls, settings: Settings) -> Source:
         return cls(Remote.from_settings(settings), settings.ref, settings.paths, state_dir=settings.state_dir,
                    depth=settings.depth, allow_rewrite=settings.allow_rewrite,
-                   signatures=SignaturePolicy.from_settings(settings), max_file_size=settings.max_file_size)
+                   signatures=SignaturePolicy.from_settings(settings), max_file_size=settings.max_file_size,
+                   limits=limits_from_settings(settings))
 
     @property
     def timeout(self) -> float:
@@ -407,29 +413,57 @@ class Source:
             if tracked and (tip := _peeled_or_none(repo, tracked[0])) is not None:
                 repo.have_tips = [tip.id]
             repo.parents = self.parents
-            deepen = first and self.depth > 0
+            depth = self.depth if first and self.depth > 0 else None
 
-            def determine_wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+            def determine_wants(refs: Mapping[bytes, bytes], _depth: int | None = None) -> list[bytes]:
                 name, raw, _ = self._resolve(refs, "fetch")
                 chosen["name"], chosen["raw"] = name, raw
-                # A shallow first fetch is always asked for, so the server resends the shallow list
-                # that a fetch killed before it was written never recorded.
-                return [raw] if deepen or raw not in repo.object_store else []
+                # A shallow fetch is always asked for, so the server resends the shallow list that a
+                # fetch killed before it was written never recorded.
+                return [raw] if depth or raw not in repo.object_store else []
 
             client, path = self.remote.client()
-            try:
-                self.remote.network("fetch", lambda: client.fetch(
-                    path.encode(), repo, determine_wants, depth=self.depth if deepen else None,
+
+            def fetch() -> Any:
+                return self.remote.network("fetch", lambda: fetch_bounded(
+                    client, path, repo, determine_wants, self.limits, depth=depth,
                     ref_prefix=self._candidates()))
+
+            tip_alone = False
+            try:
+                try:
+                    self._bounded(chosen, fetch)
+                except SourceError as exc:
+                    if exc.stage != "verify" or depth or not self.allow_rewrite:
+                        raise
+                    # The history holds an object over the limits: the tip alone may not (the commit
+                    # after the one that added a large file, removing it). Fetched shallow, the mirror
+                    # keeps no history under it; a tip that itself holds one is refused as before.
+                    logger.warning("{}: the history of {} holds what a fetch may not bring ({}); fetching "
+                                   "the tip alone", self.url, self.ref, exc.reason.split(": ", 2)[-1])
+                    depth, tip_alone = 1, True
+                    self._bounded(chosen, fetch)
             finally:
                 client.close()
-            new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote)
+            new = self._move_ref(repo, chosen["name"], chosen["raw"], same_remote, tip_alone=tip_alone)
             if not same_remote:
                 self._record_remote(repo)
             self._untidy = True
             if len(repo.object_store.packs) > UNTIDY_PACKS:  # a caller that never tidies
                 _consolidate_packs(repo.object_store)
             return new.decode()
+
+    def _bounded(self, chosen: Mapping[str, Any], fetch: Callable[[], T]) -> T:
+        """`fetch`, a pack over the limits refused as the commit's own problem: stage ``verify`` (a commit
+        is checked before it is used: its signature, the size of its objects), never retried."""
+        try:
+            return fetch()
+        except LimitExceeded as exc:
+            raw = chosen.get("raw") or chosen.get("commit") or b""
+            what = chosen["name"].decode() + " at " if "name" in chosen else "commit "
+            commit = raw.decode() if isinstance(raw, bytes) else str(raw)
+            raise SourceError("verify", f"{self.url}: {what}{commit[:12]}: {exc.reason}: not fetched "
+                                        "(docs/security.md, \"Objects and packs\")") from None
 
     def tidy(self) -> None:
         """Merge the small packs fetches left (`_consolidate_packs`). Not part of a fetch: the agent
@@ -444,13 +478,16 @@ class Source:
         except SourceError as exc:  # best effort, as the merge itself
             logger.warning("could not tidy the mirror: {}", exc.reason)
 
-    def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool) -> bytes:
-        """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked."""
+    def _move_ref(self, repo: Repo, name: bytes, raw: bytes, same_remote: bool, *,
+                  tip_alone: bool = False) -> bytes:
+        """Point the mirror's ref at `raw` (objects are complete), refusing a rewrite if asked. A tip
+        fetched alone (`tip_alone`: its history was refused) cannot be told from a rewrite: that is
+        followed only with `allow_rewrite`, which `fetch` checked."""
         new = _peel(repo, raw, "fetch").id
         old_raw = _ref(repo, name)
         if old_raw == raw:
             return new
-        if old_raw is not None and same_remote:
+        if old_raw is not None and same_remote and not tip_alone:
             old = _peel(repo, old_raw).id
             if old != new and not _is_ancestor(repo, old, new):
                 if not self.allow_rewrite:
@@ -477,8 +514,9 @@ class Source:
                         and not n.endswith(b"^{}") and v not in repo.object_store]
 
             def fetch(wants: Any) -> Any:
-                return self.remote.network("fetch", lambda: client.fetch(path.encode(), repo, wants,
-                                                                         depth=self.depth or None))
+                return self._bounded({"commit": sha}, lambda: self.remote.network(
+                    "fetch", lambda: fetch_bounded(client, path, repo, wants, self.limits,
+                                                   depth=self.depth or None)))
 
             try:  # protocol v2 servers hand out any commit by SHA; older ones only advertised tips
                 fetch(wants_sha)
@@ -551,6 +589,14 @@ class Source:
         with self._mirror_commit("read", sha) as (repo, commit):
             return self.reader.read(repo, commit, have, self.blob)
 
+    def subject(self, sha: str) -> str:
+        """The first line of commit `sha`'s message, from the mirror; "" when the mirror does not hold it."""
+        try:
+            with self._mirror_commit("read", sha) as (_repo, commit):
+                return commit.message.decode("utf-8", "replace").strip().split("\n", 1)[0]
+        except (SourceError, KeyError, ValueError):
+            return ""
+
     def blob(self, blob_sha: str) -> bytes:
         """One blob's bytes, from the mirror (for a file `read` left unread)."""
         repo = self._open()
@@ -566,6 +612,11 @@ class Source:
         """Apply the signature policy to commit `sha`; SourceError if it must not be applied."""
         with self._mirror_commit("verify", sha) as (_repo, commit):
             verify_commit(commit, self.signatures, self.timeout)
+
+
+def limits_from_settings(settings: Settings) -> ObjectLimits:
+    """`max_object_size`, `max_fetch_objects` and `max_fetch_size`."""
+    return ObjectLimits(settings.max_object_size, settings.max_fetch_objects, settings.max_fetch_size)
 
 
 def _normalize_path(path: str) -> str:

@@ -49,12 +49,12 @@ def _packed_size(stream: IO[bytes], offset: int, hash_size: int) -> int:
         stream.read(hash_size)  # the base's object id
     else:
         return size
-    sizes = _varints(_inflate_start(stream, lambda out: _varints(out, 2) is not None), 2)
+    sizes = varints(_inflate_start(stream, lambda out: varints(out, 2) is not None), 2)
     assert sizes is not None
     return sizes[1]
 
 
-def _varints(data: bytes, count: int) -> list[int] | None:
+def varints(data: bytes, count: int) -> list[int] | None:
     """The first `count` little-endian base-128 numbers of `data` (a delta's base and result sizes),
     or None when `data` ends first."""
     numbers, value, shift = [], 0, 0

@@ -20,6 +20,7 @@ from gitsync.kinds import KINDS
 from gitsync.log import logger, redact
 from gitsync.render.compose import split_file
 from gitsync.settings import Settings
+from gitsync.tally import Tally
 from gitsync.web import auth, pages
 from gitsync.web.catalog import paginate
 from gitsync.web.html import Markup, page
@@ -61,6 +62,8 @@ class WebView:
         self.fleet = ViewFleet(settings, work_dir)
         self.catalog = LiveCatalog()
         self.failures = auth.Failures()
+        self.wrong = Tally("web view: {} wrong token(s) or unreadable login form(s) refused (the last from "
+                           "{}: {})")
 
     def close(self) -> None:
         self._gateways.close()
@@ -89,11 +92,11 @@ class WebView:
             return _static(path[len("/static/"):])
         settings = self._settings()
         try:
-            guess = headers.get("Authorization") or (path == "/login" and method == "POST")
-            wait = self.failures.retry_after(client) if guess and self.access.token_required else 0.0
-            if wait:  # the token is not even looked at: guessing it is slowed to MAX_FAILURES a window
-                return _text(429, "Too many wrong tokens from this address: try again later.",
-                             [("Retry-After", str(int(wait) + 1))])
+            sent = headers.get("Authorization")
+            if sent and self.access.token_required:
+                wait = self.failures.retry_after(client, sent)
+                if wait:  # this token, from this address, failed too often: not compared again for now
+                    return _too_many(wait)
             if path == "/login":
                 return self._login(method, query, headers, body, settings, client)
             if path == "/logout":
@@ -106,8 +109,9 @@ class WebView:
             if method not in ("GET", "HEAD"):
                 return _text(405, "This view is read-only.", [("Allow", "GET, HEAD")])
             if not self.access.authorized(headers, settings.ui_token):
-                if headers.get("Authorization"):
-                    self.failures.add(client)  # a token was sent, and it was wrong
+                if sent:
+                    self.failures.add(client, sent)  # a token was sent, and it was wrong
+                    self.wrong.add(client, "Authorization")
                 if headers.get("Authorization") or "text/html" not in (headers.get("Accept") or ""):
                     return _text(401, "This view needs the token: Authorization: Bearer <ui_token>.",
                                  [("WWW-Authenticate", 'Bearer realm="gitsync"')])
@@ -126,9 +130,12 @@ class WebView:
             return _text(405, "Log in with GET or POST.", [("Allow", "GET, HEAD, POST")])
         length = auth.form_length(headers.get("Content-Length"))
         if length is None or length > auth.MAX_FORM_BYTES:
-            self.failures.add(client)  # a login attempt all the same: it counts towards the limit
-            logger.warning("web view: a login form from {} was refused: its length is {}", client,
-                           "not a number" if length is None else "too large")
+            wait = self.failures.retry_after(client, None)
+            if wait:
+                return _too_many(wait)
+            self.failures.add(client, None)  # a login attempt all the same: it counts towards the limit
+            self.wrong.add(client, "a login form whose length is " + ("not a number" if length is None
+                                                                          else "too large"))
             if length is None:
                 return _text(400, "The login form must say its length (Content-Length).")
             return _text(413, f"The login form must be at most {auth.MAX_FORM_BYTES} bytes.")
@@ -139,9 +146,12 @@ class WebView:
         given, next_path = auth.login_form(form)
         if not self.access.token_required:
             return _redirect(next_path)
+        wait = self.failures.retry_after(client, given)
+        if wait:
+            return _too_many(wait)
         if settings.ui_token is None or not auth.token_matches(given, settings.ui_token):
-            self.failures.add(client)
-            logger.warning("web view: a wrong token was typed into the login form")
+            self.failures.add(client, given)
+            self.wrong.add(client, "the login form")
             # 200, not 401: a browser reports a 401 page as an error in its console
             return self._page(200, "Log in", pages.login(next_path, failed=True), settings, nav="")
         session = self.access.sessions.start(settings.ui_token, settings.ui_session_ttl)
@@ -196,6 +206,11 @@ class WebView:
         html = page(title, main, agent=settings.agent_name, nav=nav, logout=logout)
         body = redact(html.decode()).encode()
         return status, body, HTML, [*SECURITY_HEADERS, ("Cache-Control", "no-store"), *(extra or [])]
+
+
+def _too_many(wait: float) -> Reply:
+    return _text(429, "This token failed too often from this address: try again later.",
+                 [("Retry-After", str(int(wait) + 1))])
 
 
 def _one(params: Mapping[str, list[str]], name: str) -> str:

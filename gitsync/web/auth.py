@@ -9,10 +9,13 @@ server (`Sessions`): the cookie (HttpOnly, SameSite=Strict, Secure with ``ui_sec
 only its random id, never the token; it ends after ``ui_session_ttl``, at "Log out" (the same cookie
 is refused afterwards), when the token changes (a SIGHUP with a new ``ui_token_file``) and when the
 agent restarts. Comparisons are constant-time, and the token never appears in a log line, a page or
-an error. A client that sends a wrong token (login form or Bearer), or a login form that cannot be
-read, `MAX_FAILURES` times within `FAILURE_WINDOW` is answered 429 without its token being looked
-at until the window moves on (`Failures`): guessing is slowed to a crawl, and other addresses are
-not locked out. A session id is 256 random bits: guessing one is hopeless.
+an error. The same wrong token (login form or Bearer), or a login form that cannot be read, sent
+`MAX_FAILURES` times within `FAILURE_WINDOW` from one address is answered 429, without being compared,
+until the window moves on (`Failures`, per address and token): a script with a stale token stops
+hammering, and nobody else behind the same address (a TLS proxy) is locked out, the right token
+included. What defeats guessing is the token itself: at least 16 characters, and random ones are
+what the docs make (`openssl rand -hex 24`: 2^96 to try). A session id is 256 random bits: guessing
+one is hopeless.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from gitsync.settings import Secret, SettingsError
 COOKIE = "gitsync_ui"
 MIN_TOKEN_LENGTH = 16
 MAX_FORM_BYTES = 4096
-MAX_FAILURES = 10  # wrong tokens a client may send within FAILURE_WINDOW
+MAX_FAILURES = 10  # times one address may send one wrong token within FAILURE_WINDOW
 FAILURE_WINDOW = 60.0  # seconds
-MAX_CLIENTS = 1024  # clients whose failures are remembered (the oldest is forgotten first)
+MAX_REMEMBERED = 4096  # (address, token) pairs whose failures are remembered (the oldest forgotten first)
 MAX_SESSIONS = 1024  # sessions kept at once (the oldest ends first)
 _SESSION_LABEL = b"gitsync web view session"
 _LENGTH = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
@@ -149,29 +152,38 @@ class Access:
 
 
 class Failures:
-    """Wrong tokens per client address, within a sliding window; thread-safe (one thread per request)."""
+    """Failed tokens per client address and token, within a sliding window; thread-safe (one thread per
+    request). A token is kept as a keyed digest (a key of this process's own), never as it was sent;
+    `None` stands for a login form that could not be read."""
 
     def __init__(self, limit: int = MAX_FAILURES, window: float = FAILURE_WINDOW,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit, self.window, self._clock = limit, window, clock
-        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+        self._key = secrets.token_bytes(32)
+        self._seen: OrderedDict[tuple[str, bytes], deque[float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def retry_after(self, client: str) -> float:
-        """Seconds until `client` may try a token again; 0 when it may now."""
+    def _mark(self, client: str, token: str | None) -> tuple[str, bytes]:
+        if token is None:
+            return client, b""
+        return client, hmac.new(self._key, token.encode("utf-8", "surrogateescape"), hashlib.sha256).digest()
+
+    def retry_after(self, client: str, token: str | None) -> float:
+        """Seconds until `client` may send `token` again; 0 when it may now."""
         with self._lock:
-            times = self._recent(client)
+            times = self._recent(self._mark(client, token))
             return 0.0 if len(times) < self.limit else max(0.0, times[0] + self.window - self._clock())
 
-    def add(self, client: str) -> None:
+    def add(self, client: str, token: str | None) -> None:
+        key = self._mark(client, token)
         with self._lock:
-            self._recent(client).append(self._clock())
-            self._seen.move_to_end(client)
-            while len(self._seen) > MAX_CLIENTS:
+            self._recent(key).append(self._clock())
+            self._seen.move_to_end(key)
+            while len(self._seen) > MAX_REMEMBERED:
                 self._seen.popitem(last=False)
 
-    def _recent(self, client: str) -> deque[float]:
-        times = self._seen.setdefault(client, deque())
+    def _recent(self, key: tuple[str, bytes]) -> deque[float]:
+        times = self._seen.setdefault(key, deque())
         while times and times[0] <= self._clock() - self.window:
             times.popleft()
         return times

@@ -24,9 +24,9 @@ from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
 from gitsync.settings import RepoSettings, Settings, repos_of
-from gitsync.source.transport import Remote, SourceError
+from gitsync.source.transport import SourceError
 from gitsync.web.catalog import Catalog
-from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.fleet import FleetReader
 from gitsync.writeback.statusfile import FleetEntry
 
 T = TypeVar("T")
@@ -155,34 +155,37 @@ class Fleet:
     source: str | None = None
 
 
-def read_agents(settings: Settings, work_dir: Path) -> list[FleetEntry]:
-    """Every agent's status, as `gitsync status --fleet` reads it (the one call of the view's)."""
-    return read_fleet(Remote.from_settings(settings), settings.status_refs, work_dir,
-                      signers_from_settings(settings))
-
-
 class ViewFleet:
     """The fleet, read from each repo's status refs (`gitsync.settings.repos_of`) at most every
-    `FLEET_TTL` seconds."""
+    `FLEET_TTL` seconds, by one reader per repo kept from read to read (a read costs what moved since the
+    last: `gitsync.writeback.fleet`), made anew when a reload changes what it reads."""
 
     def __init__(self, settings: Callable[[], Settings], work_dir: Path) -> None:
         self._settings = settings
         self._work_dir = work_dir
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-fleet")
         self._cached = Cached(self._pool, FLEET_TTL, self._read)
+        self._readers: dict[str | None, tuple[tuple[object, ...], FleetReader]] = {}
+
+    def _reader_for(self, repo: RepoSettings, work_dir: Path) -> FleetReader:
+        settings = repo.settings
+        key = (settings.repo, settings.status_refs, settings.status_signers, settings.max_status_refs)
+        kept = self._readers.get(repo.name)
+        if kept is None or kept[0] != key:
+            kept = self._readers[repo.name] = key, FleetReader.from_settings(settings, work_dir)
+        return kept[1]
 
     def _read(self) -> tuple[Fleet, ...]:
         return tuple(self._read_one(repo, self._work_dir if repo.name is None else self._work_dir / repo.name)
                      for repo in repos_of(self._settings()))
 
-    @staticmethod
-    def _read_one(repo: RepoSettings, work_dir: Path) -> Fleet:
+    def _read_one(self, repo: RepoSettings, work_dir: Path) -> Fleet:
         settings, name = repo.settings, repo.name
         if not settings.repo:
             return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time(),
                          name)
         try:
-            return Fleet(tuple(read_agents(settings, work_dir)), None, time.time(), name)
+            return Fleet(self._reader_for(repo, work_dir).read().entries, None, time.time(), name)
         except SourceError as exc:
             return Fleet((), redact(f"cannot read {settings.status_refs}: {exc.reason}"), time.time(), name)
         except Exception as exc:  # a broken work repo, say: the page says so, the agent goes on
@@ -260,4 +263,4 @@ class LiveCatalog:
             return self._catalog, None
 
 
-__all__ = ["Fleet", "Head", "LiveCatalog", "LiveItems", "ViewFleet", "ViewGateways", "read_agents"]
+__all__ = ["Fleet", "Head", "LiveCatalog", "LiveItems", "ViewFleet", "ViewGateways"]

@@ -1,87 +1,249 @@
 """Reading the fleet: every agent's status from the status refs, cheap enough for every poll, each one
 checked as the untrusted input it is (`statusfile`) and, with `status_signers`, by its signature
-(`trust`)."""
+(`trust`).
+
+Whoever can push under the status refs can push anything there, so what a read costs is bounded
+whatever the remote holds:
+
+* **names**: a ref whose last component is no agent's (not what `gitsync.names.agent_slug` makes of a
+  name, or nested deeper) is ignored;
+* **count**: at most `max_status_refs` refs are read: the names asked for first (the gate's group)
+  before the others, then by name; the excess is named in the log (when it changes) and ignored. A
+  reader may also read `only` some names (the gate, when `status_signers` names its group's agents);
+* **objects**: a read fetches the tips that moved only, bounded before anything is inflated
+  (`gitsync.writeback.remote.status_limits`: nothing larger than a status may be, a few objects per
+  tip); a ref whose objects go over the bounds alone is an unreadable entry (``not fetched: …``) and
+  the others are read;
+* **work**: a status is read, checked and verified once per tip; a read where nothing moved costs the
+  listing of the refs, one where some moved what moved (`FleetRead.changed`), and the local refs that
+  keep the objects are one packed-refs file, written when something moved.
+
+`FleetSource` is what the gate, the forge's group statuses and the web view read through: the status
+refs here (`FleetReader`); another distribution of statuses can stand in for it.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dulwich.objects import Commit, Tree
 from dulwich.repo import Repo
 
 from gitsync.backoff import backoff_delay
 from gitsync.log import logger
-from gitsync.names import agent_slug, decode_slug
+from gitsync.names import MAX_COMPONENT, agent_slug, decode_slug
+from gitsync.source.sizes import object_size
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.remote import RefMoved, RefWire, mirror_fleet, open_work_repo, tidy
-from gitsync.writeback.statusfile import FleetEntry, StatusFile, Unreadable, read_status
+from gitsync.writeback.statusfile import MAX_STATUS_BYTES, FleetEntry, StatusFile, Unreadable, read_status
 from gitsync.writeback.trust import StatusSigners
 from gitsync.writeback.wire import STATUS_FILE, status_prefix
 
 if TYPE_CHECKING:
     from gitsync.settings import Settings
 
+#: Names shown in one log line about refs ignored.
+SHOWN = 5
+#: An agent's name that needs no encoding is its own ref component (most are).
+_PLAIN = re.compile(rb"[A-Za-z0-9_-]{1,%d}" % MAX_COMPONENT)
+
 
 # ---------------------------------------------------------------------------------------------------------
-# Reading the fleet
+# What a read gives
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Refs a read left aside: names that are no agent's, and agents beyond `max_status_refs`."""
+
+    invalid: tuple[str, ...] = ()
+    excess: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.invalid or self.excess)
+
+    def describe(self, limit: int) -> str:
+        parts = []
+        if self.excess:
+            parts.append(f"{len(self.excess):,} beyond max_status_refs = {limit:,} ({_some(self.excess)})")
+        if self.invalid:
+            parts.append(f"{len(self.invalid):,} whose name is no agent's ({_some(self.invalid)})")
+        return "; ".join(parts)
+
+
+def _some(names: tuple[str, ...]) -> str:
+    shown = ", ".join(repr(n)[1:-1][:80] for n in names[:SHOWN])
+    return shown + (f", … {len(names) - SHOWN:,} more" if len(names) > SHOWN else "")
+
+
+@dataclass(frozen=True)
+class FleetRead:
+    """One read of the fleet: the entries (sorted by agent), which refs were read anew (new or moved)
+    and which are gone since the reader's last read, and what was ignored."""
+
+    entries: tuple[FleetEntry, ...]
+    changed: frozenset[str] = frozenset()  # refs' last components
+    gone: frozenset[str] = frozenset()
+    ignored: Ignored = field(default_factory=Ignored)
+
+    def group(self, name: str) -> tuple[FleetEntry, ...]:
+        """The entries whose readable status says they are of group `name`."""
+        return tuple(e for e in self.entries if e.group == name)
+
+
+class FleetSource(Protocol):
+    """What reads the fleet's statuses (see the module)."""
+
+    def read(self, *, only: Collection[str] | None = None, first: Collection[str] = ()) -> FleetRead:
+        """The statuses of every agent (or `only` those agents), the agents `first` read before any other
+        when there are too many; raises `SourceError` when the statuses cannot be read."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Which refs are read (pure)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def is_agent_ref(component: bytes) -> bool:
+    """Whether a status ref's last component is what an agent's name encodes to (`agent_slug`)."""
+    if _PLAIN.fullmatch(component):
+        return True
+    if b"/" in component:
+        return False
+    try:
+        text = component.decode("ascii")
+        return agent_slug(decode_slug(text)) == text
+    except (UnicodeDecodeError, ValueError):
+        return False
+
+
+def choose_refs(listed: Mapping[bytes, bytes], prefix: bytes, limit: int, only: Collection[str] | None = None,
+                first: Collection[str] = ()) -> tuple[dict[bytes, bytes], Ignored]:
+    """The status refs to read of those `listed` under `prefix` (ref → tip), and what is ignored: refs
+    whose name is no agent's, and beyond `limit` refs the others (`first` agents before the rest, then
+    by name). With `only`, the refs of those agents alone (the others are neither read nor counted)."""
+    wanted = None if only is None else {slug for name in only if (slug := _slug(name)) is not None}
+    preferred = {slug for name in first if (slug := _slug(name)) is not None}
+    valid: dict[str, bytes] = {}
+    invalid = []
+    for ref in listed:
+        component = ref[len(prefix):]
+        if not is_agent_ref(component):
+            invalid.append(component.decode("utf-8", "replace"))
+            continue
+        name = component.decode("ascii")
+        if wanted is None or name in wanted:
+            valid[name] = ref
+    order = sorted(valid, key=lambda name: (name not in preferred, name))
+    return ({valid[name]: listed[valid[name]] for name in order[:limit]},
+            Ignored(tuple(sorted(invalid)), tuple(order[limit:])))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the status refs
 
 
 class FleetReader:
-    """Every agent's status from the status refs, cheap enough to read on every poll.
+    """Every agent's status from the status refs, cheap enough to read on every poll (see the module).
 
     A read is one connection: the refs under the prefix (``ls-refs``, filtered by the server), then a
     fetch of only the tips this reader does not hold yet (none when no agent wrote since the last
-    read), into a local work repo that keeps them for the next negotiation. A status is read, checked
-    and its signature verified once per tip (`FleetEntry`).
-    """
+    read), into a local work repo that keeps them for the next read. A status is read, checked and its
+    signature verified once per tip (`FleetEntry`)."""
 
     def __init__(self, remote: Remote, work_dir: Path, status_refs: str = "refs/gitsync/status",
-                 signers: StatusSigners | None = None) -> None:
+                 signers: StatusSigners | None = None, max_refs: int = 1000) -> None:
         self.remote = remote
         self.work_dir = Path(work_dir)
         self.prefix = status_prefix(status_refs)
         self.signers = signers
-        self._entries: dict[tuple[bytes, bytes], FleetEntry] = {}  # (ref, tip) → what was read of it
+        self.max_refs = max_refs
+        self._entries: dict[bytes, FleetEntry] = {}  # ref → what was read of its tip (`FleetEntry.tip`)
+        self._ignored = Ignored()
+        self._chosen: tuple[dict[bytes, bytes], tuple[object, ...], dict[bytes, bytes], Ignored] | None = None
+        self._statuses: dict[bytes, StatusFile | Unreadable] = {}  # by blob: parsed once however many hold it
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> FleetReader:
-        """The agent's reader: the config repo's remote, its own work repo in the state dir
-        (``<state_dir>/fleet``, apart from write-back's: the two run on different threads)."""
-        return cls(Remote.from_settings(settings), Path(settings.state_dir) / "fleet", settings.status_refs,
-                   signers_from_settings(settings))
+    def from_settings(cls, settings: Settings, work_dir: Path | None = None) -> FleetReader:
+        """The agent's reader: the config repo's remote, a work repo of its own in the state dir
+        (``<state_dir>/fleet`` unless `work_dir`: readers run on different threads)."""
+        return cls(Remote.from_settings(settings), work_dir or Path(settings.state_dir) / "fleet",
+                   settings.status_refs, signers_from_settings(settings), settings.max_status_refs)
 
-    def read(self) -> list[FleetEntry]:
-        """Every agent's status, sorted by agent; raises `SourceError` when the remote fails."""
+    def read(self, *, only: Collection[str] | None = None, first: Collection[str] = ()) -> FleetRead:
+        """The statuses (see `FleetSource.read`); raises `SourceError` when the remote fails."""
+        def choose(listed: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+            asked = (None if only is None else frozenset(only), frozenset(first))
+            last = self._chosen
+            if last is not None and last[1] == asked and last[0] == listed:  # nothing moved: as chosen
+                tips, ignored[0] = last[2], last[3]
+                return tips
+            tips, ignored[0] = choose_refs(listed, self.prefix, self.max_refs, only, first)
+            self._chosen = (dict(listed), asked, tips, ignored[0])
+            return tips
+
+        ignored = [Ignored()]
+        held = self._entries
+        skip = {entry.tip.encode() for entry in held.values() if entry.status is None and entry.tip}
         with open_work_repo(self.work_dir) as repo, contextlib.closing(RefWire(self.remote, repo)) as wire:
             for attempt in range(3):
                 try:
-                    tips = wire.fetch([self.prefix])
+                    got = wire.read_tips(self.prefix, choose, haves=self._haves, skip=skip)
                     break
                 except RefMoved:  # a local-path remote mid-push: read again
                     time.sleep(backoff_delay(attempt + 1, base=0.05, cap=0.5))
             else:
                 raise SourceError("writeback", f"{self.remote.url}: the status refs kept moving")
-            mirror_fleet(repo, self.prefix, tips)
-            entries = {(ref, sha): self._entries.get((ref, sha)) or self._entry(repo, ref, sha)
-                       for ref, sha in tips.items()}
-            if set(entries) - set(self._entries):
+            changed = {ref for ref, sha in got.tips.items()
+                       if ref not in held or held[ref].tip != sha.decode()}
+            entries = {ref: self._entry(repo, ref, sha, got.refused.get(ref)) if ref in changed else held[ref]
+                       for ref, sha in got.tips.items()}
+            gone = set(held) - set(entries)
+            if changed or gone:
+                mirror_fleet(repo, self.prefix, {ref: sha for ref, sha in got.tips.items()
+                                                 if sha in repo.object_store})
                 tidy(repo)  # each fetch adds a pack: read every poll, they would pile up
         self._entries = entries
-        return sorted(entries.values(), key=lambda e: (e.agent, e.ref))
+        self._tell_ignored(ignored[0])
+        name = self._component
+        return FleetRead(tuple(sorted(entries.values(), key=lambda e: (e.agent, e.ref))),
+                         frozenset(name(ref) for ref in changed), frozenset(name(ref) for ref in gone),
+                         ignored[0])
 
-    def _entry(self, repo: Repo, ref: bytes, sha: bytes) -> FleetEntry:
+    def _component(self, ref: bytes) -> str:
+        return ref[len(self.prefix):].decode("utf-8", "replace")
+
+    def _haves(self, tips: Mapping[bytes, bytes]) -> list[bytes]:
+        """The old tips of the refs that moved: what the server need not send again under them."""
+        return [entry.tip.encode() for ref, sha in tips.items()
+                if (entry := self._entries.get(ref)) is not None and entry.tip and entry.tip != sha.decode()]
+
+    def _tell_ignored(self, ignored: Ignored) -> None:
+        if ignored != self._ignored and ignored:
+            logger.warning("fleet: status refs under {} ignored: {}", self.prefix.decode(),
+                           ignored.describe(self.max_refs))
+        self._ignored = ignored
+
+    def _entry(self, repo: Repo, ref: bytes, sha: bytes, refused: str | None = None) -> FleetEntry:
         """What one status ref says, never raising: whatever its writer pushed, it is an entry."""
-        name = ref[len(self.prefix):].decode("utf-8", "replace")
+        name = self._component(ref)
         try:
             agent = decode_slug(name)
         except UnicodeDecodeError:
             agent = name
         if not agent.isprintable():  # shown in logs and tables: the ref's own characters are safe there
             agent = name
+        if refused is not None:
+            return FleetEntry(name, agent, None, f"not fetched: {refused}", tip=sha.decode())
         try:
             return self._read_entry(repo, name, agent, sha)
         except Exception as exc:  # an object store that cannot read what was pushed: that agent's problem
@@ -90,20 +252,20 @@ class FleetReader:
 
     def _read_entry(self, repo: Repo, name: str, agent: str, sha: bytes) -> FleetEntry:
         store = repo.object_store
-        tip = store[sha]
+        tip = _small(store, sha)
         if not isinstance(tip, Commit):
-            what = tip.type_name.decode()
+            what = tip.type_name.decode() if tip is not None else "object larger than a status may be"
             return FleetEntry(name, agent, None, f"the ref points to a {what}, not a commit",
                               tip=sha.decode())
         seen = _time(tip)
         status_commit = tip
         if tip.parents:  # a heartbeat: the status commit is its parent, with the same tree
-            parent = store[tip.parents[0]] if tip.parents[0] in store else None  # noqa: SIM401 - no .get
+            parent = _small(store, tip.parents[0]) if tip.parents[0] in store else None
             if not isinstance(parent, Commit) or parent.tree != tip.tree:
                 return FleetEntry(name, agent, None, "a heartbeat whose parent is not its status",
                                   seen=seen, tip=sha.decode())
             status_commit = parent
-        read = _status_file(store, tip)
+        read = self._status_file(store, tip)
         if isinstance(read, Unreadable):
             return FleetEntry(name, agent, None, read.reason, written=_time(status_commit), seen=seen,
                               tip=sha.decode())
@@ -116,6 +278,21 @@ class FleetReader:
             if signature.verified and status_commit is not tip:
                 signature = self.signers.verify(status_commit, read.agent, read.group)
         return FleetEntry(name, read.agent, read, None, signature, _time(status_commit), seen, sha.decode())
+
+    def _status_file(self, store: object, commit: Commit) -> StatusFile | Unreadable:
+        """The status file of `commit`, parsed once per blob however many refs hold it."""
+        tree = _small(store, commit.tree)
+        if not isinstance(tree, Tree) or STATUS_FILE not in tree:
+            return Unreadable(f"no {STATUS_FILE.decode()} in the status commit")
+        mode, blob = tree[STATUS_FILE]
+        if mode & 0o170000 != 0o100000:
+            return Unreadable(f"{STATUS_FILE.decode()} is not a file")
+        known = self._statuses.get(blob)
+        if known is None:
+            if len(self._statuses) >= 2 * self.max_refs:
+                self._statuses.clear()
+            known = self._statuses[blob] = _status_blob(store, blob)
+        return known
 
 
 def _slug(agent: str) -> str | None:
@@ -132,13 +309,18 @@ def _time(commit: Commit) -> datetime | None:
         return None
 
 
-def _status_file(store: object, commit: Commit) -> StatusFile | Unreadable:
-    tree = store[commit.tree]  # type: ignore[index]
-    if not isinstance(tree, Tree) or STATUS_FILE not in tree:
-        return Unreadable(f"no {STATUS_FILE.decode()} in the status commit")
-    mode, blob = tree[STATUS_FILE]
-    if mode & 0o170000 != 0o100000:
-        return Unreadable(f"{STATUS_FILE.decode()} is not a file")
+def _small(store: object, sha: bytes) -> object | None:
+    """The object `sha`, unless its header says it is larger than a status may be (then None, never
+    inflated: objects an older gitsync fetched unbounded may be any size)."""
+    if object_size(store, sha) > MAX_STATUS_BYTES:  # type: ignore[arg-type]
+        return None
+    return store[sha]  # type: ignore[index]
+
+
+def _status_blob(store: object, blob: bytes) -> StatusFile | Unreadable:
+    size = object_size(store, blob)  # type: ignore[arg-type]
+    if size > MAX_STATUS_BYTES:  # looked at before a byte of it is inflated
+        return Unreadable(f"{size} bytes, more than the {MAX_STATUS_BYTES} a status file may have")
     return read_status(store[blob].data)  # type: ignore[index]
 
 
@@ -157,7 +339,7 @@ def signers_from_settings(settings: Settings) -> StatusSigners | None:
     return signers
 
 
-def read_fleet(remote: Remote, status_refs: str, work_dir: Path,
-               signers: StatusSigners | None = None) -> list[FleetEntry]:
+def read_fleet(remote: Remote, status_refs: str, work_dir: Path, signers: StatusSigners | None = None,
+               max_refs: int = 1000) -> list[FleetEntry]:
     """Every agent's status from the status refs, once (see `FleetReader`)."""
-    return FleetReader(remote, work_dir, status_refs, signers).read()
+    return list(FleetReader(remote, work_dir, status_refs, signers, max_refs).read().entries)

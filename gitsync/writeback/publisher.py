@@ -51,8 +51,10 @@ from dulwich.repo import Repo
 from gitsync.backoff import Backoff, backoff_delay
 from gitsync.display import short_sha
 from gitsync.log import logger, redact
-from gitsync.source.mirror import SHA_RE
+from gitsync.source.mirror import DEFAULT_LIMITS, SHA_RE, limits_from_settings
+from gitsync.source.packgate import ObjectLimits
 from gitsync.source.transport import Remote, SourceError
+from gitsync.writeback.fleet import choose_refs
 from gitsync.writeback.notes import merge_note, oldest_section, prune_note
 from gitsync.writeback.remote import (
     RefMoved,
@@ -115,6 +117,8 @@ class WriteBackOptions:
     attempts: int = 8  # tries of one publish: compare-and-swap conflicts and dropped connections
     stop_when_denied: bool = False  # writeback = "auto": a remote that refuses pushes turns it off
     signing_key: Path | None = None  # the agent's own SSH key: every commit written is signed with it
+    max_status_refs: int = 1000  # status refs folded into the status branch (`gitsync.writeback.fleet`)
+    limits: ObjectLimits = DEFAULT_LIMITS  # what one fetch of the notes or the status branch may bring
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WriteBackOptions:
@@ -122,7 +126,8 @@ class WriteBackOptions:
                    status_branch=settings.status_branch, notes_ref=settings.notes_ref, author=settings.author,
                    note_max_bytes=settings.note_max_bytes, notes_retention=settings.notes_retention,
                    heartbeat=settings.status_heartbeat, stop_when_denied=settings.writeback == "auto",
-                   signing_key=settings.signing_key_file)
+                   signing_key=settings.signing_key_file, max_status_refs=settings.max_status_refs,
+                   limits=limits_from_settings(settings))
 
 
 class WriteBack:
@@ -265,7 +270,7 @@ class WriteBack:
                 or not self._view_backoff.ready():
             return
         pushed = self._publish("view", view, LOCAL_VIEW_REF, self._view_commit,
-                               context=self.options.status_branch, also=(self.status_prefix,), quiet=True)
+                               context=self.options.status_branch, statuses=True, quiet=True)
         if pushed is None:
             self._view_backoff.failed()
             return
@@ -274,22 +279,25 @@ class WriteBack:
 
     def _publish(self, what: str, ref: bytes, local_ref: bytes,
                  build: Callable[[Repo, bytes | None, Mapping[bytes, bytes]], bytes | None], context: str, *,
-                 trust_local: bool = False, also: Sequence[bytes] = (), quiet: bool = False) -> bool | None:
+                 trust_local: bool = False, statuses: bool = False, quiet: bool = False) -> bool | None:
         """Read, build, compare-and-swap push, retry. True pushed, False nothing to do, None failed.
 
         `trust_local`: build on the tip last seen (a ref only this agent writes), reading the remote only
-        when the push finds it moved. `also`: more refs to read with `ref`, passed to `build`.
+        when the push finds it moved. `statuses`: read the status refs too (as a fleet reader chooses them,
+        each bounded as it reads them: `gitsync.writeback.fleet`), passed to `build` with `ref`.
         A conflict or a dropped connection is retried (bounded, with jitter); a refusal is not."""
         try:
             with open_work_repo(self.work_dir) as repo, \
-                    contextlib.closing(RefWire(self.remote, repo)) as wire:
+                    contextlib.closing(RefWire(self.remote, repo, self.options.limits)) as wire:
                 read = not trust_local
                 tip, refs = local_ref_sha(repo, local_ref), {}
                 last = ""
                 for attempt in range(self.options.attempts):
                     try:
                         if read:
-                            refs = wire.fetch([ref, *also])
+                            refs = wire.fetch([ref])
+                            if statuses:
+                                refs |= self._status_tips(wire)
                             tip = refs.get(ref)
                             set_local_ref(repo, local_ref, tip)
                         new = build(repo, tip, refs)
@@ -318,6 +326,15 @@ class WriteBack:
         except Exception as exc:  # write-back must never break a sync
             self._failed(what, context, exc, quiet=quiet)
             return None
+
+    def _status_tips(self, wire: RefWire) -> dict[bytes, bytes]:
+        """The status refs a fleet reader would read (agents' names, at most max_status_refs), with their
+        objects, but for those whose objects go over a status's bounds (left out of the view)."""
+        prefix, limit = self.status_prefix, self.options.max_status_refs
+        got = wire.read_tips(prefix, lambda listed: choose_refs(listed, prefix, limit)[0])
+        for ref, why in got.refused.items():
+            logger.debug("write-back: {} left out of the status branch: {}", ref.decode(), why)
+        return {ref: sha for ref, sha in got.tips.items() if ref not in got.refused}
 
     def _failed(self, what: str, context: str, exc: Exception, *, quiet: bool = False) -> None:
         if isinstance(exc, SourceError):
@@ -408,11 +425,12 @@ class WriteBack:
         mirror_fleet(repo, self.status_prefix, fleet)
         new_agents = _copy_tree(agents)
         headlines = []
+        read: dict[bytes, tuple[bytes, dict[str, Any] | None] | None] = {}  # by tip: a flood shares one
         for ref, sha in sorted(fleet.items()):
             slug = ref[len(self.status_prefix):]
             if b"/" in slug:
                 continue
-            held = status_of(store, sha)
+            held = read[sha] if sha in read else read.setdefault(sha, status_of(store, sha))
             if held is None:
                 continue
             blob, doc = held

@@ -4,28 +4,37 @@ pushes of single refs through the git transport."""
 from __future__ import annotations
 
 import re
+import shutil
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dulwich.errors import HangupException
 from dulwich.file import FileLocked
 from dulwich.gc import maybe_auto_gc
+from dulwich.object_store import ObjectStoreGraphWalker
 from dulwich.protocol import PEELED_TAG_SUFFIX, ZERO_SHA
 from dulwich.repo import Repo
 
 from gitsync.log import logger
+from gitsync.source.mirror import DEFAULT_LIMITS
+from gitsync.source.packgate import LimitExceeded, ObjectLimits, fetch_bounded
+from gitsync.source.sizes import object_size
 from gitsync.source.transport import Remote, SourceError
+from gitsync.writeback.statusfile import MAX_STATUS_BYTES
 from gitsync.writeback.wire import STATUS_FILE, load_status
-
-if TYPE_CHECKING:
-    pass
-
 
 # The work repo's refs: what it last saw of each remote ref. Under refs/heads/, because a fetch
 # offers the local heads as what it has: the server then sends only objects the repo lacks.
 LOCAL_FLEET_PREFIX = b"refs/heads/fleet/"  # every agent's status ref
+#: Old tips offered as 'have's in one read of the status refs: those of refs that moved.
+MAX_HAVES = 32
+#: The limits of a read of status refs, per tip asked for: a status commit, its heartbeat, a tree and
+#: the status file, none larger than a status file may be (`MAX_STATUS_BYTES`).
+STATUS_LIMIT_NAMES = ("the size a status may have", "the objects a read of the status refs may bring",
+                      "the bytes a read of the status refs may bring")
 _NON_FAST_FORWARD = re.compile(r"non-fast-forward|not a fast.forward", re.IGNORECASE)
 # Words in a refusal that mean "you may not push here", as git daemon, http-backend, ssh and the OS say it.
 _DENIED = re.compile(
@@ -33,6 +42,12 @@ _DENIED = re.compile(
     r"\b40[13]\b|service not enabled|read-only|read only", re.IGNORECASE)
 
 
+
+
+def status_limits(tips: int) -> ObjectLimits:
+    """What a read of `tips` status refs may bring (see `STATUS_LIMIT_NAMES`)."""
+    return ObjectLimits(MAX_STATUS_BYTES, 16 + 8 * tips, (2 + 4 * tips) * MAX_STATUS_BYTES,
+                        STATUS_LIMIT_NAMES)
 
 
 def is_permission_denied(failure: BaseException | str) -> bool:
@@ -78,15 +93,27 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError | TimeoutError)
 
 
+@dataclass(frozen=True)
+class TipsRead:
+    """A read of the refs under one prefix (`RefWire.read_tips`): every ref the remote listed there, the
+    ones chosen, and those of the chosen whose objects went over the limits (not fetched): why."""
+
+    listed: dict[bytes, bytes]
+    tips: dict[bytes, bytes]
+    refused: dict[bytes, str]
+
+
 class RefWire:
     """The remote seen from the local work repo: read the refs of some names (fetching only the tips
-    it lacks), and move one ref by compare-and-swap."""
+    it lacks), and move one ref by compare-and-swap. Every fetch is bounded by `limits` before an
+    object is inflated (`gitsync.source.packgate`)."""
 
-    def __init__(self, remote: Remote, repo: Repo) -> None:
+    def __init__(self, remote: Remote, repo: Repo, limits: ObjectLimits = DEFAULT_LIMITS) -> None:
         self.url = remote.url
         self.remote = remote
         self.client, self.path = remote.client()
         self.repo = repo
+        self.limits = limits
 
     def close(self) -> None:
         self.client.close()
@@ -105,14 +132,74 @@ class RefWire:
             return list(dict.fromkeys(sha for ref, sha in refs.items()
                                       if _under(ref, wanted) and sha != ZERO_SHA and sha not in store))
 
-        result = self._network(lambda: self.client.fetch(self.path, self.repo, determine_wants=wants,
-                                                         ref_prefix=list(wanted)))
+        result = self._network(lambda: fetch_bounded(self.client, self.path, self.repo, wants, self.limits,
+                                                     ref_prefix=list(wanted)))
         tips = {ref: sha for ref, sha in result.refs.items()
                 if _under(ref, wanted) and sha and sha != ZERO_SHA and not ref.endswith(PEELED_TAG_SUFFIX)}
         if any(sha not in store for sha in tips.values()):
             # A local-path remote seen mid-push by another writer: the ref moved before its pack showed.
             raise RefMoved("the remote's new tip is not readable yet")
         return tips
+
+    def read_tips(self, prefix: bytes, choose: Callable[[Mapping[bytes, bytes]], Mapping[bytes, bytes]],
+                  haves: Callable[[Mapping[bytes, bytes]], Sequence[bytes]] = lambda tips: (),
+                  limits: Callable[[int], ObjectLimits] = status_limits,
+                  skip: Collection[bytes] = ()) -> TipsRead:
+        """The refs under `prefix`, the ones `choose` keeps, and the objects of their tips this repo lacks,
+        fetched in one connection, bounded by `limits` (of the number of tips fetched) before anything is
+        inflated. A fetch over the limits is split in halves, each fetched again, down to the tips that go
+        over them alone: those are refused (`TipsRead.refused`), the others fetched. `haves`: old tips to
+        offer (at most `MAX_HAVES`), so that the server sends only what is new under each; `skip`: tips not
+        to fetch (refused before: their entries say so already)."""
+        store = self.repo.object_store
+        read: dict[str, dict[bytes, bytes]] = {"listed": {}, "tips": {}}
+        walker = ObjectStoreGraphWalker([], self.repo.get_parents)
+
+        def wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+            listed = {ref: sha for ref, sha in refs.items() if ref.startswith(prefix) and sha
+                      and sha != ZERO_SHA and not ref.endswith(PEELED_TAG_SUFFIX)}
+            tips = dict(choose(listed))
+            read.update(listed=listed, tips=tips)
+            walker.heads.update(sha for sha in list(haves(tips))[:MAX_HAVES] if sha in store)
+            return list(dict.fromkeys(sha for sha in tips.values() if sha not in store and sha not in skip))
+
+        asked: list[bytes] = []
+
+        def recorded(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
+            asked[:] = wants(refs, depth)
+            return asked
+
+        refused: dict[bytes, str] = {}
+        try:
+            self._network(lambda: fetch_bounded(self.client, self.path, self.repo, recorded, limits,
+                                                graph_walker=walker, ref_prefix=[prefix]))
+        except LimitExceeded:
+            half = len(asked) // 2
+            for part in (asked[:half], asked[half:]):
+                self._isolate(part, limits, refused)
+        tips = read["tips"]
+        if any(sha not in store and sha not in refused and sha not in skip for sha in tips.values()):
+            raise RefMoved("the remote's new tip is not readable yet")  # a local-path remote mid-push
+        return TipsRead(read["listed"], tips,
+                        {ref: refused[sha] for ref, sha in tips.items() if sha in refused})
+
+    def _isolate(self, shas: Sequence[bytes], limits: Callable[[int], ObjectLimits],
+                 refused: dict[bytes, str]) -> None:
+        """Fetch `shas` (tips of refs), halving a fetch the limits refuse down to the tips refused alone."""
+        if not shas:
+            return
+        try:
+            walker = ObjectStoreGraphWalker([], self.repo.get_parents)
+            self._network(lambda: fetch_bounded(self.client, self.path, self.repo,
+                                                lambda refs, depth=None: list(shas), limits,
+                                                graph_walker=walker))
+        except LimitExceeded as exc:
+            if len(shas) == 1:
+                refused[shas[0]] = exc.reason
+                return
+            half = len(shas) // 2
+            self._isolate(shas[:half], limits, refused)
+            self._isolate(shas[half:], limits, refused)
 
     def push(self, ref: bytes, base: bytes | None, new: bytes) -> None:
         """Move the remote `ref` from `base` to `new`, or raise `RefMoved` if it is no longer at `base`."""
@@ -166,27 +253,33 @@ def local_ref_sha(repo: Repo, local_ref: bytes) -> bytes | None:
 
 
 def status_of(store: Any, commit_sha: bytes) -> tuple[bytes, dict[str, Any] | None] | None:
-    """The ``status.yaml`` blob of a status commit and its document (None when unreadable); None when
-    the commit holds no such file."""
+    """The ``status.yaml`` blob of a status commit and its document (None when unreadable, larger than
+    a status may be by its header among them: never inflated); None when the commit holds no such file."""
     tree = store[store[commit_sha].tree]
     if STATUS_FILE not in tree:
         return None
     mode, blob = tree[STATUS_FILE]
     if not stat.S_ISREG(mode):
         return None
+    if object_size(store, blob) > MAX_STATUS_BYTES:
+        return blob, None
     return blob, load_status(store[blob].data)
 
 
 def mirror_fleet(repo: Repo, prefix: bytes, tips: Mapping[bytes, bytes]) -> None:
-    """Keep a local ref per remote status ref (what the next fetch negotiates with), drop the gone ones."""
+    """Keep a local ref per remote status ref (what keeps its objects from a gc), drop the gone ones: in
+    the packed-refs file, one write when any moved, never a file per agent (a flood of status refs
+    once cost a loose ref each). Loose ones an older gitsync left are dropped first."""
+    loose = Path(repo.controldir()) / LOCAL_FLEET_PREFIX.decode()
+    if loose.is_dir():
+        shutil.rmtree(loose, ignore_errors=True)
+    held = {name: sha for name, sha in repo.refs.get_packed_refs().items()
+            if name.startswith(LOCAL_FLEET_PREFIX)}
     local = {LOCAL_FLEET_PREFIX + ref[len(prefix):]: sha for ref, sha in tips.items()}
-    held = repo.refs.as_dict(LOCAL_FLEET_PREFIX)
-    for name, sha in local.items():
-        if held.get(name[len(LOCAL_FLEET_PREFIX):]) != sha:
-            repo.refs[name] = sha
-    for name in held:
-        if LOCAL_FLEET_PREFIX + name not in local:
-            del repo.refs[LOCAL_FLEET_PREFIX + name]
+    changes: dict[bytes, bytes | None] = {name: sha for name, sha in local.items() if held.get(name) != sha}
+    changes |= {name: None for name in held if name not in local}
+    if changes:
+        repo.refs.add_packed_refs(changes)
 
 
 def tidy(repo: Repo) -> None:

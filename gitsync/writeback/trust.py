@@ -16,6 +16,7 @@ point but is the operator's choice. An entry limited by ``namespaces=`` must inc
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import re
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from dulwich.objects import Commit
 
-from gitsync.names import principal
+from gitsync.names import decode_slug, principal
 from gitsync.source.signatures import allowed_signers
 from gitsync.writeback.statusfile import Verdict
 
@@ -131,6 +132,25 @@ class StatusSigners:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def agents_of(self, group: str) -> frozenset[str] | None:
+        """The agents this file lets speak for `group`, when it names them one by one (principals
+        ``<agent>@<group>``); None when a pattern with ``*`` or ``?`` might match one it does not name."""
+        found = set()
+        suffix = f"@{group}"
+        for patterns, _key in self._keys:
+            for pattern in (p.strip() for p in patterns.split(",")):
+                if pattern.startswith("!"):
+                    continue
+                if "*" in pattern or "?" in pattern:
+                    tail = pattern.rpartition("@")[2] if "@" in pattern else "*"
+                    if "*" in tail or "?" in tail or tail == group:
+                        return None
+                elif pattern.endswith(suffix):
+                    slug = pattern[:-len(suffix)]
+                    with contextlib.suppress(UnicodeDecodeError):
+                        found.add(decode_slug(slug))
+        return frozenset(found)
 
     def verify(self, commit: Commit, agent: str, group: str | None) -> Verdict:
         """Is `commit` signed by a key allowed for `agent` in `group`? Never raises."""

@@ -127,8 +127,13 @@ def test_the_github_workflow_runs_its_steps_with_the_pinned_wheel(apisix: Apisix
 
 
 @pytest.mark.slow
-def test_a_wheel_that_is_not_the_pinned_one_is_refused(wheel: Path, venv: Path, tmp_path: Path) -> None:
-    """Another file under the same name and version (a squatter, a rebuilt wheel) never installs."""
+def test_a_wheel_that_is_not_the_pinned_one_is_refused(wheel: Path, tmp_path: Path) -> None:
+    """Another file under the same name and version (a squatter, a rebuilt wheel) never installs.
+
+    Its own venv: in the module's, an earlier test may have installed the pinned wheel already, and pip
+    checks no hash for a requirement already satisfied (a runner's machine starts without gitsync)."""
+    venv = tmp_path / "venv"
+    venv_seeing_this_environment(venv)
     repo = _scaffold(tmp_path, wheel)
     index = tmp_path / "other-index"
     index.mkdir()

@@ -18,6 +18,7 @@ from gitsync.agent.gate import (
     judge,
     time_problem,
 )
+from gitsync.writeback.fleet import FleetRead
 from gitsync.writeback.statusfile import FleetEntry, Verdict, status_from
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -147,8 +148,8 @@ def test_the_soak_runs_on_this_agents_clock_from_when_it_first_saw_the_status(tm
         def __init__(self):
             self.fleet: list[FleetEntry] = []
 
-        def read(self):
-            return self.fleet
+        def read(self, *, only=None, first=()):
+            return FleetRead(tuple(self.fleet))
 
     reader = Reader()
     gate = FleetGate(reader, "canary", 2, SOAK, HEARTBEAT)  # type: ignore[arg-type]

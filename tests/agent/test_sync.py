@@ -147,7 +147,7 @@ def test_removing_pushed_plugin_metadata_is_reported_as_removed_not_pruned(agent
     # gitsync diff on the agent's host (its state dir) tells them apart the same way.
     diff = run_gitsync("diff", "--repo", str(remote_repo.path), "--gateway", apisix.url, "--admin-key-file",
                        str(tmp_path / "admin_key"), "--state-dir", str(tmp_path / "state"))
-    assert diff.returncode == 2, diff.stderr  # the guard: every plugin_metadata item of ours goes
+    assert diff.returncode == 4, diff.stderr  # the guard would hold it: every plugin_metadata item goes
     assert "    - plugin_metadata[http-logger]\n" in diff.stdout, diff.stdout
     assert "    ! plugin_metadata[syslog]  (written out of band; pruned)" in diff.stdout, diff.stdout
     again = agent_for(allow_delete=["plugin_metadata"])  # a new process: it reads what it pushed from disk

@@ -176,3 +176,19 @@ def test_running_gateways_are_refused_what_only_the_double_can_do(tmp_path: Path
     ]:
         done = _bench(*args, timeout=60)
         assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+
+
+@pytest.mark.slow
+def test_the_hostile_remote_benchmark_runs_each_attack_and_writes_its_json(tmp_path: Path):
+    """`python -m bench.hostile` end to end, small: a 5 MB bomb in a status and in a source, 50 refs."""
+    done = subprocess.run([sys.executable, "-m", "bench.hostile", "--bomb-mb", "5", "--refs", "50",
+                           "--out", str(tmp_path)], cwd=ROOT, env=gitsync_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "hostile-latest.json").read_text())
+    by_scenario = {r["scenario"]: r for r in report["results"]}
+    assert by_scenario["status_bomb"]["limited"]["canary_read"] is True
+    assert json.loads(by_scenario["source_bomb"]["free"]["stdout"].splitlines()[-1])["ok"] is True
+    flood = by_scenario["ref_flood"]
+    assert flood["entries"] == [50, 50, 50] and len(flood["seconds"]) == 3
+    assert report["table"] in done.stdout

@@ -9,6 +9,7 @@ import resource
 import select
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from gitsync import log as gslog
 from gitsync.agent.outcomes import Trigger
+from gitsync.daemon.httpserver import Headers, LoopShare
 from gitsync.daemon.listener import Metrics, Readiness, StatusServer
 from gitsync.settings import Secret
 from testkit.agents import config_files, live_uri, repo_url
@@ -205,7 +207,8 @@ def test_a_non_ascii_signature_is_a_counted_401(strict, log, provider, header):
     reply = answer(connect(strict, post(f"/hooks/{provider}", headers)))
     assert reply.startswith(b"HTTP/1.1 401 ") and b"bad or missing signature" in reply
     assert counted(strict, provider, "unauthorized") == 1 and strict.triggers == []
-    assert log.getvalue().count("bad or missing signature; ignored") == 1
+    assert log.getvalue().count(f"webhook {provider}: 1 request(s) refused (unauthorized), the last from "
+                                "127.0.0.1: bad or missing signature") == 1
 
 
 @pytest.mark.parametrize("length", [b"-1", b"abc", b"1e3", b"+5", b"0x10", b"", b"9" * 5000])
@@ -213,7 +216,8 @@ def test_a_content_length_that_is_no_whole_number_is_400(strict, log, length):
     reply = answer(connect(strict, post("/hooks/github", {"Content-Length": length}, b"")))
     assert reply.startswith(b"HTTP/1.1 400 ") and b"Connection: close" in reply
     assert strict.triggers == []
-    assert log.getvalue().count("listener: 127.0.0.1 bad request (400): bad Content-Length") == 1
+    assert log.getvalue().count("listener: 1 malformed request(s) answered 4xx (the last from 127.0.0.1: "
+                                "400: bad Content-Length") == 1
     assert "Traceback" not in log.getvalue()
 
 
@@ -236,7 +240,8 @@ def test_a_body_cut_short_is_dropped_at_the_deadline(strict, log):
     reply = answer(sock)  # the client's 10 s timeout bounds the test; the server's deadline is 1 s
     assert reply.startswith(b"HTTP/1.1 408 ") and b"the body did not arrive within 1s" in reply
     assert counted(strict, "github", "timeout") == 1
-    assert log.getvalue().count("webhook github from 127.0.0.1: the body did not arrive") == 1
+    assert log.getvalue().count("webhook github: 1 request(s) refused (timeout), the last from 127.0.0.1: "
+                                "the body did not arrive") == 1
 
 
 def test_a_body_deadline_grows_with_the_body_and_has_a_floor():
@@ -409,7 +414,7 @@ def test_a_client_gone_mid_request_is_one_record_and_no_traceback(strict, log, c
 def test_a_malformed_request_is_a_4xx_and_one_record(strict, log, request_bytes, status):
     reply = answer(connect(strict, request_bytes))
     assert reply.split(b" ", 2)[1] == status
-    assert log.getvalue().count("listener: 127.0.0.1 ") == 1
+    assert log.getvalue().count("the last from 127.0.0.1: ") == 1
 
 
 #: Pieces of requests, whole and broken, and any bytes: what a careless or hostile client may send.
@@ -453,12 +458,13 @@ def test_any_bytes_get_answers_or_a_close_and_never_a_traceback(fuzzed, pieces):
 
 @pytest.mark.slow
 def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git_daemon, remote_repo, apisix):
-    """A real `gitsync run --ui --log-json` holding 1,100 connections that each sent a request line and
-    stalled: /healthz answers every probe (long before their 10 s header deadline), the process holds
-    fewer than 40 threads, a webhook still triggers a sync that applies a new commit (its git and
-    gateway connections get descriptors above 1,024, which select() cannot watch), the web view
-    answers; every line the agent writes stays JSON, no traceback. This process holds 1,100 sockets:
-    its soft open-files limit is raised for them; the agent raises its own."""
+    """A real `gitsync run --ui --log-json` holding 1,100 connections (from four addresses, each within
+    its share) that each sent a request line and stalled: /healthz answers every probe (long before
+    their 10 s header deadline), the process holds fewer than 40 threads, a webhook still triggers a
+    sync that applies a new commit (its git and gateway connections get descriptors above 1,024, which
+    select() cannot watch), the web view answers; every line the agent writes stays JSON, no
+    traceback. This process holds 1,100 sockets: its soft open-files limit is raised for them; the
+    agent raises its own."""
     raise_open_files(STALLED + 1024)
     remote_repo.commit(config_files(1), "v1")
     agent = spawn(repo_url(git_daemon, remote_repo), "--log-json", "--ui", gateways=[apisix.url])
@@ -466,8 +472,9 @@ def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git
     assert agent.proc is not None
     socks = []
     started = time.monotonic()
-    for _ in range(STALLED):
-        sock = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+    for n in range(STALLED):
+        sock = socket.create_connection(("127.0.0.1", agent.port), timeout=10,
+                                        source_address=(f"127.0.0.{2 + n % 4}", 0))
         sock.sendall(b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         socks.append(sock)
     most = thread_count(agent.proc.pid)
@@ -514,8 +521,166 @@ def test_1100_stalled_connections_starve_neither_healthz_nor_webhooks(spawn, git
 
 @pytest.mark.slow
 def test_the_listener_benchmark_runs_and_writes_its_json(tmp_path):
-    """`python -m bench.listener` end to end at 0 and 20 stalled connections (figures not checked)."""
+    """`python -m bench.listener` end to end at 0 and 20 stalled connections, and a small attack (figures
+    not checked)."""
     report, printed = run_bench("bench.listener", "listener-latest.json", tmp_path, "--stalled", "0,20",
-                                "--probes", "2")
+                                "--probes", "2", "--flood", "40", "--heavy", "2", "--attack-seconds", "1")
     assert [r["stalled"] for r in report["results"]] == [0, 20] and report["table"] in printed
     assert all(len(r["samples"]) == 2 and r["threads"] > 0 and r["rss_mb"] > 0 for r in report["results"])
+    attack = report["attack"]
+    assert attack["flood_opened"] == 40 and attack["probes"] == len(attack["samples"]) > 0
+    assert set(attack["heavy_answers"]) <= {"431", "503"} and attack["log_lines"] >= 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# round three: one client cannot hold the listener (issue 42)
+
+
+def connect_from(srv: StatusServer, address: str, data: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10, source_address=(address, 0))
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+def probe_from(srv: StatusServer, address: str, path: str = "/healthz") -> bytes:
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    return answer(connect_from(srv, address, request.encode()))
+
+
+@pytest.mark.slow
+def test_one_address_holds_its_share_only_and_healthz_is_answered_beyond_the_cap(log):
+    """A cap of 64 connections: an address holds 16 at most. One client's 40 stalled connections: 16
+    held, the rest answered 503 at once; its own /healthz is answered (the probes' reserve), a probe
+    of anything else from it is not; another address is served. Four addresses fill the cap: /healthz
+    still answers from the reserve, /metrics does not."""
+    raise_open_files(1024)
+    srv = StatusServer("127.0.0.1:0", Metrics(), lambda: Readiness(True, "ok"), lambda reason: None,
+                       Secret(SECRET), header_timeout=30.0, max_connections=64).start()
+    try:
+        assert srv.server.address_share == 16
+        stall = b"POST /hooks/github HTTP/1.1\r\nHost: x\r\n"
+        socks = [connect_from(srv, "127.0.0.2", stall) for _ in range(40)]
+        wait_for(lambda: len(answered(socks)) == 24, 4, "the 24 beyond the share answered")
+        assert all(answer(sock).startswith(b"HTTP/1.1 503 ") for sock in answered(socks))
+        assert probe_from(srv, "127.0.0.2").startswith(b"HTTP/1.1 200 ")
+        assert probe_from(srv, "127.0.0.2", "/readyz").startswith(b"HTTP/1.1 503 ")
+        assert probe_from(srv, "127.0.0.1", "/readyz").startswith(b"HTTP/1.1 200 ")
+        held = [sock for sock in socks if sock.fileno() != -1]
+        held += [connect_from(srv, f"127.0.0.{n}", stall) for n in (3, 4, 5) for _ in range(16)]
+        wait_for(lambda: srv.server.open == 64, 4, "the cap reached")
+        assert probe_from(srv, "127.0.0.1").startswith(b"HTTP/1.1 200 ")
+        assert probe_from(srv, "127.0.0.1", "/metrics").startswith(b"HTTP/1.1 503 ")
+        refused = srv.metrics.registry.get_sample_value("gitsync_listener_refused_connections_total")
+        assert refused == 24 + 2
+        assert log.getvalue().count("connection(s) refused with 503") == 1
+        for sock in held:
+            sock.close()
+    finally:
+        srv.stop()
+
+
+def test_more_than_100_header_lines_are_431_before_they_are_parsed(strict, log):
+    many = {f"X-H{i}": b"v" for i in range(3700)}
+    reply = answer(connect(strict, post("/hooks/github", many)))
+    assert reply.startswith(b"HTTP/1.1 431 ") and b"more than 100 header lines" in reply
+    hundred = {f"X-H{i}": b"v" for i in range(97)} | {"Content-Length": b"%d" % len(BODY),  # and Host
+                                                        "X-Hub-Signature-256": b"sha256=" + sig().encode()}
+    assert answer(connect(strict, post("/hooks/github", hundred))).startswith(b"HTTP/1.1 202 ")
+    assert strict.metrics.registry.get_sample_value("gitsync_listener_rejected_requests_total",
+                                                    {"reason": "malformed"}) == 1
+    assert "431: more than 100 header lines" in log.getvalue()
+
+
+def test_a_body_with_many_lines_is_no_header_line(strict):
+    """Lines are counted to the blank line that ends the head: a body's own newlines are not headers."""
+    body = b"{\n" + b'"x": 1,\n' * 500 + b'"ref": "refs/heads/main"\n}'
+    headers = {"Content-Length": b"%d" % len(body), "X-Hub-Signature-256": b"sha256=" + sig(body).encode()}
+    assert answer(connect(strict, post("/hooks/github", headers, body))).startswith(b"HTTP/1.1 202 ")
+
+
+def test_strangers_failures_are_counted_and_told_once_per_interval_per_kind(strict, log):
+    for _ in range(40):
+        answer(connect(strict, post("/hooks/github", {"Content-Length": b"%d" % len(BODY),
+                                                     "X-Hub-Signature-256": b"sha256=00"})))
+        answer(connect(strict, b"DELETE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+        answer(connect(strict, b"GET / HTTP/one\r\n\r\n"))
+    text = log.getvalue()
+    assert text.count("request(s) refused (unauthorized)") == 1
+    assert text.count("with a method no endpoint takes answered 405") == 1
+    assert text.count("malformed request(s) answered 4xx") == 1
+    assert len(text.splitlines()) == 3
+    assert counted(strict, "github", "unauthorized") == 40
+    sample = strict.metrics.registry.get_sample_value
+    assert sample("gitsync_listener_rejected_requests_total", {"reason": "method"}) == 40
+    assert sample("gitsync_listener_rejected_requests_total", {"reason": "malformed"}) == 40
+
+
+def test_a_replayed_delivery_is_refused_with_409_and_triggers_nothing(strict, log):
+    body = b'{"ref": "refs/heads/main", "after": "1a2b3c"}'
+    headers = {"Content-Length": b"%d" % len(body), "X-Hub-Signature-256": b"sha256=" + sig(body).encode(),
+               "X-GitHub-Delivery": b"72d3162e-cc78-11e3-81ab-4c9367dc0958"}
+    assert answer(connect(strict, post("/hooks/github", headers, body))).startswith(b"HTTP/1.1 202 ")
+    replay = answer(connect(strict, post("/hooks/github", headers, body)))
+    assert replay.startswith(b"HTTP/1.1 409 ") and b"a replay" in replay
+    headers["X-GitHub-Delivery"] = b"another-id"  # an id is not signed; the body is
+    assert answer(connect(strict, post("/hooks/github", headers, body))).startswith(b"HTTP/1.1 409 ")
+    assert strict.triggers == [Trigger.WEBHOOK]
+    assert counted(strict, "github", "replayed") == 2 and counted(strict, "github", "accepted") == 1
+    fixed = {"Content-Length": b"%d" % len(BODY), "X-Gitsync-Signature-256": b"sha256=" + sig().encode()}
+    for _ in range(2):  # a generic delivery without an id: a CI job's fixed body, every time
+        assert answer(connect(strict, post("/hooks/generic", fixed))).startswith(b"HTTP/1.1 202 ")
+
+
+def test_headers_are_looked_up_by_name_in_any_case_the_first_of_repeated_ones():
+    headers = Headers([(b"X-A", b"1"), (b"x-a", b"2"), (b"Content-Length", b"5")]
+                      + [(b"X-%d" % i, b"v") for i in range(3700)])
+    assert headers["x-a"] == headers["X-A"] == "1" and headers.get_all("X-a") == ["1", "2"]
+    assert len(headers) == 3702 and list(headers)[:2] == ["x-a", "content-length"]
+    assert dict(headers.items())["content-length"] == "5"
+
+
+def test_an_address_past_its_share_of_the_loop_waits_and_others_do_not():
+    now = [0.0]
+    share = LoopShare(share=0.1, burst=0.25, clock=lambda: now[0])
+    assert share.wait("a") == 0.0
+    share.charge("a", 0.5)  # half a second of the loop: a quarter second over its burst
+    assert share.wait("a") == pytest.approx(2.5) and share.wait("b") == 0.0
+    now[0] = 2.5
+    assert share.wait("a") == pytest.approx(0.0)
+    now[0] = 100.0
+    assert share.wait("a") == 0.0 and share._spent == {}  # a full burst again: forgotten
+
+
+def test_the_kernel_holds_thousands_of_connections_for_the_listener_before_it_accepts_them(strict):
+    """asyncio's default accept queue is 100: 1,100 stalled connections opened while the loop was busy
+    overflowed it, and a probe's handshake then waited on the kernel for seconds (a /healthz
+    ReadTimeout under load). The listener asks for 4,096 (the kernel caps it at net.core.somaxconn)."""
+    shown = subprocess.run(["ss", "-ltnH", f"sport = :{strict.port}"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+    assert shown[0] == "LISTEN" and int(shown[2]) == min(4096, somaxconn)  # Send-Q: the backlog
+
+
+@pytest.mark.slow
+def test_a_burst_of_connections_is_accepted_in_batches_and_each_kept_until_served(log):
+    """400 connections at once, past the cap of 64 and an address's share of 16: the kernel holds them,
+    the listener accepts 100 a turn, serves 16 from each address, gives 4 of each the probes' reserve
+    (closed after 2 s without a request) and turns the others away at once, with no error of its
+    event loop; every held one is still served (its task kept) when it sends its request."""
+    raise_open_files(2048)
+    srv = StatusServer("127.0.0.1:0", Metrics(), lambda: Readiness(True, "ok"), lambda reason: None,
+                       Secret(SECRET), header_timeout=20.0, max_connections=64).start()
+    try:
+        socks = [connect_from(srv, f"127.0.0.{2 + n % 4}") for n in range(400)]
+        wait_for(lambda: len(answered(socks)) == 400 - 64, 10, "all but 64 turned away")
+        held = [sock for sock in socks if sock not in answered(socks)]
+        assert srv.server.held == {f"127.0.0.{n}": 16 for n in (2, 3, 4, 5)}
+        for sock in held:  # each held one is served when it sends its request
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert all(answer(sock).startswith(b"HTTP/1.1 200 ") for sock in held)
+        assert "Exception" not in log.getvalue() and "event loop" not in log.getvalue()
+        refused = srv.metrics.registry.get_sample_value("gitsync_listener_refused_connections_total")
+        assert refused == 400 - 64 - 4 * 4
+    finally:
+        srv.stop()

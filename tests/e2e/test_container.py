@@ -97,6 +97,30 @@ def test_compose_config_accepts_the_example(tool, extra):
     assert list(services["gitsync"]["depends_on"]) == ["apisix"]  # started after it, not after healthy
 
 
+#: How compose.yaml runs gitsync, as `podman run` flags: the container test runs the image so.
+HARDENED = ["--cap-drop=ALL", "--security-opt=no-new-privileges", "--read-only", "--tmpfs", "/tmp"]
+
+
+def test_the_compose_example_runs_gitsync_with_no_privilege_and_on_loopback_only():
+    gitsync = YAML(typ="safe").load((COMPOSE / "compose.yaml").read_text())["services"]["gitsync"]
+    assert gitsync["cap_drop"] == ["ALL"] and gitsync["read_only"] is True
+    assert gitsync["security_opt"] == ["no-new-privileges:true"] and gitsync["tmpfs"] == ["/tmp"]
+    assert gitsync["ports"] == ["127.0.0.1:9480:9480"]  # never every interface of the host
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["docker compose", "podman-compose"])
+def test_both_tools_read_the_hardening_as_written(tool):
+    gitsync = _config(tool, OPTIONAL)["services"]["gitsync"]
+    assert gitsync["cap_drop"] == ["ALL"] and gitsync["read_only"] in (True, "true")
+    assert gitsync["security_opt"] == ["no-new-privileges:true"]
+    ports = gitsync["ports"]
+    if tool == "docker compose":  # resolved into its parts
+        assert [(p["host_ip"], p["published"], p["target"]) for p in ports] == [("127.0.0.1", "9480", 9480)]
+    else:
+        assert ports == ["127.0.0.1:9480:9480"]
+
+
 def test_the_compose_network_is_the_one_allow_admin_names():
     compose = YAML(typ="safe").load((COMPOSE / "compose.yaml").read_text())
     config = YAML(typ="safe").load((COMPOSE / "apisix" / "config.yaml").read_text())
@@ -292,7 +316,7 @@ def test_the_image_built_by_the_script_runs_the_demo_and_the_daemon_with_compose
     listen = free_port()
     mounts = [arg for name in SECRETS for arg in ("-v", f"{secrets / name}:/run/secrets/{name}:ro")]
     with ApisixDouble(admin_key) as double, _container(podman, [
-            "--network=host", *flags, *mounts,
+            "--network=host", *flags, *HARDENED, *mounts,
             "-e", f"GITSYNC_REPO={repo_url(git_daemon, remote_repo)}",
             "-e", f"GITSYNC_GATEWAYS={double.url}", "-e", f"GITSYNC_LISTEN=127.0.0.1:{listen}",
             "-e", "GITSYNC_INTERVAL=2s", "-e", "GITSYNC_AGENT_NAME=compose-test",

@@ -49,7 +49,7 @@ def github() -> Iterator[ForgeDouble]:
 
 def forge_flags(github: ForgeDouble, token: Path) -> list[str]:
     """GitHub Enterprise at the double's address: the API at <forge_url>/api/v3."""
-    return ["--forge", "github", "--forge-url", github.url, "--forge-project", PROJECT,
+    return ["--forge", "github", "--forge-url", github.url, "--forge-allow-http", "--forge-project", PROJECT,
             "--forge-token-file", str(token)]
 
 
@@ -102,6 +102,9 @@ def test_four_outcomes_show_on_the_commit_and_are_notified(spawn, git_daemon, re
 
         assert [d.verified for d in receiver.deliveries] == [True] * len(receiver.deliveries)
         assert receiver.events() == ["applied", "refused", "rolled_back", "held_by_guard"]
+        assert [d.json["subject"] for d in receiver.deliveries] == [  # every event names its commit's subject
+            "orders to a live upstream", "a route whose uri is a number",
+            "orders to an upstream that is down", "drop every route"]
         refused = receiver.deliveries[1].json
         assert (refused["commit"], refused["stage"], refused["agent"]) == (broken, "validate", "edge-1")
         assert refused["text"].startswith("❌ gitsync edge-1: refused ")

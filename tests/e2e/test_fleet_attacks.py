@@ -9,6 +9,8 @@ or grows past it; a status that cannot be read is shown as that agent's and coun
 
 from __future__ import annotations
 
+import json
+import re
 import resource
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
@@ -152,8 +155,10 @@ def test_a_forged_go_ahead_never_opens_a_signed_gate(spawn, git_daemon, remote_r
             before = main.log().count(judged)
             wait_for(lambda n=before: main.log().count(judged) > n, 10, "the forged go-ahead judged")
         assert nodes(main_gw) is None  # the first commit waits for a canary that never signed
-        assert "canary-0 (unverified: not signed)" in main.log()
-        assert main.metric("gitsync_fleet_status", agent="canary-0", state="unverified") == 1
+        # status_signers names no agent of group canary: the gate reads no status ref at all
+        assert "waiting for group canary: no agent of it has written a readable status" in main.log()
+        assert not any(main.metric("gitsync_fleet_status", agent="canary-0", state=state)
+                       for state in ("counted", "unverified", "unreadable"))
         assert "Traceback" not in main.log()
 
 
@@ -267,3 +272,151 @@ def test_the_issues_readers_stay_under_the_limit_of_a_real_bomb(tmp_path, git_da
     assert children_cpu() - began < 5  # the bomb expanded costs 32 s of CPU: CPU, not wall time, under xdist
     assert table.stdout.count("unreadable status: line 1: anchors (&a0) are not allowed") == 2
     assert Path(tmp_path).exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round three (issue 42): object bombs and ref floods on the status refs, and a gate that remembers.
+
+BOMB_MB = 300  # a status.yaml of zeros: about 300 KB on the wire
+FLOOD = 2000  # status refs to one commit, past max_status_refs (1,000)
+
+
+def bomb(repo: BareRepo, name: str, blob: str) -> None:
+    """A status ref whose status.yaml is `blob`."""
+    tree = repo.git("mktree", input=f"100644 blob {blob}\tstatus.yaml\n".encode())
+    repo.git("update-ref", f"refs/gitsync/status/{name}", repo.git("commit-tree", tree, "-m", "bomb"))
+
+
+def flood(repo: BareRepo, count: int, sha: str) -> None:
+    repo.git("update-ref", "--stdin", input="".join(
+        f"create refs/gitsync/status/f{i:05d} {sha}\n" for i in range(count)).encode())
+
+
+def signing_keys(tmp_path: Path, *principals: str) -> tuple[dict[str, Path], Path]:
+    """An ed25519 key per `<agent>@<group>`, and a status_signers file naming each for its principal."""
+    keys, lines = {}, []
+    for who in principals:
+        agent = who.split("@")[0]
+        keys[agent] = tmp_path / f"key-{agent}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys[agent])], check=True)
+        lines.append(f"{who} {keys[agent].with_suffix('.pub').read_text().strip()}\n")
+    signers = tmp_path / "status_signers"
+    signers.write_text("".join(lines))
+    return keys, signers
+
+
+def peak_mb(agent) -> float:
+    """The peak resident memory of a running agent (VmHWM), in MB."""
+    status = Path(f"/proc/{agent.proc.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+
+
+def test_a_status_bomb_and_a_ref_flood_cost_no_reader_its_memory_and_the_canary_is_still_read(
+        spawn, git_daemon, remote_repo, doubles, tmp_path):
+    """Before the agents start, an attacker with push rights to the status refs pushes a status whose
+    status.yaml is 300 MB of zeros and 2,000 status refs to one commit. Every reader runs under an
+    address-space limit of LIMIT_MB: the canary (its status branch, its web view's /fleet), the main
+    agent's gate, `gitsync status --fleet`. None crashes or prints a traceback; the bomb is an
+    unreadable entry that names the object and the bound, never inflated; the flood past
+    max_status_refs is named once and ignored; the gate, whose status_signers names its group's agents,
+    reads the real canary and lets v0 through after the soak."""
+    url = repo_url(git_daemon, remote_repo)
+    canary_gw, main_gw = doubles
+    keys, signers = signing_keys(tmp_path, "canary-0@canary", "main-0@main")
+    limited = {"env": LIMITED_ENV, "preexec": memory_limit(LIMIT_MB)}
+    # Each push lists every ref of the remote (receive-pack has no filter): with the flood a write-back
+    # takes seconds on a loaded machine, so the heartbeat is not every second here.
+    common = ["--writeback", "on", "--status-heartbeat", "5s", "--soak", f"{SOAK:g}s",
+              "--status-signers", str(signers)]
+    with upstream() as good:
+        v0 = remote_repo.commit(config(good), "v0")
+        bomb(remote_repo, "bomb", remote_repo.zeros(BOMB_MB))
+        flood(remote_repo, FLOOD, forge(remote_repo, "f-seed", go_ahead("f-seed", v0)))
+        canary = spawn(url, *common, "--group", "canary", "--agent-name", "canary-0", "--ui",
+                       "--signing-key-file", str(keys["canary-0"]), "--proxy-url", canary_gw.proxy_url,
+                       gateways=[canary_gw.url], name="canary", **limited)
+        main = spawn(url, *common, "--group", "main", "--after-group", "canary", "--agent-name", "main-0",
+                     "--signing-key-file", str(keys["main-0"]), "--proxy-url", main_gw.proxy_url,
+                     gateways=[main_gw.url], name="main", **limited)
+        wait_for(lambda: nodes(canary_gw) == {good: 1}, 30, "v0 on the canary")
+        on_canary = time.monotonic()
+        wait_for(lambda: nodes(main_gw) == {good: 1}, 40, "v0 on the main agent: the real canary read")
+        assert time.monotonic() - on_canary >= SOAK - 0.5
+        assert main.metric("gitsync_fleet_status", agent="canary-0", state="counted") == 1
+
+        page = httpx.get(canary.url("/fleet"), timeout=120)  # the first read of 2,000 refs: seconds
+        assert page.status_code == 200
+        assert re.search(r"unreadable status: not fetched: object \d of \d in the pack \(a blob\) is 300\.0 "
+                         r"MiB \(314,572,800 bytes\), more than the size a status may have", page.text), \
+            page.text[:3000]
+        table = limited_gitsync("status", "--fleet", "--repo", url, "--status-signers", str(signers))
+        assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr
+        rows = {line.split()[0]: line for line in table.stdout.splitlines()[1:]}
+        assert len(rows) == 1000 and "bomb" in rows and rows["canary-0"].split()[1:3] == [v0[:7], "applied"]
+        assert "not fetched: object" in rows["bomb"]
+        assert re.search(r"fleet: status refs under refs/gitsync/status/ ignored: 1,00\d beyond "
+                         r"max_status_refs = 1,000 \(f00", table.stderr), table.stderr
+        for agent in (canary, main):
+            assert agent.proc is not None and agent.proc.poll() is None
+            assert "Traceback" not in agent.log() and "MemoryError" not in agent.log()
+            assert peak_mb(agent) < LIMIT_MB
+
+
+def test_a_gate_holds_a_commit_its_canary_failed_after_that_status_is_gone_and_after_a_restart(
+        spawn, git_daemon, remote_repo, tmp_path):
+    """Issue 42, attack 3, with real processes: two canaries, after_count = 1, signed statuses. v1 fails
+    its health check on canary-1 (rolled back) and passes on canary-2. Then canary-1 is stopped and an
+    attacker deletes its status ref: the main agent still holds v1, and after a restart too (its memory
+    is in gate.json); it says why. v2, a new commit, goes on once canary-1 is back and shows a verified
+    status again."""
+    url = repo_url(git_daemon, remote_repo)
+    keys, signers = signing_keys(tmp_path, "canary-1@canary", "canary-2@canary", "main-0@main")
+    soak = 8.0  # long enough for canary-1's failure to be written before canary-2's success has soaked
+    common = ["--writeback", "on", "--status-heartbeat", "1s", "--soak", f"{soak:g}s",
+              "--status-signers", str(signers)]
+    with forwarding_doubles(3) as (gw1, gw2, gw_main), upstream() as good, \
+            upstream(b'{"status": "ok", "v": 2}') as other:
+
+        def start(name: str, gateway: ApisixDouble, *extra: str) -> object:
+            group = name.split("-")[0]
+            follow = ["--after-group", "canary", "--after-count", "1"] if group == "main" else []
+            return spawn(url, *common, "--group", group, *follow, "--agent-name", name, "--signing-key-file",
+                         str(keys[name]), *extra, gateways=[gateway.url], name=name)
+
+        v0 = remote_repo.commit(config(good), "v0")
+        dead = f"http://127.0.0.1:{free_port()}"  # canary-1's data plane for v1: its checks fail
+        canary1 = start("canary-1", gw1, "--proxy-url", gw1.proxy_url)
+        start("canary-2", gw2, "--proxy-url", gw2.proxy_url)
+        main = start("main-0", gw_main, "--proxy-url", gw_main.proxy_url)
+        wait_for(lambda: nodes(gw_main) == {good: 1}, 40, "v0 on the main agent")
+
+        canary1.kill()  # back with a data plane that does not answer: v1's checks fail there
+        canary1.args[canary1.args.index(gw1.proxy_url)] = dead
+        canary1.start()
+        v1 = remote_repo.commit(config(other), "v1")
+        wait_for(lambda: v1 in canary1.state().get("bad", {}), 40, "v1 rolled back on canary-1")
+        wait_for(lambda: nodes(gw2) == {other: 1}, 40, "v1 on canary-2")
+        wait_for(lambda: f"gate: canary-1 of group canary failed {v1[:7]}" in main.log(), 30,
+                 "the gate to see canary-1's failure")
+
+        canary1.kill()
+        remote_repo.git("update-ref", "-d", "refs/gitsync/status/canary-1")  # the failure, erased
+        time.sleep(soak + 2)
+        assert nodes(gw_main) == {good: 1}  # still v0: the failure is remembered
+        main.kill()
+        before = len(main.log())
+        main.start()
+        wait_for(lambda: f"{v1[:7]} failed on canary agent(s) canary-1: held back until a new commit"
+                 in main.log()[before:], 20, "the held commit after a restart")
+        assert json.loads((main.state_dir / "gate.json").read_text())["failed"] == {v1: ["canary-1"]}
+        time.sleep(soak + 1)
+        assert nodes(gw_main) == {good: 1}
+
+        v2 = remote_repo.commit(config(good), "v2: v0's tree again, a new commit")
+        wait_for(lambda: nodes(gw2) == {good: 1} and "canary-1 (its status ref is gone)" in main.log(), 40,
+                 "v2 on canary-2, held by canary-1's missing status")
+        assert main.state().get("last_good") == v0
+        canary1.args[canary1.args.index(dead)] = gw1.proxy_url
+        canary1.start()
+        wait_for(lambda: main.state().get("last_good") == v2, 60, "v2 on the main agent")
+        assert "Traceback" not in main.log() and v1 not in (main.state().get("last_good"), None)

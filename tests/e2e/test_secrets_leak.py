@@ -251,8 +251,9 @@ def test_sync_once_success_and_failures_leak_nothing(leaky: Leaky):
     leaky.gateway.strict = True  # the gateway quotes bob's password in its 400
     echoed = leaky.commit(routes(), "refused by the gateway", bob="rotated")
     refused = leaky.run(*sync, "--log-json", expect=1)
-    assert ('consumers.yaml:6:5: consumers[bob]: invalid configuration: property "password" validation '
-            'failed: failed to match pattern "^[^/]*$" with "***"') in refused.stderr.splitlines()
+    assert (f'gitsync sync: failed at push ({echoed[:12]}): consumers.yaml:6:5: consumers[bob]: invalid '
+            'configuration: property "password" validation failed: failed to match pattern "^[^/]*$" with '
+            '"***"') in refused.stderr.splitlines()
     leaky.gateway.strict = False
 
     leaky.gateway.out_of_band("consumers", [*leaky.gateway.config()["consumers"], mallory()])

@@ -5,6 +5,7 @@ health checks). Each source is its own transaction."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -12,9 +13,13 @@ import pytest
 from ruamel.yaml import YAML
 
 from gitsync.testing.apisix import ApisixDouble
-from testkit.agents import ADMIN_KEY, CHECKS, sources_toml, upstream
+from testkit.agents import ADMIN_KEY, CHECKS, memory_limit, sources_toml, upstream
 from testkit.gitservers import BareRepo, GitDaemon, git
 from testkit.processes import free_port, run_gitsync, wait_for
+
+#: The address space of an agent under attack (as tests/e2e/test_fleet_attacks.py gives its agents).
+LIMIT_MB = 100
+LIMITED_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 PLATFORM_UPSTREAM = ("upstreams:\n  - id: platform-web\n    type: roundrobin\n    nodes:\n"
                      "      \"{node}\": 1\n")
@@ -318,3 +323,43 @@ owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
         found = agent.get("/items?q=payments-internal", bearer=bearer)
         assert found.status_code == 200 and "payments-pay" not in found.text
         assert "payments-pay" in agent.get("/items?q=payments-pay", bearer=bearer).text
+
+
+@pytest.mark.slow
+def test_a_teams_commit_with_a_300_mb_file_is_refused_alone_and_costs_the_agent_nothing(
+        spawn, git_daemon: GitDaemon, remotes_root: Path, tmp_path: Path) -> None:
+    """Issue 42, attack 1 on a source: team A's first commit holds a 300 MB file of zeros beside its
+    config (about 300 KB on the wire). A fresh agent, under an address-space limit of 100 MB, refuses
+    that commit alone at verify (the object named, and the setting), never inflating it; team B's
+    commit goes live all the same; A's next commit, without the file, goes live too."""
+    a, b = (BareRepo.create(remotes_root / f"{tmp_path.name}-{name}.git") for name in ("a", "b"))
+    with ApisixDouble(ADMIN_KEY) as double, upstream() as node:
+        own = {"routes/orders.yaml": team_b(node)["conf/routes.yaml"].replace("b-orders", "a-orders")}
+        a.commit(own, "a v1")
+        blob = a.zeros(300)
+        tree = a.git("mktree", input=f"100644 blob {blob}\tzeros.bin\n040000 tree "
+                                     f"{a.git('rev-parse', 'main^{tree}:routes')}\troutes\n".encode())
+        a_bomb = a.git("commit-tree", tree, "-p", "main", "-m", "a: the routes, and a large file")
+        a.git("update-ref", "refs/heads/main", a_bomb)
+        b_first = b.commit(team_b(node), "b v1")
+        config = tmp_path / "gitsync.toml"
+        config.write_text("".join(
+            f'[[sources]]\nname = "{name}"\nrepo = "{git_daemon.url(repo.path.name)}"\n'
+            f'owns = [{{ kinds = ["routes", "services", "upstreams"], prefix = "{name}-" }}]\n\n'
+            for name, repo in (("a", a), ("b", b))))
+        agent = spawn(None, "--config", str(config), gateways=[double.url], env=LIMITED_ENV,
+                      preexec=memory_limit(LIMIT_MB))
+        wait_for(lambda: set(live(double, "routes")) == {"b-orders"}, 30, "b live, a refused")
+        sources = wait_for(lambda: (s := agent.state().get("sources", {})) and a_bomb in s["a"]["bad"] and s,
+                           10, "a's commit refused")
+        assert sources["b"]["last_good"] == b_first and sources["a"]["last_good"] is None
+        why = sources["a"]["bad"][a_bomb]
+        assert why.startswith("verify: git://") and re.search(
+            r"object \d of \d in the pack \(a blob\) is 300\.0 MiB \(314,572,800 bytes\), more than "
+            r"max_object_size = 32\.0 MiB", why), why
+        a_next = a.commit({"zeros.bin": None}, "a: without the large file")
+        wait_for(lambda: set(live(double, "routes")) == {"a-orders", "b-orders"}, 30, "a's next commit live")
+        wait_for(lambda: agent.state()["sources"]["a"]["last_good"] == a_next, 10, "a's next commit recorded")
+        log = agent.log()
+        assert "Traceback" not in log and "MemoryError" not in log
+        assert agent.proc is not None and agent.proc.poll() is None

@@ -72,9 +72,8 @@ def test_a_login_form_of_a_5000_digit_length_is_400_and_guessing_stays_limited(v
     too_long = b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\ntoken=x"
     answers = [raw(agent, too_long).split(b" ", 2)[1] for _ in range(MAX_FAILURES + 1)]
     assert answers[:MAX_FAILURES] == [b"413"] * MAX_FAILURES  # each counted as a failed login
-    assert answers[-1] == b"429"  # the guessing limit: the next one is not even read
-    blocked = login(agent)  # the right token too, from this address, until the window passes
-    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
+    assert answers[-1] == b"429"  # the limit: the next one is not even read
+    assert login(agent).status_code == 303  # the right token from the same address: not locked out
     assert agent.get("/healthz").status_code == 200
     no_traceback(agent)
 

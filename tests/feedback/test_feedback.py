@@ -23,6 +23,7 @@ from gitsync.feedback import statuses
 from gitsync.feedback.dispatch import DeliveryError, Dispatcher, Job, RetryableDelivery
 from gitsync.feedback.events import EventKind, Reachability, outcome_events
 from gitsync.feedback.notify import Notifier
+from gitsync.log import register_secret
 from gitsync.push.results import CheckResult, ChecksVerdict, GatewayResult, SyncStatus
 from gitsync.settings import Secret, load
 from gitsync.writeback.statusfile import (
@@ -281,6 +282,30 @@ def test_the_agent_tells_its_observer_each_new_commit_and_each_outcome(tmp_path,
     assert observer.heard == [("started", good), ("ended", "applied", good, "False"),
                               ("ended", "noop", good, "False"),
                               ("started", bad), ("ended", "failed", bad, "True"), ("close",)]
+
+
+def test_a_refused_commits_event_carries_its_subject_and_every_field_is_redacted(tmp_path, apisix,
+                                                                                remote_repo):
+    """A commit refused at render: its outcome, so its notification, names its subject; a secret in any
+    field of the notification (the subject, an extra) is masked, not only in `text`."""
+    secret = "hunter2-secret-token-9f3a"
+    register_secret(secret)
+    remote_repo.commit({"apisix.yaml": ROUTE.format(uri="/a")}, "routes")
+    (tmp_path / "admin_key").write_text("test-admin-key")
+    settings = load({"repo": str(remote_repo.path), "gateways": [apisix.url], "writeback": "off",
+                     "admin_key_file": str(tmp_path / "admin_key"), "state_dir": str(tmp_path / "state")},
+                    config="/dev/null", env={})
+    agent = Agent(settings)
+    agent.sync_once()
+    bad = remote_repo.commit({"apisix.yaml": ROUTE.format(uri="42")}, f"rotate {secret} and break a uri")
+    outcome = agent.sync_once()
+    agent.close()
+    assert outcome.commit == bad and outcome.subject == f"rotate {secret} and break a uri"
+    [event] = outcome_events(outcome, {bad: "render"}, "eu-1", "eu")
+    event = replace(event, extra={"note": f"token {secret}"})
+    body = json.dumps(event.to_json("2030-01-01T00:00:00Z"), ensure_ascii=False)
+    assert secret not in body and body.count("***") >= 3
+    assert json.loads(body)["subject"] == "rotate *** and break a uri"
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -180,11 +180,14 @@ def test_the_forge_is_told_from_the_repo_url_or_set() -> None:
                                         config="/dev/null"))
     assert github is not None and (github.kind, github.api_url, github.project) == (
         "github", "https://api.github.com", "octo/config")
-    ghes = address_from_settings(load(env=env | {"GITSYNC_REPO": "https://github.corp.example/o/r.git"},
+    ghes = address_from_settings(load(env=env | {"GITSYNC_REPO": "https://github.corp.example/o/r.git",
+                                                 "GITSYNC_FORGE_URL": "https://github.corp.example"},
                                       config="/dev/null"))
     assert ghes is not None and ghes.api_url == "https://github.corp.example/api/v3"
     gitlab = address_from_settings(load(env=env | {"GITSYNC_REPO": "https://git.example.com/g/p.git",
-                                                   "GITSYNC_FORGE": "gitlab"}, config="/dev/null"))
+                                                   "GITSYNC_FORGE": "gitlab",
+                                                   "GITSYNC_FORGE_URL": "https://git.example.com"},
+                                        config="/dev/null"))
     assert gitlab is not None and gitlab.api_url == "https://git.example.com/api/v4"
     with pytest.raises(SettingsError, match=r"forge: cannot tell the forge from the repo URL's host git\.ex"):
         address_from_settings(load(env=env | {"GITSYNC_REPO": "https://git.example.com/g/p.git"},
@@ -194,6 +197,33 @@ def test_the_forge_is_told_from_the_repo_url_or_set() -> None:
                                               "GITSYNC_FORGE": "github"}, config="/dev/null"))
     no_token = load(env={"GITSYNC_REPO": "git@github.com:o/r.git"}, config="/dev/null")
     assert address_from_settings(no_token) is None
+
+
+def test_the_forge_token_goes_only_to_a_named_or_well_known_api_host_and_never_over_plain_http() -> None:
+    env = {"GITSYNC_FORGE_TOKEN": FORGE_TOKEN}
+    for repo, api in (("git@github.com:o/r.git", "https://api.github.com"),
+                      ("https://gitlab.com/g/p.git", "https://gitlab.com/api/v4"),
+                      ("git@bitbucket.org:w/s.git", "https://api.bitbucket.org/2.0"),
+                      ("https://codeberg.org/o/r.git", "https://codeberg.org/api/v1")):
+        address = address_from_settings(load(env=env | {"GITSYNC_REPO": repo}, config="/dev/null"))
+        assert address is not None and address.api_url == api, repo
+    # the host of the repo URL alone (a mirror, a look-alike such as github.attacker.example) is no forge
+    for repo in ("https://github.attacker.example/o/r.git", "https://gitea.internal/o/r.git"):
+        with pytest.raises(SettingsError, match=r"forge_url: the forge token would go to https://\S+, a host "
+                                                 r"taken from the repo URL: set forge_url"):
+            address_from_settings(load(env=env | {"GITSYNC_REPO": repo}, config="/dev/null"))
+    named = address_from_settings(load(env=env | {"GITSYNC_REPO": "https://gitea.internal/o/r.git",
+                                                  "GITSYNC_FORGE_API_URL": "https://gitea.internal/api/v1"},
+                                       config="/dev/null"))
+    assert named is not None and named.api_url == "https://gitea.internal/api/v1"
+    with pytest.raises(SettingsError, match=r"GITSYNC_FORGE_URL: forge_url is http://, so the forge token "
+                                             r"would cross the network in clear"):
+        load(env=env | {"GITSYNC_REPO": "https://gitea.internal/o/r.git",
+                        "GITSYNC_FORGE_URL": "http://gitea.internal"}, config="/dev/null")
+    allowed = load(env=env | {"GITSYNC_REPO": "https://gitea.internal/o/r.git",
+                              "GITSYNC_FORGE_ALLOW_HTTP": "true", "GITSYNC_FORGE_URL": "http://127.0.0.1:3000"},
+                   config="/dev/null")
+    assert address_from_settings(allowed).api_url == "http://127.0.0.1:3000/api/v1"
 
 
 def test_the_vendored_descriptions_name_their_sources() -> None:

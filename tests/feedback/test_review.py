@@ -1,13 +1,15 @@
-"""The pull-request flow of the CI files ``gitsync init`` writes: each step they run is a plain gitsync
-command (no shell), run here as the CI would, in its environment, against the APISIX double and the
-forge's contract double: problems annotated on their line and linked to it in the report, the diff in
-the job summary, one sticky comment (a merge request note on GitLab) created, then updated."""
+"""The pull-request flow of the CI files ``gitsync init`` writes: each step they run (gitsync commands,
+the diff's behind a check that its secrets are set) run here as the CI would, in its environment, with
+the secrets only where a step names them, against the APISIX double and the forge's contract double:
+problems annotated on their line and linked to it in the report, the diff in the job summary, one
+sticky comment (a merge request note on GitLab) created, then updated."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +18,15 @@ from ruamel.yaml import YAML
 
 from gitsync.feedback.review import MARKER, Report, pull_request_from_env
 from gitsync.testing.apisix import ApisixDouble
+from testkit import ci
+from testkit.ci import Step
 from testkit.forges import FORGE_TOKEN, PROJECT, ForgeDouble
-from testkit.processes import run_gitsync
+from testkit.processes import gitsync_env, run_gitsync
 
 ADMIN_KEY = "test-admin-key"
 HEAD = "5d41402abc4b2a76b9719d911017c592" + "00000000"
 BROKEN_ROUTE = "routes:\n  - id: api-orders\n    uri: 42\n    upstream_id: web\n"
 GOOD_ROUTE = "routes:\n  - id: api-orders\n    uri: /orders\n    upstream_id: web\n"
-SHELL = ("||", "&&", ";", "|", "$(", "`", ">", "<")
 
 
 def scaffold(tmp_path: Path) -> Path:
@@ -32,34 +35,36 @@ def scaffold(tmp_path: Path) -> Path:
     return repo
 
 
-def plain_command(line: str) -> list[str]:
-    """A CI step's command as argv, asserting it is one plain gitsync command."""
-    assert not any(token in line for token in SHELL), f"shell in a CI step: {line}"
-    argv = shlex.split(line)
-    assert argv[0] == "gitsync", line
-    return argv[1:]
+def this_gitsync(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """`env` for a CI step's shell in which `gitsync` is this tree's (the install step's, on a runner)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "gitsync"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gitsync "$@"\n')
+    shim.chmod(0o755)
+    full = gitsync_env(env)
+    return full | {"PATH": f"{bin_dir}{os.pathsep}{full['PATH']}"}
 
 
-def github_steps(repo: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    workflow = YAML(typ="safe").load((repo / ".github/workflows/gitsync.yml").read_text())
-    job = workflow["jobs"]["gitsync"]
-    steps = [s for s in job["steps"] if "run" in s and not s["run"].startswith("pip ")]
-    return job["env"], steps
+def github_steps(repo: Path, secrets: dict[str, str]) -> list[Step]:
+    """The workflow's gitsync steps on a pull request (the install step is the shim's)."""
+    steps = ci.github_steps(repo / ".github/workflows/gitsync.yml", "gitsync", "pull_request", secrets)
+    return [step for step in steps if step.name != "install gitsync"]
 
 
-def run_github_steps(repo: Path, env: dict[str, str]) -> list[tuple[str, int, str]]:
+def run_github_steps(repo: Path, secrets: dict[str, str], env: dict[str, str]) -> list[tuple[str, int, str]]:
     """Each gitsync step as GitHub runs it on a pull request: in order, a step after a failed one only
-    when its condition says always(); the secrets from `env`. (name, exit status, stdout)."""
-    _, steps = github_steps(repo)
+    when its condition says always(); the secrets only where a step's env names them. (name, exit
+    status, output)."""
+    workflow = YAML(typ="safe").load((repo / ".github/workflows/gitsync.yml").read_text())
+    always = {step.get("name") for step in workflow["jobs"]["gitsync"]["steps"]
+              if "always()" in str(step.get("if", ""))}
     ran, failed = [], False
-    for step in steps:
-        condition = step.get("if", "")
-        if failed and "always()" not in condition:
+    for step in github_steps(repo, secrets):
+        if failed and step.name not in always:
             continue
-        step_env = {k: v.replace("${{ secrets.GITHUB_TOKEN }}", FORGE_TOKEN)
-                    for k, v in step.get("env", {}).items()}
-        result = run_gitsync(*plain_command(step["run"]), env=env | step_env, cwd=repo)
-        ran.append((step["name"], result.returncode, result.stdout + result.stderr))
+        result = ci.run_shell(step.script, repo, this_gitsync(repo.parent, env | step.env))
+        ran.append((step.name, result.returncode, result.stdout + result.stderr))
         failed = failed or result.returncode != 0
     return ran
 
@@ -67,9 +72,12 @@ def run_github_steps(repo: Path, env: dict[str, str]) -> list[tuple[str, int, st
 @pytest.mark.slow
 def test_the_github_workflow_annotates_summarises_and_keeps_one_comment(tmp_path: Path, apisix: ApisixDouble):
     repo = scaffold(tmp_path)
-    job_env, steps = github_steps(repo)
-    assert [s["name"] for s in steps] == ["gitsync validate", "gitsync diff", "gitsync review comment"]
-    assert set(job_env) == {"GITSYNC_GATEWAYS", "GITSYNC_ADMIN_KEY"}
+    secrets = {"GITSYNC_GATEWAYS": apisix.url, "GITSYNC_ADMIN_KEY": ADMIN_KEY, "GITHUB_TOKEN": FORGE_TOKEN}
+    steps = github_steps(repo, secrets)
+    assert [s.name for s in steps] == ["gitsync validate", "gitsync diff", "gitsync review comment"]
+    assert {name for s in steps for name in s.env} == {"GITSYNC_GATEWAYS", "GITSYNC_ADMIN_KEY",
+                                                       "GITSYNC_FORGE_TOKEN"}
+    assert set(steps[1].env) == {"GITSYNC_GATEWAYS", "GITSYNC_ADMIN_KEY"}  # the admin key: diff's alone
     (repo / "routes/api.yaml").write_text(BROKEN_ROUTE)
     event = tmp_path / "event.json"
     event.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}}}))
@@ -79,13 +87,12 @@ def test_the_github_workflow_annotates_summarises_and_keeps_one_comment(tmp_path
         env = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event),
                "GITHUB_REF": "refs/pull/7/merge", "GITHUB_SHA": "f" * 40, "GITHUB_REPOSITORY": PROJECT,
                "GITHUB_SERVER_URL": github.url, "GITHUB_API_URL": github.api_url,
-               "GITHUB_STEP_SUMMARY": str(summary), "GITSYNC_GATEWAYS": apisix.url,
-               "GITSYNC_ADMIN_KEY": ADMIN_KEY}
+               "GITHUB_STEP_SUMMARY": str(summary)}
 
         # A broken commit: validate fails, diff does not run, the comment says why, at the line.
-        ran = run_github_steps(repo, env)
+        ran = run_github_steps(repo, secrets, env)
         assert [(name, status) for name, status, _ in ran] == [("gitsync validate", 1),
-                                                               ("gitsync review comment", 0)]
+                                                               ("gitsync review comment", 0)], ran
         anchor = "diff-" + hashlib.sha256(b"routes/api.yaml").hexdigest() + "R3"
         assert "::error file=routes/api.yaml,line=3,col=5,title=gitsync validate::routes[api-orders].uri:" \
             in ran[0][2]
@@ -99,7 +106,7 @@ def test_the_github_workflow_annotates_summarises_and_keeps_one_comment(tmp_path
         # Fixed: validate passes, diff shows the changes, the same comment is updated.
         (repo / "routes/api.yaml").unlink()
         (repo / "routes/orders.yaml").write_text(GOOD_ROUTE.replace("api-orders", "orders"))
-        ran = run_github_steps(repo, env)
+        ran = run_github_steps(repo, secrets, env)
         assert [(name, status) for name, status, _ in ran] == [("gitsync validate", 0), ("gitsync diff", 0),
                                                                ("gitsync review comment", 0)]
         assert "+     routes[orders]" in summary.read_text()
@@ -124,8 +131,8 @@ def test_the_gitlab_pipeline_keeps_one_merge_request_note(tmp_path: Path, apisix
                "GITSYNC_FORGE_TOKEN": FORGE_TOKEN}
 
         def run(job: dict[str, Any]) -> int:
-            [line] = job["script"]
-            return run_gitsync(*plain_command(line), env=env, cwd=repo).returncode
+            script = "set -e\n" + "\n".join(job["script"]) + "\n"  # before_script installs: the shim's
+            return ci.run_shell(script, repo, this_gitsync(tmp_path, env)).returncode
 
         assert [run(job) for job in (jobs[0], jobs[2])] == [1, 0]  # diff's stage is skipped after a failure
         note = next(c for c in gitlab.comments[3] if MARKER in c["body"])

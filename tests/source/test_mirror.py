@@ -1126,3 +1126,46 @@ def test_read_warns_about_links_and_submodules_that_may_hold_config(remote_repo,
     then = "nothing in it is applied (its items are pruned from the gateways)"
     assert warnings == [f"skipped conf: {link}; {then}", f"skipped linked.yaml: {link}; {then}",
                         f"skipped vendor: a submodule; {then}"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# object bombs (issue 42): a commit whose objects go over the limits is refused at verify
+
+
+@pytest.mark.parametrize("kind", ["git", "local"])
+def test_a_commit_with_an_object_over_the_limit_is_refused_and_the_next_fetches_its_tip_alone(
+        kind, tmp_path, remote_repo, git_daemon, logs):
+    """The history holds a 64 MB file of zeros (a few KB on the wire): the commit that adds it is refused
+    at verify, naming the object and the setting; the commit that removes it is fetched alone (its
+    history cannot be) and read; with allow_rewrite = false, where a tip fetched alone cannot be told
+    from a rewrite, it is refused too."""
+    url = git_daemon.url(remote_repo.path.name) if kind == "git" else str(remote_repo.path)
+    limits = mirror.ObjectLimits(1 << 20, 10_000, 1 << 30)
+    first = remote_repo.commit({"conf/a.yaml": "routes: []\n"}, "config")
+    source = make_source(url, state_dir=tmp_path / "s", limits=limits)
+    assert source.fetch() == first
+    blob = remote_repo.zeros(64)
+    bomb = remote_repo.git("commit-tree", remote_repo.git(
+        "mktree", input=f"100644 blob {blob}\tzeros.bin\n040000 tree "
+                        f"{remote_repo.git('rev-parse', 'main^{tree}:conf')}\tconf\n".encode()),
+        "-p", first, "-m", "a large file")
+    remote_repo.git("update-ref", "refs/heads/main", bomb)
+    with pytest.raises(SourceError) as refused:
+        source.fetch()
+    assert refused.value.stage == "verify" and not refused.value.transient
+    assert "64.0 MiB (67,108,864 bytes), more than max_object_size = 1.0 MiB" in refused.value.reason
+    assert refused.value.reason.startswith(f"{source.url}: refs/heads/main at {bomb[:12]}: ")
+    assert source.local_sha() == first  # the mirror is as it was
+    after = remote_repo.commit({"zeros.bin": None, "conf/a.yaml": "routes: [{id: r1, uri: /a}]\n"}, "fixed")
+    strict = make_source(url, state_dir=tmp_path / "strict", limits=limits, allow_rewrite=False)
+    with pytest.raises(SourceError, match="more than max_object_size"):
+        strict.fetch()
+    assert source.fetch() == after
+    assert "fetching the tip alone" in logs.getvalue() and "rewritten" not in logs.getvalue()
+    assert source.read(after).files["conf/a.yaml"] == b"routes: [{id: r1, uri: /a}]\n"
+
+
+def test_the_source_takes_its_limits_from_the_settings(tmp_path):
+    source = Source.from_settings(Settings(repo=str(tmp_path), state_dir=tmp_path, max_object_size=9 << 20,
+                                           max_fetch_objects=77, max_fetch_size=5 << 30))
+    assert source.limits == mirror.ObjectLimits(9 << 20, 77, 5 << 30)

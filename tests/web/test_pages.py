@@ -281,17 +281,20 @@ def test_login_goes_back_only_to_this_site(target, safe):
     assert auth.local_path(target) == safe
 
 
-def test_wrong_tokens_are_counted_per_address_in_a_sliding_window():
+def test_wrong_tokens_are_counted_per_address_and_token_in_a_sliding_window():
     now = [1000.0]
     failures = auth.Failures(limit=3, window=60.0, clock=lambda: now[0])
     for _ in range(3):
-        assert failures.retry_after("10.0.0.1") == 0.0
-        failures.add("10.0.0.1")
+        assert failures.retry_after("10.0.0.1", "stale-token") == 0.0
+        failures.add("10.0.0.1", "stale-token")
         now[0] += 10
-    assert failures.retry_after("10.0.0.1") == 30.0  # the first failure leaves the window at 1060
-    assert failures.retry_after("10.0.0.2") == 0.0  # another address is not locked out
+    assert failures.retry_after("10.0.0.1", "stale-token") == 30.0  # the first leaves the window at 1060
+    assert failures.retry_after("10.0.0.2", "stale-token") == 0.0  # another address is not locked out
+    assert failures.retry_after("10.0.0.1", "the-right-token") == 0.0  # nor another token from it
+    assert failures.retry_after("10.0.0.1", None) == 0.0  # nor its unreadable login forms
+    assert b"stale-token" not in repr(failures._seen).encode()  # kept as a keyed digest
     now[0] = 1060.0
-    assert failures.retry_after("10.0.0.1") == 0.0
+    assert failures.retry_after("10.0.0.1", "stale-token") == 0.0
 
 
 def test_forge_links():

@@ -1,4 +1,5 @@
-"""Signed statuses (gitsync.writeback.trust): who may speak for which agent and group.
+"""Signed statuses (gitsync.writeback.trust): who may speak for which agent and group, and whom a signers
+file names for a group.
 
 `matches` is OpenSSH's principal pattern list (anchored at both ends, ``*``, ``?``, ``!`` refuses);
 `StatusSigners.verify` accepts a status commit only when its key is allowed *for that principal*;
@@ -192,6 +193,17 @@ def test_entries_for_other_namespaces_are_left_out(tmp_path, keys):
     assert len(signers) == 0
     assert not signers.verify(signed_by(keys["a"]), "web-1", None).verified
     assert len(StatusSigners(signers_file(tmp_path, f'web-1 namespaces="file,git" {public}'))) == 1
+
+
+def test_the_agents_a_signers_file_names_for_a_group_or_none_when_a_pattern_may_name_more(tmp_path, keys):
+    signers = StatusSigners(signers_file(tmp_path, ("canary-0@canary,main-0@main", keys["a"]),
+                                         ("eu%2F1@canary,!canary-9@canary", keys["b"]),
+                                         ("*@main", keys["b"])))
+    assert signers.agents_of("canary") == {"canary-0", "eu/1"}  # decoded as agents name themselves
+    assert signers.agents_of("main") is None  # *@main: any agent of main may speak
+    assert signers.agents_of("edge") == frozenset()  # nobody may speak for it
+    # no group: a name alone, and patterns may match x@canary too
+    assert StatusSigners(signers_file(tmp_path, ("canary-?", keys["a"]))).agents_of("canary") is None
 
 
 # ---------------------------------------------------------------------------------------------------------
