@@ -117,6 +117,11 @@ class Repo:
                 if exc.unreachable:
                     raise
                 logger.debug("{}fetching at once failed ({}): checking the remote", self.label, exc)
+                if exc.stage == "verify":  # the tip can never be fetched: its render refuses it as is
+                    with phases.timed("check"):
+                        tip = self._contact(self.source.check)
+                    run.unfetchable[self.name] = tip, exc
+                    return tip
             else:
                 run.fetched[self.name] = fetched
                 return fetched
@@ -147,6 +152,9 @@ class Repo:
         known = self.memory.rendered.get(sha)
         if known is not None:
             return known
+        unfetchable = run.unfetchable.get(self.name)
+        if unfetchable is not None and unfetchable[0] == sha:
+            raise unfetchable[1]
         if (fetch and run.fetched.get(self.name) != sha) or self.source.local_sha() is None:
             with run.phases.timed("fetch"):
                 self._contact(self.source.fetch)

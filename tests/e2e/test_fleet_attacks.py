@@ -149,11 +149,11 @@ def test_a_forged_go_ahead_never_opens_a_signed_gate(spawn, git_daemon, remote_r
                      "--after-group", "canary", "--agent-name", "main-0", "--signing-key-file", str(key),
                      "--status-signers", str(signers), "--proxy-url", main_gw.proxy_url,
                      gateways=[main_gw.url], name="main")
-        judged = "canary-0 (unverified: not signed)"
-        for _ in range(4):  # kept live, as a heartbeat would, and judged again each time (no soak)
+        judged = f"commit {v0[:7]} waits:"
+        for _ in range(4):  # kept live, as a heartbeat would, and the gate judges again each time (no soak)
             forge(remote_repo, "canary-0", go_ahead("canary-0", v0))
             before = main.log().count(judged)
-            wait_for(lambda n=before: main.log().count(judged) > n, 10, "the forged go-ahead judged")
+            wait_for(lambda n=before: main.log().count(judged) > n, 10, "the gate judging again")
         assert nodes(main_gw) is None  # the first commit waits for a canary that never signed
         # status_signers names no agent of group canary: the gate reads no status ref at all
         assert "waiting for group canary: no agent of it has written a readable status" in main.log()
