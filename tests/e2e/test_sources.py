@@ -316,7 +316,9 @@ owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
                 "    upstream_id: platform-web\n")
         pay_next = payments.commit(PAYMENTS | {"conf/more.yaml": more}, "payments v2")
         wait_for(lambda: "payments-more" in live(double, "routes"), 15, "payments' next commit live")
-        assert agent.state()["sources"]["payments"]["last_good"] == pay_next
+        # state.json is written once the sync is over, after the push
+        wait_for(lambda: agent.state()["sources"]["payments"]["last_good"] == pay_next, 10,
+                 "payments' next commit its last good")
         assert not any(ADMIN_KEY.encode() in body for body in double.put_bodies)
         # the web view's search never finds a value a source's secret_fields masks
         bearer = token.read_text()
