@@ -13,6 +13,7 @@ in the environment (containers), or from ``$CREDENTIALS_DIRECTORY/<name>``.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import socket
@@ -33,11 +34,23 @@ from gitsync.notation import (
     parse_size,
     secret_field_problem,
 )
-from gitsync.ownership import Claim, Ownership, static_overlap
+from gitsync.ownership import (
+    CODE_PLUGINS,
+    EVERY_SOURCE,
+    Claim,
+    Ownership,
+    Share,
+    Traffic,
+    static_overlap,
+    traffic_overlap,
+)
 from gitsync.urls import display_url
 
 DEFAULT_CONFIG = Path("/etc/gitsync/gitsync.toml")
 DOCKER_SECRETS = Path("/run/secrets")
+#: Where ``${{ secrets.NAME }}`` values are read from when `secrets_dir` is not set (when it exists): not
+#: a directory of gitsync's own credentials (`$CREDENTIALS_DIRECTORY`, `/run/secrets`).
+DEFAULT_SECRETS_DIR = Path("/etc/gitsync/secrets")
 
 
 class SettingsError(Exception):
@@ -207,8 +220,13 @@ class Settings:
     vars_file: Path | None = setting("render", "path", None, "A YAML or JSON mapping of values for "
                                      "`${{ vars.NAME }}`.", groups=(SOURCE,), must_exist=True)
     secrets_dir: Path | None = setting("render", "path", None, "Directory of files, one value each, for "
-                                       "`${{ secrets.NAME }}`; defaults to `$CREDENTIALS_DIRECTORY`, else "
-                                       "`/run/secrets` when present.", groups=(SOURCE,))
+                                       "`${{ secrets.NAME }}`; defaults to `/etc/gitsync/secrets` when "
+                                       "present (not `$CREDENTIALS_DIRECTORY` nor `/run/secrets`: gitsync's "
+                                       "own credentials are never readable from config, whatever directory "
+                                       "they share). With `[[sources]]`, a source reads its own subdirectory "
+                                       "`<secrets_dir>/<name>/` only, and the names its `shared_secrets` "
+                                       "lists.",
+                                       groups=(SOURCE,))
     age_key: Secret | None = setting("render", "str", None, "age identity that decrypts SOPS files (also "
                                      "`SOPS_AGE_KEY_FILE` and `SOPS_AGE_KEY`, as sops reads them).",
                                      secret=True, groups=(SOURCE,))
@@ -229,6 +247,11 @@ class Settings:
                                      choices=limits.AMBIGUOUS_SCALARS_CHOICES, groups=(SOURCE,))
     max_payload_size: int = setting("render", "size", limits.MAX_PAYLOAD_SIZE, "Largest rendered payload "
                                     "accepted (APISIX keeps its config in a 10 MiB shared dict).", minimum=1)
+    restricted_plugins: tuple[str, ...] = setting(
+        "render", "list", (), "With `[[sources]]`: plugins a source may use only when its table's `may_run` "
+        "lists them, besides those that run code on the gateway's workers (`serverless-pre-function`, "
+        "`serverless-post-function`, `ext-plugin-pre-req`, `ext-plugin-post-req`, `ext-plugin-post-resp`, a "
+        "route's `script`), on routes, services, plugin configs, global rules, consumers and groups.")
     secret_fields: tuple[str, ...] = setting(
         "render", "list", (), "Fields holding secrets besides those gitsync knows (APISIX's "
         "`encrypt_fields`, field names, shapes): `PLUGIN.PATH` (`\"my-plugin.conf.token\"`: that plugin's "
@@ -454,6 +477,18 @@ class Settings:
     verbose: int = setting("log", "int", 0, "0 info, 1 debug, 2 trace (`-v`, `-vv`).", groups=(GLOBAL,),
                            minimum=0)
     config_file: Path | None = None  # the TOML file actually read, if any
+    #: Files gitsync reads for itself (every ``*_file`` setting's of the agent and of each source, its
+    #: credentials found by name): ``${{ secrets.NAME }}`` never resolves to one of them.
+    credential_files: tuple[Path, ...] = ()
+    #: With ``[[sources]]``: the source this is the settings of (`source_settings`), and the names of the
+    #: agent's own ``${{ secrets }}`` (in `secrets_dir` itself, ``GITSYNC_SECRET_*``) it may read too.
+    source_name: str | None = None
+    shared_secrets: tuple[str, ...] = ()
+    #: Said once at start, as a warning (a setting whose default changed under an install that used it).
+    notices: tuple[str, ...] = ()
+    #: ``--source NAME`` of render/validate/diff: that ``[[sources]]`` table's files alone (its repo, or
+    #: ``--dir``), references into items other sources share taken as theirs (a team's CI; no agent)
+    only_source: str | None = None
 
 
 def _specs() -> tuple[Spec, ...]:
@@ -684,8 +719,12 @@ def _read_file_layer(path: Path) -> dict[str, _LayerValue]:
 # [[sources]]
 
 #: The keys of a ``[[sources]]`` table beside those of ``[source]``.
-SOURCE_KEYS = ("name", "owns")
+SOURCE_KEYS = ("name", "owns", "shares", "shared_secrets", "traffic", "may_run")
+TRAFFIC_KEYS = ("hosts", "paths", "snis", "ports")
+#: Keys of other sections a ``[[sources]]`` table takes: its own SOPS identity.
+SOURCE_RENDER_KEYS = ("age_key",)
 CLAIM_KEYS = ("kinds", "prefix", "labels")
+SHARE_KEYS = ("kinds", "prefix", "ids", "with")
 
 
 def _array_headers(text: str, name: str) -> list[int]:
@@ -731,7 +770,8 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
         raise SettingsError(f"{at('name') if 'name' in table else where}: every source needs a name of 1 to "
                             f"64 letters, digits, '.', '_' or '-', starting with a letter or digit (got "
                             f"{name!r})")
-    allowed = {spec.name: spec for spec in SPECS if spec.section == "source"}
+    allowed = {spec.name: spec for spec in SPECS
+               if spec.section == "source" or spec.name in SOURCE_RENDER_KEYS}
     values: dict[str, Any] = {}
     for key, raw in table.items():
         if key in SOURCE_KEYS:
@@ -758,7 +798,97 @@ def _source_spec(table: Mapping[str, Any], where: str, at: Any) -> SourceSpec:
     if "owns" not in table:
         raise SettingsError(f"{where}: source {name!r} owns nothing: set owns = [...] (kinds, and within a "
                             "kind an id prefix or labels)")
-    return SourceSpec(name, values, Ownership(_claims(table["owns"], at("owns"))), where)
+    shared = table.get("shared_secrets", [])
+    if not isinstance(shared, list) or not all(isinstance(n, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)
+                                               for n in shared):
+        raise SettingsError(f"{at('shared_secrets')}: expected an array of secret names (letters, digits, _)")
+    if shared:
+        values["shared_secrets"] = tuple(shared)
+    claims = _claims(table["owns"], at("owns"))
+    shares = _shares(table["shares"], at("shares")) if "shares" in table else ()
+    owned = Ownership(claims)
+    for share in shares:
+        for kind in share.kinds:
+            if kind not in owned.kinds():
+                raise SettingsError(f"{at('shares')}: source {name!r} shares {kind}, which it does not own "
+                                    f"(it owns {', '.join(sorted(owned.kinds()))})")
+    traffic = _traffic(table["traffic"], at("traffic")) if "traffic" in table else Traffic()
+    may_run = table.get("may_run", [])
+    if not isinstance(may_run, list) or not all(isinstance(p, str) and p for p in may_run):
+        raise SettingsError(f"{at('may_run')}: expected an array of plugin names")
+    return SourceSpec(name, values, Ownership(claims, shares=shares, traffic=traffic,
+                                              may_run=frozenset(may_run)), where)
+
+
+def _traffic(table: Any, where: str) -> Traffic:
+    """``traffic = { hosts, paths, snis, ports }``: the requests a source owns."""
+    if not isinstance(table, dict) or not table:
+        raise SettingsError(f"{where}: expected a table {{ hosts = [...], paths = [...], snis = [...], "
+                            "ports = [...] }")
+    unknown = [key for key in table if key not in TRAFFIC_KEYS]
+    if unknown:
+        raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], TRAFFIC_KEYS)}")
+    texts = {}
+    for key in ("hosts", "paths", "snis"):
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise SettingsError(f"{where}: {key}: expected an array of strings")
+        texts[key] = tuple(value)
+    bad = [p for p in texts["paths"] if not p.startswith("/")]
+    if bad:
+        raise SettingsError(f"{where}: paths: {bad[0]!r} is no path prefix (one starts with '/')")
+    ports = table.get("ports", [])
+    if not isinstance(ports, list) or not all(isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536
+                                              for p in ports):
+        raise SettingsError(f"{where}: ports: expected an array of port numbers")
+    return Traffic(texts["hosts"], texts["paths"], texts["snis"], tuple(ports))
+
+
+def _kinds_of(entry: Mapping[str, Any], where: str) -> list[str]:
+    """The ``kinds`` of an ``owns`` or ``shares`` table, each one known."""
+    kinds = entry.get("kinds")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+        raise SettingsError(f"{where}: kinds: expected a non-empty array of kinds")
+    for kind in kinds:
+        if kind not in KINDS:
+            raise SettingsError(f"{where}: unknown kind {kind!r}{_suggest(kind, KINDS)}")
+    return kinds
+
+
+def _kinds_and_prefix(entry: Any, keys: tuple[str, ...], where: str, what: str
+                      ) -> tuple[list[str], str | None]:
+    """The ``kinds`` and ``prefix`` of an ``owns`` or ``shares`` table, its other keys among `keys`."""
+    if not isinstance(entry, dict):
+        raise SettingsError(f"{where}: expected {what}, got {_type_name(entry)}")
+    unknown = [key for key in entry if key not in keys]
+    if unknown:
+        raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], keys)}")
+    prefix = entry.get("prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not prefix):
+        raise SettingsError(f"{where}: prefix: expected a non-empty string")
+    return _kinds_of(entry, where), prefix
+
+
+def _shares(shares: Any, where: str) -> tuple[Share, ...]:
+    """``shares``: tables ``{kinds, prefix or ids, with}``: what other sources may name of this one's."""
+    if not isinstance(shares, list):
+        raise SettingsError(f"{where}: expected an array of tables "
+                            "({ kinds = [...], prefix = \"...\", with = [\"orders\"] })")
+    found = []
+    for entry in shares:
+        kinds, prefix = _kinds_and_prefix(entry, SHARE_KEYS, where, "a table")
+        ids = entry.get("ids", [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise SettingsError(f"{where}: ids: expected an array of ids")
+        if prefix is not None and ids:
+            raise SettingsError(f"{where}: a share names a prefix or ids, not both")
+        readers = entry.get("with", [EVERY_SOURCE])
+        readers = [readers] if isinstance(readers, str) else readers
+        if not isinstance(readers, list) or not readers or not all(isinstance(r, str) for r in readers):
+            raise SettingsError(f"{where}: with: expected an array of source names, or \"*\" (every source)")
+        found.append(Share(tuple(kinds), tuple(readers), prefix, tuple(ids)))
+    return tuple(found)
 
 
 def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
@@ -770,25 +900,17 @@ def _claims(owns: Any, where: str) -> tuple[Claim, ...]:
     for entry in owns:
         if isinstance(entry, str):
             entry = {"kinds": [entry]}
-        if not isinstance(entry, dict):
-            raise SettingsError(f"{where}: expected a kind or a table, got {_type_name(entry)}")
-        unknown = [key for key in entry if key not in CLAIM_KEYS]
-        if unknown:
-            raise SettingsError(f"{where}: unknown key {unknown[0]!r}{_suggest(unknown[0], CLAIM_KEYS)}")
-        kinds = entry.get("kinds")
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
-            raise SettingsError(f"{where}: kinds: expected a non-empty array of kinds")
-        for kind in kinds:
-            if kind not in KINDS:
-                raise SettingsError(f"{where}: unknown kind {kind!r}{_suggest(kind, KINDS)}")
-        prefix = entry.get("prefix")
-        if prefix is not None and (not isinstance(prefix, str) or not prefix):
-            raise SettingsError(f"{where}: prefix: expected a non-empty string")
+        kinds, prefix = _kinds_and_prefix(entry, CLAIM_KEYS, where, "a kind or a table")
         labels = entry.get("labels", {})
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise SettingsError(f"{where}: labels: expected a table of strings "
                                 "(labels = { team = \"orders\" })")
+        if labels and prefix is None:
+            # ids are unique per kind on the gateway: with labels alone, who owns an id would be up to the
+            # items, and two sources declaring one id could not be told apart (which one to refuse)
+            raise SettingsError(f"{where}: a claim by labels needs an id prefix too ({{ kinds = "
+                                f"{json.dumps(kinds)}, prefix = \"<team>-\", labels = {{ ... }} }}): the "
+                                "owner of an id must follow from the settings alone")
         claims.append(Claim(tuple(kinds), prefix, tuple(sorted(labels.items()))))
     return tuple(claims)
 
@@ -799,7 +921,10 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
     sources: tuple[SourceSpec, ...] = values.get("sources", ())
     if not sources:
         return
-    for name, why in (("repo", "each source names its own repo"), ("dir", "a source is a git repo"),
+    for name, why in (("repo", "each source names its own repo"),
+                      *(() if values.get("only_source") else (("dir", "a source is a git repo (give --source "
+                                                                      "NAME to read one source's files from "
+                                                                      "--dir)"),)),
                       ("partial", "a left-out item keeps its last good version from its repo's last good "
                                   "commit, which the state of a source does not record"),
                       ("after_group", "the group gate compares the commit each agent of a group applied, "
@@ -822,6 +947,12 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
         seen[spec.name] = spec
         if not spec.values.get("repo"):
             raise SettingsError(f"{spec.origin}: source {spec.name!r} has no repo")
+        for share in spec.owns.shares:
+            names = {other.name for other in sources}
+            unknown = [r for r in share.readers if r != EVERY_SOURCE and r not in names]
+            if unknown:
+                raise SettingsError(f"{spec.origin}: source {spec.name!r} shares with {unknown[0]!r}, "
+                                    "which is no source")
         unmanaged = spec.owns.kinds() & set(values.get("unmanaged", ()))
         if unmanaged:
             raise SettingsError(f"{spec.origin}: source {spec.name!r} owns {sorted(unmanaged)[0]}, which "
@@ -830,6 +961,11 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
     for one, other in pairs:
         why = next((why for a in one.owns.claims for b in other.owns.claims if (why := static_overlap(a, b))),
                    None)
+        traffic = traffic_overlap(one.owns.traffic, other.owns.traffic)
+        if traffic:
+            raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} both own traffic: "
+                                f"{traffic} (also {one.origin}); give each its own hosts, paths, SNIs or "
+                                "ports")
         if why:
             raise SettingsError(f"{other.origin}: sources {one.name!r} and {other.name!r} may both claim "
                                 f"one item: {why} (also {one.origin}); tell them apart by id prefixes "
@@ -849,6 +985,11 @@ class RepoSettings:
 def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
     """The config repos the settings name: one per ``[[sources]]`` table, or the one repo of ``[source]``
     (unnamed, owning every item): a composition of one. The one place that tells the two apart."""
+    if settings.only_source is not None:
+        spec = next(spec for spec in settings.sources if spec.name == settings.only_source)
+        own = source_settings(settings, spec)
+        alone = replace(own, dir=settings.dir, repo=None if settings.dir else own.repo)
+        return (RepoSettings(spec.name, alone, spec.owns),)
     if settings.sources:
         return tuple(RepoSettings(spec.name, source_settings(settings, spec), spec.owns)
                      for spec in settings.sources)
@@ -858,7 +999,7 @@ def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
 def source_settings(settings: Settings, spec: SourceSpec) -> Settings:
     """The settings of one source as a repo of its own: its keys over ``[source]``'s, its own state
     directory (mirror, parse cache, write-back) under the agent's."""
-    return replace(settings, **{**spec.values, "sources": (), "dir": None,
+    return replace(settings, **{**spec.values, "sources": (), "dir": None, "source_name": spec.name,
                                 "state_dir": settings.state_dir / "sources" / spec.name})
 
 
@@ -927,6 +1068,7 @@ def load(
     """
     env = dict(os.environ if env is None else env)
     flags = dict(flags or {})
+    only_source = flags.pop("only_source", None)
     if config is None and "GITSYNC_CONFIG" in env:
         config = env["GITSYNC_CONFIG"]
     config_path: Path | None = None
@@ -963,8 +1105,17 @@ def load(
     }}
     if "state_dir" not in values and env.get("STATE_DIRECTORY"):
         values["state_dir"] = Path(env["STATE_DIRECTORY"].split(":")[0])
+    notices = []
     if "secrets_dir" not in values:
-        values["secrets_dir"] = next((d for _, d in _credential_dirs(env) if d.is_dir()), None)
+        values["secrets_dir"] = DEFAULT_SECRETS_DIR if DEFAULT_SECRETS_DIR.is_dir() else None
+        left = [d for _, d in _credential_dirs(env) if d.is_dir() and any(
+            p.name.lower() not in OWN_SECRET_NAMES for p in _listed(d))]
+        if left:
+            notices.append(f"secrets_dir is not set: ${{{{ secrets.NAME }}}} no longer reads {left[0]} (the "
+                           f"directory of gitsync's own credentials), which holds other files; move the "
+                           f"config's secrets to {DEFAULT_SECRETS_DIR}, or set secrets_dir = \"{left[0]}\" "
+                           "(gitsync's own credentials stay unreadable from config either way)")
+    values["notices"] = tuple(notices)
     for entry in values.get("secret_fields", ()):
         problem = secret_field_problem(entry)
         if problem:
@@ -992,12 +1143,24 @@ def load(
     except ValueError as exc:
         raise SettingsError(f"{merged['max_delete_kinds'].origin}: {exc}") from None
     _check_names(values, merged)
+    if only_source is not None:
+        names = [spec.name for spec in values.get("sources", ())]
+        if only_source not in names:
+            raise SettingsError(f"--source {only_source}: " + (
+                f"no [[sources]] table is named so (they are {', '.join(names)})" if names else
+                "the settings have no [[sources]] tables (--source picks one of them)"))
+        values["only_source"] = only_source
     _check_sources(values, merged)
     _check_limits(values, merged)
+    if values.get("sources"):  # the plugins each source may use only when allowed: the agent's list too
+        restricted = CODE_PLUGINS | frozenset(values.get("restricted_plugins", ()))
+        values["sources"] = tuple(replace(spec, owns=replace(spec.owns, restricted=restricted))
+                                  for spec in values["sources"])
     if values.get("after_group") and values.get("after_group") == values.get("group"):
         raise SettingsError(f"{merged['after_group'].origin}: after_group names this agent's own group "
                             f"{values['group']!r}: its agents would wait for one another forever")
-    settings = Settings(**values, config_file=config_path)
+    settings = Settings(**values, config_file=config_path,
+                        credential_files=_credential_files(values, config_path, env))
     if settings.sources:  # each source names its repo
         require = [name for name in require if name != "repo"]
     missing = [name for name in require if not getattr(settings, name)]
@@ -1100,6 +1263,34 @@ def _resolve_secret(
     return out
 
 
+#: The names of gitsync's own credentials (and of every file setting's stem): never a ``${{ secrets }}`` name.
+OWN_SECRET_NAMES = frozenset(
+    {spec.name for spec in SPECS if spec.secret} |
+    {f.name[: -len("_file")] for f in fields(Settings) if f.name.endswith("_file")} |
+    {"ssh_key", "signing_key", "client_key", "client_cert", "sops_age_key", "credentials", "age_keys"}) - {
+        "config", "vars"}
+
+
+def _listed(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
+def _credential_files(values: Mapping[str, Any], config: Path | None, env: Mapping[str, str]
+                      ) -> tuple[Path, ...]:
+    """Every file gitsync reads for itself: each ``*_file`` setting's (the agent's and each source's), the
+    settings file, its credentials by name in the credential directories, sops's key file."""
+    found: list[Path] = [config] if config is not None else []
+    for table in (values, *(spec.values for spec in values.get("sources", ()))):
+        found += [path for name, path in table.items() if name.endswith("_file") and isinstance(path, Path)]
+    found += [directory / name for _, directory in _credential_dirs(env) for name in OWN_SECRET_NAMES]
+    if env.get("SOPS_AGE_KEY_FILE"):
+        found.append(Path(env["SOPS_AGE_KEY_FILE"]))
+    return tuple(dict.fromkeys(found))
+
+
 def _credential_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
     """Where secrets are looked up by name: systemd credentials, then docker secrets."""
     dirs = [("$CREDENTIALS_DIRECTORY", Path(env["CREDENTIALS_DIRECTORY"]))] if env.get(
@@ -1185,7 +1376,8 @@ def render_docs() -> str:
 def _sources_docs() -> list[str]:
     """The ``[[sources]]`` part of the settings page: its keys, from the ``[source]`` specs."""
     keys = ", ".join(f"`{spec.name}_file`" if spec.secret else f"`{spec.name}`"
-                     for spec in SPECS if spec.section == "source" and spec.name != "dir")
+                     for spec in SPECS if (spec.section == "source" and spec.name != "dir")
+                     or spec.name in SOURCE_RENDER_KEYS)
     return [
         "## `[[sources]]`", "", SPEC_BY_NAME["sources"].help + " File only (no flag or variable).", "",
         "| key | meaning |", "|---|---|",
@@ -1193,9 +1385,16 @@ def _sources_docs() -> list[str]:
         "(`<state_dir>/sources/<name>`) and the prefix of every place it reports (`name:file:line`). |",
         "| `owns` | What it may declare: an array of kinds (every item of each) and tables "
         "`{ kinds = [...], prefix = \"orders-\", labels = { team = \"orders\" } }` (the items of those "
-        "kinds whose id starts with `prefix` and that carry every one of `labels`). Two sources that could "
-        "claim one item are a settings error, unless one tells its items by prefix and the other by labels: "
-        "then an item both claim is refused where it is declared. |",
+        "kinds whose id starts with `prefix` and that carry every one of `labels`; a claim by labels needs a "
+        "`prefix` too). Two sources whose claims could hold one id are a settings error: the owner of an id "
+        "follows from the settings alone. |",
+        "| `shares` | What other sources' items may name of its own (a route's `upstream_id`, a consumer's "
+        "`group_id`, a `$secret://` manager, …): tables `{ kinds = [...], prefix = \"platform-\" (or ids = "
+        "[...]), with = [\"orders\"] (or \"*\", the default: every source) }`. Nothing else of it may be "
+        "named by another source. |",
+        "| `shared_secrets` | Names of the agent's own `${{ secrets.NAME }}` values (the files of "
+        "`secrets_dir` itself, `GITSYNC_SECRET_NAME`) it may read beside its own directory "
+        "`<secrets_dir>/<name>/`. |",
         f"| {keys} | As in `[source]`; a key left out is `[source]`'s. |",
         "",
     ]

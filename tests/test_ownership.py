@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from gitsync.kinds import KINDS
-from gitsync.ownership import Claim, Ownership, may_meet, static_overlap
+from gitsync.ownership import (
+    EVERY_SOURCE,
+    Claim,
+    Ownership,
+    Share,
+    Traffic,
+    owner_of,
+    static_overlap,
+    traffic_overlap,
+    trespass,
+)
 
 ORDERS = Claim(("routes", "services"), prefix="orders-")
 TEAM = Claim(("routes",), labels=(("team", "orders"),))
@@ -108,24 +118,6 @@ def test_an_ownership_describes_what_it_owns_of_a_kind():
     assert PLATFORM.describe("ssls") == "no ssls"
 
 
-@pytest.mark.parametrize(("a", "b", "meet"), [
-    (ORDERS, Claim(("routes",), prefix="orders-eu-"), True),  # one prefix starts with the other
-    (Claim(("routes",), prefix="orders-eu-"), ORDERS, True),
-    (ORDERS, Claim(("routes",), prefix="billing-"), False),
-    (ORDERS, Claim(("upstreams",), prefix="orders-"), False),  # no kind in common
-    (ORDERS, TEAM, True),  # a prefix and labels: an item could have both
-    (TEAM, Claim(("routes",), labels=(("team", "billing"),)), False),  # one key, two values
-    (TEAM, Claim(("routes",), labels=(("tier", "gold"),)), True),  # other keys: both could be on it
-    (TWO_LABELS, Claim(("routes",), labels=(("tier", "silver"),)), False),
-    (TWO_LABELS, Claim(("routes",), labels=(("team", "orders"), ("tier", "gold"))), True),
-    (WHOLE, Claim(("upstreams",), prefix="x"), True),
-    (Claim(("routes",)), ORDERS, True),
-])
-def test_may_meet(a, b, meet):
-    assert may_meet(a, b) is meet
-    assert may_meet(b, a) is meet
-
-
 @pytest.mark.parametrize(("a", "b", "why"), [
     (WHOLE, Claim(("upstreams", "routes"), prefix="x"),
      "both claim every item of upstreams / upstreams with id prefix 'x'"),
@@ -137,11 +129,79 @@ def test_may_meet(a, b, meet):
      "both claim routes with label team=orders / routes with label team=orders"),
     (TEAM, BOTH, "both claim routes with label team=orders / routes with id prefix 'orders-' and label "
                  "team=orders"),
-    (ORDERS, TEAM, None),  # only an item can make these meet: checked item by item
-    (TEAM, ORDERS, None),
-    (TEAM, Claim(("routes",), labels=(("tier", "gold"),)), None),  # other keys: per item too
+    # labels never tell two owners of one id apart: only prefixes that do not start one another do
+    (ORDERS, TEAM, "both claim routes with id prefix 'orders-' / routes with label team=orders"),
+    (TEAM, ORDERS, "both claim routes with label team=orders / routes with id prefix 'orders-'"),
+    (TEAM, Claim(("routes",), labels=(("team", "billing"),)),
+     "both claim routes with label team=orders / routes with label team=billing"),
+    (BOTH, Claim(("routes",), prefix="orders-", labels=(("team", "billing"),)),
+     "both claim routes with id prefix 'orders-' and label team=orders / routes with id prefix 'orders-' and "
+     "label team=billing"),
+    (BOTH, Claim(("routes",), prefix="billing-", labels=(("team", "orders"),)), None),
     (ORDERS, Claim(("routes",), prefix="billing-"), None),  # they cannot meet
     (ORDERS, Claim(("upstreams",)), None),
 ])
 def test_static_overlap_names_pairs_the_settings_alone_show(a, b, why):
     assert static_overlap(a, b) == why
+
+
+def test_the_owner_of_an_id_follows_from_the_prefixes_alone():
+    owners = (("platform", Ownership((WHOLE,))), ("orders", Ownership((BOTH,))),
+              ("billing", Ownership((Claim(("routes",), prefix="billing-"),))))
+    assert owner_of("routes", "orders-x", owners) == "orders"  # whatever labels the item carries
+    assert owner_of("routes", "billing-x", owners) == "billing"
+    assert owner_of("upstreams", "anything", owners) == "platform"
+    assert owner_of("routes", "nobodys", owners) is None
+
+
+@pytest.mark.parametrize(("share", "kind", "ident", "reader", "allowed"), [
+    (Share(("upstreams",)), "upstreams", "x", "orders", True),  # every item, every source
+    (Share(("upstreams",)), "routes", "x", "orders", False),
+    (Share(("upstreams",), prefix="platform-"), "upstreams", "platform-web", "orders", True),
+    (Share(("upstreams",), prefix="platform-"), "upstreams", "web", "orders", False),
+    (Share(("upstreams",), ("orders",), ids=("web",)), "upstreams", "web", "orders", True),
+    (Share(("upstreams",), ("orders",), ids=("web",)), "upstreams", "web2", "orders", False),
+    (Share(("upstreams",), ("orders",), ids=("web",)), "upstreams", "web", "billing", False),
+    (Share(("upstreams",), (EVERY_SOURCE,), ids=("web",)), "upstreams", "web", "billing", True),
+])
+def test_a_share_allows_its_kinds_ids_to_its_readers(share, kind, ident, reader, allowed):
+    assert share.allows(kind, ident, reader) is allowed
+    assert Ownership((WHOLE,), shares=(share,)).shares_with(kind, ident, reader) is allowed
+    assert not Ownership((WHOLE,)).shares_with(kind, ident, reader)
+
+
+PAYMENTS_TRAFFIC = Traffic(hosts=("api.example.com",), paths=("/payments",), snis=("pay.example.com",),
+                           ports=(9100,))
+
+
+@pytest.mark.parametrize(("kind", "item", "taken"), [
+    # issue 41, attack 5: another team's route on the same host and path, whatever its priority
+    ("routes", {"uri": "/payments/*", "hosts": ["api.example.com"], "priority": 100}, True),
+    ("routes", {"uri": "/payments/refund", "host": "api.example.com"}, True),
+    ("routes", {"uri": "/payments/*"}, True),  # no hosts: every host
+    ("routes", {"hosts": ["api.example.com"]}, True),  # no uri: every path
+    ("routes", {"uri": "/*", "hosts": ["*.example.com"]}, True),  # a wildcard host, a * suffix
+    ("routes", {"uris": ["/orders/*", "/payments"], "hosts": ["API.example.com"]}, True),
+    ("routes", {"uri": "/:section/refund", "hosts": ["api.example.com"]}, True),  # a parameter
+    ("routes", {"uri": "/payments/*", "hosts": ["api.example.com"],
+                "vars": [["http_x_team", "==", "orders"]]}, True),  # vars do not narrow the claim
+    ("routes", {"uri": "/orders/*", "hosts": ["api.example.com"]}, False),
+    ("routes", {"uri": "/payments/*", "hosts": ["shop.example.com"]}, False),
+    ("routes", {"uri": "/pay", "hosts": ["api.example.com"]}, False),  # exact, shorter than the prefix
+    ("ssls", {"snis": ["*.example.com"]}, True),
+    ("ssls", {"sni": "shop.example.com"}, False),
+    ("stream_routes", {"server_port": 9100}, True),
+    ("stream_routes", {}, True),  # no port: every port
+    ("stream_routes", {"server_port": 9200}, False),
+    ("upstreams", {"nodes": {"api.example.com:443": 1}}, False),
+])
+def test_traffic_another_source_owns_is_taken_by_what_could_match_it(kind, item, taken):
+    assert (trespass(kind, item, PAYMENTS_TRAFFIC) is not None) is taken
+
+
+def test_two_sources_owning_one_request_overlap():
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(hosts=("*.example.com",), paths=("/payments/v2",)))
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(paths=("/",)))
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(ports=(9100,)))
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(hosts=("api.example.com",), paths=("/orders",))) is None
+    assert traffic_overlap(PAYMENTS_TRAFFIC, Traffic(hosts=("shop.example.com",))) is None

@@ -104,7 +104,17 @@ def test_secrets_from_file_env_and_credentials_directory(tmp_path):
     (creds / "webhook_secret").write_text("hook-secret-value")
     s = load(config="/dev/null", env={"CREDENTIALS_DIRECTORY": str(creds)})
     assert s.webhook_secret.reveal() == "hook-secret-value"
-    assert s.secrets_dir == creds
+    # the credentials directory is gitsync's own: not where ${{ secrets.NAME }} reads (docs/security.md)
+    assert s.secrets_dir == (gs.DEFAULT_SECRETS_DIR if gs.DEFAULT_SECRETS_DIR.is_dir() else None)
+    assert creds / "webhook_secret" in s.credential_files and creds / "admin_key" in s.credential_files
+    assert s.notices == ()
+    (creds / "VAULT_TOKEN").write_text("a-config-secret-value")  # an install that used the old default
+    s = load(config="/dev/null", env={"CREDENTIALS_DIRECTORY": str(creds)})
+    assert s.notices == (
+        f"secrets_dir is not set: ${{{{ secrets.NAME }}}} no longer reads {creds} (the directory of "
+        "gitsync's own credentials), which holds other files; move the config's secrets to "
+        f"/etc/gitsync/secrets, or set secrets_dir = \"{creds}\" (gitsync's own credentials stay "
+        "unreadable from config either way)",)
     with pytest.raises(SettingsError, match="cannot read"):
         load(config="/dev/null", env={"GITSYNC_ADMIN_KEY_FILE": str(tmp_path / "missing")})
 

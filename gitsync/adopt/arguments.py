@@ -95,6 +95,12 @@ def init(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pin-only", action="store_true",
                         help="only rewrite ci/gitsync-requirements.txt and ci/gitsync-libraries.txt in DIR "
                              "(move an existing repo's CI to another gitsync version)")
+    parser.add_argument("--source", dest="only_source", metavar="NAME", default=None,
+                        help="the repo of source NAME of the agent's [[sources]] (--config: the agent's "
+                             "settings file): its CI validates it alone, with ci/gitsync-sources.toml")
+    parser.add_argument("--sources-only", action="store_true",
+                        help="with --source: only rewrite ci/gitsync-sources.toml in DIR (after the agent's "
+                             "[[sources]] changed)")
 
 
 def schema(parser: argparse.ArgumentParser) -> None:

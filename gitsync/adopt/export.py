@@ -35,6 +35,7 @@ from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_setting
 from gitsync.push.plan import content_bytes, item_content
 from gitsync.render import RenderOptions, render
 from gitsync.render.memo import render_memo
+from gitsync.render.references import refers_to
 from gitsync.render.secrets import NO_RULES, SecretRules
 from gitsync.settings import SOURCE_NAME, Settings
 
@@ -278,21 +279,98 @@ def split(live: Mapping[str, list[Any]], label: str, rest: str) -> dict[str, Ite
                              "--split-by")
         for item, value in zip(items, values, strict=True):
             assert value is not None
-            if not SOURCE_NAME.match(value) or value == rest:
+            if not SOURCE_NAME.match(value) or value in (rest, SOURCES_FILE):
                 raise SplitError(f"{kind}[{item_id(kind, item)}]: label {label}={value!r} cannot name a "
-                                 f"source (1 to 64 letters, digits, '.', '_', '-'; not {rest!r})")
+                                 f"source and its repo (1 to 64 letters, digits, '.', '_', '-'; not {rest!r} "
+                                 f"nor {SOURCES_FILE!r})")
             groups.setdefault(value, {}).setdefault(kind, []).append(item)
     return groups
 
 
+#: What `export --split-by` writes beside the repos: no label value may name a repo so.
+SOURCES_FILE = "sources.toml"
+
+
+def _common_prefix(ids: Sequence[str]) -> str:
+    """The longest text every one of `ids` starts with (characters, not path parts)."""
+    first, last = min(ids, default=""), max(ids, default="")
+    size = next((at for at, (a, b) in enumerate(zip(first, last, strict=False)) if a != b),
+                min(len(first), len(last)))
+    return first[:size]
+
+
+def claims_of(groups: Mapping[str, Items], rest: str) -> dict[str, list[tuple[list[str], str | None]]]:
+    """Each group's claims (pure): the kinds of `rest` whole; each labelled group's kinds by the id prefix
+    its items of the kind share (a label claim needs one: the owner of an id follows from the settings),
+    kinds of one prefix together. A `SplitError` when a group's items share none, or when two groups'
+    prefixes start one another (one id could be both's)."""
+    claims: dict[str, list[tuple[list[str], str | None]]] = {}
+    seen: list[tuple[str, str, str]] = []  # (kind, prefix, group)
+    for name, items in sorted(groups.items()):
+        if name == rest:
+            claims[name] = [([kind for kind in KINDS if kind in items], None)]
+            continue
+        by_prefix: dict[str, list[str]] = {}
+        for kind in (k for k in KINDS if k in items):
+            ids = [str(item_id(kind, item) or "") for item in items[kind]]
+            prefix = _common_prefix(ids)
+            if not prefix:
+                shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+                raise SplitError(f"the {kind} of {name!r} ({shown}) share no id prefix, which a claim by "
+                                 f"label needs: rename them to start alike (e.g. '{name}-…'), or export "
+                                 "without --split-by")
+            for kind_, other, whose in seen:
+                if kind_ == kind and (prefix.startswith(other) or other.startswith(prefix)):
+                    raise SplitError(f"the {kind} of {whose!r} (id prefix {other!r}) and of {name!r} "
+                                     f"(id prefix {prefix!r}) could hold one id: rename one side's ids, or "
+                                     "export without --split-by")
+            seen.append((kind, prefix, name))
+            by_prefix.setdefault(prefix, []).append(kind)
+        claims[name] = [(kinds, prefix) for prefix, kinds in by_prefix.items()]
+    return claims
+
+
+def shares_of(groups: Mapping[str, Items]) -> dict[str, dict[tuple[str, tuple[str, ...]], list[str]]]:
+    """What each group must share for the live items to compose again (pure): every item another group's
+    item names, by (kind, the groups naming it), with its ids. A credential's consumer is never shared:
+    a credential goes with its consumer already."""
+    owner = {(kind, str(item_id(kind, item))): name for name, items in groups.items()
+             for kind, kind_items in items.items() for item in kind_items}
+    readers: dict[tuple[str, str], set[str]] = {}
+    for name, items in groups.items():
+        for kind, kind_items in items.items():
+            for item in kind_items:
+                for target in refers_to(kind, item):
+                    if owner.get(target) not in (None, name):
+                        readers.setdefault(target, set()).add(name)
+    shares: dict[str, dict[tuple[str, tuple[str, ...]], list[str]]] = {}
+    for (kind, ident), names in sorted(readers.items()):
+        shares.setdefault(owner[(kind, ident)], {}).setdefault((kind, tuple(sorted(names))), []).append(ident)
+    return shares
+
+
 def sources_toml(groups: Mapping[str, Items], label: str, rest: str) -> str:
-    """The ``[[sources]]`` tables that compose the groups again, each repo's URL to fill in."""
+    """The ``[[sources]]`` tables that compose the groups again, each repo's URL to fill in: what each
+    owns (`claims_of`) and shares with the others (`shares_of`)."""
+    claims, shares = claims_of(groups, rest), shares_of(groups)
     tables = []
-    for name, items in sorted(groups.items(), key=lambda group: (group[0] != rest, group[0])):
-        kinds = ", ".join(f'"{kind}"' for kind in KINDS if kind in items)
-        claim = f'{{ kinds = [{kinds}], labels = {{ {label} = "{name}" }} }}'
-        owns = f"[{kinds}]" if name == rest else f"[{claim}]"
-        tables.append(f'[[sources]]\nname = "{name}"\nrepo = "<the URL of the {name} repo>"\nowns = {owns}\n')
+
+    def listed(values: Sequence[str]) -> str:
+        return ", ".join(f'"{value}"' for value in values)
+
+    for name in sorted(groups, key=lambda group: (group != rest, group)):
+        if name == rest:
+            owns = f"[{listed(claims[name][0][0])}]"
+        else:
+            owns = "[" + ",\n        ".join(
+                f'{{ kinds = [{listed(kinds)}], prefix = "{prefix}", labels = {{ {label} = "{name}" }} }}'
+                for kinds, prefix in claims[name]) + "]"
+        table = f'[[sources]]\nname = "{name}"\nrepo = "<the URL of the {name} repo>"\nowns = {owns}\n'
+        if name in shares:
+            table += "shares = [" + ",\n          ".join(
+                f"{{ kinds = [{listed([kind])}], ids = [{listed(ids)}], with = [{listed(readers)}] }}"
+                for (kind, readers), ids in shares[name].items()) + "]\n"
+        tables.append(table)
     return "\n".join(tables)
 
 
@@ -304,6 +382,7 @@ def export_split(body: Mapping[str, Any], args: argparse.Namespace, out: Path,
     repo is made of each before anything is written."""
     try:
         groups = split(live_items(body, []), args.split_by, args.split_rest)
+        tables = sources_toml(groups, args.split_by, args.split_rest)  # before anything is written
         built = {name: build(items, args.layout, args.strip_defaults, rules)
                  for name, items in groups.items()}
         secrets = {f"{name}/{key}": value for name, done in built.items()
@@ -316,14 +395,15 @@ def export_split(body: Mapping[str, Any], args: argparse.Namespace, out: Path,
             for line in problems:
                 print(f"gitsync export: {line}", file=sys.stderr)
             return 2
-        for name, done in built.items():
-            repo_writer.check_tree(out / name, done.files)
+        # every repo and the tables as one tree: checked whole, written all or nothing
+        tree = {f"{name}/{path}": data for name, done in built.items() for path, data in done.files.items()}
+        tree[SOURCES_FILE] = tables.encode("utf-8")
+        repo_writer.check_tree(out, tree)
         for name, done in built.items():
             if done.secrets:
                 write_secrets(_secrets_path(args.secrets_out, name, bool(args.age_recipient)), done.secrets,
                               args.age_recipient)
-            repo_writer.write_tree(out / name, done.files)
-        (out / "sources.toml").write_text(sources_toml(groups, args.split_by, args.split_rest))
+        repo_writer.write_tree(out, tree)
     except SplitError as exc:
         print(f"gitsync export: --split-by {args.split_by}: {exc}", file=sys.stderr)
         return 2
@@ -352,7 +432,7 @@ def _prove_each(built: Mapping[str, Exported], groups: Mapping[str, Items], args
         for line in problems:
             print(f"gitsync export: round trip of {name}: {redact(line)}", file=sys.stderr)
         failed += bool(problems) and not args.strip_defaults
-    print(f"[[sources]] that compose them again: {out / 'sources.toml'}")
+    print(f"[[sources]] that compose them again: {out / SOURCES_FILE}")
     if failed:
         return 1
     print("round trip: render of each written repo equals its live items (modifiedIndex aside)")

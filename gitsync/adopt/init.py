@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import PurePosixPath
 
 from gitsync import DISTRIBUTION
-from gitsync.adopt import pin, repo_writer
+from gitsync.adopt import pin, repo_writer, team
+from gitsync.settings import Settings, SettingsError, source_settings
 
 #: The install commands (`pin.INSTALL`) as each file writes them.
 INSTALL_LINES = "\n".join(pin.INSTALL)
@@ -288,15 +290,77 @@ review:
 """
 
 
-def scaffold_files(wheel: pin.WheelPin) -> dict[str, bytes]:
+TEAM_README = """
+## CI: a team's repo of a shared gateway
+
+This repository is source `{name}` of an agent that composes several teams' repos into one
+gateway payload (docs/sources.md of gitsync). It may declare only what the agent's settings say
+it owns; an item of another team's, or a reference into one the owner does not share with us, is
+refused at its line, here and in the composition. `{sources}` holds the part of the agent's
+settings that says so (no secret): CI, the pre-commit hook and you validate with it:
+
+```sh
+{command}
+```
+
+When the platform changes what sources own or share: `gitsync init --config <the agent's settings>
+--source {name} --sources-only .` writes `{sources}` again. The gateway's whole payload is every
+team's repos together: its diff is the platform's (`gitsync diff` with the agent's settings), so
+this CI has no diff step.
+"""
+
+
+def team_command(name: str) -> str:
+    """The validate command of a team's repo (its CI, its pre-commit hook)."""
+    return f"gitsync validate --dir . --config {team.SOURCES_FILE} --source {name}"
+
+
+def _for_team(text: str, name: str) -> str:
+    """A CI file or hook of the one-repo scaffold, made a team's: its validate reads the sources file,
+    and the diff (of the composition: the platform's) is left out."""
+    text = text.replace("gitsync validate --dir .", team_command(name))
+    if "jobs:" in text:  # GitHub: the diff step goes
+        start = text.index("      - name: gitsync diff\n")
+        return text[:start] + text[text.index("      - name: gitsync review comment\n"):]
+    if "stages:" in text:  # GitLab: the diff job goes
+        text = text.replace("stages: [validate, diff, review]", "stages: [validate, review]")
+        return text[:text.index("\ndiff:\n")] + text[text.index("\nreview:\n"):]
+    return text
+
+
+def scaffold_files(wheel: pin.WheelPin, settings: Settings | None = None, name: str | None = None
+                   ) -> dict[str, bytes]:
+    """The new repo's files; with `name`, source `name`'s of the agent's `settings`."""
     files = {path: text for path, text in EXAMPLES.items()}
     files |= {"README.md": README, ".gitignore": GITIGNORE, ".pre-commit-config.yaml": PRE_COMMIT,
               ".github/workflows/gitsync.yml": GITHUB, ".gitlab-ci.yml": GITLAB, **wheel.files()}
+    if settings is not None and name is not None:
+        spec = next(spec for spec in settings.sources if spec.name == name)
+        files = {path: _for_team(text, name) for path, text in files.items() if path not in EXAMPLES}
+        under = source_settings(settings, spec).paths[0]  # the examples are in what its render reads
+        files |= {str(PurePosixPath(under) / path): text
+                  for path, text in team.examples(name, spec.owns).items()}
+        # its CI section is a team's: no diff, no gateway secret; the pin's paragraph stays
+        files["README.md"] = _for_team(README[:README.index("## CI")], name) + TEAM_README.format(
+            name=name, sources=team.SOURCES_FILE, command=team_command(name)).lstrip("\n") + "\n" + \
+            README[README.index("Both install gitsync"):]
+        files[team.SOURCES_FILE] = team.sources_file(settings, name)
     return {path: text.encode("utf-8") for path, text in files.items()}
 
 
-def init_command(_settings: object, args: argparse.Namespace) -> int:
+def init_command(settings: Settings, args: argparse.Namespace) -> int:
+    name = args.only_source
     try:
+        if args.sources_only:
+            if name is None:
+                raise pin.PinError("--sources-only needs --source NAME (and --config: the agent's settings)")
+            if not args.directory.is_dir():
+                raise repo_writer.WriteError(f"{args.directory}: no such directory")
+            (args.directory / team.SOURCES_FILE).parent.mkdir(parents=True, exist_ok=True)
+            written = team.sources_file(settings, name)
+            (args.directory / team.SOURCES_FILE).write_text(written, encoding="utf-8")
+            print(f"{args.directory / team.SOURCES_FILE} written from the agent's [[sources]]: commit it")
+            return 0
         wheel = pin.choose(args.wheel, args.wheel_url)
         if args.pin_only and wheel.sha256 is None:
             raise pin.PinError(f"{wheel.why}: --pin-only needs the wheel your agents run, --wheel "
@@ -310,8 +374,8 @@ def init_command(_settings: object, args: argparse.Namespace) -> int:
                 (args.directory / path).write_text(text, encoding="utf-8")
         else:
             repo_writer.check_target(args.directory)
-            repo_writer.write_tree(args.directory, scaffold_files(wheel))
-    except (pin.PinError, repo_writer.WriteError, OSError) as exc:
+            repo_writer.write_tree(args.directory, scaffold_files(wheel, settings, name))
+    except (pin.PinError, repo_writer.WriteError, OSError, SettingsError) as exc:
         print(f"gitsync init: {exc}", file=sys.stderr)
         return 2
     if wheel.sha256 is None:
@@ -324,6 +388,7 @@ def init_command(_settings: object, args: argparse.Namespace) -> int:
               f"commit {pin.REQUIREMENTS} and {pin.LIBRARIES}")
         return 0
     pinned = "its CI pinned to" if wheel.sha256 else "its CI to be pinned to"
+    check = team_command(name) if name is not None else "gitsync validate --dir ."
     print(f"a new config repo in {args.directory}, {pinned} gitsync {wheel.version}; next: cd "
-          f"{args.directory} && git init && gitsync validate --dir .")
+          f"{args.directory} && git init && {check}")
     return 0

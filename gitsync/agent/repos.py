@@ -317,7 +317,8 @@ class Repos:
         new = self._new(composition)
         blame: Blame = {}
         for miss in found:
-            named = {miss.source} if miss.source in new else {
+            # an item another repo does not share blames the repo that names it, never the owner
+            named = {miss.source} if miss.source in new or miss.owner is not None else {
                 repo.name for repo in self.all if repo.owns.may_own(*miss.target)}
             for name in blamed(named, new):
                 lines = blame.setdefault(name, (Stage.VALIDATE, []))[1]

@@ -53,7 +53,17 @@ from gitsync.render import (
 from gitsync.render import (
     render as render_files,
 )
-from gitsync.render.compose import Part, PartFacts, compose, dangling, facts_of, label, relabel, shared_kinds
+from gitsync.render.compose import (
+    Part,
+    PartFacts,
+    compose,
+    dangling,
+    external,
+    facts_of,
+    label,
+    relabel,
+    shared_kinds,
+)
 from gitsync.render.memo import render_memo
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
@@ -118,11 +128,15 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
     its ``file:line`` (``source:file:line`` with ``[[sources]]``)."""
     out = out or Findings()
     repos = repos_of(settings)
-    others = tuple((repo.name, repo.owns) for repo in repos)
+    # every source's ownership (with --source, the others are not read, but what they own and share is known)
+    others = tuple((spec.name, spec.owns) for spec in settings.sources) or \
+        tuple((repo.name, repo.owns) for repo in repos)
     parts: list[Part] = []
     facts: list[PartFacts] = []
     problems: list[Problem] = []
     messages: list[str] = []
+    # a source alone (--source) is its own repo: its places are its own files, as its CI reads them
+    own = (lambda _name, problem: problem) if settings.only_source is not None else relabel
     for repo in repos:
         read = _read_files(repo, command, out)
         if isinstance(read, int):
@@ -138,14 +152,18 @@ def _render_commit(settings: Settings, command: str, out: Findings | None = None
         try:
             rendered = render_files(files, options, memo=render_memo(repo.settings))
         except ProblemsError as exc:
-            problems += [relabel(repo.name, problem) for problem in exc.problems]
+            problems += [own(repo.name, problem) for problem in exc.problems]
             continue
         part = Part(repo.name, sha, rendered, repo.owns)
         parts.append(part)
         facts.append(facts_of(part, others))
-        problems += [relabel(repo.name, problem) for problem in facts[-1].problems]
+        problems += [own(repo.name, problem) for problem in facts[-1].problems]
         messages.append(message)
-    if not problems:
+    if not problems and settings.only_source is not None:  # one source alone: the others' items unread
+        problems = [own(part.name, problem) for part, known in zip(parts, facts, strict=True)
+                    for problem in external(part.name, known, part.rendered.source_map, others,
+                                            frozenset(settings.unmanaged))]
+    elif not problems:
         problems = [miss.problem for miss in dangling(parts, facts, frozenset(settings.unmanaged))]
     if problems:
         for problem in problems:

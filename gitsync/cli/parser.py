@@ -121,6 +121,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if command.arguments:
             module_name, func_name = command.arguments.split(":")
             getattr(importlib.import_module(module_name), func_name)(p)
+        if command.name in ("render", "validate"):  # not diff: the gateway's diff is of every source
+            p.add_argument("--source", dest="only_source", metavar="NAME", default=None,
+                           help="with [[sources]]: that source alone, from --dir or its repo (a team's CI): "
+                                "references into items other sources share are theirs, others refused")
         if command.name == "render":
             p.add_argument("--show-secrets", action="store_true", help="print secret values in clear")
             p.add_argument("--explain", nargs=2, metavar=("KIND", "ID"), default=None,
@@ -193,6 +197,8 @@ def dispatch(argv: Sequence[str] | None = None) -> tuple[int, Command | None]:
         return 2, None
     if (settings.verbose, settings.log_json) != (args.verbose or 0, bool(args.log_json)):
         gslog.setup(verbose=settings.verbose, json_lines=settings.log_json)  # the settings file's choice
+    for notice in settings.notices:
+        gslog.logger.warning("{}", notice)
     args.reload_settings = lambda: load(_flags(args), config=args.config, require=command.require)
     module_name, func_name = command.target.split(":")
     func = getattr(importlib.import_module(module_name), func_name)

@@ -6,14 +6,17 @@ unmanaged kinds: a reference into one of them may name another source's item, so
 on the composed payload, instead. Then:
 
 * `facts_of(part, others)`: what the source declares outside what it owns (refused at the item's
-  file:line, saying whose it is), an item another source may claim too (labels against a prefix:
-  refused where it is declared), and the references into the kinds it shares. Worked out once per
+  file:line, saying whose it is: the settings give every id one owner, `gitsync.ownership`; a
+  credential is its consumer's), and the references into the kinds it shares. Worked out once per
   commit of a source; an item the last commit of the source held as the same object (an unchanged
   file: the render keeps its parse) is not looked at again.
 * `compose(parts)`: one payload: per kind, the sources' items in the order the settings list the
   sources; a source map whose every place is ``name:file``; the sources' health checks, each named
   ``name:check``.
-* `dangling(parts, facts)`: the references of the composed payload that name no item.
+* `dangling(parts, facts)`: the references of the composed payload that name no item, or an item of
+  another source that does not share it with theirs (`crossing`);
+* `external(...)`: a source validated alone (a team's CI): its references into other sources' items,
+  accepted where the owner shares them (declared by the settings), refused where it does not.
 
 A source without a name (None: the one repo of the ``[source]`` settings, a composition of one) owns
 every item, and its places are its own files: nothing to prefix, nothing to check across sources, and
@@ -28,8 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gitsync.kinds import KINDS, item_id
-from gitsync.ownership import Claim, Ownership, may_meet, static_overlap
+from gitsync.kinds import KINDS, is_credential, item_id
+from gitsync.ownership import Ownership, Traffic, owner_of, trespass
 from gitsync.problems import Location, Problem
 from gitsync.render.references import Reference, references_of
 from gitsync.render.result import Rendered
@@ -115,17 +118,6 @@ def shared_kinds(ownership: Ownership) -> frozenset[str]:
     return frozenset(KINDS) - ownership.whole_kinds()
 
 
-def rivals(name: str | None, ownership: Ownership, others: Sequence[tuple[str | None, Ownership]]
-           ) -> tuple[tuple[str | None, Claim], ...]:
-    """The other sources' claims that may meet one of this source's on an item the settings cannot tell
-    (by prefix against labels): each item of the source is checked against them."""
-    def unsettled(theirs: Claim) -> bool:
-        return any(may_meet(ours, theirs) and not static_overlap(ours, theirs) for ours in ownership.claims)
-
-    return tuple((other, theirs) for other, owns in others if other != name for theirs in owns.claims
-                 if unsettled(theirs))
-
-
 def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before: PartFacts | None = None
              ) -> PartFacts:
     """What the source `part` declares that it may not, and its references into shared kinds (see the
@@ -133,11 +125,10 @@ def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before:
     of the source's last commit."""
     rendered, owns = part.rendered, part.ownership
     shared = shared_kinds(owns)
-    contenders = rivals(part.name, owns, others)
     every = {kind: rendered.ids.get(kind) or [item_id(kind, item) for item in items]
              for kind, items in rendered.payload.items()}
     declared = {kind: frozenset(i for i in ids if i is not None) for kind, ids in every.items()}
-    if not shared and not contenders:  # it owns every kind whole: nothing to look at item by item
+    if not shared and not _item_checks(part.name, owns, others):  # nothing to look at item by item
         return PartFacts((), (), declared)
     known = before.memo if before is not None else {}
     memo: dict[int, tuple[Any, str | None, tuple[tuple[Reference, str], ...]]] = {}
@@ -147,7 +138,7 @@ def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before:
         for index, (item, ident) in enumerate(zip(items, every[kind], strict=True)):
             seen = known.get(id(item))
             if seen is None or seen[0] is not item:
-                why = _not_owned(part.name, owns, contenders, others, kind, ident, item)
+                why = _not_owned(part.name, owns, others, kind, ident, item)
                 refs = tuple((ref, message) for ref, message in references_of(kind, item)
                              if ref.target in shared)
                 seen = (item, why, refs)
@@ -159,19 +150,57 @@ def facts_of(part: Part, others: Sequence[tuple[str | None, Ownership]], before:
     return PartFacts(tuple(problems), tuple(references), declared, memo)
 
 
-def _not_owned(name: str | None, owns: Ownership, contenders: Sequence[tuple[str | None, Claim]],
-               others: Sequence[tuple[str | None, Ownership]], kind: str, ident: str | None,
-               item: Any) -> str | None:
-    """Why source `name` may not declare this item, or None."""
-    if not owns.owns(kind, ident, item):
-        whose = next((f"; it belongs to source {other!r} ({theirs.describe(kind)})"
-                      for other, theirs in others if other != name and theirs.owns(kind, ident, item)), "")
-        return f"source {name!r} may not declare this item: it owns {owns.describe(kind)}{whose}"
-    claimed = next((other for other, claim in contenders if claim.matches(kind, ident, item)), None)
-    if claimed is not None:
-        return (f"claimed by two sources: {name!r} ({owns.describe(kind)}) and {claimed!r} "
-                f"({dict(others)[claimed].describe(kind)}); give it an id or labels only one of them claims")
+def _item_checks(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]]) -> bool:
+    """Whether the source's items are checked one by one for more than ownership: plugins it may not
+    use, traffic another source owns."""
+    return not owns.everything and (bool(owns.restricted - owns.may_run) or any(
+        theirs.traffic != Traffic() for other, theirs in others if other != name))
+
+
+def _not_owned(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]], kind: str,
+               ident: str | None, item: Any) -> str | None:
+    """Why source `name` may not declare this item (`_not_its`), or use it so (`_not_allowed`), or None."""
+    return _not_its(name, owns, others, kind, ident, item) or _not_allowed(name, owns, others, kind, item)
+
+
+def _not_allowed(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]], kind: str,
+                 item: Any) -> str | None:
+    """A plugin that runs code the source may not use; traffic another source owns that the item would
+    take."""
+    if owns.everything or not isinstance(item, dict):
+        return None
+    plugins = item.get("plugins")
+    used = [*(plugins if isinstance(plugins, dict) else ()), *(["script"] if "script" in item else [])]
+    banned = sorted(set(used) & (owns.restricted - owns.may_run))
+    if banned:
+        return (f"source {name!r} may not use {banned[0]}: it runs code on the gateway's workers, which a "
+                "source does only when its [[sources]] table's may_run lists it")
+    for other, theirs in others:
+        why = trespass(kind, item, theirs.traffic) if other != name else None
+        if why:
+            return f"source {name!r} may not take traffic source {other!r} owns: {why}"
     return None
+
+
+def _not_its(name: str | None, owns: Ownership, others: Sequence[tuple[str | None, Ownership]], kind: str,
+             ident: str | None, item: Any) -> str | None:
+    """Why source `name` may not declare this item, or None. A credential is judged by its id alone (its
+    consumer's username against the claims' prefixes), not by labels of its own: it is its consumer's.
+    The owner named is the one the settings give the id (`owner_of`)."""
+    credential = is_credential(kind, item)
+    if owns.may_own(kind, ident or "") if credential else owns.owns(kind, ident, item):
+        return None
+    whose = owner_of(kind, ident or "", [(other, theirs) for other, theirs in others if other != name])
+    if credential:
+        consumer = (ident or "").split("/credentials/")[0]
+        return (f"source {name!r} may not declare this credential: a credential belongs to the source of its "
+                f"consumer, and it owns {owns.describe(kind)}"
+                + (f"; consumer {consumer!r} belongs to source {whose!r}" if whose else ""))
+    if whose is not None:
+        theirs = f"; it belongs to source {whose!r} ({dict(others)[whose].describe(kind)})"
+    else:
+        theirs = "; the id is its own, the item lacks the labels" if owns.may_own(kind, ident or "") else ""
+    return f"source {name!r} may not declare this item: it owns {owns.describe(kind)}{theirs}"
 
 
 @dataclass(frozen=True)
@@ -182,21 +211,65 @@ class Dangling:
     source: str | None
     target: tuple[str, str]  # (kind, id)
     problem: Problem
+    owner: str | None = None  # the source that declares it, when another source's: it is not shared
 
 
 def dangling(parts: Sequence[Part], facts: Sequence[PartFacts], unmanaged: frozenset[str] = frozenset()
              ) -> list[Dangling]:
     """The references into shared kinds that name no item of the composed payload (a kind in
-    `unmanaged` cannot be checked: its items are the gateway's own). Those a source's own items
-    answer were left out by `facts_of`: only the others are looked up, in the other sources' ids."""
+    `unmanaged` cannot be checked: its items are the gateway's own), and those that name an item of
+    another source that does not share it with theirs (`crossing`). Those a source's own items answer
+    were left out by `facts_of`: only the others are looked up, in the other sources' ids."""
     found = []
     for part, known in zip(parts, facts, strict=True):
         for out in known.references:
             ref = out.reference
-            if ref.target in unmanaged or any(ref.ident in f.declared.get(ref.target, ()) for f in facts):
+            if ref.target in unmanaged:
                 continue
-            problem = part.rendered.source_map.problem(out.kind, out.index, out.message, ref.at)
-            found.append(Dangling(part.name, (ref.target, ref.ident), relabel(part.name, problem)))
+            holder = next((other for other, f in zip(parts, facts, strict=True)
+                           if ref.ident in f.declared.get(ref.target, ())), None)
+            if holder is None:
+                message = out.message
+            elif (message := crossing(part.name, out, holder.name, holder.ownership)) is None:
+                continue
+            problem = part.rendered.source_map.problem(out.kind, out.index, message, ref.at)
+            found.append(Dangling(part.name, (ref.target, ref.ident), relabel(part.name, problem),
+                                  None if holder is None else holder.name))
+    return found
+
+
+def crossing(name: str | None, out: Outgoing, owner: str | None, owns: Ownership) -> str | None:
+    """Why source `name`'s reference `out` may not name an item of source `owner` (which owns it as
+    `owns` says), or None when it may: the owner shares it with `name`. A credential's consumer is never
+    shared: a credential is its consumer's source's to declare."""
+    ref = out.reference
+    if owner == name:
+        return None
+    if out.kind == "consumers" and ref.target == "consumers" and ref.at == ("id",):
+        return (f"credential of consumer {ref.ident!r}, which is source {owner!r}'s: a credential belongs to "
+                "the source of its consumer")
+    if owns.shares_with(ref.target, ref.ident, name):
+        return None
+    return (f"{ref.label} {ref.ident!r} names {ref.target} of source {owner!r}, which does not share it with "
+            f"source {name!r} (see the shares of its [[sources]] table)")
+
+
+def external(name: str | None, facts: PartFacts, source_map: SourceMap,
+             others: Sequence[tuple[str | None, Ownership]], unmanaged: frozenset[str] = frozenset(),
+             ) -> list[Problem]:
+    """A source validated alone (a team's CI, the other sources unread): its references into items
+    other sources own, each accepted when the owner shares it with `name` (checked for real where the
+    sources are composed), else refused naming the owner; a reference no source may answer names
+    nothing. Places are the source's own."""
+    found = []
+    for out in facts.references:
+        ref = out.reference
+        if ref.target in unmanaged:
+            continue
+        owner = owner_of(ref.target, ref.ident, [(o, t) for o, t in others if o != name])
+        message = out.message if owner is None else crossing(name, out, owner, dict(others)[owner])
+        if message is not None:
+            found.append(source_map.problem(out.kind, out.index, message, ref.at))
     return found
 
 
@@ -360,5 +433,5 @@ def compose_files(parts: Sequence[tuple[str | None, Mapping[str, bytes]]]) -> Ma
 
 
 __all__ = ["SEPARATOR", "ComposedFiles", "ComposedSourceMap", "Dangling", "Outgoing", "Part", "PartFacts",
-           "compose", "compose_files", "dangling", "facts_of", "in_source", "label", "of_source", "relabel",
-           "rivals", "shared_kinds", "split_file"]
+           "compose", "compose_files", "crossing", "dangling", "external", "facts_of", "in_source", "label",
+           "of_source", "relabel", "shared_kinds", "split_file"]

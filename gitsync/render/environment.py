@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gitsync.log import register_secret
@@ -17,7 +17,7 @@ from gitsync.render.healthchecks import CheckLimits
 from gitsync.render.options import RenderOptions
 from gitsync.render.secrets import SecretRules
 from gitsync.render.sops import SopsError, decryptor, identities_from_settings
-from gitsync.settings import SPEC_BY_NAME, Settings, SettingsError, _convert
+from gitsync.settings import OWN_SECRET_NAMES, SPEC_BY_NAME, Settings, SettingsError, _convert
 
 #: Names usable in ``${{ vars.NAME }}`` / ``${{ secrets.NAME }}`` (also keeps secret files inside the dir).
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -27,33 +27,65 @@ SECRET_ENV_PREFIX = "GITSYNC_SECRET_"
 class SecretsLookup:
     """``${{ secrets.NAME }}``: the file NAME in the secrets directory, then ``GITSYNC_SECRET_NAME``.
 
+    Scoped: a name of gitsync's own credentials (`OWN_SECRET_NAMES`: ``admin_key``, ``age_key``,
+    ``git_token``, …) is never read, nor any file gitsync reads for itself (`refused_files`, compared
+    as files: a link or another name for one is refused too), whatever directory it is in. A source of
+    several (`source`) reads its own subdirectory ``<directory>/<source>/``; the directory itself and
+    ``GITSYNC_SECRET_*`` only for the names the settings share with it (`shared`).
+
     A value is read only when a config file asks for it, and registered with the log
     redactor at once.
     """
 
-    def __init__(self, directory: Path | None, env: Mapping[str, str]) -> None:
+    def __init__(self, directory: Path | None, env: Mapping[str, str], *, refused_files: Iterable[Path] = (),
+                 source: str | None = None, shared: Iterable[str] = ()) -> None:
         self.directory = directory
         self.env = {k[len(SECRET_ENV_PREFIX):]: v for k, v in env.items() if k.startswith(SECRET_ENV_PREFIX)}
+        self.source = source
+        self.shared = frozenset(shared)
+        self.refused = {key for path in refused_files if (key := _file_key(path)) is not None}
 
     def __call__(self, name: str) -> str | None:
         if not NAME_PATTERN.match(name):
             return None
-        value: str | None = None
-        if self.directory is not None:
-            path = self.directory / name
-            try:
-                value = path.read_text(encoding="utf-8").strip()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                value = None
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SettingsError(f"{path}: cannot read the secret: {exc}") from None
-        if value is None and name in self.env:
+        if name.lower() in OWN_SECRET_NAMES:
+            raise SettingsError(f"secrets.{name} names one of gitsync's own credentials, which config can "
+                                "never read (give the value another name in the secrets directory)")
+        common = self.source is None or name in self.shared
+        places = [] if self.directory is None else (
+            [self.directory / name] if self.source is None else
+            [self.directory / self.source / name, *([self.directory / name] if common else [])])
+        value = next((found for path in places if (found := self._read(path)) is not None), None)
+        if value is None and common and name in self.env:
             value = self.env[name]
             reason = not_utf8(value)
             if reason:
                 raise SettingsError(f"{SECRET_ENV_PREFIX}{name}: cannot read the secret: {reason}")
         register_secret(value)
         return value
+
+    def _read(self, path: Path) -> str | None:
+        key = _file_key(path)
+        if key is None:
+            return None
+        if key in self.refused:
+            raise SettingsError(f"{path}: a file gitsync reads for itself (a credential, a *_file "
+                                "setting's); config can never read it")
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{path}: cannot read the secret: {exc}") from None
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    """The file `path` is (device, inode), links followed; None when there is none."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino)
 
 
 def not_utf8(text: str) -> str | None:
@@ -114,7 +146,8 @@ def options_from_settings(settings: Settings, env: Mapping[str, str] | None = No
     return RenderOptions(
         paths=tuple(settings.paths),
         vars=variables,
-        secret_lookup=SecretsLookup(settings.secrets_dir, env),
+        secret_lookup=SecretsLookup(settings.secrets_dir, env, refused_files=settings.credential_files,
+                                    source=settings.source_name, shared=settings.shared_secrets),
         decrypt=decryptor(identities),
         max_file_size=settings.max_file_size,
         max_items=settings.max_items,

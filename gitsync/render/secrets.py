@@ -28,8 +28,11 @@ What makes a value secret, in this order:
   ``Set-Cookie`` and ``*-Key``/``*-Token``/``*-Secret`` headers, in either form
   (``{Name: value}`` or ``"Name: value"``).
 - **likely**: a long high-entropy value in a header map, a URL's query or path that
-  nothing above names. Masked like the rest; `Finding.certain` is False so that export
-  can warn about it, naming the field.
+  nothing above names; the value a ``vars`` expression compares a request's header, argument or
+  cookie with (``["http_x_api_key", "==", "…"]``: a fixed credential, whatever its shape), and the
+  string literals of code the gateway runs (``serverless-*`` functions, a route's ``script``) that
+  look like a token (`CODE_LITERAL`). Masked like the rest; `Finding.certain` is False so that
+  export can warn about it, naming the field.
 
 References are never secrets: ``$secret://…``, ``$env://…``, an expression
 ``${{ … }}`` standing alone, an nginx variable (``$http_x_token``) as a header's value.
@@ -253,7 +256,8 @@ ALWAYS_LOOKED_AT = frozenset({"ssls", "secrets"})
 #: either way): an item whose JSON holds none of them (nor the last name of a declared path) holds no
 #: secret the classifier would find.
 STEMS = ("pass", "secret", "key", "token", "credential", "auth", "account", "header", "-----begin", "eyj",
-         "://", "bearer", "basic", "digest", "bot", "hmac", "negotiate", "ntlm", "sso", "aws4")
+         "://", "bearer", "basic", "digest", "bot", "hmac", "negotiate", "ntlm", "sso", "aws4", '"vars"',
+         "function", '"script"')
 
 
 @functools.lru_cache(maxsize=16)
@@ -299,6 +303,97 @@ def walk_item(kind: str, item: Any, rules: SecretRules = NO_RULES) -> list[Findi
     marks = _marks(kind, item, rules) if isinstance(item, dict) else {}
     found: list[Finding] = []
     _walk(item, (), marks, False, found)
+    if isinstance(item, dict):
+        taken = {finding.path for finding in found}
+        found += [f for f in (*_vars_findings(item), *_code_findings(item)) if f.path not in taken]
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a request is compared with, and code
+
+
+#: Request variables (nginx's ``http_*``, ``arg_*``, ``cookie_*``, ``post_arg_*``) that carry what a
+#: client presents: a ``vars`` comparison of one with a literal holds a fixed credential.
+_REQUEST_VARIABLE = re.compile(r"^(?:http|arg|cookie|post_arg)_(.+)$")
+#: Plugins whose config holds code the gateway runs, and the fields of it.
+CODE_FIELDS: dict[str, tuple[str, ...]] = {"serverless-pre-function": ("functions",),
+                                           "serverless-post-function": ("functions",)}
+#: A string literal of Lua code ('…', "…", [[…]]).
+_LUA_STRING = re.compile(r"""'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)"|\[(=*)\[(.*?)\]\3\]""", re.S)
+#: The shortest literal of code looked at as a token (a key, a password) rather than a word.
+CODE_LITERAL = 8
+
+
+def _tokenlike(literal: str) -> bool:
+    """At least `CODE_LITERAL` characters, no space, with a digit or of high entropy: a key or a password
+    rather than a word, a header's name or a path."""
+    return (len(literal) >= CODE_LITERAL and not any(c.isspace() for c in literal)
+            and not literal.startswith("/")
+            and (any(c.isdigit() for c in literal) or entropy(literal) >= MIN_LIKELY_BITS))
+
+
+def _vars_findings(item: dict) -> list[Finding]:
+    """The literals ``vars`` expressions compare a client-presented value with (route ``vars``, and
+    ``vars`` under a plugin: traffic-split's matches, workflow's cases)."""
+    found: list[Finding] = []
+
+    def expressions(value: Any, path: FieldPath) -> None:
+        if not isinstance(value, list):
+            return
+        if len(value) >= 3 and all(isinstance(v, str) for v in value[:2]) and isinstance(value[-1], str):
+            variable = _REQUEST_VARIABLE.match(value[0].lower())
+            literal = value[-1]
+            # a credential's name (a header, argument, cookie), or any request value and a token-like literal
+            named = variable is not None and credential_header(variable.group(1).replace("_", "-"))
+            if (variable and literal and not is_reference(literal) and not _NGINX_VARIABLE.match(literal)
+                    and (named or _tokenlike(literal))):
+                found.append(Finding((*path, len(value) - 1), None,
+                                     f"the value a request's {value[0]!r} is compared with", certain=False))
+            return
+        for index, child in enumerate(value):
+            expressions(child, (*path, index))
+
+    def walk(value: Any, path: FieldPath) -> None:
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if key in ("vars", "case"):
+                    expressions(child, (*path, key))
+                else:
+                    walk(child, (*path, key))
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                walk(child, (*path, index))
+
+    walk(item, ())
+    return found
+
+
+def _code_findings(item: dict) -> list[Finding]:
+    """The string literals of code the item makes the gateway run that look like a token: at least
+    `CODE_LITERAL` characters, no space, with a digit or of high entropy (a key, a password; not a
+    header's name or a word)."""
+    code: list[tuple[FieldPath, str]] = []
+    if isinstance(item.get("script"), str):
+        code.append((("script",), item["script"]))
+    plugins = item.get("plugins")
+    for name, fields in CODE_FIELDS.items():
+        conf = plugins.get(name) if isinstance(plugins, dict) else None
+        for field_name in fields if isinstance(conf, dict) else ():
+            value = conf.get(field_name)
+            texts = value if isinstance(value, list) else [value]
+            code += [(("plugins", name, field_name, *((i,) if isinstance(value, list) else ())), text)
+                     for i, text in enumerate(texts) if isinstance(text, str)]
+    found = []
+    for path, text in code:
+        spans = []
+        for match in _LUA_STRING.finditer(text):
+            group = next(g for g in (1, 2, 4) if match.group(g) is not None)
+            literal = match.group(group)
+            if _tokenlike(literal):
+                spans.append((match.start(group), match.end(group)))
+        if spans:
+            found.append(Finding(path, tuple(spans), "a literal of code the gateway runs", certain=False))
     return found
 
 

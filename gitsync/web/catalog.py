@@ -144,10 +144,15 @@ class Catalog:
         missing = [p for p in positions if p not in self._rows]
         if missing:
             payload = self.rendered.payload
-            described = [describe(k, payload[k][i]) for k, i, _ in (self._entries[p] for p in missing)]
-            shown = mask_secrets({"titles": [d[0] for d in described], "matches": [d[1] for d in described]},
-                                 self.rendered.secret_values, self.rendered.secret_rules)
-            for position, title, match in zip(missing, shown["titles"], shown["matches"], strict=True):
+            # described from the masked items, by kind: the rules of `secret_fields` name fields of a
+            # kind (`routes.desc`), so a title or a match (and the search text) never holds such a value
+            by_kind: dict[str, list[Any]] = {}
+            for kind, index, _ in (self._entries[p] for p in missing):
+                by_kind.setdefault(kind, []).append(payload[kind][index])
+            masked = mask_secrets(by_kind, self.rendered.secret_values, self.rendered.secret_rules)
+            taken = {kind: iter(items) for kind, items in masked.items()}
+            described = [describe(k, next(taken[k])) for k, _, _ in (self._entries[p] for p in missing)]
+            for position, (title, match) in zip(missing, described, strict=True):
                 kind, index, ident = self._entries[position]
                 item = payload[kind][index]
                 plugins = tuple(sorted(item["plugins"])) if isinstance(item.get("plugins"), dict) else ()

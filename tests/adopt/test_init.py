@@ -324,3 +324,77 @@ def test_pre_commit_hooks_pass_a_good_commit_and_stop_a_bad_one_with_file_and_li
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert bad.stdout.count("Failed") == 2
     assert bad.stdout.count("base/routes/api.yaml:13:5: routes[api-users].uri: invalid configuration") == 2
+
+
+AGENT_SOURCES = """
+[render.vars]
+REGION = "eu"
+
+[[sources]]
+name = "platform"
+repo = "https://git.example/platform.git"
+owns = ["global_rules", { kinds = ["upstreams"], prefix = "platform-" }]
+shares = [{ kinds = ["upstreams"], prefix = "platform-", with = ["orders"] }]
+
+[[sources]]
+name = "orders"
+repo = "https://git.example/orders.git"
+paths = ["conf"]
+owns = [{ kinds = ["routes", "upstreams"], prefix = "orders-" },
+        { kinds = ["consumers"], prefix = "orders-", labels = { team = "orders" } }]
+
+[[sources]]
+name = "payments"
+repo = "https://git.example/payments.git"
+owns = [{ kinds = ["routes", "upstreams"], prefix = "payments-" }]
+"""
+
+
+@pytest.mark.slow
+def test_a_teams_scaffold_validates_alone_in_its_ci_with_the_platforms_shared_items(
+        wheel: Path, venv: Path, tmp_path: Path) -> None:
+    """Issue 46 item 2: the repo of one source of a [[sources]] agent, its CI run as a runner runs it."""
+    agent = tmp_path / "gitsync.toml"
+    agent.write_text(AGENT_SOURCES)
+    repo = tmp_path / "orders"
+    made = run_gitsync("init", str(repo), "--wheel", str(wheel), "--config", str(agent), "--source", "orders")
+    assert made.returncode == 0, made.stderr
+    command = "gitsync validate --dir . --config ci/gitsync-sources.toml --source orders"
+    assert command in made.stdout
+    assert f"entry: {command}\n" in (repo / ".pre-commit-config.yaml").read_text()
+    for schema, path in (("vendor.github-workflows", ".github/workflows/gitsync.yml"),
+                         ("vendor.gitlab-ci", ".gitlab-ci.yml")):
+        checked = check_jsonschema("--builtin-schema", schema, str(repo / path))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    workflow = (repo / ".github/workflows/gitsync.yml").read_text()
+    assert "GITSYNC_ADMIN_KEY" not in workflow and "gitsync diff" not in workflow  # the platform's diff
+    assert "diff" not in YAML(typ="safe").load((repo / ".gitlab-ci.yml").read_text())
+    env = offline_pip(wheel.parent, venv)
+    steps = _github(repo, "push", {}, env)
+    assert [(name, result.returncode) for name, result in steps] == [("install gitsync", 0),
+                                                                     ("gitsync validate", 0)], steps[-1]
+    # the team's route on the platform's shared upstream passes; one on payments' is refused at its line
+    (repo / "conf" / "routes" / "more.yaml").write_text(
+        "routes:\n  - id: orders-shared\n    uri: /s\n    upstream_id: platform-web\n"
+        "  - id: orders-theirs\n    uri: /t\n    upstream_id: payments-web\n")
+    # gitsync is installed in the venv already: the validate step (and the GitLab job's script) alone
+    [validate] = [step for step in github_steps(repo / ".github/workflows/gitsync.yml", "gitsync", "push", {})
+                  if step.name == "gitsync validate"]
+    refused = run_shell(validate.script, repo, {**env, **validate.env,
+                                                "GITHUB_STEP_SUMMARY": str(repo.parent / "summary")})
+    assert refused.returncode == 1
+    assert "::error file=conf/routes/more.yaml,line=7,col=5,title=gitsync validate::routes[orders-theirs]" \
+           ".upstream_id: upstream_id 'payments-web' names upstreams of source 'payments', which does not " \
+           "share it with source 'orders'" in refused.stdout
+    job = YAML(typ="safe").load((repo / ".gitlab-ci.yml").read_text())["validate"]
+    gitlab = run_shell("set -e\n" + "\n".join(job["script"]) + "\n", repo, env)
+    assert gitlab.returncode == 1 and "which does not share it with source 'orders'" in \
+        (repo / "gitsync-review.md").read_text()
+    # what the platform shares changes: the file is written again from the agent's settings, alone
+    agent.write_text(AGENT_SOURCES.replace('with = ["orders"] }]', 'with = ["orders"] }]\n'
+                                           'shared_secrets = ["VAULT_TOKEN"]'))
+    again = run_gitsync("init", str(repo), "--config", str(agent), "--source", "orders", "--sources-only")
+    assert again.returncode == 0, again.stderr
+    assert 'paths = ["conf"]' in (repo / "ci/gitsync-sources.toml").read_text()
+    assert 'REGION = "eu"' in (repo / "ci/gitsync-sources.toml").read_text() or \
+        '"REGION" = "eu"' in (repo / "ci/gitsync-sources.toml").read_text()

@@ -14,16 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from gitsync.agent.outcomes import Stage, SyncResult
 from gitsync.agent.sync import Agent
-from gitsync.kinds import KINDS
-from gitsync.ownership import Claim, Ownership, static_overlap
+from gitsync.kinds import KINDS, item_id
+from gitsync.ownership import Claim, Ownership, Share, Traffic, static_overlap, trespass
 from gitsync.problems import Location
 from gitsync.push.plan import items_equal
 from gitsync.render import RenderOptions, render
 from gitsync.render.compose import Part, compose, dangling, facts_of, shared_kinds
+from gitsync.render.references import refers_to
 from gitsync.settings import SettingsError, load, source_settings
 from gitsync.source.mirror import MAX_PACKS, UNTIDY_PACKS
 from gitsync.testing.apisix import ApisixDouble, Reply, json_body
@@ -56,7 +59,7 @@ ref = "release"
 paths = ["base", "envs/prod"]
 git_token_file = "{token}"
 owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
-        {{ kinds = ["consumers"], labels = {{ team = "orders" }} }}]
+        {{ kinds = ["consumers"], prefix = "orders-", labels = {{ team = "orders" }} }}]
 """)
     settings = load(config=config, env={}, require=("repo",))
     platform, orders = settings.sources
@@ -64,7 +67,7 @@ owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
     assert orders.values["ref"] == "release" and orders.values["paths"] == ("base", "envs/prod")
     assert orders.values["git_token"].reveal() == "orders-token-value"
     assert orders.owns.claims == (Claim(("routes", "upstreams"), "orders-"),
-                                  Claim(("consumers",), None, (("team", "orders"),)))
+                                  Claim(("consumers",), "orders-", (("team", "orders"),)))
     own = source_settings(settings, platform)
     assert (own.repo, own.ref, own.paths, own.git_timeout) == ("https://git.example/platform.git", "main",
                                                                ("base",), 7.0)
@@ -88,8 +91,9 @@ def test_the_example_for_a_platform_and_twenty_teams_loads(tmp_path: Path) -> No
     ('["routes"]', '[{ kinds = ["routes"], prefix = "b-" }]', "both claim every item of routes / routes with "
                                                              "id prefix 'b-'"),
     ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], prefix = "a-b" }]', "id prefix 'a-'"),
-    ('[{ kinds = ["routes"], labels = { team = "a" } }]',
-     '[{ kinds = ["routes"], labels = { team = "a", env = "prod" } }]', "label team=a"),
+    # labels do not tell two sources apart: one id, two owners
+    ('[{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } }]',
+     '[{ kinds = ["routes"], prefix = "a-", labels = { team = "b" } }]', "label team=b"),
     ('[{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } }]',
      '[{ kinds = ["routes"], prefix = "a" }]', "id prefix 'a'"),
 ])
@@ -107,13 +111,11 @@ def test_two_sources_that_may_claim_one_item_are_a_settings_error_naming_both(
 
 @pytest.mark.parametrize(("owns_a", "owns_b"), [
     ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], prefix = "b-" }]'),
-    ('[{ kinds = ["routes"], labels = { team = "a" } }]',
-     '[{ kinds = ["routes"], labels = { team = "b" } }]'),
+    ('[{ kinds = ["consumers"], prefix = "a-", labels = { team = "a" } }]',
+     '[{ kinds = ["consumers"], prefix = "b-", labels = { team = "a" } }]'),
     ('["routes"]', '["upstreams"]'),
-    # one by prefix, the other by labels: only an item can make them meet (checked per item)
-    ('[{ kinds = ["routes"], prefix = "a-" }]', '[{ kinds = ["routes"], labels = { team = "b" } }]'),
 ])
-def test_sources_told_apart_by_the_settings_or_by_their_items_start(tmp_path: Path, owns_a: str,
+def test_sources_told_apart_by_their_id_prefixes_start(tmp_path: Path, owns_a: str,
                                                                    owns_b: str) -> None:
     config = tmp_path / "gitsync.toml"
     config.write_text(f'[[sources]]\nname = "a"\nrepo = "/a"\nowns = {owns_a}\n\n'
@@ -137,6 +139,25 @@ def test_sources_told_apart_by_the_settings_or_by_their_items_start(tmp_path: Pa
      ":3: sources[0]: source 'a' owns secrets, which unmanaged leaves as it is live"),
     ('[[sources]]\nname = "a"\nrepo = "/a"\ngit_token = "x"\nowns = ["routes"]\n',
      ":4: sources[0].git_token: secrets are not read from the settings file"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = [{ kinds = ["consumers"], labels = { team = "a" } }]\n',
+     ':4: sources[0].owns: a claim by labels needs an id prefix too ({ kinds = ["consumers"], prefix = '
+     '"<team>-", labels = { ... } }): the owner of an id must follow from the settings alone'),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = [{ kinds = ["upstreams"], prefix = "a-" }]\n'
+     'shares = [{ kinds = ["routes"] }]\n',
+     ":5: sources[0].shares: source 'a' shares routes, which it does not own (it owns upstreams)"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["upstreams"]\nshares = [{ kinds = ["upstreams"], '
+     'with = ["b"] }]\n', ":1: sources[0]: source 'a' shares with 'b', which is no source"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["upstreams"]\nshares = [{ kinds = ["upstreams"], '
+     'prefix = "a-", ids = ["a-1"] }]\n', ":5: sources[0].shares: a share names a prefix or ids, not both"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\ntraffic = { paths = ["payments"] }\n',
+     ":5: sources[0].traffic: paths: 'payments' is no path prefix (one starts with '/')"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\ntraffic = { host = ["x"] }\n',
+     ":5: sources[0].traffic: unknown key 'host' (did you mean 'hosts'?)"),
+    ('[[sources]]\nname = "a"\nrepo = "/a"\nowns = ["routes"]\ntraffic = { hosts = ["api.example.com"] }\n'
+     '[[sources]]\nname = "b"\nrepo = "/b"\nowns = ["upstreams"]\n'
+     'traffic = { hosts = ["*.example.com"], paths = ["/b"] }\n',
+     ":6: sources[1]: sources 'a' and 'b' both own traffic: hosts api.example.com / hosts *.example.com; "
+     "paths /b (also "),
 ])
 def test_a_bad_source_table_is_a_settings_error_at_its_line(tmp_path: Path, text: str, error: str) -> None:
     config = tmp_path / "gitsync.toml"
@@ -172,25 +193,27 @@ def test_overlapping_sources_stop_the_agent_with_exit_2(tmp_path: Path) -> None:
 # ownership, composition, choice (pure)
 
 
-def test_static_overlap_and_items_told_apart_by_prefix_and_labels() -> None:
-    by_prefix, by_label = Claim(("routes",), "a-"), Claim(("routes",), None, (("team", "b"),))
+def test_static_overlap_is_decided_by_ids_and_labels_only_narrow_a_claim() -> None:
+    by_prefix, by_label = Claim(("routes",), "a-"), Claim(("routes",), "b-", (("team", "b"),))
     assert static_overlap(by_prefix, by_label) is None
     assert static_overlap(by_prefix, Claim(("upstreams",))) is None
     assert static_overlap(Claim(("routes",), "a-"), Claim(("routes",), "b-")) is None
     assert static_overlap(Claim(("routes",)), by_label)
+    assert static_overlap(Claim(("routes",), "b-", (("team", "c"),)), by_label)  # one id, two owners
     assert by_prefix.matches("routes", "a-1", {}) and not by_prefix.matches("routes", "b-1", {})
-    assert by_label.matches("routes", "x", {"labels": {"team": "b", "env": "p"}})
-    assert not by_label.matches("routes", "x", {"labels": {"team": "a"}})
-    assert not by_label.matches("routes", "x", {})
+    assert by_label.matches("routes", "b-x", {"labels": {"team": "b", "env": "p"}})
+    assert not by_label.matches("routes", "b-x", {"labels": {"team": "a"}})
+    assert not by_label.matches("routes", "b-x", {})
 
 
 def rendered(files: dict[str, str], **options: Any) -> Any:
     return render({name: text.encode() for name, text in files.items()}, RenderOptions(**options))
 
 
-PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")))
+PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")),
+                     shares=(Share(("upstreams",), prefix="platform-"),))
 TEAM_A = Ownership((Claim(("routes", "upstreams"), "a-"),))
-TEAM_B = Ownership((Claim(("routes",), None, (("team", "b"),)),))
+TEAM_B = Ownership((Claim(("routes",), "b-", (("team", "b"),)),))
 OTHERS = (("platform", PLATFORM), ("a", TEAM_A), ("b", TEAM_B))
 
 
@@ -199,20 +222,23 @@ def part(name: str, files: dict[str, str]) -> Part:
     return Part(name, "0" * 40, rendered(files, unmanaged=shared_kinds(owns)), owns)
 
 
-def test_an_item_outside_its_sources_ownership_or_claimed_by_another_is_refused_at_its_line() -> None:
+def test_an_item_outside_its_sources_ownership_is_refused_at_its_line_naming_the_ids_owner() -> None:
     a = part("a", {"r.yaml": "routes:\n  - id: a-one\n    uri: /a\n    upstream_id: platform-web\n"
                              "  - id: b-one\n    uri: /b\n    upstream_id: platform-web\n"
+                             "    labels: {team: b}\n"
                              "  - id: a-two\n    uri: /c\n    upstream_id: platform-web\n"
                              "    labels: {team: b}\n"})
-    assert [str(p) for p in facts_of(a, OTHERS).problems] == [
-        "r.yaml:5:5: routes[b-one]: source 'a' may not declare this item: it owns routes with id prefix 'a-'",
-        "r.yaml:8:5: routes[a-two]: claimed by two sources: 'a' (routes with id prefix 'a-') and 'b' (routes "
-        "with label team=b); give it an id or labels only one of them claims",
-    ]
-    b = part("b", {"r.yaml": "routes:\n  - id: a-three\n    uri: /a\n    upstream_id: platform-web\n"})
+    assert [str(p) for p in facts_of(a, OTHERS).problems] == [  # a label names no owner: the id does
+        "r.yaml:5:5: routes[b-one]: source 'a' may not declare this item: it owns routes with id prefix "
+        "'a-'; it belongs to source 'b' (routes with id prefix 'b-' and label team=b)"]
+    b = part("b", {"r.yaml": "routes:\n  - id: a-three\n    uri: /a\n    upstream_id: platform-web\n"
+                             "    labels: {team: b}\n"
+                             "  - id: b-four\n    uri: /b\n    upstream_id: platform-web\n"})
     assert [str(p) for p in facts_of(b, OTHERS).problems] == [
-        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with label "
-        "team=b; it belongs to source 'a' (routes with id prefix 'a-')"]
+        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with id prefix "
+        "'b-' and label team=b; it belongs to source 'a' (routes with id prefix 'a-')",
+        "r.yaml:6:5: routes[b-four]: source 'b' may not declare this item: it owns routes with id prefix "
+        "'b-' and label team=b; the id is its own, the item lacks the labels"]
 
 
 def test_a_composed_payload_keeps_the_sources_order_and_places_and_checks_references_across_them() -> None:
@@ -266,6 +292,7 @@ agent_name = "edge-1"
 name = "platform"
 repo = "{self.platform.path}"
 owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
 
 [[sources]]
 name = "a"
@@ -644,13 +671,16 @@ def test_export_split_by_a_label_gives_one_repo_per_owner_that_the_agent_compose
     tables = (out / "sources.toml").read_text()
     for name, url in urls.items():
         tables = tables.replace(f"<the URL of the {name} repo>", url)
-    assert 'owns = [{ kinds = ["routes", "consumers"], labels = { team = "a" } }]' in tables
-    assert 'owns = ["upstreams", "global_rules"]' in tables
+    # a claim by label with the id prefix its items share; what other owners' items name, shared with them
+    assert ('owns = [{ kinds = ["routes"], prefix = "a-", labels = { team = "a" } },\n'
+            '        { kinds = ["consumers"], prefix = "alice", labels = { team = "a" } }]') in tables
+    assert ('owns = ["upstreams", "global_rules"]\nshares = [{ kinds = ["upstreams"], '
+            'ids = ["platform-web"], with = ["a", "b"] }]') in tables
     with ApisixDouble(ADMIN_KEY) as fresh:
         config = tmp_path / "gitsync.toml"
         config.write_text(f'[gateways]\ngateways = ["{fresh.url}"]\nadmin_key_file = "{key}"\n'
                           f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[writeback]\nwriteback = "off"\n'
-                          f'[render]\nsecrets_dir = "{secrets / "a"}"\n\n' + tables)
+                          f'[render]\nsecrets_dir = "{secrets}"\n\n' + tables)  # each source: its own
         done = run_gitsync("sync", "--once", "--config", str(config))
         assert done.returncode == 0, done.stderr
         held = fresh.config()
@@ -670,6 +700,31 @@ def test_export_split_by_refuses_a_kind_only_some_of_whose_items_carry_the_label
     assert done.returncode == 2
     assert ("gitsync export: --split-by team: routes[nobody] carries no label 'team' while other routes do: "
             "label them (each item needs one owner), or export without --split-by") in done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(("routes", "error"), [
+    # the settings file written beside the repos cannot be a repo too: refused before anything is written
+    ([{"id": "x-one", "uri": "/x", "labels": {"team": "sources.toml"}},
+      {"id": "a-one", "uri": "/a", "labels": {"team": "a"}}],
+     "routes[x-one]: label team='sources.toml' cannot name a source and its repo"),
+    # a claim by label needs the id prefix its items share
+    ([{"id": "one", "uri": "/x", "labels": {"team": "a"}},
+      {"id": "two", "uri": "/y", "labels": {"team": "a"}}],
+     "the routes of 'a' (one, two) share no id prefix, which a claim by label needs"),
+    ([{"id": "a-one", "uri": "/x", "labels": {"team": "a"}}, {"id": "a-one-b", "uri": "/y",
+                                                             "labels": {"team": "b"}}],
+     "the routes of 'a' (id prefix 'a-one') and of 'b' (id prefix 'a-one-b') could hold one id"),
+])
+def test_export_split_by_writes_nothing_when_the_owners_cannot_be_told_apart_by_the_settings(
+        tmp_path: Path, apisix: ApisixDouble, routes: list[dict[str, Any]], error: str) -> None:
+    apisix.out_of_band("routes", routes)
+    key = tmp_path / "key"
+    key.write_text(ADMIN_KEY)
+    done = run_gitsync("export", "--gateway", apisix.url, "--admin-key-file", str(key), "--out",
+                       str(tmp_path / "out"), "--split-by", "team")
+    assert done.returncode == 2
+    assert f"gitsync export: --split-by team: {error}" in done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -862,3 +917,150 @@ def test_moving_a_live_gateway_to_sources_the_guard_names_the_source_whose_commi
     assert again.sync_once().result is SyncResult.APPLIED
     assert sorted(fleet.uris()) == sorted([f"a-new-{n}" for n in range(12)] + [f"b-{n}" for n in range(12)])
     assert again.state.sources["a"].last_good == allowed
+
+
+# one hostile source among several (issue 41): the others' live items and results as without it
+
+
+HOSTILE_SETTINGS = """
+[gateways]
+gateways = ["{url}"]
+admin_key_file = "{creds}/admin_key"
+[render]
+secrets_dir = "{creds}"
+[agent]
+state_dir = "{state}"
+[writeback]
+writeback = "off"
+
+[[sources]]
+name = "platform"
+repo = "{root}/platform.git"
+owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
+
+[[sources]]
+name = "a"
+repo = "{root}/a.git"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "a-" }},
+        {{ kinds = ["consumers", "consumer_groups"], prefix = "a-", labels = {{ team = "a" }} }}]
+traffic = {{ hosts = ["api.example.com"], paths = ["/a"] }}
+
+[[sources]]
+name = "b"
+repo = "{root}/b.git"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "b-" }}]
+"""
+HOSTILE_TABLE = """
+[[sources]]
+name = "h"
+repo = "{root}/h.git"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "h-" }},
+        {{ kinds = ["consumers", "consumer_groups"], prefix = "h-", labels = {{ team = "h" }} }}]
+"""
+BENIGN = {
+    "platform": {"p.yaml": UPSTREAM + rule("prometheus")},
+    "a": {"a.yaml": "routes:\n  - id: a-1\n    uri: /a/*\n    hosts: [api.example.com]\n"
+                    "    upstream_id: a-up\n    plugins:\n      key-auth: {}\n"
+                    "      consumer-restriction: {whitelist: [a-alice]}\n"
+                    "upstreams:\n  - id: a-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+                    "consumer_groups:\n  - id: a-vip\n    labels: {team: a}\n"
+                    "    plugins: {limit-count: {count: 10, time_window: 60}}\n"
+                    "consumers:\n  - username: a-alice\n    group_id: a-vip\n    labels: {team: a}\n"
+                    "  - id: a-alice/credentials/main\n"
+                    "    plugins: {key-auth: {key: \"${{ secrets.A_KEY }}\"}}\n"},
+    "b": {"b.yaml": "routes:\n" + route("b-1", "/b/1")},
+}
+# its own ids and targets more often than others': an attack goes live only when every item of the
+# commit is accepted, so most examples must be mostly right for the wrong one to matter
+HOSTILE_IDS = st.sampled_from(["h-1", "h-2", "h-3", "h-4", "a-1", "b-1", "a-alice", "platform-web", "x"])
+HOSTILE_TARGETS = st.sampled_from(["platform-web", "h-up", "h-up", "h-up", "a-up", "b-up", "nowhere"])
+HOSTILE_SECRETS = st.sampled_from(["admin_key", "ADMIN_KEY", "A_KEY", "a/A_KEY", "git_token", "H_KEY"])
+
+
+@st.composite
+def hostile_items(draw: st.DrawFn) -> str:
+    """A hostile source's file: routes with random ids, references, traffic and code; consumers named as
+    another team's, credentials under them, groups of theirs; secrets of gitsync's and of other teams'."""
+    routes, consumers = [], []
+    for _ in range(draw(st.integers(0, 2))):  # few items: one refused item refuses the source's commit
+        rid, target = draw(HOSTILE_IDS), draw(HOSTILE_TARGETS)
+        hosts = draw(st.sampled_from(["", "    hosts: [api.example.com]\n",
+                                      "    hosts: ['*.example.com']\n"]))
+        uri = draw(st.sampled_from(["/a/*", "/h/*", "/*", "/b/1"]))
+        plugin = draw(st.sampled_from([
+            "", "    priority: 100\n",
+            "    plugins:\n      serverless-pre-function:\n"
+            "        {phase: rewrite, functions: ['return function() end']}\n",
+            "    plugins:\n      proxy-rewrite:\n        headers:\n          set: {X-Leak: \"${{ secrets."
+            + draw(HOSTILE_SECRETS) + " }}\"}\n",
+            "    plugins:\n      consumer-restriction: {whitelist: [a-alice]}\n"]))
+        routes.append(f"  - id: {rid}\n    uri: {uri}\n{hosts}    upstream_id: {target}\n{plugin}")
+    for _ in range(draw(st.integers(0, 1))):  # a consumer, or a credential alone (under anyone's consumer)
+        who = draw(st.sampled_from(["h-eve", "a-alice", "a-bob"]))
+        group = draw(st.sampled_from(["", "    group_id: a-vip\n", "    group_id: h-vip\n"]))
+        consumers.append(draw(st.sampled_from([
+            f"  - username: {who}\n    labels: {{team: h}}\n{group}",
+            f"  - id: {who}/credentials/x\n    labels: {{team: h}}\n"
+            "    plugins: {key-auth: {key: hostile-chosen-key-1}}\n"])))
+    text = ("routes:\n" + "".join(routes) if routes else "") + \
+        ("consumers:\n" + "".join(consumers) if consumers else "")
+    return text + "upstreams:\n  - id: h-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+
+
+def _hostile_run(root: Path, hostile: str | None
+                 ) -> tuple[dict[str, list[bytes]], dict[str | None, str | None], list[bytes]]:
+    """One agent's first sync over the benign sources (and the hostile one): the live items that are not
+    the hostile source's, each benign source's last good commit, every PUT body."""
+    creds = root / "creds"
+    (creds / "a").mkdir(parents=True)
+    (creds / "admin_key").write_text(ADMIN_KEY)
+    (creds / "git_token").write_text("a-git-token-of-the-agent")
+    (creds / "a" / "A_KEY").write_text("team-a-consumer-key")
+    repos = {name: BareRepo.create(root / f"{name}.git") for name in (*BENIGN, *(("h",) if hostile else ()))}
+    for name, files in BENIGN.items():
+        repos[name].commit(files, f"{name} v1")
+    if hostile is not None:
+        repos["h"].commit({"h.yaml": hostile}, "h v1")
+    with ApisixDouble(ADMIN_KEY) as double:
+        text = HOSTILE_SETTINGS + (HOSTILE_TABLE if hostile else "")
+        config = root / "gitsync.toml"
+        config.write_text(text.format(url=double.url, creds=creds, state=root / "state", root=root))
+        agent = Agent(load(config=config, env={}), env={})
+        try:
+            agent.sync_once()
+            good = {repo.name: repo.state.last_good for repo in agent.repos.all if repo.name != "h"}
+        finally:
+            agent.close()
+        held = {kind: items for kind, items in double.config().items() if isinstance(items, list)}
+        live = {kind: sorted(json.dumps(item, sort_keys=True).encode() for item in items
+                             if not str(item_id(kind, item)).startswith("h-"))
+                for kind, items in held.items()}
+        theirs = [(kind, item) for kind, items in held.items() for item in items
+                  if str(item_id(kind, item)).startswith("h-")]
+        # what the hostile source's live items name: its own items, or what the platform shares; none of
+        # them takes a's traffic or runs code
+        named = {target for kind, item in theirs for target in refers_to(kind, item)}
+        assert all(ident.startswith(("h-", "platform-")) for _, ident in named), named
+        a_traffic = Traffic(hosts=("api.example.com",), paths=("/a",))
+        assert not [item for kind, item in theirs if trespass(kind, item, a_traffic)]
+        assert not [item for _, item in theirs if "serverless-pre-function" in (item.get("plugins") or {})]
+        return live, good, list(double.put_bodies)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hostile=hostile_items())
+def test_a_hostile_source_changes_nothing_of_the_others(tmp_path_factory: pytest.TempPathFactory,
+                                                         hostile: str) -> None:
+    """Whatever one source declares (ids, duplicates and credentials of others', references into what is
+    not shared, routes on owned traffic, code, gitsync's and other teams' secrets), every other source's
+    live items and last good commits are byte for byte what they are without it, and no credential of
+    gitsync's reaches a payload."""
+    alone = _hostile_run(tmp_path_factory.mktemp("alone"), None)
+    among = _hostile_run(tmp_path_factory.mktemp("among"), hostile)
+    assert among[0] == alone[0]
+    assert among[1] == alone[1] and all(alone[1].values())
+    for body in among[2]:
+        assert ADMIN_KEY.encode() not in body and b"a-git-token-of-the-agent" not in body
+        assert body.count(b"team-a-consumer-key") <= 1  # a's own credential; never read by another source

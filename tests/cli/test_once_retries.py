@@ -151,7 +151,8 @@ def test_sync_once_with_sources_retries_each_sources_contacts(tmp_path, git_daem
     with DroppingGate(git_daemon.port, drop={1, 2}) as gate:  # the team's fetch, and its first retry
         config = tmp_path / "gitsync.toml"
         config.write_text(sources_toml(("team", gate.url(team.path.name), "routes", "t-"),
-                                       ("platform", git_daemon.url(platform.path.name), "upstreams", "p-")))
+                                       ("platform", git_daemon.url(platform.path.name), "upstreams", "p-"))
+                          + 'shares = [{ kinds = ["upstreams"] }]\n')  # the platform's: its upstreams
         key = tmp_path / "key"
         key.write_text(ADMIN_KEY)
         result = run_gitsync("sync", "--once", "--config", str(config), "--gateway", apisix.url,

@@ -186,3 +186,57 @@ def test_a_git_path_that_is_not_utf8_is_quoted_in_the_output_and_the_note(
     assert "- '\"caf\\351.yaml\":2:5: routes[r1]: invalid configuration" in note
     assert "- '\"new\\nline.yaml\":2:1: YAML syntax error" in note
     assert '"caf\\351.yaml":2:5: routes[r1]: invalid configuration' in result.stderr
+
+
+TEAM_SETTINGS = """
+[[sources]]
+name = "platform"
+repo = "https://git.example/platform.git"
+owns = ["global_rules", { kinds = ["upstreams"], prefix = "platform-" }]
+shares = [{ kinds = ["upstreams"], prefix = "platform-", with = ["orders"] }]
+
+[[sources]]
+name = "orders"
+repo = "https://git.example/orders.git"
+owns = [{ kinds = ["routes", "upstreams"], prefix = "orders-" }]
+
+[[sources]]
+name = "payments"
+repo = "https://git.example/payments.git"
+owns = [{ kinds = ["routes", "upstreams"], prefix = "payments-" }]
+"""
+
+
+@pytest.mark.slow
+def test_a_team_validates_its_repo_alone_with_the_platforms_shared_items_taken_as_the_platforms(
+        tmp_path: Path) -> None:
+    """A team's CI: `validate --dir . --config FILE --source NAME`, the other repos unread; a reference
+    into what the platform shares passes, one into what it does not is refused at the team's own file."""
+    config = tmp_path / "gitsync.toml"
+    config.write_text(TEAM_SETTINGS)
+    team = tmp_path / "orders"
+    team.mkdir()
+    routes = "routes:\n  - id: orders-a\n    uri: /a\n    upstream_id: platform-web\n"
+    (team / "routes.yaml").write_text(routes)
+    ok = run_gitsync("validate", "--config", str(config), "--source", "orders", "--dir", str(team))
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("valid: 1 routes")
+    theirs = "  - id: orders-b\n    uri: /b\n    upstream_id: payments-web\n"
+    squatted = "  - id: payments-c\n    uri: /c\n    upstream_id: platform-web\n"
+    (team / "routes.yaml").write_text(routes + theirs + squatted)
+    refused = run_gitsync("validate", "--config", str(config), "--source", "orders", "--dir", str(team))
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        "routes.yaml:8:5: routes[payments-c]: source 'orders' may not declare this item: it owns routes with "
+        "id prefix 'orders-'; it belongs to source 'payments' (routes with id prefix 'payments-')"]
+    (team / "routes.yaml").write_text(routes + theirs)
+    refused = run_gitsync("validate", "--config", str(config), "--source", "orders", "--dir", str(team))
+    assert refused.stderr.splitlines() == [
+        "routes.yaml:7:5: routes[orders-b].upstream_id: upstream_id 'payments-web' names upstreams of source "
+        "'payments', which does not share it with source 'orders' (see the shares of its [[sources]] table)"]
+    # without --source, a directory cannot stand for one of several repos; an unknown name is said so
+    assert "give --source NAME" in run_gitsync("validate", "--config", str(config), "--dir", str(team)).stderr
+    unknown = run_gitsync("validate", "--config", str(config), "--source", "order", "--dir", str(team))
+    assert unknown.returncode == 2
+    assert "--source order: no [[sources]] table is named so (they are platform, orders, payments)" in \
+        unknown.stderr

@@ -77,6 +77,7 @@ agent_name = "edge-1"
 name = "platform"
 repo = "{git_daemon.url(platform.path.name)}"
 owns = ["global_rules", "plugin_metadata", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
 
 [[sources]]
 name = "a"
@@ -157,8 +158,11 @@ def test_render_validate_and_diff_compose_the_sources_as_the_agent_would(git_dae
     platform.commit({"platform.yaml": PLATFORM_UPSTREAM.format(node="127.0.0.1:1980")}, "platform v1")
     a.commit(team_a("/a/v1"), "a v1")
     config = tmp_path / "gitsync.toml"
-    config.write_text(sources_toml(("platform", git_daemon.url(platform.path.name), "upstreams", "platform-"),
-                                   ("a", git_daemon.url(a.path.name), "routes", "a-")))
+    tables = sources_toml(("platform", git_daemon.url(platform.path.name), "upstreams", "platform-"),
+                          ("a", git_daemon.url(a.path.name), "routes", "a-"))
+    # the platform lets the teams' routes name its upstreams
+    config.write_text(tables.replace('prefix = "platform-" }]\n', 'prefix = "platform-" }]\n'
+                                     'shares = [{ kinds = ["upstreams"] }]\n', 1))
     key = tmp_path / "admin-key"
     key.write_text(ADMIN_KEY)
     common = ["--config", str(config), "--state-dir", str(tmp_path / "state")]
@@ -185,6 +189,142 @@ def test_render_validate_and_diff_compose_the_sources_as_the_agent_would(git_dae
         assert dangling.returncode == 1 and "platform-gone" in dangling.stderr, dangling.stderr
         assert "a:routes/orders.yaml:" in dangling.stderr
         assert double.config().get("routes") is None  # diff and validate never push
+
+
+PAYMENTS = {"conf/payments.yaml": """\
+secret_fields: [routes.desc]
+routes:
+  - id: payments-pay
+    uri: /payments/*
+    hosts: [api.example.com]
+    desc: payments-internal-note-xyz
+    upstream_id: platform-web
+    plugins:
+      key-auth: {}
+      consumer-restriction: {whitelist: [payments-alice]}
+consumer_groups:
+  - id: payments-vip
+    labels: {team: payments}
+    plugins: {limit-count: {count: 100, time_window: 60}}
+consumers:
+  - username: payments-alice
+    group_id: payments-vip
+    labels: {team: payments}
+  - id: payments-alice/credentials/main
+    plugins: {key-auth: {key: "${{ secrets.PAY_KEY }}"}}
+"""}
+ATTACKS = [
+    # (what orders commits, the stage, the start of its note's first line)
+    ("consumers:\n  - id: payments-alice/credentials/backdoor\n    labels: {team: orders}\n"
+     "    plugins: {key-auth: {key: orders-chose-this-key}}\n", "ownership",
+     "attack.yaml:2:5: consumers[payments-alice/credentials/backdoor]: source 'orders' may not declare this "
+     "credential: a credential belongs to the source of its consumer"),
+    ("consumers:\n  - username: orders-bob\n    labels: {team: orders}\n    group_id: payments-vip\n",
+     "validate", "attack.yaml:4:5: consumers[orders-bob].group_id: group_id 'payments-vip' names "
+     "consumer_groups of source 'payments', which does not share it with source 'orders'"),
+    ("consumers:\n  - username: payments-alice\n    labels: {team: payments}\n", "ownership",
+     "attack.yaml:2:5: consumers[payments-alice]: source 'orders' may not declare this item"),
+    ("routes:\n  - id: orders-leak\n    uri: /orders/leak\n    upstream_id: platform-web\n    plugins:\n"
+     "      proxy-rewrite:\n        headers:\n          set: {X-Leak: \"${{ secrets.admin_key }}|"
+     "${{ secrets.LOOKS_OK }}\"}\n", "render",
+     "attack.yaml:8:17: routes[orders-leak].plugins.proxy-rewrite.headers.set.X-Leak: cannot read "
+     "secrets.admin_key: secrets.admin_key names one of gitsync's own credentials"),
+    ("routes:\n  - id: orders-capture\n    uri: /payments/*\n    hosts: [api.example.com]\n"
+     "    priority: 100\n    upstream_id: platform-web\n", "ownership",
+     "attack.yaml:2:5: routes[orders-capture]: source 'orders' may not take traffic source 'payments' owns"),
+    ("routes:\n  - id: orders-lua\n    uri: /orders/lua\n    upstream_id: platform-web\n    plugins:\n"
+     "      serverless-pre-function: {phase: rewrite, functions: ['return function() end']}\n", "ownership",
+     "attack.yaml:2:5: routes[orders-lua]: source 'orders' may not use serverless-pre-function"),
+]
+
+
+@pytest.mark.slow
+def test_each_attack_of_a_hostile_team_is_refused_at_its_line_and_the_owner_is_untouched(
+        spawn, git_daemon: GitDaemon, remotes_root: Path, tmp_path: Path) -> None:
+    """Issue 41's attacks replayed by a real `gitsync run` over three repos on a git daemon: each refused
+    at orders' file:line naming the owner; payments' items, commits and status unchanged; payments'
+    next commit still applied; no credential of gitsync's in any payload; its secret field not found by
+    the web view's search."""
+    platform, payments, orders = (BareRepo.create(remotes_root / f"{tmp_path.name}-{name}.git")
+                                  for name in ("platform", "payments", "orders"))
+    secrets = tmp_path / "secrets"
+    (secrets / "payments").mkdir(parents=True)
+    (secrets / "payments" / "PAY_KEY").write_text("payments-alice-key-000")
+    with ApisixDouble(ADMIN_KEY) as double:
+        platform.commit({"platform.yaml": PLATFORM_UPSTREAM.format(node="127.0.0.1:1980")}, "platform v1")
+        pay_first = payments.commit(PAYMENTS, "payments v1")
+        orders.commit({"routes.yaml": "routes:\n  - id: orders-1\n    uri: /orders/*\n"
+                                      "    upstream_id: platform-web\n"}, "orders v1")
+        config = tmp_path / "gitsync.toml"
+        config.write_text(f"""
+[render]
+secrets_dir = "{secrets}"
+[writeback]
+agent_name = "edge-1"
+
+[[sources]]
+name = "platform"
+repo = "{git_daemon.url(platform.path.name)}"
+owns = ["global_rules", {{ kinds = ["upstreams"], prefix = "platform-" }}]
+shares = [{{ kinds = ["upstreams"], prefix = "platform-" }}]
+
+[[sources]]
+name = "payments"
+repo = "{git_daemon.url(payments.path.name)}"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "payments-" }},
+        {{ kinds = ["consumers", "consumer_groups"], prefix = "payments-", labels = {{ team = "payments"}} }}]
+traffic = {{ hosts = ["api.example.com"], paths = ["/payments"] }}
+
+[[sources]]
+name = "orders"
+repo = "{git_daemon.url(orders.path.name)}"
+owns = [{{ kinds = ["routes", "upstreams"], prefix = "orders-" }},
+        {{ kinds = ["consumers", "consumer_groups"], prefix = "orders-", labels = {{ team = "orders" }} }}]
+""")
+        token = tmp_path / "ui-token"
+        token.write_text("ui-token-of-the-tenancy-agent")
+        agent = spawn(None, "--config", str(config), "--ui", "--ui-token-file", str(token),
+                      gateways=[double.url])
+        # the agent's admin key under config-secret names in the config secrets' directory
+        key_file = tmp_path / "admin-key"
+        (secrets / "admin_key").hardlink_to(key_file)
+        (secrets / "orders").mkdir()
+        (secrets / "orders" / "LOOKS_OK").symlink_to(key_file)  # in orders' own directory, another name
+        wait_for(lambda: {"payments-pay", "orders-1"} <= set(live(double, "routes")), 15, "every source live")
+
+        def payments_live() -> str:
+            held = double.config()
+            return json.dumps({kind: [i for i in held.get(kind) or [] if str(i.get("id", i.get("username")))
+                                      .startswith("payments-")] for kind in ("routes", "consumers",
+                                                                            "consumer_groups")},
+                              sort_keys=True)
+
+        before = payments_live()
+        assert "payments-alice/credentials/main" in before
+        for text, stage, first in ATTACKS:
+            sha = orders.commit({"attack.yaml": text}, "orders: an attack")
+            found = wait_for(lambda sha=sha: note(orders, sha), 15, f"the note on {first[:40]}")
+            assert found[0] == stage and found[1][0].startswith(first), found
+            if "LOOKS_OK" in text:
+                assert "LOOKS_OK: a file gitsync reads for itself" in found[1][1], found
+            assert payments_live() == before
+            state = agent.state()["sources"]
+            assert state["payments"]["last_good"] == pay_first and not state["payments"].get("bad")
+            orders.commit({"attack.yaml": None}, "orders: back")  # the next attack starts from a good tip
+        # the owner's own next commit goes live; no payload ever held the admin key
+        more = ("routes:\n  - id: payments-more\n    uri: /payments/more\n    hosts: [api.example.com]\n"
+                "    upstream_id: platform-web\n")
+        pay_next = payments.commit(PAYMENTS | {"conf/more.yaml": more}, "payments v2")
+        wait_for(lambda: "payments-more" in live(double, "routes"), 15, "payments' next commit live")
+        # state.json is written once the sync is over, after the push
+        wait_for(lambda: agent.state()["sources"]["payments"]["last_good"] == pay_next, 10,
+                 "payments' next commit its last good")
+        assert not any(ADMIN_KEY.encode() in body for body in double.put_bodies)
+        # the web view's search never finds a value a source's secret_fields masks
+        bearer = token.read_text()
+        found = agent.get("/items?q=payments-internal", bearer=bearer)
+        assert found.status_code == 200 and "payments-pay" not in found.text
+        assert "payments-pay" in agent.get("/items?q=payments-pay", bearer=bearer).text
 
 
 @pytest.mark.slow

@@ -1,5 +1,9 @@
 """The composition's checks (gitsync.render.compose): what a source may declare, and which references
-across sources name nothing. Each source is rendered for real (`render`), as the agent renders it."""
+across sources name nothing or an item its owner does not share. Each source is rendered for real
+(`render`), as the agent renders it. Then the same as a hostile team tries it: a credential under
+another team's consumer, a reference into an item the owner does not share, an id of another team's;
+each refused at the attacker's file:line naming the owner, the owner's own items untouched. The agent
+over real repos: tests/agent/test_repos.py; a team's own CI: tests/cli/test_render.py."""
 
 from __future__ import annotations
 
@@ -9,13 +13,14 @@ from typing import Any
 import pytest
 
 from gitsync.kinds import KINDS
-from gitsync.ownership import Claim, Ownership
+from gitsync.ownership import Claim, Ownership, Share, owner_of
 from gitsync.render import RenderOptions, render
-from gitsync.render.compose import Part, dangling, facts_of, rivals, shared_kinds
+from gitsync.render.compose import Part, dangling, external, facts_of, shared_kinds
 
-PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")))
+PLATFORM = Ownership((Claim(("global_rules",)), Claim(("upstreams",), "platform-")),
+                     shares=(Share(("upstreams",), prefix="platform-"),))
 TEAM_A = Ownership((Claim(("routes", "upstreams"), "a-"),))
-TEAM_B = Ownership((Claim(("routes",), None, (("team", "b"),)),))
+TEAM_B = Ownership((Claim(("routes",), "b-", (("team", "b"),)),))
 OTHERS = (("platform", PLATFORM), ("a", TEAM_A), ("b", TEAM_B))
 UPSTREAM = 'upstreams:\n  - id: platform-web\n    nodes: {"127.0.0.1:1980": 1}\n'
 
@@ -40,29 +45,20 @@ def test_shared_kinds_are_those_not_owned_whole():
     assert shared_kinds(Ownership(everything=True)) == frozenset()
 
 
-def test_rivals_are_the_other_sources_claims_only_an_item_can_tell_apart():
-    assert rivals("a", TEAM_A, OTHERS) == (("b", TEAM_B.claims[0]),)
-    assert rivals("b", TEAM_B, OTHERS) == (("a", TEAM_A.claims[0]),)
-    assert rivals("platform", PLATFORM, OTHERS) == ()  # by prefix against prefix: settled at start
-    assert rivals("a", TEAM_A, (("a", TEAM_A),)) == ()  # never itself
-
-
 def test_an_item_outside_what_its_source_owns_is_refused_naming_whose_it_is():
     b = part("b", {"r.yaml": "routes:\n" + route("a-three", "platform-web")})
     assert [str(p) for p in facts_of(b, OTHERS).problems] == [
-        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with label "
-        "team=b; it belongs to source 'a' (routes with id prefix 'a-')"]
+        "r.yaml:2:5: routes[a-three]: source 'b' may not declare this item: it owns routes with id prefix "
+        "'b-' and label team=b; it belongs to source 'a' (routes with id prefix 'a-')"]
     nobody = part("a", {"r.yaml": "routes:\n" + route("c-one", "platform-web")})
     assert [str(p) for p in facts_of(nobody, OTHERS).problems] == [
         "r.yaml:2:5: routes[c-one]: source 'a' may not declare this item: it owns routes with id prefix 'a-'"]
 
 
-def test_an_item_two_sources_claim_is_refused_where_it_is_declared():
+def test_labels_do_not_make_an_id_another_sources():
     a = part("a", {"r.yaml": "routes:\n" + route("a-one", "platform-web") + route("a-two", "platform-web",
                                                                                    "{team: b}")})
-    assert [str(p) for p in facts_of(a, OTHERS).problems] == [
-        "r.yaml:5:5: routes[a-two]: claimed by two sources: 'a' (routes with id prefix 'a-') and 'b' (routes "
-        "with label team=b); give it an id or labels only one of them claims"]
+    assert facts_of(a, OTHERS).problems == ()
 
 
 def test_references_into_shared_kinds_that_its_own_items_do_not_answer():
@@ -131,24 +127,17 @@ def test_a_memo_entry_for_another_object_at_the_same_address_is_not_trusted():
     assert len(facts.problems) == 1
 
 
-def test_an_item_owned_by_its_labels_is_its_sources_and_another_sources_by_label_is_named():
-    b = part("b", {"r.yaml": "routes:\n" + route("anything", "platform-web", "{team: b}")})
+def test_an_item_owned_by_its_id_and_labels_is_its_sources_and_the_owner_of_another_id_is_named():
+    b = part("b", {"r.yaml": "routes:\n" + route("b-anything", "platform-web", "{team: b}")})
     assert facts_of(b, OTHERS).problems == ()
-    a = part("a", {"r.yaml": "routes:\n" + route("c-one", "platform-web", "{team: b}")})
+    a = part("a", {"r.yaml": "routes:\n" + route("b-one", "platform-web", "{team: b}")})
     assert [str(p) for p in facts_of(a, OTHERS).problems] == [
-        "r.yaml:2:5: routes[c-one]: source 'a' may not declare this item: it owns routes with id prefix "
-        "'a-'; it belongs to source 'b' (routes with label team=b)"]
-
-
-def test_an_item_both_claim_is_refused_in_the_source_that_tells_by_labels_too():
-    b = part("b", {"r.yaml": "routes:\n" + route("a-x", "platform-web", "{team: b}")})
-    assert [str(p) for p in facts_of(b, OTHERS).problems] == [
-        "r.yaml:2:5: routes[a-x]: claimed by two sources: 'b' (routes with label team=b) and 'a' (routes "
-        "with id prefix 'a-'); give it an id or labels only one of them claims"]
+        "r.yaml:2:5: routes[b-one]: source 'a' may not declare this item: it owns routes with id prefix "
+        "'a-'; it belongs to source 'b' (routes with id prefix 'b-' and label team=b)"]
 
 
 def test_two_claims_of_one_source_never_contend():
-    both = Ownership((Claim(("routes",), "c-"), Claim(("routes",), None, (("team", "c"),))))
+    both = Ownership((Claim(("routes",), "c-"), Claim(("routes",), "c-x", (("team", "c"),))))
     others = (*OTHERS, ("c", both))
     c = part("c", {"r.yaml": "routes:\n" + route("c-one", "platform-web", "{team: c}")}, both)
     assert facts_of(c, others).problems == ()
@@ -177,3 +166,149 @@ def test_dangling_needs_the_facts_of_each_part():
     a = part("a", {"r.yaml": "routes:\n" + route("a-one", "platform-web")})
     with pytest.raises(ValueError):
         dangling([a], [])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a hostile team (issue 41)
+
+THE_PLATFORM = Ownership((Claim(("global_rules", "secrets")),
+                      Claim(("upstreams", "plugin_configs"), "platform-")),
+                     shares=(Share(("upstreams",), prefix="platform-"), Share(("secrets",), ("orders",))))
+ORDERS = Ownership((Claim(("routes", "upstreams"), "orders-"),
+                    Claim(("consumers", "consumer_groups"), "orders-", (("team", "orders"),))))
+PAYMENTS = Ownership((Claim(("routes", "upstreams"), "payments-"),
+                      Claim(("consumers", "consumer_groups"), "payments-", (("team", "payments"),))),
+                     shares=(Share(("consumer_groups",), ("catalog",), ids=("payments-vip",)),))
+SOURCES = (("platform", THE_PLATFORM), ("orders", ORDERS), ("payments", PAYMENTS))
+NOT_SHARED = "which does not share it with source 'orders' (see the shares of its [[sources]] table)"
+
+HOSTILE_PAYMENTS_FILES = {"c.yaml": "consumers:\n  - username: payments-alice\n    labels: {team: payments}\n"
+                            "  - id: payments-alice/credentials/main\n"
+                            "    plugins: {key-auth: {key: payments-alice-key-0001}}\n"
+                            "consumer_groups:\n  - id: payments-vip\n    labels: {team: payments}\n"
+                            "    plugins: {limit-count: {count: 100, time_window: 60}}\n"
+                            "upstreams:\n  - id: payments-web\n    nodes: {\"127.0.0.1:1980\": 1}\n"}
+HOSTILE_PLATFORM_FILES = {"p.yaml": "upstreams:\n  - id: platform-web\n    nodes: {\"127.0.0.1:1980\": 1}\n"
+                            "plugin_configs:\n  - id: platform-auth\n    plugins: {key-auth: {}}\n"
+                            "secrets:\n  - id: vault/1\n    uri: http://127.0.0.1:8200\n"
+                            "    prefix: kv/apisix\n    token: a-vault-token-for-the-test\n"}
+
+
+def team_part(name: str, files: dict[str, str]) -> Part:
+    owns = dict(SOURCES)[name]
+    rendered = render({file: text.encode() for file, text in files.items()},
+                      RenderOptions(unmanaged=shared_kinds(owns)))
+    return Part(name, "0" * 40, rendered, owns)
+
+
+def problems_of(orders_files: dict[str, str]) -> list[str]:
+    """Every problem of orders' commit composed with the platform's and payments' (its own refusals
+    first, then its references)."""
+    parts = [team_part("platform", HOSTILE_PLATFORM_FILES), team_part("orders", orders_files),
+             team_part("payments", HOSTILE_PAYMENTS_FILES)]
+    facts = [facts_of(p, SOURCES) for p in parts]
+    own = [str(problem) for f in facts for problem in f.problems]
+    return own or [str(miss.problem) for miss in dangling(parts, facts)]
+
+
+def test_a_credential_under_another_teams_consumer_is_refused_whatever_its_labels() -> None:
+    backdoor = {"c.yaml": "consumers:\n  - id: payments-alice/credentials/backdoor\n"
+                          "    labels: {team: orders}\n"
+                          "    plugins: {key-auth: {key: orders-chose-this-key-1}}\n"}
+    assert problems_of(backdoor) == [
+        "c.yaml:2:5: consumers[payments-alice/credentials/backdoor]: source 'orders' may not declare this "
+        "credential: a credential belongs to the source of its consumer, and it owns consumers with id "
+        "prefix 'orders-' and label team=orders; consumer 'payments-alice' belongs to source 'payments'"]
+    # its own consumer's credential needs no label of its own: it is its consumer's
+    own = {"c.yaml": "consumers:\n  - username: orders-bob\n    labels: {team: orders}\n"
+                     "  - id: orders-bob/credentials/main\n"
+                     "    plugins: {key-auth: {key: orders-bob-key-00001}}\n"}
+    assert problems_of(own) == []
+
+
+def test_a_reference_into_an_item_the_owner_does_not_share_is_refused_naming_the_owner() -> None:
+    files = {"r.yaml": "consumers:\n  - username: orders-bob\n    labels: {team: orders}\n"
+                       "    group_id: payments-vip\n"
+                       "routes:\n  - id: orders-a\n    uri: /a\n    upstream_id: payments-web\n"
+                       "  - id: orders-b\n    uri: /b\n    upstream_id: platform-web\n"
+                       "    plugin_config_id: platform-auth\n"
+                       "  - id: orders-c\n    uri: /c\n    upstream_id: platform-web\n"
+                       "    plugins: {consumer-restriction: {whitelist: [payments-alice]}}\n"}
+    assert problems_of(files) == [  # in the payload's order: routes before consumers
+        "orders:r.yaml:8:5: routes[orders-a].upstream_id: upstream_id 'payments-web' names upstreams of "
+        "source 'payments', " + NOT_SHARED,
+        "orders:r.yaml:12:5: routes[orders-b].plugin_config_id: plugin_config_id 'platform-auth' names "
+        "plugin_configs of source 'platform', " + NOT_SHARED,
+        "orders:r.yaml:16:50: routes[orders-c].plugins.consumer-restriction.whitelist[0]: whitelist entry "
+        "'payments-alice' names consumers of source 'payments', " + NOT_SHARED,
+        "orders:r.yaml:4:5: consumers[orders-bob].group_id: group_id 'payments-vip' names consumer_groups of "
+        "source 'payments', " + NOT_SHARED]
+
+
+def test_what_the_owner_shares_may_be_named_and_a_secret_manager_only_by_whom_it_is_shared_with() -> None:
+    route = ("routes:\n  - id: orders-a\n    uri: /a\n    upstream_id: platform-web\n"
+             "    plugins: {key-auth: {}, proxy-rewrite: {headers: {set: {X-K: \"$secret://vault/1/k/v\"}}}}\n")
+    assert problems_of({"r.yaml": route}) == []
+    theirs = {"r.yaml": route.replace("orders-", "payments-")}
+    parts = [team_part("platform", HOSTILE_PLATFORM_FILES), team_part("payments", theirs)]
+    found = dangling(parts, [facts_of(p, SOURCES) for p in parts])
+    assert [str(miss.problem).split(": ", 2)[2][:60] for miss in found] == [
+        "secret reference 'vault/1' names secrets of source 'platform"]
+    assert [(miss.source, miss.owner) for miss in found] == [("payments", "platform")]
+
+
+def test_an_id_of_another_team_is_refused_where_it_is_declared_and_its_owner_known_from_settings() -> None:
+    impostor = {"c.yaml": "consumers:\n  - username: payments-alice\n    labels: {team: orders}\n"
+                          "    plugins: {key-auth: {key: orders-chose-this-key-1}}\n"}
+    assert problems_of(impostor) == [
+        "c.yaml:2:5: consumers[payments-alice]: source 'orders' may not declare this item: it owns consumers "
+        "with id prefix 'orders-' and label team=orders; it belongs to source 'payments' (consumers with id "
+        "prefix 'payments-' and label team=payments)"]
+    assert owner_of("consumers", "payments-alice", SOURCES) == "payments"
+    assert owner_of("consumers", "alice", SOURCES) is None
+    # the owner's facts do not depend on the impostor: its commit has nothing to answer for
+    assert facts_of(team_part("payments", HOSTILE_PAYMENTS_FILES), SOURCES).problems == ()
+
+
+def test_a_source_alone_takes_what_others_share_as_theirs_and_refuses_the_rest() -> None:
+    files = {"r.yaml": "routes:\n  - id: orders-a\n    uri: /a\n    upstream_id: platform-web\n"
+                       "  - id: orders-b\n    uri: /b\n    upstream_id: payments-web\n"
+                       "  - id: orders-c\n    uri: /c\n    upstream_id: nobodys-web\n"
+                       "  - id: orders-d\n    uri: /d\n    upstream_id: orders-gone\n"}
+    alone = team_part("orders", files)
+    found = external("orders", facts_of(alone, SOURCES), alone.rendered.source_map, SOURCES)
+    assert [str(p) for p in found] == [
+        "r.yaml:7:5: routes[orders-b].upstream_id: upstream_id 'payments-web' names upstreams of source "
+        "'payments', " + NOT_SHARED,
+        "r.yaml:10:5: routes[orders-c].upstream_id: upstream_id 'nobodys-web' names no item of upstreams",
+        "r.yaml:13:5: routes[orders-d].upstream_id: upstream_id 'orders-gone' names no item of upstreams"]
+
+
+
+def test_a_route_on_traffic_another_team_owns_and_code_on_the_workers_are_refused_at_their_line() -> None:
+    """Issue 41, attack 5: orders' route on payments' host and path, at any priority; serverless Lua."""
+    from gitsync.ownership import Traffic
+    payments = Ownership(PAYMENTS.claims, traffic=Traffic(hosts=("api.example.com",), paths=("/payments",)),
+                         may_run=frozenset({"serverless-pre-function"}))
+    sources = (("platform", THE_PLATFORM), ("orders", ORDERS), ("payments", payments))
+    files = {"r.yaml": "routes:\n  - id: orders-capture\n    uri: /payments/*\n    hosts: [api.example.com]\n"
+                       "    priority: 100\n    upstream_id: orders-up\n"
+                       "  - id: orders-lua\n    uri: /orders/*\n    hosts: [api.example.com]\n"
+                       "    upstream_id: orders-up\n    plugins:\n      serverless-pre-function:\n"
+                       "        phase: rewrite\n        functions: [\"return function() end\"]\n"
+                       "  - id: orders-fine\n    uri: /orders/*\n    hosts: [api.example.com]\n"
+                       "    upstream_id: orders-up\n"
+                       "upstreams:\n  - id: orders-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"}
+    orders = Part("orders", "0" * 40, render({"r.yaml": files["r.yaml"].encode()},
+                                              RenderOptions(unmanaged=shared_kinds(ORDERS))), ORDERS)
+    assert [str(p) for p in facts_of(orders, sources).problems] == [
+        "r.yaml:2:5: routes[orders-capture]: source 'orders' may not take traffic source 'payments' owns: "
+        "its hosts and uris could match requests of hosts api.example.com; paths /payments",
+        "r.yaml:7:5: routes[orders-lua]: source 'orders' may not use serverless-pre-function: it runs code "
+        "on the gateway's workers, which a source does only when its [[sources]] table's may_run lists it"]
+    own = {"r.yaml": "routes:\n  - id: payments-capture\n    uri: /payments/*\n    hosts: [api.example.com]\n"
+                     "    plugins:\n      serverless-pre-function:\n        phase: rewrite\n"
+                     "        functions: [\"return function() end\"]\n"}
+    theirs = Part("payments", "0" * 40, render({"r.yaml": own["r.yaml"].encode()},
+                                                RenderOptions(unmanaged=shared_kinds(payments))), payments)
+    assert facts_of(theirs, sources).problems == ()  # its own traffic, its own allowance

@@ -698,3 +698,29 @@ def test_likely_secrets_at_their_edges():
 def test_contents_of_another_length_are_not_used():
     payload = {"routes": [{"id": "r1", "desc": "Bearer abcdefgh12345678"}]}
     assert [(k, i) for k, i, _ in find_secrets(payload, NO_RULES, {"routes": []})] == [("routes", 0)]
+
+
+def test_a_fixed_credential_in_vars_and_literals_of_code_are_likely_secrets():
+    """Issue 41, item 6: a route that lets in whoever sends a fixed key, and Lua holding a password."""
+    route = {"id": "r", "uri": "/x",
+             "vars": [["http_x_api_key", "==", "fixed"], ["arg_page", "==", "2"],
+                      ["arg_sig", "==", "a1b2c3d4e5f6"], ["uri", "~~", "^/payments/"],
+                      ["http_x_token", "==", "$http_x_other"]],
+             "plugins": {
+                 "serverless-pre-function": {"phase": "rewrite", "functions": [
+                     "return function() if ngx.var.http_x_token ~= 'Sup3rS3cretValue' then "
+                     "return ngx.exit(401) end ngx.req.set_header(\"X-Api-Key\", [[k3y-in-brackets]]) "
+                     "ngx.log(ngx.ERR, '/payments/refund', \"a plain word\") end"]},
+                 "traffic-split": {"rules": [{"match": [{"vars": [["cookie_session", "==", "s"]]}]}]}}}
+    found = {f.path: f for f in classify("routes", route)}
+    assert set(found) == {("vars", 0, 2), ("vars", 2, 2),
+                          ("plugins", "serverless-pre-function", "functions", 0),
+                          ("plugins", "traffic-split", "rules", 0, "match", 0, "vars", 0, 2)}
+    assert not any(f.certain for f in found.values())
+    code = route["plugins"]["serverless-pre-function"]["functions"][0]
+    assert found[("plugins", "serverless-pre-function", "functions", 0)].pieces(code) == [
+        "Sup3rS3cretValue", "k3y-in-brackets"]
+    shown = mask_secrets({"routes": [route]}, frozenset())["routes"][0]
+    assert shown["vars"][0][2] == "***" and shown["vars"][1][2] == "2"
+    assert "Sup3rS3cretValue" not in str(shown) and "k3y-in-brackets" not in str(shown)
+    assert "/payments/refund" in str(shown) and "X-Api-Key" in str(shown)

@@ -363,3 +363,35 @@ def test_an_item_generated_from_a_spec_is_shown_reformatted_without_reading_the_
     assert detail is not None and detail.written == () and "getA" in (detail.reformatted or "")
     assert (detail.row.file, detail.row.line) == ("s.yaml", 6)
     assert reads == []
+
+
+def test_secret_fields_of_every_source_mask_the_composed_list_and_its_search():
+    """Issue 41, attack 4: a source's `secret_fields` hold in the composed payload; the search index
+    never holds such a value (a viewer could recover it one character at a time)."""
+    from gitsync.ownership import Claim, Ownership
+    from gitsync.render import RenderOptions, mask_secrets
+    from gitsync.render.compose import Part, compose, compose_files, shared_kinds
+
+    orders = {"r.yaml": b"secret_fields: [routes.desc, upstreams.name]\n"
+                        b"routes:\n  - id: o-1\n    uri: /o\n    desc: orders-private-words\n"
+                        b"    upstream_id: o-up\n"
+                        b"upstreams:\n  - id: o-up\n    name: hidden-upstream-name\n"
+                        b"    nodes: {\"127.0.0.1:1980\": 1}\n"}
+    payments = {"r.yaml": b"routes:\n  - id: p-1\n    uri: /p\n    desc: payments-words\n"
+                          b"    upstream_id: p-up\n"
+                          b"upstreams:\n  - id: p-up\n    nodes: {\"127.0.0.1:1980\": 1}\n"}
+    parts = []
+    for name, files in (("orders", orders), ("payments", payments)):
+        owns = Ownership((Claim(("routes", "upstreams"), f"{name[0]}-"),))
+        parts.append(Part(name, "0" * 40, render(files, RenderOptions(unmanaged=shared_kinds(owns))), owns))
+    composed = compose(parts)
+    catalog = Catalog("0" * 40, composed, compose_files([("orders", orders), ("payments", payments)]))
+    # the rules of every source hold for the composed payload (a field one source calls secret is masked
+    # in the others' items too: more masked, never less)
+    for word in ("orders-private", "private", "hidden-upstream", "payments-words"):
+        assert len(catalog.search(word)) == 0, word
+    assert [r.id for r in catalog.search("/p")] == ["p-1"]
+    assert all("private" not in row.haystack and "hidden" not in row.haystack for row in catalog.search())
+    assert catalog.row("routes", "o-1").title == "***"
+    shown = mask_secrets(composed.payload, composed.secret_values, composed.secret_rules)
+    assert "orders-private-words" not in str(shown) and "hidden-upstream-name" not in str(shown)
