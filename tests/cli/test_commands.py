@@ -36,8 +36,11 @@ def platform_and_team(tmp_path: Path, team_routes: str, team_subject: str) -> tu
     platform.commit({"up.yaml": "upstreams:\n  - id: p-u\n    nodes: {'127.0.0.1:1980': 1}\n"}, "platform v1")
     team.commit({"routes.yaml": team_routes}, team_subject)
     config = tmp_path / "gitsync.toml"
-    config.write_text(sources_toml(("platform", str(platform.path), "upstreams", "p-"),
-                                   ("team", str(team.path), "routes", "t-")))
+    tables = sources_toml(("platform", str(platform.path), "upstreams", "p-"),
+                          ("team", str(team.path), "routes", "t-"))
+    # the team's routes use p-u: the platform shares it
+    shared = 'shares = [{ kinds = ["upstreams"], prefix = "p-", with = ["team"] }]\n'
+    config.write_text(tables.replace('prefix = "p-" }]\n', 'prefix = "p-" }]\n' + shared, 1))
     return platform, team, config
 
 
