@@ -567,6 +567,9 @@ def test_one_address_holds_its_share_only_and_healthz_is_answered_beyond_the_cap
         assert probe_from(srv, "127.0.0.2", "/readyz").startswith(b"HTTP/1.1 503 ")
         assert probe_from(srv, "127.0.0.1", "/readyz").startswith(b"HTTP/1.1 200 ")
         held = [sock for sock in socks if sock.fileno() != -1]
+        # the probes' connections are the server's until their tasks end (later than the answer, on a
+        # busy machine): one still open would put the last of the 48 below in the reserve
+        wait_for(lambda: srv.server.open == 16, 4, "the probes' connections closed")
         held += [connect_from(srv, f"127.0.0.{n}", stall) for n in (3, 4, 5) for _ in range(16)]
         wait_for(lambda: srv.server.open == 64, 4, "the cap reached")
         assert probe_from(srv, "127.0.0.1").startswith(b"HTTP/1.1 200 ")
