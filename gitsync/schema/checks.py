@@ -37,6 +37,7 @@ from gitsync.schema.lua import compile_problem
 from gitsync.schema.plugin_schemas import META, PLUGIN_SCHEMAS
 from gitsync.schema.plugins import AUTH_PLUGINS, PLUGINS, STREAM_PLUGINS
 from gitsync.schema.proto import unknown_type
+from gitsync.schema.validity import valid
 
 INVALID = "invalid configuration: "
 #: APISIX's install prefix, in the Lua error texts that name its source files (the default install).
@@ -82,6 +83,10 @@ def _present(conf: Mapping[str, Any], key: str) -> bool:
 
 
 def _schema(schema: Mapping[str, Any], value: Any, base: Path = (), prefix: str = INVALID) -> Issues:
+    """Every refusal of `value` by `schema` (defaults written into it), in the library's words: the
+    compiled check answers the usual case, no refusal; the reference walk says what a refusal is."""
+    if valid(schema, value):
+        return []
     return [SchemaIssue((*base, *path), prefix + message,
                         None if why is None else (why[0], None if why[1] is None else (*base, *why[1])))
             for path, message, why in iter_explained(schema, value)]
@@ -172,7 +177,7 @@ def _plugin_conf_problem(name: str, conf: Any, place: str) -> str | None:
     """`plugin_conf_problem` of `conf`, a copy of the body this may change (schema defaults)."""
     known = PLUGIN_SCHEMAS[name]
     schema, conf = _without_secret_refs(_plugin_schema(name, place), conf)
-    error = first_error(schema, conf)
+    error = None if valid(schema, conf) else first_error(schema, conf)
     if error is not None:
         return error[1]
     return known.extra(conf) if known.extra is not None and isinstance(conf, dict) else None

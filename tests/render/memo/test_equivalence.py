@@ -1,14 +1,18 @@
 """The speed layer (`gitsync.render.memo`) decides nothing: an agent with it and an agent without it
-(`parse_cache = false`, the plain path) push the same bytes, refuse the same commits with the same
-problems, and report the same statuses, over any sequence of commits."""
+(`parse_cache = false`, the plain path, its items checked by the reference schema walk alone, not the
+compiled checks of `gitsync.schema.validity`) push the same bytes, refuse the same commits with the
+same problems, and report the same statuses, over any sequence of commits."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import example, given
@@ -35,7 +39,11 @@ def base() -> dict[str, list[dict[str, Any]]]:
 
 # An edit of the repo: (what, which file, a number that picks the item or value).
 KINDS_OF_EDIT = ["uri", "add", "remove", "dangling", "syntax", "template", "move", "revert", "check",
-                 "uncheck"]
+                 "uncheck", "refused"]
+#: Items APISIX's schemas refuse (a wrong type, an unknown method, a plugin body's wrong type, a
+#: value out of range beside defaults the walk writes): each refusal said at its file:line.
+REFUSED = [{"priority": "high"}, {"methods": ["FETCH"]}, {"plugins": {"proxy-rewrite": {"uri": 5}}},
+           {"upstream_id": None, "upstream": {"nodes": {"127.0.0.1:1980": 1}, "retries": -1}}]
 #: The files' health checks (file → its checks), held beside its routes.
 CHECKED = "checked"
 EDITS = st.tuples(st.sampled_from(KINDS_OF_EDIT), st.sampled_from(FILES),
@@ -63,6 +71,9 @@ def apply_edit(files: dict[str, Any], edit: tuple[str, str, int], serial: int) -
         routes[n % len(routes)] = {**routes[n % len(routes)], "upstream_id": "nope"}
     elif what == "syntax":
         files[name] = "routes:\n  - {id: broken, uri: [/unclosed\n"
+    elif what == "refused" and routes:
+        changed = {**routes[n % len(routes)], **REFUSED[n % len(REFUSED)]}
+        routes[n % len(routes)] = {k: v for k, v in changed.items() if v is not None}
     elif what == "template" and routes:
         routes[n % len(routes)] = {**routes[n % len(routes)], "desc": "${{ vars.TEAM }}"}
     elif what == "move" and routes:  # an item moves to another file: ids in other places
@@ -102,6 +113,14 @@ def status_of(agent: Agent, outcome: Any, gateway: ApisixDouble) -> dict[str, An
 _repos = itertools.count()
 
 
+@contextmanager
+def reference_walk_only() -> Iterator[None]:
+    """Every schema question answered by `jsonschema`'s walk (the compiled check says "no" to all)."""
+    with mock.patch("gitsync.schema.checks.valid", lambda schema, value: False), \
+            mock.patch("gitsync.schema.checks._VALID_BODIES", set()):  # no plugin body taken as checked
+        yield
+
+
 @pytest.mark.slow
 @examples(0.1)
 @given(st.lists(EDITS, min_size=1, max_size=8))
@@ -131,7 +150,9 @@ def test_the_fast_path_and_the_plain_path_push_the_same_bytes(edits: list[tuple[
                     history.append(files)
                     gone = {name: None for name in FILES if name not in files}
                     repo.commit({**file_bytes(files), **gone}, f"edit {serial}: {edit}")
-                one, other = fast.sync_once(), plain.sync_once()
+                one = fast.sync_once()
+                with reference_walk_only():
+                    other = plain.sync_once()
                 assert status_of(fast, one, fast_gw) == status_of(plain, other, plain_gw)
                 assert fast_gw.put_bodies == plain_gw.put_bodies  # byte for byte, in the same order
             (plain_repo,), (fast_repo,) = plain.repos.all, fast.repos.all
