@@ -258,20 +258,41 @@ def parse(data: bytes) -> ParsedFile:
                 break
             kind = type(event)
             if kind is ScalarEvent:
-                pos = _pos(event.start_mark)
+                # Most scalars lie deeper than any position kept (a document's, its top-level keys', their
+                # list items'): theirs is worked out only for a problem or a note about them.
+                depth = len(stack)
+                pos = _pos(event.start_mark) if depth < 3 else None
                 if event.anchor:
-                    issues.append(LoadIssue(*pos, _ANCHOR_MESSAGE))
-                try:
-                    value, error, note = _scalar(event, templates)
-                except (ValueError, OverflowError) as exc:  # the schema accepted it, Python cannot build it
-                    value, error, note = None, f"cannot read the value {shown(event.value)}: {exc}", None
-                if error:
-                    issues.append(LoadIssue(*pos, error))
-                elif note:
-                    warnings.append(LoadIssue(*pos, note))
-                if len(stack) == 2:
-                    note_item(pos)
-                add(value, pos)
+                    issues.append(LoadIssue(*(pos or _pos(event.start_mark)), _ANCHOR_MESSAGE))
+                if event.style and event.tag is None:  # quoted or block text: the text as written
+                    value, error, note = event.value, None, None
+                else:
+                    try:
+                        value, error, note = _scalar(event, templates)
+                    except (ValueError, OverflowError) as exc:  # the schema took it, Python cannot build it
+                        value, error, note = None, f"cannot read the value {shown(event.value)}: {exc}", None
+                    if error:
+                        issues.append(LoadIssue(*(pos or _pos(event.start_mark)), error))
+                    elif note:
+                        warnings.append(LoadIssue(*(pos or _pos(event.start_mark)), note))
+                if depth < 3:
+                    if depth == 2:
+                        note_item(pos)
+                    add(value, pos)
+                    continue
+                frame = stack[-1]  # `add`, for a scalar too deep for positions
+                container = frame[0]
+                if type(container) is list:
+                    container.append(value)
+                elif frame[1] is _NO_KEY:
+                    key = value if type(value) is str else _key_text(value)
+                    if key in container:
+                        issues.append(LoadIssue(*_pos(event.start_mark),
+                                                f"duplicate key {key!r} in this mapping"))
+                    frame[1] = key
+                else:
+                    container[frame[1]] = value
+                    frame[1] = _NO_KEY
             elif kind is MappingStartEvent or kind is SequenceStartEvent:
                 pos = _pos(event.start_mark)
                 if event.anchor:
@@ -302,6 +323,9 @@ def parse(data: bytes) -> ParsedFile:
                 if version is not None and tuple(version) != YAML_VERSION:
                     issues.append(LoadIssue(*_pos(event.start_mark), _version_message(tuple(version))))
             elif kind is DocumentEndEvent:
+                # No reference left to the content but its own: marshal writes a shared object as a
+                # back-reference, and a document's bytes must not depend on this loop's last names.
+                frame = container = key = None
                 value, pos = root[0] if root else (None, doc_pos)
                 sops = sops or (isinstance(value, dict) and isinstance(value.get("sops"), dict))
                 items_at = {name: tuple(at) for name, at in item_pos.items()}

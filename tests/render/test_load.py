@@ -39,6 +39,25 @@ def test_duplicate_keys_are_all_reported():
     assert found == [(4, 3, "duplicate key 'x' in this mapping"), (5, 1, "duplicate key 'a' in this mapping")]
 
 
+def test_problems_deep_in_an_item_at_their_own_line_and_column():
+    """Scalars below an item's fields keep no position of their own, but each problem or note about
+    one is still placed where it is written (keys, values, flow items, quoted text)."""
+    data = (b"routes:\n  - id: r1\n    plugins:\n      limit-count: {count: 1, count: 2}\n"
+            b"      proxy-rewrite:\n        uri: &u '/x'\n        headers: {set: {a: .nan, b: 1_000}}\n"
+            b"        regex_uri: [\"^/a\", !!int x, 'q']\n")
+    parsed = parse(data)
+    assert [(i.line, i.col, i.message[:24]) for i in parsed.issues] == [
+        (4, 31, "duplicate key 'count' in"), (6, 14, "YAML anchors and aliases"),
+        (7, 28, "'.nan' is not a number J"),
+        (8, 28, "the tag !!int does not f")]
+    assert [(w.line, w.col) for w in parsed.warnings] == [(7, 37)]
+    route = parsed.documents[0].data["routes"][0]
+    assert route["plugins"]["limit-count"] == {"count": 2}
+    assert route["plugins"]["proxy-rewrite"] == {"uri": "/x", "headers": {"set": {"a": None, "b": "1_000"}},
+                                                 "regex_uri": ["^/a", None, "q"]}
+    assert parsed.documents[0].item_pos == {"routes": ((2, 5),)}
+
+
 def test_anchors_and_aliases_are_refused():
     bomb = b"a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
     found = issues(bomb)
