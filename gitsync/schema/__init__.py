@@ -6,6 +6,10 @@ Public interface (other stages code against exactly this):
 - `check_payload(body)` → `PayloadIssue`s of ``config_validate`` over a whole PUT body;
 - `PLUGINS`, `AUTH_PLUGINS` (and `STREAM_PLUGINS`): the plugin names APISIX knows.
 
+Inside, `jsonschema` is the reference walk (every error in the library's words) and `validity` the
+same walk compiled once per schema into a yes/no check; `checks` asks `validity` first and walks
+`jsonschema` only for an item it refuses, so the words never depend on which answered.
+
 `live_state.live_conflict` is what APISIX refuses because of the config it runs, not of the body
 (shared with the pushes that need two steps).
 """
