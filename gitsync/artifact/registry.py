@@ -39,6 +39,8 @@ SIGNATURE_MEDIA_TYPE = "application/vnd.gitsync.artifact.signature.v1"
 EMPTY_CONFIG = b"{}"
 #: A manifest of two layers is a few hundred bytes: a larger one is no artifact of ours.
 MAX_MANIFEST = 64 * 1024
+#: What a refusal's body may take beyond a blob's size (the registry's JSON error).
+ERROR_ALLOWANCE = 4096
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _NAME = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
@@ -304,7 +306,8 @@ class RegistryClient:
         over `limit`, and read no further than `size`; its digest checked."""
         if size > limit:
             raise SourceError("verify", f"blob {digest} is {size} bytes, more than the limit ({limit})")
-        answer = self.request("GET", f"/blobs/{digest}", limit=size)
+        # an answer may be a refusal before it is the blob (a 401's JSON): a few KiB over the size for it
+        answer = self.request("GET", f"/blobs/{digest}", limit=size + ERROR_ALLOWANCE)
         if answer.status != 200:
             raise SourceError("fetch", f"{self.where}: GET blob {digest} answered {answer.status}")
         if len(answer.body) != size or digest_of(answer.body) != digest:
