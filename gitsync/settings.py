@@ -1006,13 +1006,19 @@ class RepoSettings:
     owns: Ownership
 
 
+def config_repo(settings: Settings) -> str | None:
+    """The git repo the config is written in: the repo, or an artifact source's `artifact_repo` (the
+    forge shows its commits' statuses there)."""
+    return settings.artifact_repo if is_artifact_source(settings.repo) else settings.repo
+
+
 def status_settings(settings: Settings) -> Settings:
     """The settings whose repo is where statuses and notes go: `status_remote` when set, else the
     config repo (for an artifact source, `artifact_repo`; None without it: no write-back)."""
     if settings.status_remote:
         return replace(settings, repo=settings.status_remote)
     if is_artifact_source(settings.repo):
-        return replace(settings, repo=settings.artifact_repo)
+        return replace(settings, repo=config_repo(settings))
     return settings
 
 

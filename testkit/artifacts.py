@@ -11,7 +11,6 @@ from testkit.registry import PASSWORD, USER, Registry
 
 #: The host's value of ``${{ secrets.JACK_KEY }}``: it must reach the gateway, never the artifact.
 HOST_SECRET = "jack-host-secret-value-4711"
-ADMIN_KEY = "edd1c9f034335f136f87ad84b625c8f1"
 
 
 def routes(node: str = "127.0.0.1:1980", uri: str = "/orders") -> dict[str, str]:
@@ -19,7 +18,8 @@ def routes(node: str = "127.0.0.1:1980", uri: str = "/orders") -> dict[str, str]
     return {"conf/routes.yaml": (
         "upstreams:\n  - id: orders\n    type: roundrobin\n    nodes:\n"
         f"      \"{node}\": 1\n"
-        f"routes:\n  - id: orders\n    uri: {uri}\n    upstream_id: orders\n    plugins:\n      key-auth: {{}}\n"
+        f"routes:\n  - id: orders\n    uri: {uri}\n    upstream_id: orders\n"
+        "    plugins:\n      key-auth: {}\n"
         "consumers:\n  - username: jack\n    plugins:\n      key-auth:\n"
         "        key: ${{ secrets.JACK_KEY }}\n")}
 
@@ -49,7 +49,8 @@ def registry_env(directory: Path) -> dict[str, str]:
     return {"GITSYNC_REGISTRY_USERNAME": USER, "GITSYNC_REGISTRY_PASSWORD_FILE": str(password)}
 
 
-def agent_flags(registry: Registry, name: str, publisher: Publisher, repo_url: str, secrets: Path) -> list[str]:
+def agent_flags(registry: Registry, name: str, publisher: Publisher, repo_url: str,
+                secrets: Path) -> list[str]:
     """The flags of an agent pulling `name`'s ``main`` tag, trusting `publisher` for `repo_url`."""
     return ["--repo", registry.url(name), "--artifact-signers", str(publisher.signers),
             "--artifact-repo", repo_url, "--secrets-dir", str(secrets)]
@@ -62,4 +63,4 @@ def host_secrets(directory: Path) -> Path:
     return directory
 
 
-__all__ = ["ADMIN_KEY", "HOST_SECRET", "Publisher", "agent_flags", "host_secrets", "registry_env", "routes"]
+__all__ = ["HOST_SECRET", "Publisher", "agent_flags", "host_secrets", "registry_env", "routes"]

@@ -66,6 +66,11 @@ class ArtifactRepo(Repo):
         return tip
 
     def commit_time(self, sha: str) -> datetime:
+        """When `sha` was committed, as its artifact says; a refused artifact's digest raises why it was
+        refused (stage ``verify``: the act refuses it, the group gate does not wait on it)."""
+        refused = self.artifacts.refused.get("sha256:" + sha)
+        if refused is not None:
+            raise refused
         return self.artifacts.commit_time(sha)
 
     def commit(self, sha: str, *, fetch: bool, run: SyncRun, fallback: LastGood | None = None,

@@ -24,8 +24,10 @@ from gitsync.render import render
 from gitsync.render.options import RenderOptions
 from testkit.artifacts import HOST_SECRET, routes
 
-CHECKS = ("checks:\n  - name: orders-up\n    request: {path: /orders, host: api.example.com, headers: {X-Probe: a}}\n"
-          "    expect: {status: [200, \"300-302\"], headers: {Content-Type: '^application/json'}, body: '\"ok\"'}\n"
+CHECKS = ("checks:\n  - name: orders-up\n"
+          "    request: {path: /orders, host: api.example.com, headers: {X-Probe: a}}\n"
+          "    expect: {status: [200, \"300-302\"], headers: {Content-Type: '^application/json'},"
+          " body: '\"ok\"'}\n"
           "    timeout: 2s\n    retries: 1\n    interval: 0.5s\n")
 PROVENANCE = Provenance(repo="git://127.0.0.1:9418/config", branch="main", commit="a" * 40, subject="v1",
                         message="v1\n", committed="2026-12-07T00:00:00+00:00", version="0.1.0")
@@ -96,7 +98,8 @@ def test_checks_are_carried_as_declared():
     assert replace(check, expect_body=None, expect_headers=()) == \
         replace(declared, expect_body=None, expect_headers=())
     assert check.expect_body.pattern == declared.expect_body.pattern
-    assert [(n, p.pattern) for n, p in check.expect_headers] == [(n, p.pattern) for n, p in declared.expect_headers]
+    assert [(n, p.pattern) for n, p in check.expect_headers] == \
+        [(n, p.pattern) for n, p in declared.expect_headers]
     assert str(check.location) == "conf/checks.yaml:2:5"
 
 

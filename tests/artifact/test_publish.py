@@ -31,7 +31,8 @@ def registry(tmp_path_factory):
 def publish(tmp_path, url: str, target: str, publisher: Publisher, *extra: str):
     env = {**registry_env(tmp_path), "GITSYNC_SECRET_JACK_KEY": HOST_SECRET}
     return run_gitsync("publish", "--repo", url, "--to", target, "--key", str(publisher.key),
-                       "--state-dir", str(tmp_path / "state"), "--secrets-dir", str(host_secrets(tmp_path / "s")),
+                       "--state-dir", str(tmp_path / "state"),
+                       "--secrets-dir", str(host_secrets(tmp_path / "s")),
                        *extra, env=env)
 
 
@@ -42,8 +43,8 @@ def test_a_good_commit_is_published_and_no_host_secret_reaches_the_registry(tmp_
     publisher = Publisher.make(tmp_path / "keys", f"main@{url}")
     done = publish(tmp_path, url, registry.url(remote_repo.path.name.removesuffix(".git")), publisher)
     assert done.returncode == 0, done.stderr
-    printed = re.search(r"published (\S+) (sha256:[0-9a-f]{64}) \(artifact (sha256:[0-9a-f]{64}), commit (\w+)\)",
-                        done.stdout)
+    printed = re.search(r"published (\S+) (sha256:[0-9a-f]{64}) "
+                        r"\(artifact (sha256:[0-9a-f]{64}), commit (\w+)\)", done.stdout)
     assert printed is not None, done.stdout
     assert printed.group(1).endswith(":main") and printed.group(4) == sha
     artifact = registry.blob_path(printed.group(3)).read_bytes()

@@ -36,11 +36,12 @@ def client(registry: Registry, name: str = "config", password: str | None = PASS
     return RegistryClient(Reference.parse(registry.url(name)), username=USER, password=password, timeout=10)
 
 
-def pushed(registry: Registry, name: str, artifact: bytes, signature: bytes = b"sig", tag: str = "main") -> str:
+def pushed(registry: Registry, name: str, artifact: bytes, signature: bytes = b"sig") -> str:
     up = client(registry, name)
     for blob in (EMPTY_CONFIG, artifact, signature):
         up.push_blob(blob)
-    return up.put_manifest(tag, manifest_of(artifact, signature, {"org.opencontainers.image.revision": "c" * 40}))
+    return up.put_manifest("main", manifest_of(artifact, signature,
+                                               {"org.opencontainers.image.revision": "c" * 40}))
 
 
 def test_an_artifact_goes_up_and_comes_down_by_digest(registry):
@@ -113,7 +114,8 @@ def test_a_registry_that_does_not_answer_is_a_transient_failure(tmp_path):
     url = stopped.url("gone")
     stopped.stop()
     with pytest.raises(SourceError) as failed:
-        RegistryClient(Reference.parse(url), username=USER, password=PASSWORD, timeout=2).head_manifest("main")
+        RegistryClient(Reference.parse(url), username=USER, password=PASSWORD,
+                       timeout=2).head_manifest("main")
     assert failed.value.transient and failed.value.unreachable
 
 

@@ -44,8 +44,9 @@ def setup(tmp_path, git_daemon, remote_repo, registry):
 
 
 def agent(tmp_path, registry: Registry, url: str, signers, **more) -> ArtifactSource:
-    settings = load(flags={"repo": registry.url("config"), "artifact_signers": str(signers), "artifact_repo": url,
-                           "registry_username": USER, "state_dir": str(tmp_path / "agent"), **more}, env=ENV)
+    settings = load(flags={"repo": registry.url("config"), "artifact_signers": str(signers),
+                           "artifact_repo": url, "registry_username": USER,
+                           "state_dir": str(tmp_path / "agent"), **more}, env=ENV)
     return ArtifactSource(settings)
 
 
