@@ -2,11 +2,13 @@
 2.8, htpasswd auth, started by testkit.registry): blobs up and down by digest, the artifact's manifest
 under a tag, a HEAD that tells the tag's digest without a body, bytes changed on the registry's disk
 caught by their digest, a blob larger than the limit refused from the manifest before it is read,
-credentials refused or missing said so, and references read as written."""
+credentials refused or missing said so, the token flow of a registry with token auth (a token per
+scope, kept between polls), and references read as written."""
 
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -21,7 +23,7 @@ from gitsync.artifact.registry import (
     tag_of,
 )
 from gitsync.source.transport import SourceError
-from testkit.registry import PASSWORD, USER, Registry
+from testkit.registry import PASSWORD, USER, Registry, TokenService
 
 pytestmark = pytest.mark.slow
 
@@ -158,3 +160,30 @@ def test_loopback_is_plain_http_and_any_other_host_https():
 def test_a_branch_becomes_a_tag():
     assert tag_of("main") == "main"
     assert tag_of("release/2026-12") == "release-2026-12"
+
+
+def test_the_token_flow_of_a_registry_with_token_auth(tmp_path):
+    service = TokenService(tmp_path / "token")
+    try:
+        with Registry(tmp_path / "registry", token=service) as registry:
+            up = RegistryClient(Reference.parse(registry.url("team/config")), username=USER,
+                                password=PASSWORD, timeout=10)
+            for blob in (EMPTY_CONFIG, b'{"v":1}', b"sig"):
+                up.push_blob(blob)
+            digest = up.put_manifest("main", manifest_of(b'{"v":1}', b"sig", {}))
+            # a pull token first (the HEAD of a blob), then one for pull and push (the upload's 401)
+            assert [parse_qs(urlsplit(path).query)["scope"] for path in service.requests] == \
+                [["repository:team/config:pull"], ["repository:team/config:pull,push"]]
+
+            poller = RegistryClient(Reference.parse(registry.url("team/config")), username=USER,
+                                    password=PASSWORD, timeout=10)
+            asked = len(service.requests)
+            assert [poller.head_manifest("main") for _ in range(3)] == [digest] * 3
+            assert len(service.requests) == asked + 1  # one token, kept for the polls after
+
+            wrong = RegistryClient(Reference.parse(registry.url("team/config")), username=USER,
+                                   password="not-the-password-at-all", timeout=10)
+            with pytest.raises(SourceError, match=r"token service of .* answered 401"):
+                wrong.head_manifest("main")
+    finally:
+        service.close()
