@@ -34,7 +34,7 @@ from testkit.git import GitDaemon, git, git_env
 from testkit.processes import LOCALHOST, ServerProcess, free_port, stop_process, wait_for_port
 
 __all__ = ["BareRepo", "GitDaemon", "GitGate", "Hold", "HttpAuth", "HttpGitServer", "HungServer", "Signer",
-           "SshGitServer", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
+           "SshGitServer", "TcpGate", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -627,6 +627,26 @@ class GitGate(_Listener):
                 return
             sent, received = _pump(client, upstream)
             _count(self.traffic, self._lock, service, sent + len(first), received)
+
+
+class TcpGate(GitGate):
+    """A `GitGate` for any TCP service (an OCI registry's HTTP): every connection relayed as it comes and
+    counted under one service name."""
+
+    def __init__(self, target_port: int, service: str = "http") -> None:
+        super().__init__(target_port)
+        self.service = service
+
+    def _relay_one(self, client: socket.socket) -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(client)
+            client.settimeout(60)
+            try:
+                upstream = stack.enter_context(socket.create_connection((LOCALHOST, self.target_port), 10))
+            except OSError:
+                return
+            sent, received = _pump(client, upstream)
+            _count(self.traffic, self._lock, self.service, sent, received)
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
