@@ -58,7 +58,10 @@ def test_a_secret_reference_stays_a_reference_and_the_host_puts_its_own_value_in
     assert rendered.payload == on_git.payload
     assert rendered.contents == on_git.contents
     assert rendered.ids == on_git.ids
+    assert rendered.splits == on_git.splits
     assert rendered.secret_values == frozenset({HOST_SECRET})
+    assert document["contents"]["consumers"] == [None]  # its content is the host's: worked out there
+    assert document["contents"]["routes"] == [on_git.contents["routes"][0].decode()]
 
 
 def test_a_literal_expression_written_escaped_survives_the_round_trip():
@@ -140,6 +143,7 @@ def test_no_yaml_is_read_on_the_host(monkeypatch):
     (lambda d: d["sources"]["routes"].pop(), "its items and its sources do not match"),
     (lambda d: d.update(references={"routes": [7]}), "indexes into its payload list"),
     (lambda d: d.update(commit="not-a-commit"), "not a commit id"),
+    (lambda d: d["contents"]["routes"].pop(), "one per item of its payload list"),
 ])
 def test_a_malformed_artifact_is_refused_naming_what_is_wrong(change, message):
     document = json.loads(published(routes()))
