@@ -19,19 +19,16 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from gitsync.agent.outcomes import Stage
+from gitsync.agent.repo import Repo
 from gitsync.agent.run import SyncRun
-from gitsync.agent.view import SourceCommit
 from gitsync.artifact.document import expand_references
 from gitsync.artifact.source import ArtifactSource
 from gitsync.display import short
 from gitsync.log import logger
-from gitsync.push.guard import allowed_kinds
-from gitsync.render import LastGood, Rendered, unmanaged_warnings
+from gitsync.render import LastGood, Rendered
 from gitsync.settings import Settings
 from gitsync.source.transport import SourceError
 from gitsync.timing import Phases
-
-from gitsync.agent.repo import Repo  # isort: skip
 
 
 class ArtifactRepo(Repo):
@@ -73,27 +70,16 @@ class ArtifactRepo(Repo):
             raise refused
         return self.artifacts.commit_time(sha)
 
-    def commit(self, sha: str, *, fetch: bool, run: SyncRun, fallback: LastGood | None = None,
-               ) -> SourceCommit:
-        """`sha`'s artifact as a render (from memory when rendered lately); `fetch` and `fallback` do not
-        apply: the artifact was pulled when the tip was looked at, and a published one is whole."""
-        known = self.memory.rendered.get(sha)
-        if known is not None:
-            return known
-        unfetchable = run.unfetchable.get(self.name)
-        if unfetchable is not None and unfetchable[0] == sha:
-            raise unfetchable[1]
+    def _rendered(self, sha: str, *, fetch: bool, run: SyncRun, fallback: LastGood | None,
+                  ) -> tuple[Rendered, str, str, Mapping[str, bytes]]:
+        """`sha`'s artifact as a render; `fetch` and `fallback` do not apply: the artifact was pulled when
+        the tip was looked at, and a published one is whole. It carries no files."""
         artifact = self.artifacts.artifact(sha)
         with run.phases.timed("render"):
             rendered = expand_references(artifact, self.options.secret_lookup, self.options.check_limits)
         logger.debug("{}commit {}: artifact {} ({} bytes)", self.label, short(sha), artifact.digest,
                      artifact.size)
-        for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
-            logger.warning("{}commit {}: {}", self.label, short(sha), warning)
-        commit = SourceCommit(rendered, artifact.subject, allowed_kinds(artifact.message), {},
-                              self.facts(sha, rendered))
-        self.memory.keep(sha, commit, self.state.last_good)
-        return commit
+        return rendered, artifact.subject, artifact.message, {}
 
     def render_again(self, sha: str, *, apart: bool = False) -> tuple[Rendered, Mapping[str, bytes]]:
         """`sha`'s artifact as a render again (it carries no files: the web view places items by its

@@ -165,6 +165,17 @@ class Repo:
         unfetchable = run.unfetchable.get(self.name)
         if unfetchable is not None and unfetchable[0] == sha:
             raise unfetchable[1]
+        rendered, subject, message, files = self._rendered(sha, fetch=fetch, run=run, fallback=fallback)
+        for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
+            logger.warning("{}commit {}: {}", self.label, short(sha), warning)
+        commit = SourceCommit(rendered, subject, allowed_kinds(message), files, self.facts(sha, rendered))
+        self.memory.keep(sha, commit, self.state.last_good)
+        return commit
+
+    def _rendered(self, sha: str, *, fetch: bool, run: SyncRun, fallback: LastGood | None,
+                  ) -> tuple[Rendered, str, str, Mapping[str, bytes]]:
+        """`sha` fetched (see `commit`), verified, read and rendered: the render, the commit's subject and
+        message, its files."""
         if (fetch and run.fetched.get(self.name) != sha) or self.source.local_sha() is None:
             with run.phases.timed("fetch"):
                 self._contact(self.source.fetch)
@@ -176,12 +187,7 @@ class Repo:
             rendered = render(files.files, self.options, memo=self.memo, fallback=fallback)
         logger.debug("{}commit {}: {} config file(s), {} parsed, the others from the parse cache", self.label,
                      short(sha), len(files.blob_ids), self.memo.parses - parses)
-        for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
-            logger.warning("{}commit {}: {}", self.label, short(sha), warning)
-        commit = SourceCommit(rendered, files.subject, allowed_kinds(files.message), files.files,
-                              self.facts(sha, rendered))
-        self.memory.keep(sha, commit, self.state.last_good)
-        return commit
+        return rendered, files.subject, files.message, files.files
 
     def facts(self, sha: str, rendered: Rendered) -> PartFacts:
         """What the agent's other repos need to know of this render (`gitsync.render.compose.facts_of`)."""
