@@ -34,6 +34,7 @@ from gitsync.timing import Phases
 class ArtifactRepo(Repo):
     """A `Repo` over an artifact source (see the module)."""
 
+    REMOTE = "registry"
     artifacts: ArtifactSource
 
     def _open(self, settings: Settings) -> None:

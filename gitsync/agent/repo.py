@@ -58,6 +58,8 @@ def given_up(exc: SourceError, attempts: int) -> str:
 class Repo:
     """One config repo of an agent (see the module)."""
 
+    REMOTE = "git remote"  # what its source is called in the log
+
     def __init__(self, spec: RepoSettings, *, env: Mapping[str, str], state: RepoState, memory: RepoMemory,
                  queue: WriteBackQueue, others: tuple[tuple[str | None, Ownership], ...], attempts: int,
                  clock: Clock) -> None:
@@ -111,7 +113,7 @@ class Repo:
             delay = self.backoff.failed(self._clock.monotonic())
             when = given_up(exc, self._attempts) if self._attempts > 1 else \
                 f"retrying at the first poll after {delay:.1f}s"
-            logger.warning("{}git remote {}: {}; {}; gateways stay on {}", self.label, self.url, exc,
+            logger.warning("{}{} {}: {}; {}; gateways stay on {}", self.label, self.REMOTE, self.url, exc,
                            when, short(self.state.last_good))
             return SourceTip(self.name, error=redact(str(exc)))
         self.backoff.succeeded()
