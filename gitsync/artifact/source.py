@@ -100,10 +100,9 @@ class ArtifactSource:
             temporary.write_bytes(content)
             os.replace(temporary, path)
         kept = sorted(self.store.glob("*.json"), key=lambda p: p.stat().st_mtime)
-        for old in kept[:-KEPT]:
-            if old.stem not in self._by_commit or old.stem != artifact.commit:
-                old.unlink(missing_ok=True)
-                old.with_suffix(".sig").unlink(missing_ok=True)
+        for old in kept[:-KEPT]:  # the oldest written: the last good is among the newest unless 8 came after
+            old.unlink(missing_ok=True)
+            old.with_suffix(".sig").unlink(missing_ok=True)
 
     def artifact(self, commit: str) -> Artifact:
         """The verified artifact of `commit`: pulled this run, or kept on disk (verified again)."""
