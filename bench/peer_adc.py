@@ -366,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--artifact", action="store_true",
                         help="measure a first sync from an artifact in a local registry too")
     parser.add_argument("--first-only", action="store_true", help="first syncs alone (no one-route change)")
+    parser.add_argument("--served-timeout", type=float, default=SERVED_TIMEOUT, metavar="SECONDS",
+                        help=f"how long a process may take to be served (default {SERVED_TIMEOUT:g})")
     parser.add_argument("--routes", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=OUT)
@@ -375,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--peer-gateway must be another gateway than --gateway")
     key = args.admin_key_file.read_text().strip()
     adc = adc_command(args.adc)
+    global SERVED_TIMEOUT
+    SERVED_TIMEOUT = args.served_timeout
 
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
