@@ -354,6 +354,7 @@ def adc_command(given: str | None) -> list[str] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global SERVED_TIMEOUT
     parser = argparse.ArgumentParser(prog="python -m bench.peer_adc", description=__doc__.split("\n")[0])
     parser.add_argument("--gateway", required=True, metavar="URL", help="gitsync's gateway (Admin API)")
     parser.add_argument("--proxy", required=True, metavar="URL", help="its data plane")
@@ -377,7 +378,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--peer-gateway must be another gateway than --gateway")
     key = args.admin_key_file.read_text().strip()
     adc = adc_command(args.adc)
-    global SERVED_TIMEOUT
     SERVED_TIMEOUT = args.served_timeout
 
     def say(message: str) -> None:
