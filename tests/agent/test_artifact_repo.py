@@ -1,6 +1,7 @@
 """An artifact source as the agent's repo (gitsync.agent.artifact_repo), through ``gitsync sync --once`` as
 a real process: the artifact's commit goes live with the host's own secret in, a secret the host lacks
-refuses the commit at its file:line (as the git path does), and the small setup (a git repo, no
+refuses the commit at its file:line (as the git path does), a failing health check rolls back and the
+deletion guard holds a commit that empties a kind (as on git), and the small setup (a git repo, no
 registry) never imports the artifact code at all."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import sys
 import pytest
 
 from gitsync.testing.apisix import ApisixDouble
-from testkit.agents import ADMIN_KEY, repo_url
+from testkit.agents import ADMIN_KEY, CHECKS, config, repo_url, upstream
 from testkit.artifacts import HOST_SECRET, Publisher, agent_flags, host_secrets, registry_env, routes
-from testkit.processes import gitsync_env, run_gitsync
+from testkit.processes import free_port, gitsync_env, run_gitsync
 from testkit.registry import Registry
 
 pytestmark = pytest.mark.slow
@@ -73,3 +74,37 @@ def test_the_small_setup_never_imports_the_artifact_code(tmp_path, git_daemon, r
                 if line.startswith("import time:")]
     assert "gitsync.agent.sync" in imported  # the listing is the whole run's
     assert not [name for name in imported if name.startswith("gitsync.artifact") or "artifact_repo" in name]
+
+
+def test_checks_rollback_and_the_deletion_guard_work_on_an_artifact_as_on_git(tmp_path, git_daemon,
+                                                                              remote_repo):
+    url = repo_url(git_daemon, remote_repo)
+    publisher = Publisher.make(tmp_path / "keys", f"main@{url}")
+    env = registry_env(tmp_path)
+    with upstream() as good, Registry(tmp_path / "registry") as registry, \
+            ApisixDouble(ADMIN_KEY, forward=True) as double:
+        flags = [*agent_flags(registry, "config", publisher, url, tmp_path / "none"), "--proxy-url",
+                 double.proxy_url]
+
+        def publish_and_sync(files: dict[str, str], message: str, **commit: bool):
+            remote_repo.commit(files, message, **commit)
+            done = run_gitsync("publish", "--repo", url, "--to", registry.url("config"), "--key",
+                               str(publisher.key), "--state-dir", str(tmp_path / "ci"), env=env)
+            assert done.returncode == 0, done.stderr
+            return once(tmp_path / "agent-dir", double, *flags, env=env)
+
+        v1 = publish_and_sync(config(good), "v1")
+        assert v1.returncode == 0, v1.stderr
+        assert double.config()["upstreams"][0]["nodes"] == {good: 1}
+
+        dead = f"127.0.0.1:{free_port()}"
+        v2 = publish_and_sync(config(dead), "v2 breaks orders")
+        assert v2.returncode == 1
+        assert "conf/checks.yaml:2:5" in v2.stderr and "rolled back" in v2.stderr + v2.stdout
+        assert double.config()["upstreams"][0]["nodes"] == {good: 1}
+
+        v3 = publish_and_sync({"conf/upstreams.yaml": "upstreams: []\n", "conf/checks.yaml": CHECKS},
+                              "v3 empties", replace=True)
+        assert v3.returncode == 1
+        assert "deletion guard" in v3.stderr + v3.stdout
+        assert double.config()["upstreams"][0]["nodes"] == {good: 1}
