@@ -256,9 +256,11 @@ class PeerRun:
 
 
 def published(fx: Fixture, registry: Registry, directory: Path) -> tuple[list[str], dict[str, str]]:
-    """The fixture's tip published into `registry` (``gitsync publish``, as CI would); the flags and the
-    environment of an agent pulling it."""
-    publisher = Publisher.make(directory, f"main@{fx.url}")
+    """The fixture's tip published into `registry` (``gitsync publish``, as CI would, with the key made in
+    `directory` the first time); the flags and the environment of an agent pulling it."""
+    publisher = Publisher(directory / "publisher", directory / "publisher.signers")
+    if not publisher.key.exists():
+        publisher = Publisher.make(directory, f"main@{fx.url}")
     env = registry_env(directory)
     done = subprocess.run([sys.executable, "-m", "gitsync", "publish", "--repo", fx.url, "--to",
                            registry.url("config"), "--key", str(publisher.key), "--state-dir",
