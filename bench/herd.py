@@ -1,8 +1,10 @@
-"""A fleet's thundering herd: one push wakes every agent at the same instant, against one git server.
+"""A fleet's thundering herd: one push wakes every agent at the same instant, against one git server, or
+against one OCI registry the commit was published to (``--registry``).
 
     python -m bench.herd                      # 100 agents, 100 routes each, git daemon's default limits
     python -m bench.herd --agents 20 --quick  # the smoke test
     python -m bench.herd --max-connections 32 # git daemon's own default connection limit
+    python -m bench.herd --registry           # the agents pull artifacts (repo = oci://…) instead
 
 N real ``gitsync run`` processes (each its own state dir, its own gateway: the Admin API doubles, many
 to a child process), all following one repo served by ``git daemon`` on 127.0.0.1 behind
@@ -17,7 +19,11 @@ the first commit, a new commit is made and every agent gets its signed webhook a
   children's: ``upload-pack``, ``pack-objects``), per agent; extrapolated to 1,000 agents as
   per-agent work × 1,000.
 
-JSON in ``bench/out/herd-latest.json``.
+With ``--registry``, the commit is published (``gitsync publish``, as CI would, straight to the
+registry, before the webhooks) into Debian's ``docker-registry`` on 127.0.0.1 (testkit/registry.py,
+htpasswd auth), and the agents follow ``oci://`` through `testkit.gitservers.TcpGate` (every
+connection and byte counted); the server's CPU is the registry process's. JSON in
+``bench/out/herd-latest.json`` (``herd-registry-latest.json`` with ``--registry``).
 """
 
 from __future__ import annotations
@@ -42,11 +48,13 @@ from typing import Any
 
 import httpx
 
+from bench.peer_adc import published
 from bench.run import OUT, WEBHOOK_SECRET, Fixture, machine, process_env, write_report
 from gitsync.testing.apisix import ApisixDouble
 from testkit.git import GitDaemon
-from testkit.gitservers import GitGate, Traffic
+from testkit.gitservers import GitGate, TcpGate, Traffic
 from testkit.processes import free_port, stop_process, wait_for_port
+from testkit.registry import Registry
 
 ADMIN_KEY = "bench-herd-admin-key"
 DOUBLES_PER_PROCESS = 25
@@ -101,14 +109,16 @@ def doubles(count: int) -> Iterator[list[str]]:
 class Agent:
     """One ``gitsync run``: its webhook, its readiness."""
 
-    def __init__(self, fx: Fixture, url: str, gateway: str, state: Path, extra: Sequence[str]) -> None:
+    def __init__(self, fx: Fixture, url: str, gateway: str, state: Path, extra: Sequence[str],
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         args = [sys.executable, "-m", "gitsync", "run", "--repo", url, "--gateway", gateway,
                 "--admin-key-file", str(fx.key_file), "--state-dir", str(state), "--no-writeback",
                 "--listen", f"127.0.0.1:{self.port}", "--interval", "3600", "--jitter", "0",
                 "--drift-interval", "3600", "--webhook-secret-file", str(fx.webhook_file), *extra]
         self.log = (fx.work / f"agent-{self.port}.log").open("w")
-        self.proc = subprocess.Popen(args, env=process_env(), stdout=subprocess.DEVNULL, stderr=self.log,
+        self.proc = subprocess.Popen(args, env={**process_env(), **(env or {})}, stdout=subprocess.DEVNULL,
+                                     stderr=self.log,
                                      start_new_session=True)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
 
@@ -178,6 +188,7 @@ class Herd:
     deadline: float
     max_connections: int
     extra: tuple[str, ...]
+    registry: bool = False
 
 
 def _copy(traffic: dict[str, Traffic]) -> dict[str, Traffic]:
@@ -197,15 +208,27 @@ def measure(herd: Herd, tmp: Path, say: Any) -> dict[str, Any]:
     served, work = tmp / "served", tmp / "work"
     served.mkdir()
     work.mkdir()
-    with GitDaemon(served, max_connections=herd.max_connections) as daemon, GitGate(daemon.port) as gate, \
-            doubles(herd.agents) as gateways:
-        assert daemon.proc is not None
+    with contextlib.ExitStack() as stack:
+        daemon = stack.enter_context(GitDaemon(served, max_connections=herd.max_connections))
         fx = Fixture(herd.routes, work, daemon, ADMIN_KEY)
-        url = gate.url(fx.repo.name)
+        extra, env = list(herd.extra), {}
+        if herd.registry:
+            registry = stack.enter_context(Registry(tmp / "registry"))
+            gate = stack.enter_context(TcpGate(registry.port))
+            flags, env = published(fx, registry, tmp / "publisher")
+            flags[1] = f"oci://127.0.0.1:{gate.port}/config:main"  # the agents' side goes through the gate
+            url, extra = flags[1], [*flags[2:], *extra]
+            server = registry.pid
+        else:
+            gate = stack.enter_context(GitGate(daemon.port))
+            url = gate.url(fx.repo.name)
+            assert daemon.proc is not None
+            server = daemon.proc.pid
+        gateways = stack.enter_context(doubles(herd.agents))
         agents: list[Agent] = []
         try:
             for start in range(0, herd.agents, START_BATCH):
-                batch = [Agent(fx, url, gateways[i], work / f"state-{i}", herd.extra)
+                batch = [Agent(fx, url, gateways[i], work / f"state-{i}", extra, env)
                          for i in range(start, min(herd.agents, start + START_BATCH))]
                 agents += batch
                 if not all(agent.started() for agent in batch):
@@ -215,8 +238,10 @@ def measure(herd: Herd, tmp: Path, say: Any) -> dict[str, Any]:
             _wait_all(agents, tip, 600)
             say("every agent holds the first commit; the push")
             gate.settle()
-            before, cpu_before = _copy(gate.traffic), cpu_seconds(daemon.proc.pid)
             tip = fx.commit()
+            if herd.registry:
+                published(fx, registry, tmp / "publisher")
+            before, cpu_before = _copy(gate.traffic), cpu_seconds(server)
             barrier = threading.Barrier(len(agents) + 1)
             sent: list[float] = [0.0] * len(agents)
 
@@ -237,7 +262,7 @@ def measure(herd: Herd, tmp: Path, say: Any) -> dict[str, Any]:
                 thread.join()
             gate.settle()
             time.sleep(0.5)  # git daemon reaps its children on its next loop
-            cpu = cpu_seconds(daemon.proc.pid) - cpu_before
+            cpu = cpu_seconds(server) - cpu_before
             traffic = traffic_delta(before, _copy(gate.traffic))
             gave_up = sum(agent.gave_up() for agent in agents)
         finally:
@@ -258,7 +283,8 @@ def measure(herd: Herd, tmp: Path, say: Any) -> dict[str, Any]:
             "latencies_s": latencies, "traffic": traffic, "peak_connections": most,
             "server_cpu_s": cpu, "per_agent": per_agent,
             "at_1000": {key: value * 1000 for key, value in per_agent.items()},
-            "max_connections": herd.max_connections, "agent_args": list(herd.extra)}
+            "max_connections": herd.max_connections, "agent_args": list(herd.extra),
+            "server": "docker-registry" if herd.registry else "git daemon"}
 
 
 def _tip(fx: Fixture) -> str:
@@ -283,13 +309,15 @@ def _wait_all(agents: list[Agent], sha: str, timeout: float,
 
 def summary(result: dict[str, Any]) -> str:
     lat, per, at = result["latency_s"], result["per_agent"], result["at_1000"]
-    lines = [f"{result['agents']} agents, {result['routes']} routes each; git daemon --max-connections="
-             f"{result['max_connections']}; agents: {' '.join(result['agent_args']) or '(defaults)'}",
+    server = result.get("server", "git daemon")
+    lines = [f"{result['agents']} agents, {result['routes']} routes each; {server}"
+             f" (git daemon --max-connections={result['max_connections']}); agents: "
+             f"{' '.join(result['agent_args']) or '(defaults)'}",
              f"served within {result['deadline_s']:.0f} s: {result['served']}/{result['agents']}; syncs that "
              f"gave up: {result['gave_up_syncs']:.0f}",
              f"push → served: p50 {lat['p50']:.2f} s, p95 {lat['p95']:.2f} s, max {lat['max']:.2f} s"
              if lat["p50"] is not None else "push → served: none",
-             f"git server: {result['peak_connections']} connections at once; per agent "
+             f"server: {result['peak_connections']} connections at once; per agent "
              f"{per['connections']:.2f} connections, {per['bytes_to_server']:.0f} B in, "
              f"{per['bytes_from_server']:.0f} B out, {per['server_cpu_ms']:.1f} ms CPU",
              "by service: " + ", ".join(f"{s} {t['connections']} conns {t['received']} B out"
@@ -309,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(0: none; its own default is 32)")
     parser.add_argument("--agent-arg", action="append", default=[], help="an argument for every "
                         "`gitsync run` (repeat)")
+    parser.add_argument("--registry", action="store_true", help="the agents pull artifacts from a registry")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--serve-doubles", type=int, help=argparse.SUPPRESS)
@@ -323,14 +352,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {"machine": machine()}
     tmp = Path(tempfile.mkdtemp(prefix="gitsync-herd-"))
     try:
-        herd = Herd(args.agents, args.routes, args.deadline, args.max_connections, tuple(args.agent_arg))
+        herd = Herd(args.agents, args.routes, args.deadline, args.max_connections, tuple(args.agent_arg),
+                    args.registry)
         report["result"] = measure(herd, tmp, say)
     finally:
         if args.keep:
             say(f"work files kept in {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    write_report(report, args.out, started, "herd", "herd-latest.json")
+    name = "herd-registry" if args.registry else "herd"
+    write_report(report, args.out, started, name, f"{name}-latest.json")
     m = report["machine"]
     print(f"gitsync {m['commit']}; {m['date']}; load {m['loadavg'][0]:.1f} → {m['loadavg_end'][0]:.1f}; "
           f"{report['seconds']:.0f} s")

@@ -19,6 +19,12 @@ dir). Measured per repetition, the tools' order alternating:
   dir kept, and ``adc sync`` of the file written anew: the same three figures. The floor: a bare PUT
   of the peer gateway's live config with one route changed → its 202, and → served.
 
+With ``--artifact``, a third side of the first sync: the fixture's commit published once (``gitsync
+publish``, as CI would, outside the timings) into a real registry on 127.0.0.1 (Debian's
+``docker-registry``, testkit/registry.py), then ``gitsync sync --once`` from an empty state dir with
+``repo = oci://…``: one manifest HEAD, the artifact pulled by digest and verified, no render. It is
+synced to `--gateway` (as gitsync's git side is).
+
 ``--adc`` is a node script (``.js``, ``.cjs``, ``.mjs``: run with ``node``) or an executable; ADC is
 not on the npm registry, so without ``--adc`` gitsync and the floors alone are measured. The
 gateways' whole configs are replaced. JSON in ``bench/out/peer-adc-latest.json``.
@@ -27,6 +33,7 @@ gateways' whole configs are replaced. JSON in ``bench/out/peer-adc-latest.json``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -54,7 +61,9 @@ from bench.run import (
     write_report,
 )
 from gitsync import log as gslog
+from testkit.artifacts import Publisher, registry_env
 from testkit.git import GitDaemon, git
+from testkit.registry import Registry
 
 TIME = "/usr/bin/time"
 SERVED_TIMEOUT = 120.0
@@ -184,6 +193,8 @@ class PeerRun:
     adc: list[str] | None
     adc_file: AdcFile
     urls: tuple[str, str]
+    artifact: list[str] | None = None  # `sync --once` flags of the artifact side, with its env
+    artifact_env: dict[str, str] = field(default_factory=dict)
 
     def empty(self, admin: FloorClient, plane: DataPlane) -> None:
         """Empty a gateway, and wait until its data plane serves nothing of the commit any more."""
@@ -194,6 +205,14 @@ class PeerRun:
         args = [sys.executable, "-m", "gitsync", "sync", "--once", "-v",
                 *self.fx.gitsync_args(self.urls[0], state)]
         return run_until_served(args, process_env(), self.fx.work, self.ours_plane, self.fx.probe(), log)
+
+    def from_artifact(self, state: Path, log: Path) -> Run:
+        assert self.artifact is not None
+        args = [sys.executable, "-m", "gitsync", "sync", "--once", "-v", *self.artifact,
+                "--gateway", self.urls[0], "--admin-key-file", str(self.fx.key_file),
+                "--state-dir", str(state), "--no-writeback"]
+        return run_until_served(args, {**process_env(), **self.artifact_env}, self.fx.work, self.ours_plane,
+                                self.fx.probe(), log)
 
     def adc_sync(self, log: Path) -> Run:
         assert self.adc is not None
@@ -236,9 +255,26 @@ class PeerRun:
         return Run(accepted - started, at - started, 0.0), accepted - started
 
 
-def measure(run: PeerRun, reps: int, say: Callable[[str], None]) -> dict[str, Any]:
+def published(fx: Fixture, registry: Registry, directory: Path) -> tuple[list[str], dict[str, str]]:
+    """The fixture's tip published into `registry` (``gitsync publish``, as CI would, with the key made in
+    `directory` the first time); the flags and the environment of an agent pulling it."""
+    publisher = Publisher(directory / "publisher", directory / "publisher.signers")
+    if not publisher.key.exists():
+        publisher = Publisher.make(directory, f"main@{fx.url}")
+    env = registry_env(directory)
+    done = subprocess.run([sys.executable, "-m", "gitsync", "publish", "--repo", fx.url, "--to",
+                           registry.url("config"), "--key", str(publisher.key), "--state-dir",
+                           str(directory / "state")], env={**process_env(), **env}, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"publish failed: {done.stderr[-2000:]}")
+    return ["--repo", registry.url("config"), "--artifact-signers", str(publisher.signers),
+            "--artifact-repo", fx.url], env
+
+
+def measure(run: PeerRun, reps: int, say: Callable[[str], None], changes: bool = True) -> dict[str, Any]:
     """First syncs, then one-route changes, each tool and the floor per repetition."""
-    first = {"gitsync": Side(), "adc": Side(), "floor": Side()}
+    first = {"gitsync": Side(), "artifact": Side(), "adc": Side(), "floor": Side()}
     change = {"gitsync": Side(), "adc": Side(), "floor": Side()}
     work, state = run.fx.work, run.fx.work / "gitsync-state"
     full = json.dumps(FloorTwin(run.fx).payload(), separators=(",", ":")).encode()
@@ -259,13 +295,19 @@ def measure(run: PeerRun, reps: int, say: Callable[[str], None]) -> dict[str, An
             run.empty(run.peer, run.peer_plane)
             first["floor"].add(run.floor_first(full)[0])
 
-        sides = [ours_first, floor_first] + ([adc_first] if run.adc else [])
+        def artifact_first(rep: int = rep) -> None:
+            run.empty(run.ours, run.ours_plane)
+            shutil.rmtree(state, ignore_errors=True)
+            first["artifact"].add(run.from_artifact(state, work / f"artifact-first-{rep}.log"))
+
+        sides = [ours_first, floor_first] + ([adc_first] if run.adc else []) + \
+            ([artifact_first] if run.artifact else [])
         for side in sides if rep % 2 == 0 else reversed(sides):
             side()
-    if run.adc:  # the peer's gateway as ADC writes it: ADC cannot diff against items it did not name
+    if run.adc and changes:  # the peer's gateway as ADC writes it: ADC cannot diff items it did not name
         run.peer.put_raw(b"{}")
         run.adc_sync(work / "adc-settle.log")
-    for rep in range(reps):
+    for rep in range(reps if changes else 0):
         say(f"one-route change {rep + 1}/{reps}")
         run.fx.commit()
         run.adc_file.write()
@@ -292,7 +334,7 @@ def table(results: dict[str, Any]) -> str:
         sides = results[scenario]
         for tool, side in sides.items():
             ratio = ""
-            if tool == "gitsync" and "adc" in sides:
+            if tool in ("gitsync", "artifact") and "adc" in sides:
                 ratio = (f"wall {side['wall_s'] / sides['adc']['wall_s']:.2f}×, served "
                          f"{side['served_s'] / sides['adc']['served_s']:.2f}×")
             rss = f"{side['rss_mb']:.0f} MB" if side["rss_mb"] else "-"
@@ -314,6 +356,7 @@ def adc_command(given: str | None) -> list[str] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global SERVED_TIMEOUT
     parser = argparse.ArgumentParser(prog="python -m bench.peer_adc", description=__doc__.split("\n")[0])
     parser.add_argument("--gateway", required=True, metavar="URL", help="gitsync's gateway (Admin API)")
     parser.add_argument("--proxy", required=True, metavar="URL", help="its data plane")
@@ -323,6 +366,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--admin-key-file", required=True, type=Path, help="the admin key of both gateways")
     parser.add_argument("--adc", help="ADC's CLI: a node script or an executable (none: gitsync and the "
                         "floors alone)")
+    parser.add_argument("--artifact", action="store_true",
+                        help="measure a first sync from an artifact in a local registry too")
+    parser.add_argument("--first-only", action="store_true", help="first syncs alone (no one-route change)")
+    parser.add_argument("--served-timeout", type=float, default=SERVED_TIMEOUT, metavar="SECONDS",
+                        help=f"how long a process may take to be served (default {SERVED_TIMEOUT:g})")
     parser.add_argument("--routes", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=OUT)
@@ -332,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--peer-gateway must be another gateway than --gateway")
     key = args.admin_key_file.read_text().strip()
     adc = adc_command(args.adc)
+    SERVED_TIMEOUT = args.served_timeout
 
     def say(message: str) -> None:
         print(f"… {message}", file=sys.stderr, flush=True)
@@ -351,7 +400,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             fx = Fixture(args.routes, work, daemon, key)
             run = PeerRun(fx, ours, peer, *planes, adc, AdcFile(fx, work / "adc.yaml"),
                           (args.gateway.rstrip("/"), args.peer_gateway.rstrip("/")))
-            report["results"] = measure(run, args.reps, say)
+            with contextlib.ExitStack() as stack:
+                if args.artifact:
+                    say("publishing the fixture's commit into a local registry")
+                    run.artifact, run.artifact_env = published(fx, stack.enter_context(
+                        Registry(tmp / "registry", auth=True)), tmp / "publisher")
+                report["results"] = measure(run, args.reps, say, changes=not args.first_only)
     finally:
         ours.close()
         peer.close()

@@ -207,6 +207,27 @@ class Settings:
     max_fetch_size: int = setting("source", "size", 1024 * 1024 * 1024, "Most bytes of objects one fetch "
                                   "may bring, each counted at its full size from its header; more and the "
                                   "commit is refused (verify).", groups=(SOURCE,), minimum=1024 * 1024)
+    artifact_signers: Path | None = setting("source", "path", None, "With `repo = \"oci://…\"` (an "
+                                            "artifact source, docs/fleet.md): an OpenSSH allowed-signers "
+                                            "file naming the keys that may publish artifacts; principals "
+                                            "`<branch>@<repo>`. Required for an artifact source.",
+                                            groups=(SOURCE,), must_exist=True)
+    artifact_repo: str | None = setting("source", "str", None, "With an artifact source: the git repo its "
+                                        "artifacts must name (credentials stripped); one naming another "
+                                        "repo is refused. Required for an artifact source; also where "
+                                        "statuses go unless `status_remote` says otherwise.",
+                                        groups=(SOURCE,), metavar="URL")
+    registry_username: str | None = setting("source", "str", None, "User name for the OCI registry of an "
+                                            "artifact source (basic auth, or the token service's).",
+                                            groups=(SOURCE,))
+    registry_password: Secret | None = setting("source", "str", None, "Password or token for the OCI "
+                                               "registry of an artifact source.", secret=True,
+                                               groups=(SOURCE,))
+    registry_password_file: Path | None = _secret_file()
+    max_artifact_size: int = setting("source", "size", 256 * 1024 * 1024, "Largest artifact (and "
+                                     "signature) an artifact source reads: a larger one is refused from "
+                                     "its manifest, before a byte of it is read.", groups=(SOURCE,),
+                                     minimum=1024)
     # [[sources]]
     sources: tuple[SourceSpec, ...] = setting(
         "sources", "sources", (), "Several repos, one payload: each `[[sources]]` table is a repo with "
@@ -409,6 +430,9 @@ class Settings:
                                           "`<agent>@<group>` (docs/security.md). When set, a gate counts "
                                           "only statuses signed by a key allowed for that agent and group; "
                                           "others show as unverified.", groups=(WRITEBACK,), must_exist=True)
+    status_remote: str | None = setting("writeback", "str", None, "The git repo statuses and notes are "
+                                        "written to; default: the config repo (for an artifact source, "
+                                        "`artifact_repo`).", groups=(WRITEBACK,), metavar="URL")
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -982,6 +1006,22 @@ class RepoSettings:
     owns: Ownership
 
 
+def config_repo(settings: Settings) -> str | None:
+    """The git repo the config is written in: the repo, or an artifact source's `artifact_repo` (the
+    forge shows its commits' statuses there)."""
+    return settings.artifact_repo if is_artifact_source(settings.repo) else settings.repo
+
+
+def status_settings(settings: Settings) -> Settings:
+    """The settings whose repo is where statuses and notes go: `status_remote` when set, else the
+    config repo (for an artifact source, `artifact_repo`; None without it: no write-back)."""
+    if settings.status_remote:
+        return replace(settings, repo=settings.status_remote)
+    if is_artifact_source(settings.repo):
+        return replace(settings, repo=config_repo(settings))
+    return settings
+
+
 def repos_of(settings: Settings) -> tuple[RepoSettings, ...]:
     """The config repos the settings name: one per ``[[sources]]`` table, or the one repo of ``[source]``
     (unnamed, owning every item): a composition of one. The one place that tells the two apart."""
@@ -1152,6 +1192,7 @@ def load(
         values["only_source"] = only_source
     _check_sources(values, merged)
     _check_limits(values, merged)
+    _check_artifact_source(values, merged)
     if values.get("sources"):  # the plugins each source may use only when allowed: the agent's list too
         restricted = CODE_PLUGINS | frozenset(values.get("restricted_plugins", ()))
         values["sources"] = tuple(replace(spec, owns=replace(spec.owns, restricted=restricted))
@@ -1172,6 +1213,29 @@ def load(
                    "in the settings file")
         raise SettingsError(f"{spec.name} is required: set {how}")
     return settings
+
+
+def is_artifact_source(repo: str | None) -> bool:
+    """Whether a repo setting names an OCI artifact (``oci://…``) rather than a git repo."""
+    return bool(repo) and str(repo).startswith("oci://")
+
+
+def _check_artifact_source(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
+    """An artifact source names who may sign it and which repo it must come from."""
+    repos = [(values.get("repo"), values, merged.get("repo"))]
+    repos += [(spec.values.get("repo"), {**values, **spec.values}, None)
+              for spec in values.get("sources", ())]
+    for repo, own, where in repos:
+        if not is_artifact_source(repo):
+            continue
+        origin = f"{where.origin}: " if where is not None else ""
+        for name in ("artifact_signers", "artifact_repo"):
+            if not own.get(name):
+                raise SettingsError(f"{origin}repo {repo} is an artifact source: {name} is required "
+                                    "(docs/fleet.md)")
+        if own.get("verify", "none") != "none":
+            raise SettingsError(f"{origin}repo {repo} is an artifact source: verify is git's commit "
+                                "signatures; an artifact's signature is checked with artifact_signers")
 
 
 def _check_limits(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:

@@ -24,7 +24,8 @@ import select
 import socket
 import subprocess
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,7 +35,7 @@ from testkit.git import GitDaemon, git, git_env
 from testkit.processes import LOCALHOST, ServerProcess, free_port, stop_process, wait_for_port
 
 __all__ = ["BareRepo", "GitDaemon", "GitGate", "Hold", "HttpAuth", "HttpGitServer", "HungServer", "Signer",
-           "SshGitServer", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
+           "SshGitServer", "TcpGate", "Traffic", "git", "git_env", "gpg_signer", "ssh_keygen", "ssh_signer"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -629,6 +630,51 @@ class GitGate(_Listener):
             _count(self.traffic, self._lock, service, sent + len(first), received)
 
 
+class TcpGate(GitGate):
+    """A `GitGate` for any TCP service (an OCI registry's HTTP): every connection relayed as it comes and
+    counted under one service name, its bytes as they pass (HTTP clients keep connections open)."""
+
+    def __init__(self, target_port: int, service: str = "http") -> None:
+        super().__init__(target_port)
+        self.service = service
+
+    def _relay_one(self, client: socket.socket) -> None:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(client)
+            client.settimeout(60)
+            try:
+                upstream = stack.enter_context(socket.create_connection((LOCALHOST, self.target_port), 10))
+            except OSError:
+                return
+            _count(self.traffic, self._lock, self.service, 0, 0)
+            _pump(client, upstream, self._passed)
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until no byte has passed for 0.3 s (kept-alive connections do not end)."""
+        deadline = time.monotonic() + timeout
+
+        def totals() -> tuple[int, int, int]:
+            with self._lock:
+                seen = self.traffic.get(self.service) or Traffic()
+                return seen.requests, seen.sent, seen.received
+
+        last = totals()
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            now = totals()
+            if now == last:
+                return
+            last = now
+
+    def _passed(self, from_client: bool, size: int) -> None:
+        with self._lock:
+            seen = self.traffic[self.service]
+            if from_client:
+                seen.sent += size
+            else:
+                seen.received += size
+
+
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:
@@ -639,8 +685,10 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def _pump(client: socket.socket, upstream: socket.socket) -> tuple[int, int]:
-    """Copy both ways until both sides are done; the bytes client → upstream and back."""
+def _pump(client: socket.socket, upstream: socket.socket,
+          on_chunk: Callable[[bool, int], None] | None = None) -> tuple[int, int]:
+    """Copy both ways until both sides are done; the bytes client → upstream and back. `on_chunk(from
+    the client, bytes)` as each chunk passes (a connection kept alive is counted as it goes)."""
     counts = {client: 0, upstream: 0}
     peer = {client: upstream, upstream: client}
     open_ = {client, upstream}
@@ -661,6 +709,8 @@ def _pump(client: socket.socket, upstream: socket.socket) -> tuple[int, int]:
                     open_.discard(client)
                 continue
             counts[sock] += len(chunk)
+            if on_chunk is not None:
+                on_chunk(sock is client, len(chunk))
             try:
                 peer[sock].sendall(chunk)
             except OSError:

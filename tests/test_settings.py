@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,29 @@ def test_the_fetch_limits_cover_a_config_file_and_are_read_as_sizes():
                                             r"be at least max_file_size \(8388608\): a config file is one "
                                             r"git object"):
         load(env={"GITSYNC_MAX_OBJECT_SIZE": "1MiB"}, config="/dev/null")
+
+
+def test_an_artifact_source_names_its_signers_and_its_repo(tmp_path):
+    signers = tmp_path / "signers"
+    signers.write_text("")
+    oci = "oci://registry.example/config:main"
+    with pytest.raises(SettingsError, match="artifact source: artifact_signers is required"):
+        load({"repo": oci, "artifact_repo": "https://git.example/config"}, config="/dev/null", env={})
+    with pytest.raises(SettingsError, match="artifact source: artifact_repo is required"):
+        load({"repo": oci, "artifact_signers": str(signers)}, config="/dev/null", env={})
+    with pytest.raises(SettingsError, match="checked with artifact_signers"):
+        load({"repo": oci, "artifact_signers": str(signers), "artifact_repo": "https://git.example/config",
+              "verify": "ssh"}, config="/dev/null", env={})
+    settings = load({"repo": oci, "artifact_signers": str(signers), "artifact_repo": "https://git.example/config"},
+                    config="/dev/null", env={})
+    assert gs.config_repo(settings) == "https://git.example/config"
+    assert gs.status_settings(settings).repo == "https://git.example/config"
+    assert gs.status_settings(replace(settings, status_remote="https://git.example/statuses")).repo == \
+        "https://git.example/statuses"
+
+
+def test_a_git_source_needs_none_of_the_artifact_settings():
+    settings = load({"repo": "https://git.example/config"}, config="/dev/null", env={})
+    assert settings.artifact_signers is None and settings.artifact_repo is None
+    assert gs.status_settings(settings) is settings
+    assert gs.config_repo(settings) == "https://git.example/config"

@@ -39,7 +39,7 @@ from gitsync.push.results import CheckResult
 from gitsync.render import LastGood, Rendered, options_from_settings, render, unmanaged_warnings
 from gitsync.render.compose import Part, PartFacts, facts_of, label, of_source, shared_kinds
 from gitsync.render.memo import render_memo
-from gitsync.settings import RepoSettings
+from gitsync.settings import RepoSettings, Settings, status_settings
 from gitsync.source.mirror import Source, contacted
 from gitsync.source.transport import SourceError
 from gitsync.timing import Clock, Phases
@@ -58,6 +58,8 @@ def given_up(exc: SourceError, attempts: int) -> str:
 class Repo:
     """One config repo of an agent (see the module)."""
 
+    REMOTE = "git remote"  # what its source is called in the log
+
     def __init__(self, spec: RepoSettings, *, env: Mapping[str, str], state: RepoState, memory: RepoMemory,
                  queue: WriteBackQueue, others: tuple[tuple[str | None, Ownership], ...], attempts: int,
                  clock: Clock) -> None:
@@ -66,17 +68,27 @@ class Repo:
         self.owns = spec.owns
         self.state = state
         self.memory = memory
-        self.source = Source.from_settings(spec.settings)
+        self._open(spec.settings)
         options = options_from_settings(spec.settings, env)
         # a reference into a kind other repos declare items of too is checked on the composed payload
         self.options = replace(options, unmanaged=options.unmanaged | shared_kinds(spec.owns))
-        self.memo = render_memo(spec.settings, StateDir(spec.settings.state_dir).parse_cache)
-        self.writeback = WriteBack.from_settings(spec.settings)
+        self.writeback = WriteBack.from_settings(status_settings(spec.settings))
         self.backoff = Backoff(min(spec.settings.interval, 5.0), spec.settings.max_backoff)
         self._queue = queue
         self._others = others  # every repo's name and ownership, for what it may declare
         self._attempts = attempts  # tries of each git contact within one sync (`sync --once`: several)
         self._clock = clock
+
+    def _open(self, settings: Settings) -> None:
+        """Its source and speed layer: a git mirror and a parse cache (an artifact source has its own:
+        `gitsync.agent.artifact_repo`)."""
+        self.source = Source.from_settings(settings)
+        self.memo = render_memo(settings, StateDir(settings.state_dir).parse_cache)
+
+    @property
+    def url(self) -> str:
+        """Where its commits come from, as shown."""
+        return self.source.url
 
     @property
     def label(self) -> str:
@@ -101,7 +113,7 @@ class Repo:
             delay = self.backoff.failed(self._clock.monotonic())
             when = given_up(exc, self._attempts) if self._attempts > 1 else \
                 f"retrying at the first poll after {delay:.1f}s"
-            logger.warning("{}git remote {}: {}; {}; gateways stay on {}", self.label, self.source.url, exc,
+            logger.warning("{}{} {}: {}; {}; gateways stay on {}", self.label, self.REMOTE, self.url, exc,
                            when, short(self.state.last_good))
             return SourceTip(self.name, error=redact(str(exc)))
         self.backoff.succeeded()
@@ -129,7 +141,7 @@ class Repo:
             return self._contact(self.source.check)
 
     def _contact(self, action: Callable[[], str]) -> str:
-        return contacted(action, self.source.url, self._attempts, self.settings.max_backoff)
+        return contacted(action, self.url, self._attempts, self.settings.max_backoff)
 
     @property
     def tip_refused(self) -> str | None:
@@ -155,6 +167,17 @@ class Repo:
         unfetchable = run.unfetchable.get(self.name)
         if unfetchable is not None and unfetchable[0] == sha:
             raise unfetchable[1]
+        rendered, subject, message, files = self._rendered(sha, fetch=fetch, run=run, fallback=fallback)
+        for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
+            logger.warning("{}commit {}: {}", self.label, short(sha), warning)
+        commit = SourceCommit(rendered, subject, allowed_kinds(message), files, self.facts(sha, rendered))
+        self.memory.keep(sha, commit, self.state.last_good)
+        return commit
+
+    def _rendered(self, sha: str, *, fetch: bool, run: SyncRun, fallback: LastGood | None,
+                  ) -> tuple[Rendered, str, str, Mapping[str, bytes]]:
+        """`sha` fetched (see `commit`), verified, read and rendered: the render, the commit's subject and
+        message, its files."""
         if (fetch and run.fetched.get(self.name) != sha) or self.source.local_sha() is None:
             with run.phases.timed("fetch"):
                 self._contact(self.source.fetch)
@@ -166,12 +189,7 @@ class Repo:
             rendered = render(files.files, self.options, memo=self.memo, fallback=fallback)
         logger.debug("{}commit {}: {} config file(s), {} parsed, the others from the parse cache", self.label,
                      short(sha), len(files.blob_ids), self.memo.parses - parses)
-        for warning in unmanaged_warnings(rendered.payload, self.settings.unmanaged):
-            logger.warning("{}commit {}: {}", self.label, short(sha), warning)
-        commit = SourceCommit(rendered, files.subject, allowed_kinds(files.message), files.files,
-                              self.facts(sha, rendered))
-        self.memory.keep(sha, commit, self.state.last_good)
-        return commit
+        return rendered, files.subject, files.message, files.files
 
     def facts(self, sha: str, rendered: Rendered) -> PartFacts:
         """What the agent's other repos need to know of this render (`gitsync.render.compose.facts_of`)."""
@@ -225,6 +243,10 @@ class Repo:
             known = self.memory.rendered.get(sha)
             self.state.last_good = sha
             self.state.last_good_subject = known.subject if known is not None else ""
+
+    def remote_subject(self, sha: str) -> str:
+        """`sha`'s subject as its source tells it (the mirror's commit)."""
+        return self.source.subject(sha)
 
     def subject(self, sha: str) -> str:
         """`sha`'s subject, when the agent knows it."""

@@ -42,7 +42,7 @@ from gitsync.push.plan import Desired, Policy
 from gitsync.push.results import GatewayResult
 from gitsync.render import LastGood, LeftOut, Rendered
 from gitsync.render.compose import Part, compose, compose_files, dangling, label, relabel
-from gitsync.settings import RepoSettings, Settings, repos_of
+from gitsync.settings import RepoSettings, Settings, is_artifact_source, repos_of
 from gitsync.source.transport import SourceError
 from gitsync.timing import Clock, Phases
 from gitsync.urls import display_url
@@ -66,6 +66,16 @@ class CompositionRefused(ProblemsError):
         self.held = held  # the blamed repos refused only for the composition (see `Repos.refuse`)
 
 
+def _kind_of(spec: RepoSettings) -> type[Repo]:
+    """A git repo's `Repo`, or an artifact source's (imported only when one is configured: the small setup
+    never loads the registry client)."""
+    if is_artifact_source(spec.settings.repo):
+        from gitsync.agent.artifact_repo import ArtifactRepo
+
+        return ArtifactRepo
+    return Repo
+
+
 class Repos:
     """The config repos of one agent (see the module)."""
 
@@ -78,9 +88,10 @@ class Repos:
         self.guard = guard
         self.unmanaged = unmanaged
         others = tuple((spec.name, spec.owns) for spec in specs)
-        self.all = tuple(Repo(spec, env=env, state=memory.state.repo(spec.name),
-                              memory=memory.repos.setdefault(spec.name, RepoMemory(SourceTip(spec.name))),
-                              queue=queue, others=others, attempts=attempts, clock=clock) for spec in specs)
+        self.all = tuple(
+            _kind_of(spec)(spec, env=env, state=memory.state.repo(spec.name),
+                           memory=memory.repos.setdefault(spec.name, RepoMemory(SourceTip(spec.name))),
+                           queue=queue, others=others, attempts=attempts, clock=clock) for spec in specs)
         self._by_name = {repo.name: repo for repo in self.all}
         self._queue = queue
         # the first repo is asked on the sync's own thread, the others beside it
@@ -197,7 +208,7 @@ class Repos:
     def subject(self, composition: str) -> str:
         """What a composition brings, read from the mirrors when the agent has not rendered it (a commit
         refused before its render, at verify): each new commit and its subject, as a render names it."""
-        return "; ".join(repo.describe(sha, repo.subject(sha) or repo.source.subject(sha))
+        return "; ".join(repo.describe(sha, repo.subject(sha) or repo.remote_subject(sha))
                          for name, sha in self._new(composition).items()
                          if (repo := self._by_name.get(name)) is not None)
 

@@ -71,7 +71,7 @@ from gitsync.push.release import Release, release
 from gitsync.push.results import GatewayResult, Known, SyncStatus
 from gitsync.push.workers import wait_for
 from gitsync.render import LastGood, Rendered
-from gitsync.settings import Settings
+from gitsync.settings import Settings, status_settings
 from gitsync.source.transport import SourceError
 from gitsync.timing import SYSTEM_CLOCK, Clock
 from gitsync.writeback.wire import GatewayStatus, StatusReport
@@ -129,7 +129,8 @@ class Agent:
             self.repos = self._closing.enter_context(contextlib.closing(Repos.from_settings(
                 settings, env=dict(os.environ if env is None else env), memory=self.memory, queue=queue,
                 attempts=remote_attempts, clock=clock, status=status)))
-            self.gate = FleetGate.from_settings(settings, self.metrics) if settings.after_group else None
+            self.gate = FleetGate.from_settings(status_settings(settings), self.metrics) \
+                if settings.after_group else None
         except BaseException:
             self._closing.close()
             raise

@@ -67,7 +67,14 @@ from gitsync.render.compose import (
 from gitsync.render.memo import render_memo
 from gitsync.render.secrets import secret_values
 from gitsync.render.sourcemap import field_text
-from gitsync.settings import RepoSettings, Settings, SettingsError, default_agent_name, repos_of
+from gitsync.settings import (
+    RepoSettings,
+    Settings,
+    SettingsError,
+    default_agent_name,
+    repos_of,
+    status_settings,
+)
 from gitsync.source.directory import read_directory
 from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
@@ -524,7 +531,7 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
     for repo in repos_of(settings):  # each repo's statuses are on its own repo (a source's: under its name)
         if repo.name is not None:
             print(f"source {repo.name} ({display_url(repo.settings.repo or '')}):")
-        worst = max(worst, _fleet(repo.settings, signers, now, args))
+        worst = max(worst, _fleet(status_settings(repo.settings), signers, now, args))
     return worst
 
 

@@ -48,6 +48,10 @@ COMMANDS: tuple[Command, ...] = (
             "gitsync.cli.commands:sync", ("source", "gateway", "writeback", "state", "feedback"),
             ("gateways", "admin_key"),
             closes_all=True),
+    Command("publish", "render and validate a commit once, sign it and push it as an artifact to an OCI "
+            "registry or a git ref (exit 0 published, 1 the commit has problems, 2 error)",
+            "gitsync.artifact.publish:publish_command", ("source", "state"), ("repo",),
+            "gitsync.artifact.publish:arguments", closes_all=True),
     Command("run", "the daemon: poll, webhook, drift watch, health and metrics",
             "gitsync.cli.commands:run", ("source", "gateway", "daemon", "writeback", "feedback"),
             ("gateways", "admin_key")),

@@ -39,7 +39,7 @@ from gitsync import __version__
 from gitsync.feedback.dispatch import DeliveryError
 from gitsync.httpclient import Answer, HttpClient, HttpError
 from gitsync.log import clip, register_secret
-from gitsync.settings import Secret, Settings, SettingsError
+from gitsync.settings import Secret, Settings, SettingsError, config_repo
 
 FORGES = ("github", "gitlab", "gitea", "bitbucket")
 #: gitsync's four states; each forge names them its own way.
@@ -163,7 +163,7 @@ def address_from_settings(settings: Settings, *, need_token: bool = True) -> For
     is, not whom to trust with the forge token: a mirror or a look-alike host must not receive it."""
     if settings.forge_token is None and need_token:
         return None
-    host, path = repo_host_and_path(settings.repo or "")
+    host, path = repo_host_and_path(config_repo(settings) or "")
     kind = settings.forge if settings.forge != "auto" else forge_of_host(host or "")
     if kind is None and settings.forge_url:
         kind = forge_of_host(urlsplit(settings.forge_url).hostname or "")

@@ -31,7 +31,7 @@ from gitsync.feedback.events import Event, Reachability, outcome_events
 from gitsync.feedback.forge import CommitStatus, Forge, forge_from_settings
 from gitsync.feedback.notify import Notifier
 from gitsync.log import logger
-from gitsync.settings import Settings, SettingsError
+from gitsync.settings import Settings, SettingsError, status_settings
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.fleet import FleetReader, signers_from_settings
 from gitsync.writeback.statusfile import FleetEntry
@@ -123,9 +123,10 @@ class Feedback:
         """The agent's: a forge client when a forge token is set, a notifier per URL. `SettingsError`
         when the forge cannot be told, or `status_signers` names no usable key."""
         forge = forge_from_settings(settings) if settings.forge_status != "off" else None
+        statuses = status_settings(settings)  # the statuses are read where they are written
         fleet = None
         if forge is not None and settings.forge_status == "group" and settings.writeback != "off" \
-                and settings.repo and state_path is not None:
+                and statuses.repo and state_path is not None:
             try:
                 signers = signers_from_settings(settings)
             except SettingsError:
@@ -133,7 +134,7 @@ class Feedback:
                 raise
             # Its own work repo: the agent's reader (after_group) runs on the sync worker. Statuses are
             # checked as the gate checks them: signed by a key allowed for their agent and group.
-            fleet = FleetReader(Remote.from_settings(settings), state_path / "feedback-fleet",
+            fleet = FleetReader(Remote.from_settings(statuses), state_path / "feedback-fleet",
                                 settings.status_refs, signers, settings.max_status_refs)
         notifiers = [Notifier(url, settings.notify_secret, settings.feedback_timeout)
                      for url in settings.notify_urls]

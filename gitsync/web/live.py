@@ -23,7 +23,7 @@ from gitsync.kinds import KINDS, item_id
 from gitsync.log import logger, redact
 from gitsync.problems import ProblemsError
 from gitsync.push.admin_api import Gateway, GatewayError, endpoints_from_settings
-from gitsync.settings import RepoSettings, Settings, repos_of
+from gitsync.settings import RepoSettings, Settings, repos_of, status_settings
 from gitsync.source.transport import SourceError
 from gitsync.web.catalog import Catalog
 from gitsync.writeback.fleet import FleetReader
@@ -168,7 +168,7 @@ class ViewFleet:
         self._readers: dict[str | None, tuple[tuple[object, ...], FleetReader]] = {}
 
     def _reader_for(self, repo: RepoSettings, work_dir: Path) -> FleetReader:
-        settings = repo.settings
+        settings = status_settings(repo.settings)
         key = (settings.repo, settings.status_refs, settings.status_signers, settings.max_status_refs)
         kept = self._readers.get(repo.name)
         if kept is None or kept[0] != key:
@@ -180,7 +180,7 @@ class ViewFleet:
                      for repo in repos_of(self._settings()))
 
     def _read_one(self, repo: RepoSettings, work_dir: Path) -> Fleet:
-        settings, name = repo.settings, repo.name
+        settings, name = status_settings(repo.settings), repo.name
         if not settings.repo:
             return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time(),
                          name)

@@ -65,13 +65,14 @@ class StatusSigner:
         self.public_openssh = openssh.decode()
         self._public_blob = base64.b64decode(openssh.split()[1])
 
-    def sign(self, payload: bytes) -> bytes:
-        """The armored SSHSIG of `payload` (namespace ``git``, SHA-512)."""
+    def sign(self, payload: bytes, namespace: bytes = NAMESPACE) -> bytes:
+        """The armored SSHSIG of `payload` (namespace ``git`` unless another is given, SHA-512): a
+        signature in one namespace never verifies in another (an artifact's is not a status's)."""
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ed25519, padding
         from sshsig.binary_io import SshWriter
 
-        signed = (b"SSHSIG" + _string(NAMESPACE) + _string(b"") + _string(HASH)
+        signed = (b"SSHSIG" + _string(namespace) + _string(b"") + _string(HASH)
                   + _string(hashlib.sha512(payload).digest()))
         if isinstance(self._key, ed25519.Ed25519PrivateKey):
             blob = _string(b"ssh-ed25519") + _string(self._key.sign(signed))
@@ -81,7 +82,7 @@ class StatusSigner:
         out = SshWriter(io.BytesIO())
         out.write(b"SSHSIG")
         out.write_uint32(1)
-        for part in (self._public_blob, NAMESPACE, b"", HASH, blob):
+        for part in (self._public_blob, namespace, b"", HASH, blob):
             out.write_string(part)
         armored = base64.b64encode(out.output_fh.getvalue()).decode()
         lines = [armored[i:i + 76] for i in range(0, len(armored), 76)]

@@ -158,6 +158,39 @@ def test_a_small_herd_serves_one_push_and_counts_the_git_servers_work(tmp_path: 
     assert result["server_cpu_s"] > 0 and result["peak_connections"] >= 1
 
 
+@pytest.mark.slow
+def test_peer_adc_measures_a_first_sync_from_an_artifact(tmp_path: Path):
+    key_file = tmp_path / "admin-key"
+    key_file.write_text("their-own-admin-key")
+    out = tmp_path / "out"
+    with DoubleProcess("their-own-admin-key", proxy=True) as ours, \
+            DoubleProcess("their-own-admin-key", proxy=True) as peer:
+        done = subprocess.run([sys.executable, "-m", "bench.peer_adc", "--gateway", ours.url, "--proxy",
+                               ours.proxy_url, "--peer-gateway", peer.url, "--peer-proxy", peer.proxy_url,
+                               "--admin-key-file", str(key_file), "--routes", "100", "--reps", "1", "--out",
+                               str(out), "--artifact", "--first-only"], cwd=ROOT, env=gitsync_env(),
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "peer-adc-latest.json").read_text())
+    assert set(report["results"]["first"]) == {"gitsync", "artifact", "floor"}
+    assert report["results"]["change"] == {}
+    assert report["results"]["first"]["artifact"]["served_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_small_herd_against_a_registry_counts_the_registrys_work(tmp_path: Path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "bench.herd", "--agents", "3", "--registry", "--out",
+                           str(out)], cwd=ROOT, env=gitsync_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    result = json.loads((out / "herd-registry-latest.json").read_text())["result"]
+    assert result["server"] == "docker-registry"
+    assert result["all_served"] and result["served"] == 3 and result["gave_up_syncs"] == 0
+    assert set(result["traffic"]) == {"http"} and result["per_agent"]["bytes_from_server"] > 0
+    assert result["server_cpu_s"] > 0
+
+
 def test_running_gateways_are_refused_what_only_the_double_can_do(tmp_path: Path):
     key_file = tmp_path / "admin-key"
     key_file.write_text("k")

@@ -17,7 +17,7 @@ def test_help_lists_every_subcommand_of_the_design():
     result = run_gitsync("--help")
     assert result.returncode == 0
     names = {"render", "validate", "diff", "sync", "run", "status", "demo",
-             "export", "import", "init", "schema", "completion", "pr-comment"}
+             "export", "import", "init", "schema", "completion", "pr-comment", "publish"}
     for name in names:
         assert f"    {name}" in result.stdout
     assert {c.name for c in COMMANDS} == names
