@@ -388,6 +388,12 @@ class Settings:
                                "each agent writes only `<status_refs>/<agent_name>`, so a fleet never "
                                "contends; `status --fleet` and `after_group` read them.", groups=(WRITEBACK,),
                                metavar="REF")
+    status_remote: str | None = setting("writeback", "str", None, "Where the status refs and the status "
+                                        "branch are written and read (a git URL or path, with the config "
+                                        "repo's credentials); `{group}` in it is the agent's `group` (a "
+                                        "gate's: its `after_group`), so that each group writes to a repo of "
+                                        "its own (docs/fleet-status.md). Default: the config repo.",
+                                        groups=(WRITEBACK,), metavar="URL")
     status_branch: str = setting("writeback", "str", "gitsync/status", "Branch showing every agent's status "
                                  "as `agents/<agent>.yaml`, rebuilt from the status refs by an agent whose "
                                  "status changed, for people browsing the forge (best effort); empty: this "
@@ -927,6 +933,8 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
                                                                       "--dir)"),)),
                       ("partial", "a left-out item keeps its last good version from its repo's last good "
                                   "commit, which the state of a source does not record"),
+                      ("status_remote", "each source's statuses are on its own repo, under the same "
+                                        "agent name"),
                       ("after_group", "the group gate compares the commit each agent of a group applied, "
                                       "read from one repo's status refs, and a composition is no repo's "
                                       "commit")):
@@ -1200,6 +1208,15 @@ def _check_names(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
         problem = problem_of(value) if value is not None else None
         if problem:
             raise SettingsError(f"{merged[name].origin}: {problem}")
+    template = values.get("status_remote")
+    if template:
+        fields = set(re.findall(r"\{([^{}]*)\}", template))
+        if fields - {"group"} or template.count("{") != template.count("}"):
+            raise SettingsError(f"{merged['status_remote'].origin}: status_remote may hold {{group}} and no "
+                                f"other field, not {display_url(template)!r}")
+        if fields and not values.get("group") and values.get("writeback", "auto") != "off":
+            raise SettingsError(f"{merged['status_remote'].origin}: status_remote holds {{group}}, so this "
+                                "agent needs a group to write its status (set group, or writeback = \"off\")")
 
 
 def _url_problem(url: str) -> str | None:
