@@ -44,12 +44,12 @@ def test_a_ref_is_read_only_when_its_name_is_what_an_agents_name_encodes_to(comp
 
 def test_which_refs_are_read_past_the_limit_the_groups_first():
     listed = {PREFIX + name.encode(): b"%040x" % n for n, name in enumerate(
-        ["a1", "a2", "b1", "canary-0", "z9", "eu/1", "%zz"])}
+        ["a1", "a2", "b1", "canary-0", "z9", "eu/x/1", "%zz"])}
     tips, ignored = choose_refs(listed, PREFIX, 3, first=["canary-0", "z9"])
     assert list(tips) == [PREFIX + b"canary-0", PREFIX + b"z9", PREFIX + b"a1"]
-    assert ignored == Ignored(invalid=("%zz", "eu/1"), excess=("a2", "b1"))
+    assert ignored == Ignored(invalid=("%zz", "eu/x/1"), excess=("a2", "b1"))
     assert ignored.describe(3) == ("2 beyond max_status_refs = 3 (a2, b1); 2 whose name is no agent's "
-                                   "(%zz, eu/1)")
+                                   "(%zz, eu/x/1)")
     tips, ignored = choose_refs(listed, PREFIX, 3, only=["canary-0", "nobody"])
     assert list(tips) == [PREFIX + b"canary-0"] and ignored.excess == ()
 
@@ -67,7 +67,7 @@ def test_a_flood_and_a_bomb_cost_a_reader_what_it_reads_and_a_quiet_poll_nothing
     remote_repo.git("update-ref", "refs/gitsync/status/bomb", remote_repo.git("commit-tree", tree, "-m", "x"))
     seed = remote_repo.git("rev-parse", "refs/gitsync/status/main-0")
     remote_repo.git("update-ref", "--stdin", input="".join(
-        f"create refs/gitsync/status/f{i:04d} {seed}\ncreate refs/gitsync/status/x/{i} {seed}\n"
+        f"create refs/gitsync/status/f{i:04d} {seed}\ncreate refs/gitsync/status/x/y/{i} {seed}\n"
         for i in range(120)).encode())
     work = tmp_path / "reader"
     open_work_repo(work).close()  # as an older gitsync left it: a loose ref per agent
