@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,23 @@ def test_the_fetch_limits_cover_a_config_file_and_are_read_as_sizes():
                                             r"be at least max_file_size \(8388608\): a config file is one "
                                             r"git object"):
         load(env={"GITSYNC_MAX_OBJECT_SIZE": "1MiB"}, config="/dev/null")
+
+
+def test_status_remote_may_name_the_group_and_then_needs_one(tmp_path):
+    base = {"repo": "git://127.0.0.1/config.git"}
+    settings = load({**base, "status_remote": "git://127.0.0.1/status-{group}.git", "group": "canary"},
+                    env={}, config=os.devnull)
+    assert settings.status_remote == "git://127.0.0.1/status-{group}.git"
+    assert load(base, env={}, config=os.devnull).status_remote is None  # the config repo: as before
+    with pytest.raises(SettingsError, match=r"status_remote holds \{group\}, so this agent needs a group"):
+        load({**base, "status_remote": "git://127.0.0.1/status-{group}.git"}, env={}, config=os.devnull)
+    assert load({**base, "status_remote": "git://127.0.0.1/s-{group}.git", "writeback": "off"}, env={},
+                config=os.devnull).group is None  # it writes nothing: it needs none
+    with pytest.raises(SettingsError, match=r"status_remote may hold \{group\} and no other field"):
+        load({**base, "status_remote": "git://127.0.0.1/{region}.git", "group": "a"}, env={},
+             config=os.devnull)
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[[sources]]\nname = "a"\nrepo = "git://127.0.0.1/a.git"\nowns = ["routes"]\n\n'
+                      '[writeback]\nstatus_remote = "git://127.0.0.1/s.git"\n')
+    with pytest.raises(SettingsError, match=r"status_remote cannot be set with \[\[sources\]\]"):
+        load({}, env={}, config=config)
