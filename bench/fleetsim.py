@@ -1,6 +1,6 @@
 """The status channel of a fleet of 10,000 agents, simulated: what one git server pays for it.
 
-    python -m bench.fleetsim                          # 10,000 agents in 50 groups, 1,000 writes a layout
+    python -m bench.fleetsim                          # 10,000 agents in 50 groups, 300 writes a layout
     python -m bench.fleetsim --agents 2000 --writes 200 --groups 10
 
 No daemons: the fleet's statuses are written into the served repos at once (``git fast-import``: one
@@ -26,9 +26,11 @@ Extrapolation to 100,000 agents is on paper, in bench/README.md, from the per-re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -131,17 +133,21 @@ class Server:
         traffic = self.gate.traffic
         total = Traffic(sum(t.requests for t in traffic.values()), sum(t.sent for t in traffic.values()),
                         sum(t.received for t in traffic.values()))
-        return total, server_cpu(self.daemon.proc.pid)
+        # `git daemon` runs /usr/lib/git-core/git-daemon as its child: that one forks a child a connection
+        # and reaps them when it wakes (a connection wakes it): poke it, then read its children's CPU
+        pid = self.daemon.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        socket.create_connection(("127.0.0.1", self.daemon.port)).close()
+        time.sleep(0.3)
+        return total, server_cpu(int(children[0]) if children else pid)
 
     @contextmanager
     def measure(self, what: str, layout: str, count: int) -> Iterator[dict[str, Any]]:
-        time.sleep(0.2)  # the last operation's children reaped: their CPU counted before, not after
         before, cpu = self._totals()
         out: dict[str, Any] = {}
         started = time.perf_counter()
         yield out
         seconds = time.perf_counter() - started
-        time.sleep(0.2)
         after, cpu_after = self._totals()
         out["cost"] = Cost(what, layout, count, (after.requests - before.requests) / count,
                            (after.received - before.received) / count, (after.sent - before.sent) / count,
@@ -200,19 +206,24 @@ def _reads(server: Server, root: Path, layout: str, gate_group: str, fleet: Sequ
 
 def _writes(server: Server, root: Path, layout: str, fleet: Sequence[tuple[str, str]], writes: int,
             commit: str) -> Cost:
-    """`writes` agents spread over the fleet each write a new status (8 at a time)."""
+    """`writes` agents spread over the fleet each write a new status (8 at a time), as a running agent
+    does: each writer wrote once before (not measured), so it knows its tip and pushes once."""
     step = max(1, len(fleet) // writes)
     chosen = fleet[::step][:writes]
+    writers = {agent: WriteBack(Remote.of(server.url(_repo_of(layout, group))),
+                                root / "writers" / layout / agent,
+                                WriteBackOptions(agent=agent, group=group if layout != "flat" else None,
+                                                 status_branch="", attempts=3))
+               for agent, group in chosen}
 
-    def write(item: tuple[str, str]) -> bool:
+    def write(item: tuple[str, str], result: str = "applied") -> bool:
         agent, group = item
-        writer = WriteBack(Remote.of(server.url(_repo_of(layout, group))), root / "writers" / layout / agent,
-                           WriteBackOptions(agent=agent, group=group if layout != "flat" else None,
-                                            status_branch="", attempts=3))
-        return writer.publish_status(report(agent, group, commit.replace(commit[0], "f", 1)))
+        return writers[agent].publish_status(dataclasses.replace(report(agent, group, commit), result=result))
 
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, chosen))
     with server.measure("status write", layout, len(chosen)) as out, ThreadPoolExecutor(8) as pool:
-        written = sum(pool.map(write, chosen))
+        written = sum(pool.map(lambda item: write(item, "healed"), chosen))
     if written != len(chosen):
         print(f"{layout}: {len(chosen) - written} of {len(chosen)} writes failed", flush=True)
     return out["cost"]
@@ -231,7 +242,7 @@ def main(argv: Sequence[str] | None = None, *, say: Callable[[str], None] = prin
     parser = argparse.ArgumentParser(prog="python -m bench.fleetsim", description=__doc__.split("\n")[0])
     parser.add_argument("--agents", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=50)
-    parser.add_argument("--writes", type=int, default=1000, help="status writes measured per layout")
+    parser.add_argument("--writes", type=int, default=300, help="status writes measured per layout")
     parser.add_argument("--out", type=Path, default=Path("bench/results/fleetsim-latest.json"))
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="gitsync-fleetsim-"))
