@@ -72,12 +72,13 @@ def report(agent: str, group: str, commit: str, gateways: int = 2) -> StatusRepo
         time=datetime.now(UTC), duration=1.9, heartbeat=60.0, applied_at=datetime.now(UTC))
 
 
-def populate(repo: Path, agents: Sequence[tuple[str, str]], commit: str, sharded: bool) -> None:
+def populate(repo: Path, agents: Sequence[tuple[str, str]], bodies: dict[str, bytes], commit: str,
+             sharded: bool) -> None:
     """One status commit per (agent, group) under its ref, written by ``git fast-import`` at once."""
     stamp = int(time.time())
     chunks: list[bytes] = []
     for agent, group in agents:
-        body = render_status(status_document(report(agent, group, commit)))
+        body = bodies[agent]
         ref = status_ref(STATUS_REFS, agent, group if sharded else None)
         message = f"gitsync({agent}): applied {commit[:7]} to 2 gateways\n".encode()
         chunks.append(b"commit %s\ncommitter gitsync <gitsync@localhost> %d +0000\ndata %d\n%s"
@@ -163,12 +164,14 @@ def run(agents: int, groups: int, writes: int, root: Path) -> list[Cost]:
     config = BareRepo.create(root / "config.git")
     commit = config.commit({"routes.yaml": "routes: []\n"}, "config")
     started = time.perf_counter()
+    bodies = {agent: render_status(status_document(report(agent, group, commit))) for agent, group in fleet}
     for layout in ("flat", "sharded"):
         BareRepo.create(root / f"{layout}.git")
-        populate(root / f"{layout}.git", fleet, commit, sharded=layout == "sharded")
+        populate(root / f"{layout}.git", fleet, bodies, commit, sharded=layout == "sharded")
     for group in sorted({g for _, g in fleet}):
         BareRepo.create(root / f"status-{group}.git")
-        populate(root / f"status-{group}.git", [a for a in fleet if a[1] == group], commit, sharded=True)
+        populate(root / f"status-{group}.git", [a for a in fleet if a[1] == group], bodies, commit,
+                 sharded=True)
     print(f"fleet of {agents:,} written in {time.perf_counter() - started:.1f}s", flush=True)
     costs: list[Cost] = []
     gate_group = group_name(0, groups)
