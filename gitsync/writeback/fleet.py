@@ -5,11 +5,16 @@ checked as the untrusted input it is (`statusfile`) and, with `status_signers`, 
 Whoever can push under the status refs can push anything there, so what a read costs is bounded
 whatever the remote holds:
 
-* **names**: a ref whose last component is no agent's (not what `gitsync.names.agent_slug` makes of a
-  name, or nested deeper) is ignored;
-* **count**: at most `max_status_refs` refs are read: the names asked for first (the gate's group)
-  before the others, then by name; the excess is named in the log (when it changes) and ignored. A
-  reader may also read `only` some names (the gate, when `status_signers` names its group's agents);
+* **names**: a ref is ``<agent>`` (an agent without a group, or written before the refs were sharded)
+  or ``<group>/<agent>`` (`parse_component`); one whose components are no agent's or group's (not what
+  `gitsync.names.agent_slug` makes of a name, or nested deeper) is ignored;
+* **groups**: a reader of one group (the gate) asks the server for that group's refs alone
+  (``ls-refs`` with ``ref-prefix``), so a read costs the group, not the fleet; a status under a group's
+  namespace that names another group is refused;
+* **count**: at most `max_status_refs` refs of each group are read: the names asked for first (the
+  gate's members) before the others, then by name; the excess is named in the log (when it changes)
+  and ignored. A reader may also read `only` some names (the gate, when `status_signers` names its
+  group's agents);
 * **objects**: a read fetches the tips that moved only, bounded before anything is inflated
   (`gitsync.writeback.remote.status_limits`: nothing larger than a status may be, a few objects per
   tip); a ref whose objects go over the bounds alone is an unreadable entry (``not fetched: …``) and

@@ -1,8 +1,13 @@
 """Write-back: tell git what happened, where GitOps users look.
 
-Three things are written to the config repo's remote, with dulwich and no work tree:
+Three things are written to the config repo's remote (the first two to `status_remote` when set), with
+dulwich and no work tree:
 
-* **one status ref per agent**, ``refs/gitsync/status/<agent>`` (`status_refs`): a commit whose tree
+* **one status ref per agent**, ``refs/gitsync/status/<agent>`` (`status_refs`), or with a group
+  ``refs/gitsync/status/<group>/<agent>`` (a gate lists its group's alone; when the agent wrote another
+  before, before it had that group or before the sharding, it deletes that one: `WriteBack._retire`),
+  in `status_remote` (default: the config repo; ``{group}`` in it makes a repo per group): a commit
+  whose tree
   holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
   was given and its health checks' verdict, the agent's group, when that commit was applied. Each agent
   writes only its own ref, so a fleet publishing at once never contends. A status commit, without
