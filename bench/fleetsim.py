@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None, *, say: Callable[[str], None] = prin
     parser.add_argument("--agents", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--writes", type=int, default=300, help="status writes measured per layout")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/fleetsim-latest.json"))
+    parser.add_argument("--out", type=Path, default=Path("bench/out/fleetsim-latest.json"))
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="gitsync-fleetsim-"))
     try:

@@ -7,8 +7,7 @@ dulwich and no work tree:
   ``refs/gitsync/status/<group>/<agent>`` (a gate lists its group's alone; when the agent wrote another
   before, before it had that group or before the sharding, it deletes that one: `WriteBack._retire`),
   in `status_remote` (default: the config repo; ``{group}`` in it makes a repo per group): a commit
-  whose tree
-  holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
+  whose tree holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
   was given and its health checks' verdict, the agent's group, when that commit was applied. Each agent
   writes only its own ref, so a fleet publishing at once never contends. A status commit, without
   parents, is made when the status changes in substance (time and duration do not count); every

@@ -22,9 +22,9 @@ status: <reason>" and never counted toward a gate.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -162,10 +162,10 @@ def _plain_value(value: str) -> Any:
     tag = loader.resolver.resolve(ScalarNode, value, (True, False))
     if tag == _MERGE_TAG:
         raise _Unusual
-    try:
-        made = loader.constructor.construct_object(ScalarNode(tag, value), deep=True)
-    finally:
-        loader.constructor.constructed_objects.clear()  # it keeps every node it made: not ours
+    constructor = loader.constructor
+    # the constructor's own function for the tag, called as construct_object would, without its memory
+    # of the nodes it made (shared state across threads, and it would grow with every scalar)
+    made = constructor.yaml_constructors[tag](constructor, ScalarNode(tag, value))
     if len(value) <= _SCALAR_CACHED:
         if len(_SCALARS) >= _SCALARS_MAX:
             _SCALARS.clear()
@@ -173,15 +173,10 @@ def _plain_value(value: str) -> Any:
     return made
 
 
-_LOADERS = threading.local()
-
-
+@functools.cache
 def _plain_loader() -> YAML:
-    """This thread's safe loader, for its resolver and constructor alone (they keep state per call)."""
-    loader = getattr(_LOADERS, "yaml", None)
-    if loader is None:
-        loader = _LOADERS.yaml = YAML(typ="safe")
-    return loader
+    """A safe loader, for its resolver and its constructors of scalars (neither keeps state for these)."""
+    return YAML(typ="safe")
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
