@@ -159,7 +159,7 @@ def _plain_value(value: str) -> Any:
     if known is not _SCALARS:
         return known
     loader = _plain_loader()
-    tag = loader.resolver.resolve(ScalarNode, value, (True, False))
+    tag = str(loader.resolver.resolve(ScalarNode, value, (True, False)))  # a Tag: the table's keys are text
     if tag == _MERGE_TAG:
         raise _Unusual
     constructor = loader.constructor

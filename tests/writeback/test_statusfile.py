@@ -631,3 +631,17 @@ def test_the_fast_reader_leaves_what_it_does_not_read_to_the_checked_one():
             statusfile._plain_document(text)
     read = statusfile._plain_document("a: [1, {b: 2026-01-01}]\nc: '3'\n")
     assert read == {"a": [1, {"b": date(2026, 1, 1)}], "c": "3"}
+
+
+def test_a_status_as_gitsync_writes_it_is_read_by_the_fast_reader():
+    from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
+
+    report = StatusReport(agent="edge-1", commit="a" * 40, subject="routes: one more", result="applied",
+                          gateways=[GatewayStatus(url="http://10.0.0.1:9180", status="applied",
+                                                  versions={"routes": 3}, digest="d" * 64,
+                                                  counts={"routes": 40}, pruned={"routes": ["r1"]},
+                                                  checks={"passed": 2, "failed": ["x: 503"]})],
+                          time=datetime.now(UTC), duration=0.2, group="canary", heartbeat=60.0,
+                          applied_at=datetime.now(UTC))
+    text = render_status(status_document(report)).decode()
+    assert _same(("ok", statusfile._plain_document(text)), _checked(text))  # no fallback: read in one pass
