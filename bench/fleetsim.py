@@ -30,8 +30,10 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -159,7 +161,8 @@ def _repo_of(layout: str, group: str) -> str:
     return f"status-{group}.git" if layout == "per-group" else f"{layout}.git"
 
 
-def run(agents: int, groups: int, writes: int, root: Path) -> list[Cost]:
+def run(agents: int, groups: int, writes: int, root: Path, layouts: Sequence[str] = LAYOUTS,
+        fleet_reads: Sequence[str] = LAYOUTS) -> list[Cost]:
     fleet = [(agent_name(i), group_name(i, groups)) for i in range(agents)]
     config = BareRepo.create(root / "config.git")
     commit = config.commit({"routes.yaml": "routes: []\n"}, "config")
@@ -176,15 +179,15 @@ def run(agents: int, groups: int, writes: int, root: Path) -> list[Cost]:
     costs: list[Cost] = []
     gate_group = group_name(0, groups)
     with Server(root) as server:
-        for layout in LAYOUTS:
-            costs += _reads(server, root, layout, gate_group, fleet, groups)
+        for layout in layouts:
+            costs += _reads(server, root, layout, gate_group, fleet, groups, layout in fleet_reads)
             costs.append(_writes(server, root, layout, fleet, writes, commit))
             print(json.dumps(asdict(costs[-1])), flush=True)
     return costs
 
 
 def _reads(server: Server, root: Path, layout: str, gate_group: str, fleet: Sequence[tuple[str, str]],
-           groups: int) -> list[Cost]:
+           groups: int, whole: bool = True) -> list[Cost]:
     costs = []
     sharded = layout != "flat"
     reader = FleetReader(Remote.of(server.url(_repo_of(layout, gate_group))), root / f"gate-{layout}",
@@ -195,6 +198,8 @@ def _reads(server: Server, root: Path, layout: str, gate_group: str, fleet: Sequ
             out["entries"] = len(reader.read(first=members).group(gate_group))
         costs.append(out["cost"])
         print(json.dumps(asdict(costs[-1])), flush=True)
+    if not whole:
+        return costs
     names = [_repo_of(layout, group_name(g, groups)) for g in range(groups)] if layout == "per-group" \
         else [_repo_of(layout, "")]
     readers = [FleetReader(Remote.of(server.url(name)), root / f"fleet-{layout}-{n}", STATUS_REFS,
@@ -246,11 +251,16 @@ def main(argv: Sequence[str] | None = None, *, say: Callable[[str], None] = prin
     parser.add_argument("--agents", type=int, default=10_000)
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--writes", type=int, default=300, help="status writes measured per layout")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="of flat, sharded, per-group")
+    parser.add_argument("--fleet-reads", default=",".join(LAYOUTS),
+                        help="the layouts whose whole fleet is read (status --fleet: minutes at 10,000)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/fleetsim-latest.json"))
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers, remove the repos
     root = Path(tempfile.mkdtemp(prefix="gitsync-fleetsim-"))
     try:
-        costs = run(args.agents, args.groups, args.writes, root)
+        costs = run(args.agents, args.groups, args.writes, root, args.layouts.split(","),
+                    args.fleet_reads.split(","))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     say(table(costs))
