@@ -32,8 +32,9 @@ from gitsync.feedback.forge import CommitStatus, Forge, forge_from_settings
 from gitsync.feedback.notify import Notifier
 from gitsync.log import logger
 from gitsync.settings import Settings, SettingsError
-from gitsync.source.transport import Remote, SourceError
+from gitsync.source.transport import SourceError
 from gitsync.writeback.fleet import FleetReader, signers_from_settings
+from gitsync.writeback.remote import status_remote
 from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import agent_file_name, iso_time
 
@@ -133,8 +134,9 @@ class Feedback:
                 raise
             # Its own work repo: the agent's reader (after_group) runs on the sync worker. Statuses are
             # checked as the gate checks them: signed by a key allowed for their agent and group.
-            fleet = FleetReader(Remote.from_settings(settings), state_path / "feedback-fleet",
-                                settings.status_refs, signers, settings.max_status_refs)
+            # Its own group's statuses alone (what it posts), where they are written (`status_remote`).
+            fleet = FleetReader(status_remote(settings, settings.group), state_path / "feedback-fleet",
+                                settings.status_refs, signers, settings.max_status_refs, group=settings.group)
         notifiers = [Notifier(url, settings.notify_secret, settings.feedback_timeout)
                      for url in settings.notify_urls]
         return cls(settings, metrics, state_path, forge=forge, notifiers=notifiers, fleet=fleet)
