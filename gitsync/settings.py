@@ -409,6 +409,13 @@ class Settings:
                                "each agent writes only `<status_refs>/<agent_name>`, so a fleet never "
                                "contends; `status --fleet` and `after_group` read them.", groups=(WRITEBACK,),
                                metavar="REF")
+    status_remote: str | None = setting("writeback", "str", None, "Where the status refs and the status "
+                                        "branch are written and read (a git URL or path, with the config "
+                                        "repo's credentials); `{group}` in it is the agent's `group` (a "
+                                        "gate's: its `after_group`), so that each group writes to a repo of "
+                                        "its own (docs/fleet.md). Default: the config repo (for an "
+                                        "artifact source, `artifact_repo`). Notes stay on the config repo.",
+                                        groups=(WRITEBACK,), metavar="URL")
     status_branch: str = setting("writeback", "str", "gitsync/status", "Branch showing every agent's status "
                                  "as `agents/<agent>.yaml`, rebuilt from the status refs by an agent whose "
                                  "status changed, for people browsing the forge (best effort); empty: this "
@@ -430,9 +437,6 @@ class Settings:
                                           "`<agent>@<group>` (docs/security.md). When set, a gate counts "
                                           "only statuses signed by a key allowed for that agent and group; "
                                           "others show as unverified.", groups=(WRITEBACK,), must_exist=True)
-    status_remote: str | None = setting("writeback", "str", None, "The git repo statuses and notes are "
-                                        "written to; default: the config repo (for an artifact source, "
-                                        "`artifact_repo`).", groups=(WRITEBACK,), metavar="URL")
     notes_ref: str = setting("writeback", "str", "refs/notes/gitsync", "Notes ref for failed commits.",
                              groups=(WRITEBACK,))
     agent_name: str = setting("writeback", "str", None, "This agent's name in status files and notes "
@@ -951,6 +955,8 @@ def _check_sources(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None
                                                                       "--dir)"),)),
                       ("partial", "a left-out item keeps its last good version from its repo's last good "
                                   "commit, which the state of a source does not record"),
+                      ("status_remote", "each source's statuses are on its own repo, under the same "
+                                        "agent name"),
                       ("after_group", "the group gate compares the commit each agent of a group applied, "
                                       "read from one repo's status refs, and a composition is no repo's "
                                       "commit")):
@@ -1013,10 +1019,10 @@ def config_repo(settings: Settings) -> str | None:
 
 
 def status_settings(settings: Settings) -> Settings:
-    """The settings whose repo is where statuses and notes go: `status_remote` when set, else the
-    config repo (for an artifact source, `artifact_repo`; None without it: no write-back)."""
-    if settings.status_remote:
-        return replace(settings, repo=settings.status_remote)
+    """The settings whose repo is the config repo write-back knows: the repo, or an artifact source's
+    `artifact_repo` (None without it: no write-back). Notes go there; status refs and the status
+    branch go to `status_remote` when set (`gitsync.writeback.remote.status_remote`, which makes a
+    ``{group}`` in it one repo per group), else there too."""
     if is_artifact_source(settings.repo):
         return replace(settings, repo=config_repo(settings))
     return settings
@@ -1264,6 +1270,15 @@ def _check_names(values: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
         problem = problem_of(value) if value is not None else None
         if problem:
             raise SettingsError(f"{merged[name].origin}: {problem}")
+    template = values.get("status_remote")
+    if template:
+        fields = set(re.findall(r"\{([^{}]*)\}", template))
+        if fields - {"group"} or template.count("{") != template.count("}"):
+            raise SettingsError(f"{merged['status_remote'].origin}: status_remote may hold {{group}} and no "
+                                f"other field, not {display_url(template)!r}")
+        if fields and not values.get("group") and values.get("writeback", "auto") != "off":
+            raise SettingsError(f"{merged['status_remote'].origin}: status_remote holds {{group}}, so this "
+                                "agent needs a group to write its status (set group, or writeback = \"off\")")
 
 
 def _url_problem(url: str) -> str | None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 from gitsync import settings as gs
 from gitsync.log import redact
 from gitsync.settings import Secret, SettingsError, load
+from gitsync.writeback.remote import status_remote
 from testkit.processes import ROOT, run_gitsync
 
 
@@ -187,8 +189,10 @@ def test_an_artifact_source_names_its_signers_and_its_repo(tmp_path):
                     config="/dev/null", env={})
     assert gs.config_repo(settings) == "https://git.example/config"
     assert gs.status_settings(settings).repo == "https://git.example/config"
-    assert gs.status_settings(replace(settings, status_remote="https://git.example/statuses")).repo == \
-        "https://git.example/statuses"
+    # notes stay on the config repo; the status refs follow status_remote (writeback.remote.status_remote)
+    with_statuses = gs.status_settings(replace(settings, status_remote="https://git.example/statuses"))
+    assert with_statuses.repo == "https://git.example/config"
+    assert status_remote(with_statuses).url == "https://git.example/statuses"
 
 
 def test_a_git_source_needs_none_of_the_artifact_settings():
@@ -196,3 +200,23 @@ def test_a_git_source_needs_none_of_the_artifact_settings():
     assert settings.artifact_signers is None and settings.artifact_repo is None
     assert gs.status_settings(settings) is settings
     assert gs.config_repo(settings) == "https://git.example/config"
+
+
+def test_status_remote_may_name_the_group_and_then_needs_one(tmp_path):
+    base = {"repo": "git://127.0.0.1/config.git"}
+    settings = load({**base, "status_remote": "git://127.0.0.1/status-{group}.git", "group": "canary"},
+                    env={}, config=os.devnull)
+    assert settings.status_remote == "git://127.0.0.1/status-{group}.git"
+    assert load(base, env={}, config=os.devnull).status_remote is None  # the config repo: as before
+    with pytest.raises(SettingsError, match=r"status_remote holds \{group\}, so this agent needs a group"):
+        load({**base, "status_remote": "git://127.0.0.1/status-{group}.git"}, env={}, config=os.devnull)
+    assert load({**base, "status_remote": "git://127.0.0.1/s-{group}.git", "writeback": "off"}, env={},
+                config=os.devnull).group is None  # it writes nothing: it needs none
+    with pytest.raises(SettingsError, match=r"status_remote may hold \{group\} and no other field"):
+        load({**base, "status_remote": "git://127.0.0.1/{region}.git", "group": "a"}, env={},
+             config=os.devnull)
+    config = tmp_path / "gitsync.toml"
+    config.write_text('[[sources]]\nname = "a"\nrepo = "git://127.0.0.1/a.git"\nowns = ["routes"]\n\n'
+                      '[writeback]\nstatus_remote = "git://127.0.0.1/s.git"\n')
+    with pytest.raises(SettingsError, match=r"status_remote cannot be set with \[\[sources\]\]"):
+        load({}, env={}, config=config)

@@ -54,7 +54,7 @@ class FleetGate:
             logger.warning("after_group = {!r} without status_signers: any writer of {} can open (or hold) "
                            "this agent's gate with a status file of its own (docs/security.md)",
                            settings.after_group, settings.status_refs)
-        reader = FleetReader.from_settings(settings)
+        reader = FleetReader.from_settings(settings, group=settings.after_group)  # O(group): its refs alone
         named = reader.signers.agents_of(settings.after_group) if reader.signers is not None else None
         return cls(reader, settings.after_group, settings.after_count, settings.soak, own_heartbeat(settings),
                    on_read=metrics.set_fleet if metrics is not None else lambda fleet: None,

@@ -123,11 +123,12 @@ class Metrics:
         self.gateway_up.labels(url).set(1 if in_sync else 0)
 
     def set_fleet(self, fleet: Iterable[Any]) -> None:
-        """Each status ref's state (`gitsync.writeback.statusfile.FleetEntry`), labelled by the ref's name."""
+        """Each status ref's state (`gitsync.writeback.statusfile.FleetEntry`), labelled by the ref's agent
+        (its last component: the same label whether the ref is in a group or not)."""
         self.fleet_status.clear()
         for entry in fleet:
             state = "counted" if entry.verified else "unreadable" if entry.status is None else "unverified"
-            self.fleet_status.labels(entry.ref, state).set(1)
+            self.fleet_status.labels(entry.ref.rpartition("/")[2], state).set(1)
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest

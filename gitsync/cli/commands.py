@@ -80,6 +80,7 @@ from gitsync.source.inputs import read_input, writable_dir
 from gitsync.source.transport import Remote, SourceError
 from gitsync.urls import display_url
 from gitsync.writeback.fleet import read_fleet, signers_from_settings
+from gitsync.writeback.remote import fleet_remotes, status_remote
 from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import summary_text
 
@@ -519,8 +520,9 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
         state_dir = StateDir(settings.state_dir)
         print(summary_text(state_dir.load(repair=False).last_result, now, state_dir.checked_at()), end="")
         return 0
-    if not _follows_git(settings):
-        print("gitsync status: error: --fleet needs the repo (--repo or [source] repo)", file=sys.stderr)
+    if not (_follows_git(settings) or settings.status_remote):
+        print("gitsync status: error: --fleet needs the repo (--repo or [source] repo) or status_remote",
+              file=sys.stderr)
         return 2
     try:
         signers = signers_from_settings(settings)
@@ -537,14 +539,16 @@ def status(settings: Settings, args: argparse.Namespace) -> int:
 
 def _fleet(settings: Settings, signers: Any, now: datetime, args: argparse.Namespace) -> int:
     """Every agent's status on the repo of `settings` (and with ``--publish``, each group's on the forge)."""
-    with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
-        try:
-            fleet = read_fleet(Remote.from_settings(settings), settings.status_refs, Path(tmp), signers,
-                               settings.max_status_refs)
-        except SourceError as exc:
-            print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
-                  file=sys.stderr)
-            return 1
+    fleet: list[FleetEntry] = []
+    for group in fleet_remotes(settings):  # one status remote, or with {group} the agent's groups' own
+        with tempfile.TemporaryDirectory(prefix="gitsync-fleet-") as tmp:
+            try:
+                fleet += read_fleet(status_remote(settings, group), settings.status_refs, Path(tmp), signers,
+                                    settings.max_status_refs)
+            except SourceError as exc:
+                print(redact(f"gitsync status: error: cannot read {settings.status_refs}: {exc.reason}"),
+                      file=sys.stderr)
+                return 1
     if not fleet:
         print(f"no agent has written a status under {settings.status_refs} yet")
         return 0

@@ -32,8 +32,9 @@ from gitsync.feedback.forge import CommitStatus, Forge, forge_from_settings
 from gitsync.feedback.notify import Notifier
 from gitsync.log import logger
 from gitsync.settings import Settings, SettingsError, status_settings
-from gitsync.source.transport import Remote, SourceError
+from gitsync.source.transport import SourceError
 from gitsync.writeback.fleet import FleetReader, signers_from_settings
+from gitsync.writeback.remote import status_remote
 from gitsync.writeback.statusfile import FleetEntry
 from gitsync.writeback.wire import agent_file_name, iso_time
 
@@ -126,7 +127,7 @@ class Feedback:
         statuses = status_settings(settings)  # the statuses are read where they are written
         fleet = None
         if forge is not None and settings.forge_status == "group" and settings.writeback != "off" \
-                and statuses.repo and state_path is not None:
+                and (statuses.repo or settings.status_remote) and state_path is not None:
             try:
                 signers = signers_from_settings(settings)
             except SettingsError:
@@ -134,8 +135,9 @@ class Feedback:
                 raise
             # Its own work repo: the agent's reader (after_group) runs on the sync worker. Statuses are
             # checked as the gate checks them: signed by a key allowed for their agent and group.
-            fleet = FleetReader(Remote.from_settings(statuses), state_path / "feedback-fleet",
-                                settings.status_refs, signers, settings.max_status_refs)
+            # Its own group's statuses alone (what it posts), where they are written (`status_remote`).
+            fleet = FleetReader(status_remote(statuses, settings.group), state_path / "feedback-fleet",
+                                settings.status_refs, signers, settings.max_status_refs, group=settings.group)
         notifiers = [Notifier(url, settings.notify_secret, settings.feedback_timeout)
                      for url in settings.notify_urls]
         return cls(settings, metrics, state_path, forge=forge, notifiers=notifiers, fleet=fleet)

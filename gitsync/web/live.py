@@ -169,7 +169,8 @@ class ViewFleet:
 
     def _reader_for(self, repo: RepoSettings, work_dir: Path) -> FleetReader:
         settings = status_settings(repo.settings)
-        key = (settings.repo, settings.status_refs, settings.status_signers, settings.max_status_refs)
+        key = (settings.repo, settings.status_remote, settings.status_refs, settings.status_signers,
+               settings.max_status_refs)
         kept = self._readers.get(repo.name)
         if kept is None or kept[0] != key:
             kept = self._readers[repo.name] = key, FleetReader.from_settings(settings, work_dir)
@@ -181,7 +182,7 @@ class ViewFleet:
 
     def _read_one(self, repo: RepoSettings, work_dir: Path) -> Fleet:
         settings, name = status_settings(repo.settings), repo.name
-        if not settings.repo:
+        if not (settings.repo or settings.status_remote):
             return Fleet((), "no git remote: the fleet is read from the repo's status refs", time.time(),
                          name)
         try:

@@ -1,9 +1,13 @@
 """Write-back: tell git what happened, where GitOps users look.
 
-Three things are written to the config repo's remote, with dulwich and no work tree:
+Three things are written to the config repo's remote (the first two to `status_remote` when set), with
+dulwich and no work tree:
 
-* **one status ref per agent**, ``refs/gitsync/status/<agent>`` (`status_refs`): a commit whose tree
-  holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
+* **one status ref per agent**, ``refs/gitsync/status/<agent>`` (`status_refs`), or with a group
+  ``refs/gitsync/status/<group>/<agent>`` (a gate lists its group's alone; when the agent wrote another
+  before, before it had that group or before the sharding, it deletes that one: `WriteBack._retire`),
+  in `status_remote` (default: the config repo; ``{group}`` in it makes a repo per group): a commit
+  whose tree holds one file, ``status.yaml``: the commit this agent last synced, the result, what each gateway
   was given and its health checks' verdict, the agent's group, when that commit was applied. Each agent
   writes only its own ref, so a fleet publishing at once never contends. A status commit, without
   parents, is made when the status changes in substance (time and duration do not count); every
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from dulwich.notes import NotesTree
 from dulwich.objects import Blob, Commit, Tree
+from dulwich.protocol import ZERO_SHA
 from dulwich.repo import Repo
 
 from gitsync.backoff import Backoff, backoff_delay
@@ -66,6 +71,7 @@ from gitsync.writeback.remote import (
     open_work_repo,
     set_local_ref,
     status_of,
+    status_remote,
     tidy,
     transient,
 )
@@ -76,6 +82,7 @@ from gitsync.writeback.wire import (
     FailureNote,
     StatusReport,
     full_ref,
+    group_prefix,
     render_status,
     same_substance,
     status_document,
@@ -94,6 +101,7 @@ MAX_PENDING_NOTES = 100  # failure notes kept for the next publish when the remo
 # The work repo's refs: what it last saw of each remote ref. Under refs/heads/, because a fetch
 # offers the local heads as what it has: the server then sends only objects the repo lacks.
 LOCAL_OWN_PREFIX = b"refs/heads/own/"  # this agent's status ref, by its name: a renamed agent starts anew
+LOCAL_OWN_GROUP_PREFIX = b"refs/heads/own-in/"  # the same, for a ref sharded by group (<group>/<agent>)
 LOCAL_VIEW_REF = b"refs/heads/view"
 LOCAL_NOTES_REF = b"refs/heads/notes"
 
@@ -107,6 +115,7 @@ class WriteBackOptions:
     """Where and how write-backs are written."""
 
     agent: str = "gitsync"  # whose status ref this writer moves
+    group: str | None = None  # its group: the ref is <status_refs>/<group>/<agent> (`status_ref`)
     status_refs: str = "refs/gitsync/status"
     status_branch: str = "gitsync/status"
     notes_ref: str = "refs/notes/gitsync"
@@ -122,7 +131,7 @@ class WriteBackOptions:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WriteBackOptions:
-        return cls(agent=settings.agent_name, status_refs=settings.status_refs,
+        return cls(agent=settings.agent_name, group=settings.group, status_refs=settings.status_refs,
                    status_branch=settings.status_branch, notes_ref=settings.notes_ref, author=settings.author,
                    note_max_bytes=settings.note_max_bytes, notes_retention=settings.notes_retention,
                    heartbeat=settings.status_heartbeat, stop_when_denied=settings.writeback == "auto",
@@ -139,16 +148,19 @@ class WriteBack:
     """
 
     def __init__(self, remote: Remote, work_dir: Path, options: WriteBackOptions | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.remote = remote
+                 clock: Callable[[], float] = time.time, notes_remote: Remote | None = None) -> None:
+        self.remote = remote  # the status refs and the status branch (`status_remote`)
+        self.notes_remote = notes_remote or remote  # the notes: on the config repo, beside its commits
         self.clock = clock  # commit times, heartbeats and retention (tests move it instead of sleeping)
         self.url = remote.url
         self.work_dir = Path(work_dir)
         self.options = options = options or WriteBackOptions()
-        self.own_ref = status_ref(options.status_refs, options.agent)
-        self.local_own_ref = LOCAL_OWN_PREFIX + self.own_ref[len(status_prefix(options.status_refs)):]
+        self.own_ref = status_ref(options.status_refs, options.agent, options.group)
+        self.local_own_ref = local_own_ref(options.status_refs, self.own_ref)
         self.signer = StatusSigner(options.signing_key) if options.signing_key is not None else None
         self.status_prefix = status_prefix(options.status_refs)
+        self.group_prefix = group_prefix(options.status_refs, options.group)
+        self._retire_due = True  # look once for this agent's refs under another group (`_retire`)
         self.view_ref = full_ref(options.status_branch, "refs/heads/") if options.status_branch else None
         self.notes_ref = full_ref(options.notes_ref, "refs/notes/")
         self.enabled = True
@@ -168,14 +180,17 @@ class WriteBack:
     @classmethod
     def from_settings(cls, settings: Settings) -> WriteBack | None:
         """The writer the settings ask for; None when write-back is off or cannot work (auto)."""
-        if settings.writeback == "off" or not settings.repo or settings.dir:
+        if settings.writeback == "off" or not (settings.repo or settings.status_remote) \
+                or (settings.dir and not settings.status_remote):
             return None
-        remote = Remote.from_settings(settings)
+        remote = status_remote(settings, settings.group)
         if settings.writeback == "auto" and not remote.can_push:
             logger.info("write-back off: no write credentials for {} (set writeback = \"on\" to force)",
                         remote.url)
             return None
-        return cls(remote, Path(settings.state_dir) / "writeback", WriteBackOptions.from_settings(settings))
+        notes = Remote.from_settings(settings) if settings.repo and not settings.dir else remote
+        return cls(remote, Path(settings.state_dir) / "writeback", WriteBackOptions.from_settings(settings),
+                   notes_remote=notes)
 
     # -- public -----------------------------------------------------------------------------------------
 
@@ -245,6 +260,8 @@ class WriteBack:
         if report is not None:
             self._last_report = report
         self._pending_status, self._own_failed = None, False
+        if self._retire_due:
+            self._retire()
         if pushed and changed and changed[0]:
             self._view_stale = True
         return pushed
@@ -256,11 +273,44 @@ class WriteBack:
             return False
         pushed = self._publish("note", self.notes_ref, LOCAL_NOTES_REF,
                                lambda repo, tip, _refs: self._notes_commit(repo, tip, notes),
-                               context=", ".join(short_sha(n.commit) for n in notes))
+                               context=", ".join(short_sha(n.commit) for n in notes),
+                               remote=self.notes_remote)
         if pushed is not None:
             for note in notes:
                 self._pending_notes.pop((note.commit, note.agent), None)
         return pushed
+
+    def _retire(self) -> None:
+        """Delete the status refs this agent wrote before under another name of its own: without a group
+        (before gitsync sharded the status refs by group, or before it had one) or under another group
+        (it moved), as its work repo remembers them (each by its own local ref), once its status is
+        written where it is now. Compare-and-swap against what it wrote: a ref another writer moved
+        since is left. Best effort: what is not deleted is only stale (a reader prefers an agent's ref
+        in a group to its ref without one), and the next start tries again."""
+        self._retire_due = False
+        try:
+            with open_work_repo(self.work_dir) as repo:
+                old = {local: sha for local, sha in repo.get_refs().items()
+                       if local != self.local_own_ref and (remote_ref := own_remote_ref(
+                           self.options.status_refs, local)) is not None
+                       and remote_ref.rpartition(b"/")[2] == self.own_ref.rpartition(b"/")[2]}
+                if not old:
+                    return
+                with contextlib.closing(RefWire(self.remote, repo, self.options.limits)) as wire:
+                    for local, sha in old.items():
+                        ref = own_remote_ref(self.options.status_refs, local)
+                        assert ref is not None
+                        try:
+                            wire.push(ref, sha, ZERO_SHA)
+                            logger.info("write-back: deleted {} (this agent's status is {} now)",
+                                        ref.decode(), self.own_ref.decode())
+                        except RefMoved:  # gone already, or another writer's now: not ours to delete
+                            pass
+                        set_local_ref(repo, local, None)
+        except Exception as exc:  # stale refs cost a reader a line, never a sync
+            self._retire_due = True
+            logger.info("write-back: could not delete this agent's former status ref, will retry: {}",
+                        redact(str(exc.reason if isinstance(exc, SourceError) else exc)))
 
     def _refresh_view(self) -> None:
         """Fold the status refs into the status branch, when this agent's latest may be missing there.
@@ -279,16 +329,19 @@ class WriteBack:
 
     def _publish(self, what: str, ref: bytes, local_ref: bytes,
                  build: Callable[[Repo, bytes | None, Mapping[bytes, bytes]], bytes | None], context: str, *,
-                 trust_local: bool = False, statuses: bool = False, quiet: bool = False) -> bool | None:
+                 trust_local: bool = False, statuses: bool = False, quiet: bool = False,
+                 remote: Remote | None = None) -> bool | None:
         """Read, build, compare-and-swap push, retry. True pushed, False nothing to do, None failed.
 
         `trust_local`: build on the tip last seen (a ref only this agent writes), reading the remote only
         when the push finds it moved. `statuses`: read the status refs too (as a fleet reader chooses them,
         each bounded as it reads them: `gitsync.writeback.fleet`), passed to `build` with `ref`.
-        A conflict or a dropped connection is retried (bounded, with jitter); a refusal is not."""
+        A conflict or a dropped connection is retried (bounded, with jitter); a refusal is not. `remote`:
+        where `ref` is (default: the status remote)."""
+        remote = remote or self.remote
         try:
             with open_work_repo(self.work_dir) as repo, \
-                    contextlib.closing(RefWire(self.remote, repo, self.options.limits)) as wire:
+                    contextlib.closing(RefWire(remote, repo, self.options.limits)) as wire:
                 read = not trust_local
                 tip, refs = local_ref_sha(repo, local_ref), {}
                 last = ""
@@ -321,17 +374,21 @@ class WriteBack:
                     logger.debug("write-back: pushed {} {} ({})", what, new.decode()[:7], context)
                     tidy(repo)
                     return True
-                raise WriteBackError(f"{self.url}: {ref.decode()} not updated after {self.options.attempts} "
-                                     f"attempts (last: {last})")
+                raise WriteBackError(f"{remote.url}: {ref.decode()} not updated after "
+                                     f"{self.options.attempts} attempts (last: {last})")
         except Exception as exc:  # write-back must never break a sync
             self._failed(what, context, exc, quiet=quiet)
             return None
 
     def _status_tips(self, wire: RefWire) -> dict[bytes, bytes]:
         """The status refs a fleet reader would read (agents' names, at most max_status_refs), with their
-        objects, but for those whose objects go over a status's bounds (left out of the view)."""
-        prefix, limit = self.status_prefix, self.options.max_status_refs
-        got = wire.read_tips(prefix, lambda listed: choose_refs(listed, prefix, limit)[0])
+        objects, but for those whose objects go over a status's bounds (left out of the view). An agent
+        with a group reads its group's refs alone (what its group's agents fold into the view: each
+        group keeps its own agents' files current, at the cost of its group, not of the fleet)."""
+        prefix, limit, group = self.status_prefix, self.options.max_status_refs, self.options.group
+        groups = None if group is None else (group,)
+        got = wire.read_tips(self.group_prefix,
+                             lambda listed: choose_refs(listed, prefix, limit, groups=groups)[0])
         for ref, why in got.refused.items():
             logger.debug("write-back: {} left out of the status branch: {}", ref.decode(), why)
         return {ref: sha for ref, sha in got.tips.items() if ref not in got.refused}
@@ -427,9 +484,7 @@ class WriteBack:
         headlines = []
         read: dict[bytes, tuple[bytes, dict[str, Any] | None] | None] = {}  # by tip: a flood shares one
         for ref, sha in sorted(fleet.items()):
-            slug = ref[len(self.status_prefix):]
-            if b"/" in slug:
-                continue
+            slug = ref[len(self.status_prefix):].rpartition(b"/")[2]  # <agent>, or <group>/<agent>
             held = read[sha] if sha in read else read.setdefault(sha, status_of(store, sha))
             if held is None:
                 continue
@@ -493,6 +548,22 @@ class WriteBack:
             self._note_oldest[blob_sha] = oldest_section(store[blob_sha].data.decode("utf-8", "replace"))
         return self._note_oldest[blob_sha]
 
+
+
+def local_own_ref(status_refs: str, own_ref: bytes) -> bytes:
+    """The work repo's ref of this agent's status ref: ``own/<agent>`` for a ref without a group (as
+    before sharding: an upgraded agent keeps its work repo), ``own-in/<group>/<agent>`` for one in a
+    group (another namespace: an agent named as a group never clashes with it)."""
+    component = own_ref[len(status_prefix(status_refs)):]
+    return (LOCAL_OWN_GROUP_PREFIX if b"/" in component else LOCAL_OWN_PREFIX) + component
+
+
+def own_remote_ref(status_refs: str, local: bytes) -> bytes | None:
+    """The status ref a work repo's own ref stands for (the inverse of `local_own_ref`); None for others."""
+    for local_prefix in (LOCAL_OWN_PREFIX, LOCAL_OWN_GROUP_PREFIX):
+        if local.startswith(local_prefix):
+            return status_prefix(status_refs) + local[len(local_prefix):]
+    return None
 
 
 def _copy_tree(tree: Tree) -> Tree:

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dulwich.errors import HangupException
 from dulwich.file import FileLocked
@@ -22,9 +22,13 @@ from gitsync.log import logger
 from gitsync.source.mirror import DEFAULT_LIMITS
 from gitsync.source.packgate import LimitExceeded, ObjectLimits, fetch_bounded
 from gitsync.source.sizes import object_size
-from gitsync.source.transport import Remote, SourceError
+from gitsync.source.transport import GitAuth, Remote, SourceError
+from gitsync.urls import display_url
 from gitsync.writeback.statusfile import MAX_STATUS_BYTES
 from gitsync.writeback.wire import STATUS_FILE, load_status
+
+if TYPE_CHECKING:
+    from gitsync.settings import Settings
 
 # The work repo's refs: what it last saw of each remote ref. Under refs/heads/, because a fetch
 # offers the local heads as what it has: the server then sends only objects the repo lacks.
@@ -42,6 +46,34 @@ _DENIED = re.compile(
     r"\b40[13]\b|service not enabled|read-only|read only", re.IGNORECASE)
 
 
+
+
+def status_remote_url(template: str, group: str | None) -> str:
+    """`status_remote` for `group`: ``{group}`` replaced by the group's name (refused without one: the
+    settings make sure an agent that writes or reads there has one)."""
+    if "{group}" not in template:
+        return template
+    if not group:
+        raise ValueError(f"status_remote {display_url(template)} holds {{group}}, and no group is given")
+    return template.replace("{group}", group)
+
+
+def status_remote(settings: Settings, group: str | None = None) -> Remote:
+    """Where the status refs (and the status branch) of `group` are: `status_remote` (``{group}`` made
+    `group`), else the config repo; with the config repo's credentials and deadline either way."""
+    if not settings.status_remote:
+        return Remote.from_settings(settings)
+    return Remote.of(status_remote_url(settings.status_remote, group), GitAuth.from_settings(settings),
+                     settings.git_timeout)
+
+
+def fleet_remotes(settings: Settings) -> tuple[str | None, ...]:
+    """The groups whose status remotes a read of the whole fleet reads (`status_remote`): one remote
+    (None) unless it holds ``{group}``; then this agent's group and its `after_group` (the groups it
+    knows of: another group's repo is read with that group's name in `group`)."""
+    if not (settings.status_remote and "{group}" in settings.status_remote):
+        return (None,)
+    return tuple(dict.fromkeys(g for g in (settings.group, settings.after_group) if g))
 
 
 def status_limits(tips: int) -> ObjectLimits:
@@ -141,22 +173,25 @@ class RefWire:
             raise RefMoved("the remote's new tip is not readable yet")
         return tips
 
-    def read_tips(self, prefix: bytes, choose: Callable[[Mapping[bytes, bytes]], Mapping[bytes, bytes]],
+    def read_tips(self, prefix: bytes | Sequence[bytes],
+                  choose: Callable[[Mapping[bytes, bytes]], Mapping[bytes, bytes]],
                   haves: Callable[[Mapping[bytes, bytes]], Sequence[bytes]] = lambda tips: (),
                   limits: Callable[[int], ObjectLimits] = status_limits,
                   skip: Collection[bytes] = ()) -> TipsRead:
-        """The refs under `prefix`, the ones `choose` keeps, and the objects of their tips this repo lacks,
-        fetched in one connection, bounded by `limits` (of the number of tips fetched) before anything is
-        inflated. A fetch over the limits is split in halves, each fetched again, down to the tips that go
-        over them alone: those are refused (`TipsRead.refused`), the others fetched. `haves`: old tips to
-        offer (at most `MAX_HAVES`), so that the server sends only what is new under each; `skip`: tips not
-        to fetch (refused before: their entries say so already)."""
+        """The refs under `prefix` (a namespace ending in ``/``, an exact ref, or several: each one asked of
+        the server with ``ref-prefix``, so that it lists them alone), the ones `choose` keeps, and the
+        objects of their tips this repo lacks, fetched in one connection, bounded by `limits` (of the number
+        of tips fetched) before anything is inflated. A fetch over the limits is split in halves, each fetched
+        again, down to the tips that go over them alone: those are refused (`TipsRead.refused`), the others
+        fetched. `haves`: old tips to offer (at most `MAX_HAVES`), so that the server sends only what is new
+        under each; `skip`: tips not to fetch (refused before: their entries say so already)."""
         store = self.repo.object_store
+        prefixes = [prefix] if isinstance(prefix, bytes) else list(prefix)
         read: dict[str, dict[bytes, bytes]] = {"listed": {}, "tips": {}}
         walker = ObjectStoreGraphWalker([], self.repo.get_parents)
 
         def wants(refs: Mapping[bytes, bytes], depth: int | None = None) -> list[bytes]:
-            listed = {ref: sha for ref, sha in refs.items() if ref.startswith(prefix) and sha
+            listed = {ref: sha for ref, sha in refs.items() if _under(ref, prefixes) and sha
                       and sha != ZERO_SHA and not ref.endswith(PEELED_TAG_SUFFIX)}
             tips = dict(choose(listed))
             read.update(listed=listed, tips=tips)
@@ -172,7 +207,7 @@ class RefWire:
         refused: dict[bytes, str] = {}
         try:
             self._network(lambda: fetch_bounded(self.client, self.path, self.repo, recorded, limits,
-                                                graph_walker=walker, ref_prefix=[prefix]))
+                                                graph_walker=walker, ref_prefix=prefixes))
         except LimitExceeded:
             half = len(asked) // 2
             for part in (asked[:half], asked[half:]):

@@ -193,9 +193,17 @@ def agent_file_name(agent: str) -> str:
     return f"{agent_slug(agent)}.yaml"
 
 
-def status_ref(prefix: str, agent: str) -> bytes:
-    """``refs/gitsync/status`` and ``edge-1`` → ``refs/gitsync/status/edge-1``."""
-    return status_prefix(prefix) + agent_slug(agent).encode()
+def status_ref(prefix: str, agent: str, group: str | None = None) -> bytes:
+    """``refs/gitsync/status`` and ``edge-1`` → ``refs/gitsync/status/edge-1``; with a group, the ref
+    is sharded under it: ``refs/gitsync/status/canary/edge-1`` (a group's refs listed alone, by prefix)."""
+    return group_prefix(prefix, group) + agent_slug(agent).encode()
+
+
+def group_prefix(prefix: str, group: str | None) -> bytes:
+    """The namespace of one group's status refs (``refs/gitsync/status/canary/``); without a group, the
+    status refs' own namespace (where agents without a group, and gitsync before 45, write)."""
+    base = status_prefix(prefix)
+    return base + agent_slug(group).encode() + b"/" if group else base
 
 
 def status_prefix(prefix: str) -> bytes:

@@ -112,11 +112,11 @@ def test_the_daemon_retries_an_unwritten_status_on_its_polls_then_heartbeats_unt
             assert agent.metric("gitsync_writeback_failures_total") >= 1
 
             def seen() -> int:
-                return int(remote_repo.git("log", "-1", "--format=%ct", "refs/gitsync/status/edge-1"))
+                return int(remote_repo.git("log", "-1", "--format=%ct", "refs/gitsync/status/canary/edge-1"))
 
             first = seen()
             wait_for(lambda: seen() > first, 10, "a heartbeat")
-            chain = remote_repo.git("rev-list", "refs/gitsync/status/edge-1").split()
+            chain = remote_repo.git("rev-list", "refs/gitsync/status/canary/edge-1").split()
             assert len(chain) == 2  # the status commit, and one heartbeat on it
             table = run_gitsync("status", "--fleet", "--repo", url, "--status-heartbeat", "1s", env=READER)
             assert table.returncode == 0 and "(down)" not in table.stdout, table.stdout

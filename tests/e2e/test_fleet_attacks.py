@@ -96,17 +96,18 @@ def test_hostile_status_files_crash_no_reader_and_count_toward_no_gate(spawn, gi
         assert "any writer of refs/gitsync/status can open (or hold) this agent's gate" in main.log()
 
         v1 = remote_repo.commit(config(other), "v1")
+        # In the canary group's namespace, which the main agent's gate reads:
         # 1. aliases, in the agent and in the result (the headline); 2. wrong types for the tip
-        forge(remote_repo, "lol", billion_laughs("agent"))
-        forge(remote_repo, "laughs", billion_laughs("result").replace("a8\n", "a8\nagent: laughs\n"))
-        forge(remote_repo, "typed", f"agent: typed\ngroup: canary\ncommit: {v1}\nresult: failed\n"
+        forge(remote_repo, "canary/lol", billion_laughs("agent"))
+        forge(remote_repo, "canary/laughs", billion_laughs("result").replace("a8\n", "a8\nagent: laughs\n"))
+        forge(remote_repo, "canary/typed", f"agent: typed\ngroup: canary\ncommit: {v1}\nresult: failed\n"
                                     "time: 2026-01-01T00:00:00Z\ngateways: 5\n")
-        forge(remote_repo, "checks", f"agent: checks\ngroup: canary\ncommit: {v1}\nresult: failed\n"
+        forge(remote_repo, "canary/checks", f"agent: checks\ngroup: canary\ncommit: {v1}\nresult: failed\n"
                                      "time: 2026-01-01T00:00:00Z\n"
                                      "gateways: [{url: u, status: failed, checks: {failed: 5}}]\n")
         # 3. a forged go-ahead whose heartbeat no reader may believe
-        forge(remote_repo, "canary-9", go_ahead("canary-9", v1).replace("gateways: []", "gateways: []\n"
-                                                                          "heartbeat: 1.0e+300"))
+        forge(remote_repo, "canary/canary-9", go_ahead("canary-9", v1).replace(
+            "gateways: []", "gateways: []\nheartbeat: 1.0e+300"))
         wait_for(lambda: nodes(canary_gw) == {other: 1}, 20, "v1 on the canary")
         seen_on_canary = time.monotonic()
         # The forged failures are unreadable: they do not hold v1 back; the real canary lets it through.
@@ -352,7 +353,8 @@ def test_a_status_bomb_and_a_ref_flood_cost_no_reader_its_memory_and_the_canary_
         table = limited_gitsync("status", "--fleet", "--repo", url, "--status-signers", str(signers))
         assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr
         rows = {line.split()[0]: line for line in table.stdout.splitlines()[1:]}
-        assert len(rows) == 1000 and "bomb" in rows and rows["canary-0"].split()[1:3] == [v0[:7], "applied"]
+        # max_status_refs per group: 1,000 of the refs without a group (the flood's), and canary's and main's
+        assert len(rows) == 1002 and "bomb" in rows and rows["canary-0"].split()[1:3] == [v0[:7], "applied"]
         assert "not fetched: object" in rows["bomb"]
         assert re.search(r"fleet: status refs under refs/gitsync/status/ ignored: 1,00\d beyond "
                          r"max_status_refs = 1,000 \(f00", table.stderr), table.stderr
@@ -400,7 +402,7 @@ def test_a_gate_holds_a_commit_its_canary_failed_after_that_status_is_gone_and_a
                  "the gate to see canary-1's failure")
 
         canary1.kill()
-        remote_repo.git("update-ref", "-d", "refs/gitsync/status/canary-1")  # the failure, erased
+        remote_repo.git("update-ref", "-d", "refs/gitsync/status/canary/canary-1")  # the failure, erased
         time.sleep(soak + 2)
         assert nodes(gw_main) == {good: 1}  # still v0: the failure is remembered
         main.kill()

@@ -15,6 +15,7 @@ import pytest
 
 from gitsync.testing.apisix import ApisixDouble
 from testkit.agents import config, forwarding_doubles, repo_url, upstream
+from testkit.gitservers import BareRepo
 from testkit.processes import free_port, wait_for
 
 SOAK = 2.0
@@ -85,3 +86,57 @@ def test_a_commit_reaches_the_canaries_first_and_the_main_group_after_the_soak(
         agents["canary-1"].start()
         wait_for(lambda: all(a.state().get("last_good") == fixed for n, a in agents.items()
                              if n.startswith("main")), 30, "v3 on the main group")
+
+
+def test_a_canary_group_with_a_status_repo_of_its_own_still_gates_the_main_group(
+        spawn, git_daemon, remote_repo, remotes_root, doubles):
+    """`status_remote` with {group}: each group writes its statuses to its own repo (no push of one group
+    contends with another's), the main group's gate reads the canary group's repo, and the config repo
+    holds no status at all. Beside the canary's ref, 2,000 refs of other groups in the canary's repo are
+    never read (the gate lists canary/ alone)."""
+    canary, mains = doubles[0], doubles[1:3]
+    for group in ("canary", "main"):
+        BareRepo.create(remotes_root / f"{remote_repo.path.name}-status-{group}.git")
+    template = git_daemon.url(f"{remote_repo.path.name}-status-{{group}}.git")
+    canary_repo = BareRepo(remotes_root / f"{remote_repo.path.name}-status-canary.git")
+    with upstream() as good, upstream(b'{"status": "ok", "v": 1}') as other:
+        remote_repo.commit(config(good), "v0")
+        common = ["--writeback", "on", "--soak", f"{SOAK:g}s", "--status-remote", template]
+        # the canary's heartbeat every second; the main group counts it live within two of its own
+        # periods (2 s): a push to a repo with 2,000 refs more, on a loaded machine, may come late
+        agents = {"canary-0": spawn(repo_url(git_daemon, remote_repo), *common, "--status-heartbeat", "1s",
+                                    "--group", "canary",
+                                    "--agent-name", "canary-0", "--proxy-url", canary.proxy_url,
+                                    gateways=[canary.url], name="canary-0")}
+        wait_for(lambda: nodes(canary) == {good: 1}, 30, "v0 on the canary")
+        seed = wait_for(lambda: canary_repo.git("for-each-ref", "--format=%(objectname)",
+                                                "refs/gitsync/status/canary/canary-0"), 20, "its status")
+        canary_repo.git("update-ref", "--stdin", input="".join(
+            f"create refs/gitsync/status/other-{i % 20}/agent-{i} {seed}\n" for i in range(2000)).encode())
+        for i, double in enumerate(mains):
+            agents[f"main-{i}"] = spawn(repo_url(git_daemon, remote_repo), *common, "--status-heartbeat",
+                                        "2s", "--group", "main", "--after-group", "canary", "--after-count",
+                                        "1", "--agent-name", f"main-{i}", "--proxy-url", double.proxy_url,
+                                        gateways=[double.url], name=f"main-{i}")
+        wait_for(lambda: all(nodes(d) == {good: 1} for d in mains), 30, "v0 on the main group")
+
+        remote_repo.commit(config(other), "v1")
+        wait_for(lambda: nodes(canary) == {other: 1}, 20, "v1 on the canary")
+        on_canary = time.monotonic()
+        assert all(nodes(d) == {good: 1} for d in mains)
+        wait_for(lambda: all(nodes(d) == {other: 1} for d in mains), 20, "v1 on the main group")
+        assert time.monotonic() - on_canary >= SOAK - 0.5
+
+        broken = remote_repo.commit(config(f"127.0.0.1:{free_port()}"), "v2 breaks orders")
+        wait_for(lambda: broken in agents["canary-0"].state().get("bad", {}), 20, "v2 refused on the canary")
+        wait_for(lambda: all("failed on canary agent(s)" in agents[f"main-{i}"].log() for i in range(2)), 20,
+                 "the main group holding v2 back")
+        assert all(nodes(d) == {other: 1} for d in mains)
+
+    main_repo = BareRepo(remotes_root / f"{remote_repo.path.name}-status-main.git")
+    assert main_repo.git("for-each-ref", "--format=%(refname)", "refs/gitsync/status/").split() == [
+        "refs/gitsync/status/main/main-0", "refs/gitsync/status/main/main-1"]
+    assert remote_repo.git("for-each-ref", "refs/gitsync/status/") == ""  # the config repo: none
+    for agent in agents.values():
+        assert "Traceback" not in agent.log()
+        assert "ignored" not in agent.log()  # the 2,000 others were never listed, so never ignored

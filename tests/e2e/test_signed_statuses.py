@@ -91,9 +91,9 @@ def test_only_statuses_signed_by_allowed_keys_open_the_gate(spawn, git_daemon, r
 
     # git checks the same signatures by hand, with the same file.
     allowed = ["-c", f"gpg.ssh.allowedSignersFile={signers}", "-c", "gpg.format=ssh"]
-    shown = git(*allowed, "log", "-1", "--show-signature", "refs/gitsync/status/canary-0",
+    shown = git(*allowed, "log", "-1", "--show-signature", "refs/gitsync/status/canary/canary-0",
                 cwd=remote_repo.path)
     assert 'Good "git" signature for canary-0@canary with ED25519 key' in shown
-    rogue = subprocess.run(["git", *allowed, "verify-commit", "refs/gitsync/status/canary-x"],
+    rogue = subprocess.run(["git", *allowed, "verify-commit", "refs/gitsync/status/canary/canary-x"],
                            cwd=remote_repo.path, capture_output=True, text=True)
     assert rogue.returncode != 0 and "No principal matched" in rogue.stderr

@@ -631,3 +631,60 @@ def test_ssh_remote_with_key_from_settings(config_repo, ssh_git, tmp_path):
     assert refused is not None
     assert refused.publish_status(report("edge-other", sha)) is False
     assert refused.enabled is False and "Permission denied" in (refused.last_error or "")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Status refs sharded by group, and status_remote (issue 45)
+
+
+def test_an_agent_with_a_group_writes_in_its_group_and_one_without_as_before(config_repo, git_daemon,
+                                                                             tmp_path):
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    assert writer(url, tmp_path / "a", agent="edge-1").publish_status(report("edge-1", sha))
+    assert writer(url, tmp_path / "b", agent="eu-1", group="eu.west").publish_status(
+        dataclasses.replace(report("eu-1", sha), group="eu.west"))
+    assert status_refs(repo) == ["edge-1", "eu.west/eu-1"]
+    assert "group: eu.west" in status_text(repo, "eu.west/eu-1")
+    assert sorted(agent_files(repo)) == ["edge-1.yaml", "eu-1.yaml"]  # the view: one file an agent
+
+
+def test_an_agent_that_moves_to_a_group_deletes_the_ref_it_wrote_before(config_repo, git_daemon, tmp_path):
+    """Upgraded (or given a group), an agent writes in its group, then deletes the ref its work repo says
+    it wrote before; it leaves a ref of its old name that another writer moved since."""
+    repo, sha = config_repo
+    url = git_daemon.url(repo.path.name)
+    work = tmp_path / "w"
+    assert writer(url, work, agent="c1").publish_status(report("c1", sha))
+    assert status_refs(repo) == ["c1"]
+    moved = writer(url, work, agent="c1", group="canary")
+    assert moved.publish_status(dataclasses.replace(report("c1", sha), group="canary"))
+    assert status_refs(repo) == ["canary/c1"]
+    again = writer(url, work, agent="c1", group="main")  # and on to another group
+    old_tip = repo.git("rev-parse", "refs/gitsync/status/canary/c1")
+    repo.git("update-ref", "refs/gitsync/status/canary/c1", repo.git("commit-tree", f"{old_tip}^{{tree}}",
+                                                                     "-m", "someone else's"))
+    assert again.publish_status(dataclasses.replace(report("c1", sha), group="main"))
+    assert status_refs(repo) == ["canary/c1", "main/c1"]  # moved by another writer: not ours to delete
+    assert again.failures == 0
+
+
+def test_status_remote_of_each_group_holds_its_statuses_and_the_notes_stay_on_the_config_repo(
+        config_repo, git_daemon, remotes_root, tmp_path):
+    repo, sha = config_repo
+    for group in ("canary", "main"):
+        BareRepo.create(remotes_root / f"status-{group}.git")
+    template = git_daemon.url("status-{group}.git")
+    for agent, group in (("c1", "canary"), ("m1", "main")):
+        settings = load({"repo": git_daemon.url(repo.path.name), "agent_name": agent, "group": group,
+                         "status_remote": template, "writeback": "on",
+                         "state_dir": str(tmp_path / agent)}, env={}, config=os.devnull)
+        wb = WriteBack.from_settings(settings)
+        assert wb is not None and wb.remote.url == git_daemon.url(f"status-{group}.git")
+        assert wb.publish_status(dataclasses.replace(report(agent, sha), group=group))
+        assert wb.publish_failure(failure(agent, sha))
+    for group, agent in (("canary", "c1"), ("main", "m1")):
+        held = git("for-each-ref", "--format=%(refname)", cwd=remotes_root / f"status-{group}.git").split()
+        assert held == ["refs/gitsync/status/" + f"{group}/{agent}", "refs/heads/gitsync/status"]
+    assert status_refs(repo) == []  # nothing of the statuses on the config repo
+    assert "stage: render" in note_of(repo, sha) and "agent: m1" in note_of(repo, sha)

@@ -12,11 +12,13 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 
 from gitsync.agent.gate import fleet_table, group_gate
 from gitsync.web import pages
 from gitsync.web.links import Links
 from gitsync.web.live import Fleet
+from gitsync.writeback import statusfile
 from gitsync.writeback.statusfile import (
     FleetEntry,
     GatewayEntry,
@@ -560,3 +562,86 @@ def test_a_naive_time_is_utc_whatever_the_machines_zone(tokyo):
     assert parse_moment("2025-01-01T00:00:00") == datetime(2025, 1, 1, tzinfo=UTC)
     assert parse_moment("2025-01-01T09:00:00+09:00").utcoffset() == timedelta(0)
     assert readable(BASE).time.utcoffset() == timedelta(0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The fast reader (issue 45): what it reads, it reads as the checked loader does; the rest it leaves to it
+
+
+def _checked(text: str) -> object:
+    """The document as the checked reader alone makes it (before the fast one), or its refusal."""
+    try:
+        statusfile._check_events(text)
+        return ("ok", YAML(typ="safe").load(text))
+    except statusfile.StatusError as exc:
+        return ("refused", str(exc))
+    except Exception as exc:
+        return ("refused", f"not YAML: {statusfile._first_line(exc)}")
+
+
+def _loaded(text: str) -> object:
+    try:
+        return ("ok", statusfile.load_document(text.encode()))
+    except statusfile.StatusError as exc:
+        return ("refused", str(exc))
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+_PLAINS = st.sampled_from(["3", "-0", "0x1F", "0o17", "017", "1_000", "1e3", ".inf", ".NaN", "true", "True",
+                           "yes", "no", "null", "~", "", "2026-01-01", "2026-12-08T00:20:04.175Z",
+                           "2026-01-01 10:00", "applied", "<<", "=", "a: b", "- x", "'q'", "\"d\"", "&a x",
+                           "*a", "!!str 5", "!!int x", "! 5", "{a: 1}", "[1, 2]", "? k", "%YAML 1.1", "---",
+                           "|\n  block", "#c", "@x", "k:", "a: 1\na: 2"])
+_SCALAR_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**60, 2**60),
+                           st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20), _PLAINS)
+_DOCS = st.recursive(_SCALAR_VALUES, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=8), _PLAINS), inner, max_size=4)),
+    max_leaves=20)
+
+
+@examples(0.3)
+@given(_DOCS)
+def test_the_fast_reader_reads_what_gitsync_writes_as_the_checked_loader_does(doc):
+    text = dump_yaml(doc)
+    assert _same(_loaded(text), _checked(text)), text
+
+
+@examples(0.3)
+@given(st.lists(st.one_of(_PLAINS, st.sampled_from(["\n", "  ", ": ", "- ", "a", "{", "}", "[", "]", ",",
+                                                     "&x ", "*x", "!t ", "\t", "\"", "'", "#", "---\n",
+                                                     "k: v\n"])), max_size=12))
+def test_the_fast_reader_reads_or_refuses_any_text_as_the_checked_loader_does(parts):
+    text = "".join(parts)
+    assert _same(_loaded(text), _checked(text)), repr(text)
+
+
+def test_the_fast_reader_leaves_what_it_does_not_read_to_the_checked_one():
+    for text in ("a: &x 1\nb: *x\n", "a: !!str 5\n", "%YAML 1.1\n---\na: yes\n", "a: 1\na: 2\n", "1: x\n",
+                 "<<: {a: 1}\n", "---\na\n---\nb\n", "[" * 10 + "]" * 10):
+        with pytest.raises(statusfile._Unusual):
+            statusfile._plain_document(text)
+    read = statusfile._plain_document("a: [1, {b: 2026-01-01}]\nc: '3'\n")
+    assert read == {"a": [1, {"b": date(2026, 1, 1)}], "c": "3"}
+
+
+def test_a_status_as_gitsync_writes_it_is_read_by_the_fast_reader():
+    from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
+
+    report = StatusReport(agent="edge-1", commit="a" * 40, subject="routes: one more", result="applied",
+                          gateways=[GatewayStatus(url="http://10.0.0.1:9180", status="applied",
+                                                  versions={"routes": 3}, digest="d" * 64,
+                                                  counts={"routes": 40}, pruned={"routes": ["r1"]},
+                                                  checks={"passed": 2, "failed": ["x: 503"]})],
+                          time=datetime.now(UTC), duration=0.2, group="canary", heartbeat=60.0,
+                          applied_at=datetime.now(UTC))
+    text = render_status(status_document(report)).decode()
+    assert _same(("ok", statusfile._plain_document(text)), _checked(text))  # no fallback: read in one pass
