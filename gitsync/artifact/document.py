@@ -4,6 +4,7 @@ What it holds (format 1)::
 
     {"format": 1, "gitsync": "<version>", "repo": "<URL, credentials stripped>", "branch": "main",
      "commit": "<40 hex>", "subject": "...", "message": "...", "committed": "<ISO 8601>",
+     "published": "<ISO 8601, UTC>",                   # when it was published: no replay of an older one
      "payload": {kind: [item, ...]},                    # secret references kept as references
      "sources": {kind: [[file, line, col, doc, index, id], ...]},   # each item's place, payload order
      "references": {kind: [index, ...]},                # items holding a ``${{`` to expand on the host
@@ -14,8 +15,10 @@ What it holds (format 1)::
 
 Canonical: sorted keys, no spaces, UTF-8, no NaN or infinity (`gitsync.content.canonical_json`);
 numbers as Python's JSON writes them (integers exact, floats in their shortest round-trip form), so
-the same render gives the same bytes and the same digest. The digest (``sha256:<hex>`` of those
-bytes) is the artifact's name.
+the same render published at the same time gives the same bytes and the same digest. The digest
+(``sha256:<hex>`` of those bytes) is the artifact's name; the signature binds it, so it binds the
+time of publication too: an agent refuses an artifact published before one it already holds
+(`gitsync.artifact.source`), so an older signed artifact tagged again cannot roll a gateway back.
 
 Each item's canonical content (`gitsync.content.content_bytes`: what reconcile compares and the digest
 is made of) and where its ``modifiedIndex`` goes in it travel with the payload, worked out once by the
@@ -35,7 +38,8 @@ import hashlib
 import json
 import secrets as random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from gitsync.content import canonical_json, content_bytes, content_split
@@ -123,6 +127,9 @@ class Provenance:
     message: str  # the whole commit message (its trailers allow deletions: the deletion guard)
     committed: str  # ISO 8601
     version: str
+    #: ISO 8601 in UTC, when it is published (default: when this is made): an agent refuses an artifact
+    #: published before one it already has (a replay of an older artifact under the tag)
+    published: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
 
 def _check_document(check: Check) -> dict[str, Any]:
@@ -169,7 +176,8 @@ def build(rendered: Rendered, markers: ReferenceMarkers, provenance: Provenance)
                for kind, listed in rendered.source_map.lists().items()}
     document = {"format": FORMAT, "gitsync": provenance.version, "repo": provenance.repo,
                 "branch": provenance.branch, "commit": provenance.commit, "subject": provenance.subject,
-                "message": provenance.message, "committed": provenance.committed, "payload": payload,
+                "message": provenance.message, "committed": provenance.committed,
+                "published": provenance.published, "payload": payload,
                 "sources": sources,
                 "references": references, "contents": contents, "splits": splits,
                 "checks": [_check_document(c) for c in rendered.checks],
@@ -196,6 +204,7 @@ class Artifact:
     message: str
     committed: str
     version: str
+    published: datetime  # when it was built and signed (the signature binds it through the digest)
     payload: dict[str, list[Any]]
     sources: dict[str, list[ItemSource]]
     references: dict[str, list[int]]
@@ -254,10 +263,21 @@ def parse(data: bytes) -> Artifact:
     return Artifact(digest_of(data), _need(document, "repo", str), _need(document, "branch", str), commit,
                     str(document.get("subject", "")), str(document.get("message", "")),
                     str(document.get("committed", "")),
-                    str(document.get("gitsync", "")), payload, sources, references,
+                    str(document.get("gitsync", "")), _published(document), payload, sources, references,
                     _need(document, "checks", list),
                     tuple(str(e) for e in _need(document, "secret_fields", list)), len(data), contents,
                     splits)
+
+
+def _published(document: Mapping[str, Any]) -> datetime:
+    """The artifact's time of publication, with its zone (an agent compares them across publishers)."""
+    try:
+        published = datetime.fromisoformat(_need(document, "published", str))
+    except ValueError:
+        raise ArtifactError("field 'published' is not an ISO 8601 time") from None
+    if published.tzinfo is None:
+        raise ArtifactError("field 'published' has no time zone")
+    return published
 
 
 def expand_references(artifact: Artifact, secret_lookup: Callable[[str], str | None],

@@ -4,10 +4,18 @@ new digest is pulled by digest, and its manifest, both blobs, their sizes and di
 (`gitsync.artifact.signing`) and the repo and branch it names are checked before anything of it is
 used. A verified artifact is kept under ``<state_dir>/artifacts/`` (as the git path keeps its mirror),
 so a restart with the registry down still has the last good one.
+
+No replay: an artifact published before the newest one this agent has verified is refused (its
+signature is good, but an older artifact tagged again, by whoever can write the tag, would roll the
+gateways back). The newest's time of publication is kept beside the artifacts (``newest.json``), so a
+restart keeps it. A deliberate rollback is a publication: revert in git, or publish the older commit
+again (a new publication time). Publishers' clocks must agree (NTP) to within the time between two
+publications of one tag.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +28,8 @@ from gitsync.source.transport import SourceError
 
 #: Artifacts kept on disk (each a verified one): the last few, for the last good and the ones around it.
 KEPT = 8
+#: The newest verified artifact's time of publication and commit, beside the kept artifacts.
+NEWEST = "newest.json"
 
 
 class ArtifactSource:
@@ -43,6 +53,7 @@ class ArtifactSource:
         self._by_digest: dict[str, str] = {}  # manifest digest → the commit its artifact names
         self._by_commit: dict[str, Artifact] = {}
         self.refused: dict[str, SourceError] = {}  # manifest digest → why it cannot go live
+        self.newest = _newest(self.store / NEWEST)  # (published, commit) of the newest verified
 
     @property
     def url(self) -> str:
@@ -68,6 +79,7 @@ class ArtifactSource:
             signature = self.client.blob(layers.signature, layers.signature_size, min(self.limit, 64 * 1024))
             data = self.client.blob(layers.artifact, layers.artifact_size, self.limit)
             artifact = self._verified(data, signature)
+            self._not_a_replay(artifact)
         except SourceError as exc:
             if exc.stage == "verify":
                 self.refused[digest] = exc
@@ -90,16 +102,27 @@ class ArtifactSource:
                                         "(ref)")
         return artifact
 
+    def _not_a_replay(self, artifact: Artifact) -> None:
+        if self.newest is not None and artifact.published < self.newest[0]:
+            published, commit = self.newest
+            raise SourceError("verify", f"the artifact of commit {artifact.commit} was published at "
+                                        f"{artifact.published.isoformat()}, before the one of commit "
+                                        f"{commit} this agent has ({published.isoformat()}): an older "
+                                        "artifact tagged again is refused (to roll back, revert in git or "
+                                        "publish that commit again)")
+
     def _keep(self, digest: str, artifact: Artifact, data: bytes, signature: bytes) -> None:
         self._by_digest[digest] = artifact.commit
         self._by_commit[artifact.commit] = artifact
         self.store.mkdir(parents=True, exist_ok=True)
+        if self.newest is None or artifact.published >= self.newest[0]:
+            self.newest = artifact.published, artifact.commit
+            _write(self.store / NEWEST, json.dumps({"published": artifact.published.isoformat(),
+                                                    "commit": artifact.commit}).encode())
         for suffix, content in ((".json", data), (".sig", signature)):
-            path = self.store / (artifact.commit + suffix)
-            temporary = path.with_suffix(suffix + ".tmp")
-            temporary.write_bytes(content)
-            os.replace(temporary, path)
-        kept = sorted(self.store.glob("*.json"), key=lambda p: p.stat().st_mtime)
+            _write(self.store / (artifact.commit + suffix), content)
+        kept = sorted((path for path in self.store.glob("*.json") if path.name != NEWEST),
+                      key=lambda p: p.stat().st_mtime)
         for old in kept[:-KEPT]:  # the oldest written: the last good is among the newest unless 8 came after
             old.unlink(missing_ok=True)
             old.with_suffix(".sig").unlink(missing_ok=True)
@@ -131,6 +154,28 @@ class ArtifactSource:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _write(path: Path, content: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(content)
+    os.replace(temporary, path)
+
+
+def _newest(path: Path) -> tuple[datetime, str] | None:
+    """The newest verified artifact's (published, commit), as kept; None when none was kept. A file
+    that cannot be read stops the agent (forgetting it would let an older artifact back in)."""
+    try:
+        kept = json.loads(path.read_bytes())
+        published = datetime.fromisoformat(kept["published"])
+        if published.tzinfo is None or not isinstance(kept["commit"], str):
+            raise ValueError("no time zone, or no commit")
+        return published, kept["commit"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise SourceError("config", f"{path}: cannot read the newest artifact's time ({exc}); it keeps "
+                                    "older artifacts out: restore it, or remove it to accept any") from None
 
 
 __all__ = ["ArtifactSource"]

@@ -144,6 +144,9 @@ def test_no_yaml_is_read_on_the_host(monkeypatch):
     (lambda d: d.update(references={"routes": [7]}), "indexes into its payload list"),
     (lambda d: d.update(commit="not-a-commit"), "not a commit id"),
     (lambda d: d["contents"]["routes"].pop(), "one per item of its payload list"),
+    (lambda d: d.pop("published"), "field 'published' is missing"),
+    (lambda d: d.update(published="yesterday"), "'published' is not an ISO 8601 time"),
+    (lambda d: d.update(published="2026-12-08T01:00:00"), "'published' has no time zone"),
 ])
 def test_a_malformed_artifact_is_refused_naming_what_is_wrong(change, message):
     document = json.loads(published(routes()))

@@ -132,3 +132,36 @@ def test_a_larger_artifact_than_allowed_is_refused_from_its_manifest(tmp_path, r
     requests = source.client.requests
     refused(source, manifest, "more than the limit")
     assert source.client.requests == requests + 2  # the manifest and the signature: never the artifact
+
+
+def test_an_older_artifact_tagged_again_is_refused_and_publishing_it_again_is_a_rollback(
+        tmp_path, registry, remote_repo, setup):
+    url, publisher, first, _, flags = setup
+    settings = load(flags={"repo": url, **flags}, env=ENV)
+    remote_repo.commit(routes(uri="/v2"), "v2")
+    second = built_artifact(settings, publisher.key)
+    _, second_manifest = push_oci(second, registry.url("config"), settings)
+    source = agent(tmp_path, registry, url, publisher.signers)
+    assert source.pull(second_manifest).commit == second.provenance.commit
+    # Whoever can write the tag puts v1's artifact back: well signed, but older than what the agent has.
+    replayed = repushed(registry, first.artifact, first.signature)
+    assert source.check() == replayed
+    refused(source, replayed, "published at .* before the one of commit "
+                              f"{second.provenance.commit}.*an older artifact tagged again")
+    restarted = agent(tmp_path, registry, url, publisher.signers)  # the newest is kept on disk
+    refused(restarted, replayed, "an older artifact tagged again")
+    # A deliberate rollback is a publication: v1's content reverted to in git, published, is newer.
+    remote_repo.commit(routes(), "revert to v1")
+    rollback = built_artifact(settings, publisher.key)
+    _, rollback_manifest = push_oci(rollback, registry.url("config"), settings)
+    pulled = restarted.pull(rollback_manifest)
+    assert pulled.payload["routes"][0]["uri"] == "/orders"
+    assert pulled.published > restarted.artifact(second.provenance.commit).published
+
+
+def test_the_newest_time_kept_unreadable_stops_the_source(tmp_path, registry, setup):
+    url, publisher, _, manifest, _ = setup
+    agent(tmp_path, registry, url, publisher.signers).pull(manifest)
+    (tmp_path / "agent" / "artifacts" / "newest.json").write_text("{not json")
+    with pytest.raises(SourceError, match=r"newest\.json: cannot read the newest artifact's time"):
+        agent(tmp_path, registry, url, publisher.signers)
