@@ -225,3 +225,41 @@ def test_the_hostile_remote_benchmark_runs_each_attack_and_writes_its_json(tmp_p
     flood = by_scenario["ref_flood"]
     assert flood["entries"] == [50, 50, 50] and len(flood["seconds"]) == 3
     assert report["table"] in done.stdout
+
+
+@pytest.mark.slow
+def test_fleetload_counts_what_a_commit_costs_each_server_per_agent(tmp_path: Path):
+    """A few light agents poll and take one commit from a real git daemon and a real registry: every
+    operation measured, none failed; an agent pulls the whole artifact (and its manifest and signature)
+    from the registry, the change's pack alone from git."""
+    out = tmp_path / "fleetload.json"
+    done = subprocess.run([sys.executable, "-m", "bench.fleetload", "--agents", "6", "--routes", "100",
+                           "--concurrency", "3", "--out", str(out)], cwd=ROOT, env=gitsync_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    waves = {(w["server"], w["what"]): w for w in report["waves"]}
+    assert len(waves) == 4 and all(w["agents"] == 6 and w["failed"] == 0 for w in waves.values())
+    pulled = waves["docker-registry", "pull the new artifact"]["server_sent"]
+    assert report["artifact_bytes"] + report["signature_bytes"] < pulled < report["artifact_bytes"] + 4096
+    fetched = waves["git daemon", "fetch the new commit"]
+    assert 0 < fetched["server_sent"] < report["artifact_bytes"] / 10 and fetched["connections"] == 1
+    assert all(w["server_cpu_ms"] > 0 for w in waves.values())
+
+
+@pytest.mark.slow
+def test_fleetsim_measures_each_layout_of_the_status_channel(tmp_path: Path):
+    out = tmp_path / "fleetsim.json"
+    done = subprocess.run([sys.executable, "-m", "bench.fleetsim", "--agents", "40", "--groups", "4",
+                           "--writes", "4", "--out", str(out)], cwd=ROOT, env=gitsync_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    costs = json.loads(out.read_text())["costs"]
+    by = {(c["what"], c["layout"]): c for c in costs}
+    assert {layout for _, layout in by} == {"flat", "sharded", "per-group"}
+    for layout in ("flat", "sharded", "per-group"):
+        assert by["gate read, first", layout]["entries"] == 10  # its group of the 40, in 4 groups
+        assert by["status --fleet, first", layout]["entries"] == 40
+        assert by["status write", layout]["count"] == 4
+    # a gate's read of its group costs the server less when the refs are sharded by group
+    assert by["gate read, first", "sharded"]["server_sent"] < by["gate read, first", "flat"]["server_sent"]
