@@ -20,8 +20,10 @@ from gitsync.daemon.httpserver import (
     Headers,
     HttpServer,
     Lane,
+    LoopShare,
     Request,
     Route,
+    _HeadLines,
     json_response,
     open_files_for,
 )
@@ -470,3 +472,280 @@ def test_the_listeners_own_limits():
         assert server.body_deadline(0) == 2.0
     finally:
         server.sock.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Who holds the connections: the cap, an address's share, the probes' reserve
+
+
+def connect_from(server: HttpServer, address: str, data: bytes = b"") -> socket.socket:
+    """A connection from `address` (any of 127.0.0.0/8 is this machine), `data` sent on it."""
+    sock = socket.create_connection(server.address, timeout=10, source_address=(address, 0))
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+def turned_away_at_once(sock: socket.socket) -> bool:
+    """Whether the connection was answered 503 without sending anything (not held, not in the reserve)."""
+    status, data = read_answer(sock)
+    return status == 503 and data == {"error": "too many connections; retry later"}
+
+
+@pytest.mark.parametrize(("cap", "share"), [
+    (4096, 512),  # an eighth of the default cap
+    (136, 17),  # an eighth, exactly
+    (135, 16),  # 16.875: whole connections
+    (128, 16),  # an eighth, exactly the floor
+    (64, 16),  # under the floor: the floor
+    (1, 16),
+])
+def test_an_address_holds_an_eighth_of_the_cap_and_16_at_least(cap, share):
+    server = HttpServer("127.0.0.1", 0, lambda r: Route(lambda r: None), max_connections=cap)
+    try:
+        assert server.address_share == share
+    finally:
+        server.sock.close()
+
+
+@pytest.fixture
+def probes(make_server) -> Iterator:
+    """A server whose route answers ``/healthz`` (the probe path) and everything else alike."""
+    def make(**limits) -> HttpServer:
+        return make_server(probe_paths=frozenset({"/healthz"}), header_timeout=30.0, **limits)
+
+    return make
+
+
+def test_an_address_past_its_share_goes_to_the_reserve_and_another_is_still_held(probes):
+    server = probes(max_connections=64)  # a share of 16
+    socks = [connect_from(server, "127.0.0.2") for _ in range(16)]
+    try:
+        wait_for(lambda: server.held == {"127.0.0.2": 16} and server.open == 16, 5, "16 held")
+        socks.append(connect_from(server, "127.0.0.2"))  # its 17th: beyond its share, into the reserve
+        wait_for(lambda: server.reserve == {"127.0.0.2": 1}, 5, "the 17th in the reserve")
+        socks.append(connect_from(server, "127.0.0.3"))  # another address: held
+        wait_for(lambda: server.held == {"127.0.0.2": 16, "127.0.0.3": 1}, 5, "the other held")
+        assert server.open == 17 and server.reserve == {"127.0.0.2": 1}
+        socks[16].sendall(get("/healthz"))  # the reserve's connection: one probe answered, then closed
+        assert read_answer(socks[16])[0] == 200 and closed_after_answer(socks[16])
+        wait_for(lambda: server.reserve == {}, 5, "its place in the reserve freed")
+        assert server.open == 17
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_for(lambda: server.held == {} and server.open == 0, 5, "every place freed")
+
+
+def test_beyond_the_cap_a_connection_goes_to_the_reserve_whatever_its_address(probes):
+    server = probes(max_connections=2)
+    socks = [connect_from(server, "127.0.0.2"), connect_from(server, "127.0.0.3")]
+    try:
+        wait_for(lambda: server.open == 2, 5, "the cap reached")
+        socks.append(connect_from(server, "127.0.0.4"))  # its first: held by nobody, but the cap is full
+        wait_for(lambda: server.reserve == {"127.0.0.4": 1}, 5, "in the reserve")
+        assert server.held == {"127.0.0.2": 1, "127.0.0.3": 1} and server.open == 2
+        socks[2].sendall(get("/"))  # in the reserve, anything but a probe is turned away
+        assert turned_away_at_once(socks[2])
+        socks[0].close()  # a place freed: the next connection is held again
+        wait_for(lambda: server.open == 1 and server.reserve == {}, 5, "a place freed")
+        socks.append(connect_from(server, "127.0.0.4"))
+        wait_for(lambda: server.held.get("127.0.0.4") == 1, 5, "held again")
+        assert server.reserve == {}
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_an_address_holds_4_places_of_the_reserve_and_a_5th_is_turned_away(probes, log):
+    server = probes(max_connections=1)
+    held = connect_from(server, "127.0.0.2")
+    try:
+        wait_for(lambda: server.open == 1, 5, "the cap reached")
+        reserved = [connect_from(server, "127.0.0.3") for _ in range(4)]
+        wait_for(lambda: server.reserve == {"127.0.0.3": 4}, 5, "four in the reserve")
+        with connect_from(server, "127.0.0.3") as fifth:
+            assert turned_away_at_once(fifth)
+        other = connect_from(server, "127.0.0.4")  # another address still has room
+        wait_for(lambda: server.reserve == {"127.0.0.3": 4, "127.0.0.4": 1}, 5, "another in the reserve")
+        for sock in [*reserved, other]:
+            sock.sendall(get("/healthz"))
+            assert read_answer(sock)[0] == 200
+            sock.close()
+    finally:
+        held.close()
+    assert "listener: 1 connection(s) refused with 503 (the last from 127.0.0.3)" in log.getvalue()
+
+
+def test_the_reserve_holds_32_connections_and_the_33rd_is_turned_away(probes):
+    server = probes(max_connections=1)
+    socks = [connect_from(server, "127.0.0.2")]
+    try:
+        wait_for(lambda: server.open == 1, 5, "the cap reached")
+        socks += [connect_from(server, f"127.0.0.{n}") for n in range(3, 11) for _ in range(4)]
+        wait_for(lambda: sum(server.reserve.values()) == 32, 5, "32 in the reserve")
+        assert len(server.reserve) == 8 and server.open == 1
+        with connect_from(server, "127.0.0.11") as beyond:  # its first: the reserve is full
+            assert turned_away_at_once(beyond)
+        socks[1].sendall(get("/healthz"))
+        assert read_answer(socks[1])[0] == 200
+        wait_for(lambda: sum(server.reserve.values()) == 31, 5, "a place in the reserve freed")
+        socks.append(connect_from(server, "127.0.0.11"))
+        wait_for(lambda: server.reserve.get("127.0.0.11") == 1, 5, "the freed place taken")
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.parametrize(("request_line", "probe"), [
+    (b"GET /healthz HTTP/1.1", True),
+    (b"HEAD /healthz HTTP/1.1", True),
+    (b"GET /healthz?verbose=1 HTTP/1.1", True),  # the path alone, without its query
+    (b"POST /healthz HTTP/1.1", False),
+    (b"GET /healthzz HTTP/1.1", False),
+    (b"GET /health HTTP/1.1", False),
+    (b"GET / HTTP/1.1", False),
+    (b"GET", False),  # a line that names no path
+])
+def test_in_the_reserve_only_a_probe_is_answered(probes, request_line, probe):
+    server = probes(max_connections=1)
+    with connect_from(server, "127.0.0.2") as held:
+        wait_for(lambda: server.open == 1, 5, "the cap reached")
+        with connect_from(server, "127.0.0.3") as sock:
+            wait_for(lambda: server.reserve == {"127.0.0.3": 1}, 5, "in the reserve")
+            sock.sendall(request_line + b"\r\nHost: h\r\n\r\n")
+            if probe and request_line.startswith(b"HEAD"):  # an answer without its body
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            elif probe:
+                status, data = read_answer(sock)
+                assert status == 200 and data["path"] == "/healthz"
+            else:
+                assert turned_away_at_once(sock)
+        held.sendall(get("/healthz"))  # a held connection is served whatever it asks
+        assert read_answer(held)[0] == 200
+
+
+def test_a_held_connection_serves_any_path_and_is_kept_alive(probes):
+    server = probes(max_connections=2)
+    with connect_from(server, "127.0.0.2") as sock:
+        for path in ("/", "/healthz", "/other"):
+            sock.sendall(get(path))
+            status, data = read_answer(sock)
+            assert status == 200 and data["path"] == path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The head's lines, counted as they arrive
+
+
+def head(headers: int) -> bytes:
+    return b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % n for n in range(headers)) + b"\r\n"
+
+
+@pytest.mark.parametrize(("headers", "fits"), [(0, True), (99, True), (100, True), (101, False),
+                                               (300, False)])
+def test_a_head_holds_100_header_lines_at_most(headers, fits):
+    lines = _HeadLines()
+    assert lines.add(head(headers)) is fits
+    assert lines.first_line == b"GET / HTTP/1.1\r" and lines.size == len(head(headers))
+
+
+def test_header_lines_are_counted_whatever_pieces_they_come_in():
+    for cut in (1, 2, 7, 15, 16, 17):
+        lines = _HeadLines()
+        data = head(101)
+        pieces = [data[at:at + cut] for at in range(0, len(data), cut)]
+        assert [lines.add(piece) for piece in pieces][-1] is False, cut
+        lines = _HeadLines()
+        data = head(100)
+        assert all(lines.add(data[at:at + cut]) for at in range(0, len(data), cut)), cut
+        assert lines.ended and lines.lines == 102
+
+
+@pytest.mark.parametrize("end", [b"\r\n\r\n", b"\n\n", b"\r\n\n", b"\n\r\n"])
+def test_a_head_ends_at_its_blank_line_and_what_follows_is_not_counted(end):
+    lines = _HeadLines()
+    data = b"POST / HTTP/1.1\r\nA: 1" + end + b"\n" * 500  # a body of newlines
+    assert lines.add(data) and lines.ended and lines.lines == 3
+    assert lines.add(b"\n" * 500) and lines.lines == 3  # later pieces of the body neither
+    split = _HeadLines()  # the blank line cut between two pieces
+    assert split.add(b"POST / HTTP/1.1\r\nA: 1\r\n\r") and not split.ended
+    assert split.add(b"\n" + b"\n" * 500) and split.ended and split.lines == 3
+
+
+def test_the_request_line_is_known_at_its_end_or_at_1024_bytes():
+    lines = _HeadLines()
+    lines.add(b"GET /a")
+    assert lines.first_line is None
+    lines.add(b"bc HTTP/1.1\nHost: h\n")
+    assert lines.first_line == b"GET /abc HTTP/1.1"
+    long = _HeadLines()
+    long.add(b"GET /" + b"a" * 1018)
+    assert long.first_line is None  # 1,023 bytes without its end
+    long.add(b"a" * 5000)
+    # known now, though it has not ended: what came of it (1,024 bytes of a piece at most)
+    assert long.first_line == b"GET /" + b"a" * (1018 + 1024)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The loop's time per address
+
+
+def test_an_address_may_spend_its_burst_exactly_and_then_waits_its_share():
+    now = [0.0]
+    share = LoopShare(share=0.1, burst=0.25, clock=lambda: now[0])
+    share.charge("a", 0.25)  # its whole burst: nothing left, nothing owed
+    assert share.wait("a") == 0.0
+    share.charge("a", 0.01)
+    assert share.wait("a") == pytest.approx(0.1)  # 0.01 s owed at 0.1 s a second
+    now[0] = 0.1
+    assert share.wait("a") == pytest.approx(0.0)
+    now[0] = 1000.0  # however long it was idle, its balance is its burst, no more
+    share.charge("a", 0.3)
+    assert share.wait("a") == pytest.approx(0.5)
+
+
+def test_an_address_is_forgotten_once_its_whole_burst_is_back_not_before():
+    now = [0.0]
+    share = LoopShare(share=0.1, burst=0.25, clock=lambda: now[0])
+    share.charge("a", 0.1)
+    now[0] = 0.999  # 0.0999 of 0.1 back
+    assert share.wait("a") == 0.0 and "a" in share._spent
+    now[0] = 1.0  # its whole burst back: nothing to keep
+    assert share.wait("a") == 0.0 and share._spent == {}
+
+
+def test_the_loops_share_defaults_are_5_percent_and_a_tenth_of_a_second():
+    share = LoopShare()
+    assert (share.share, share.burst) == (0.05, 0.1)
+
+
+def test_each_request_costs_its_address_2_ms_of_the_loop(probes):
+    server = probes()
+    now = [0.0]
+    server.loop_share = LoopShare(share=0.05, burst=0.1, clock=lambda: now[0])
+    with connect_from(server, "127.0.0.2") as sock:
+        for _ in range(3):
+            sock.sendall(get("/"))
+            assert read_answer(sock)[0] == 200
+    assert server.loop_share._spent["127.0.0.2"][0] == pytest.approx(0.1 - 3 * 0.002)
+    assert send(server, b"GET / HTTP/one\r\n\r\n")[0] == 400  # a malformed one costs as much
+    assert server.loop_share._spent["127.0.0.1"][0] == pytest.approx(0.1 - 0.002)
+
+
+def test_an_address_past_its_share_waits_before_it_is_read_and_a_probe_does_not(probes):
+    server = probes(max_connections=8)
+    server.header_timeout = 2.0  # the probe and the other are answered before it, however loaded the machine
+    now = [0.0]
+    server.loop_share = LoopShare(share=0.05, burst=0.1, clock=lambda: now[0])
+    server.loop_share.charge("127.0.0.2", 100.0)  # owes 2,000 s of the loop: it waits to its deadline
+    with connect_from(server, "127.0.0.2", get("/")) as waiting:
+        with connect_from(server, "127.0.0.2", get("/healthz")) as probe:  # a probe does not wait
+            assert read_answer(probe)[0] == 200
+        with connect_from(server, "127.0.0.3", get("/")) as other:  # nor does another address
+            assert read_answer(other)[0] == 200
+        waiting.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            waiting.recv(1)  # still not read
+        waiting.setblocking(True)
+        assert read_answer(waiting)[0] == 200  # read once it waited (at its deadline)
