@@ -22,6 +22,7 @@ from gitsync.daemon.httpserver import (
     Lane,
     LoopShare,
     Request,
+    Response,
     Route,
     _HeadLines,
     json_response,
@@ -597,30 +598,34 @@ def test_the_reserve_holds_32_connections_and_the_33rd_is_turned_away(probes):
             sock.close()
 
 
-@pytest.mark.parametrize(("request_line", "probe"), [
-    (b"GET /healthz HTTP/1.1", True),
-    (b"HEAD /healthz HTTP/1.1", True),
-    (b"GET /healthz?verbose=1 HTTP/1.1", True),  # the path alone, without its query
-    (b"POST /healthz HTTP/1.1", False),
-    (b"GET /healthzz HTTP/1.1", False),
-    (b"GET /health HTTP/1.1", False),
-    (b"GET / HTTP/1.1", False),
-    (b"GET", False),  # a line that names no path
+@pytest.mark.parametrize(("request_line", "answer"), [
+    (b"GET /healthz HTTP/1.1", 200),
+    (b"HEAD /healthz HTTP/1.1", 200),
+    (b"GET /healthz?verbose=1 HTTP/1.1", 200),  # the path alone, without its query
+    (b"GET /healthz?a=1?b=2 HTTP/1.1", 200),  # cut at the first '?'
+    (b"GET /healthz", 400),  # a probe's path: parsed, and found malformed (no HTTP version)
+    (b"POST /healthz HTTP/1.1", 503),
+    (b"GET /healthzz HTTP/1.1", 503),
+    (b"GET /health HTTP/1.1", 503),
+    (b"GET / HTTP/1.1", 503),
+    (b"GET", 503),  # a line that names no path
 ])
-def test_in_the_reserve_only_a_probe_is_answered(probes, request_line, probe):
+def test_in_the_reserve_only_a_probe_is_answered(probes, request_line, answer):
     server = probes(max_connections=1)
     with connect_from(server, "127.0.0.2") as held:
         wait_for(lambda: server.open == 1, 5, "the cap reached")
         with connect_from(server, "127.0.0.3") as sock:
             wait_for(lambda: server.reserve == {"127.0.0.3": 1}, 5, "in the reserve")
             sock.sendall(request_line + b"\r\nHost: h\r\n\r\n")
-            if probe and request_line.startswith(b"HEAD"):  # an answer without its body
+            if request_line.startswith(b"HEAD"):  # an answer without its body
                 assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
-            elif probe:
+            elif answer == 200:
                 status, data = read_answer(sock)
                 assert status == 200 and data["path"] == "/healthz"
-            else:
+            elif answer == 503:
                 assert turned_away_at_once(sock)
+            else:
+                assert read_answer(sock)[0] == answer
         held.sendall(get("/healthz"))  # a held connection is served whatever it asks
         assert read_answer(held)[0] == 200
 
@@ -749,3 +754,30 @@ def test_an_address_past_its_share_waits_before_it_is_read_and_a_probe_does_not(
             waiting.recv(1)  # still not read
         waiting.setblocking(True)
         assert read_answer(waiting)[0] == 200  # read once it waited (at its deadline)
+
+
+@pytest.mark.parametrize(("length", "measured"), [(16 * 1024, False), (16 * 1024 + 1, True)])
+def test_a_handler_on_the_loop_costs_its_address_its_cpu_time_for_a_body_over_16_kib(make_server, length,
+                                                                                     measured):
+    burned: list[float] = []
+
+    def handle(request: Request) -> Response:
+        started = time.thread_time()
+        while time.thread_time() - started < 0.05:  # 50 ms of the loop thread's own CPU time
+            pass
+        burned.append(time.thread_time() - started)
+        return json_response(200, {"length": len(request.body)})
+
+    server = make_server(lambda request: Route(handle, None, 1 << 20))
+    now = [0.0]
+    server.loop_share = LoopShare(share=0.05, burst=10.0, clock=lambda: now[0])
+    for _ in range(3):  # the loop thread's own time grows first: a sum in place of a difference shows
+        send(server, post(b"x" * 20_000))
+    server.loop_share = LoopShare(share=0.05, burst=10.0, clock=lambda: now[0])
+    burned.clear()
+    assert send(server, post(b"x" * length)) == (200, {"length": length})
+    spent = 10.0 - server.loop_share._spent["127.0.0.1"][0]
+    if measured:
+        assert abs(spent - 0.002 - burned[0]) < 0.005, (spent, burned)
+    else:
+        assert spent < 0.002 + 0.005 < burned[0]  # the request's cost (and its parsing), not the handler's
