@@ -4,6 +4,7 @@ real connections on 127.0.0.1 with a route that says what it was given."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
 import struct
@@ -565,17 +566,40 @@ def test_an_address_holds_4_places_of_the_reserve_and_a_5th_is_turned_away(probe
         wait_for(lambda: server.open == 1, 5, "the cap reached")
         reserved = [connect_from(server, "127.0.0.3") for _ in range(4)]
         wait_for(lambda: server.reserve == {"127.0.0.3": 4}, 5, "four in the reserve")
-        with connect_from(server, "127.0.0.3") as fifth:
+        with connect_from(server, "127.0.0.3") as fifth:  # left open, silent: it holds up nothing
             assert turned_away_at_once(fifth)
-        other = connect_from(server, "127.0.0.4")  # another address still has room
-        wait_for(lambda: server.reserve == {"127.0.0.3": 4, "127.0.0.4": 1}, 5, "another in the reserve")
-        for sock in [*reserved, other]:
-            sock.sendall(get("/healthz"))
-            assert read_answer(sock)[0] == 200
-            sock.close()
+            other = connect_from(server, "127.0.0.4")  # another address still has room
+            wait_for(lambda: server.reserve == {"127.0.0.3": 4, "127.0.0.4": 1}, 5, "another in the reserve")
+            for sock in [*reserved, other]:
+                sock.sendall(get("/healthz"))
+                assert read_answer(sock)[0] == 200
+                sock.close()
     finally:
         held.close()
     assert "listener: 1 connection(s) refused with 503 (the last from 127.0.0.3)" in log.getvalue()
+    assert len(log.getvalue().splitlines()) == 1  # and no error of the event loop
+
+
+def test_out_of_descriptors_the_listener_stops_accepting_for_a_second_and_then_serves(make_server, log,
+                                                                                      soft_limit):
+    server = make_server()
+    hard = soft_limit(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    client = socket.socket()  # made before the limit: connecting takes no descriptor
+    client.settimeout(10)
+    lowest = os.dup(0)  # the lowest free descriptor: the next one the listener would get
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        client.connect(server.address)
+        wait_for(lambda: "could not be accepted" in log.getvalue(), 5, "the failed accept told")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest + 4096, hard))
+    with client:
+        client.sendall(get("/"))  # accepted once the listener tries again
+        assert read_answer(client)[0] == 200
+    assert "listener: 1 time(s) a connection could not be accepted (Too many open files); trying again in " \
+           "1s" in log.getvalue()
+    assert log.getvalue().count("could not be accepted") == 1 and "event loop" not in log.getvalue()
 
 
 def test_the_reserve_holds_32_connections_and_the_33rd_is_turned_away(probes):
