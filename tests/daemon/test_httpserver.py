@@ -805,3 +805,15 @@ def test_a_handler_on_the_loop_costs_its_address_its_cpu_time_for_a_body_over_16
         assert abs(spent - 0.002 - burned[0]) < 0.005, (spent, burned)
     else:
         assert spent < 0.002 + 0.005 < burned[0]  # the request's cost (and its parsing), not the handler's
+
+
+def test_a_connection_in_the_reserve_has_2_seconds_for_its_request_a_held_one_its_header_deadline(probes):
+    server = probes(max_connections=1)  # a header deadline of 30 s
+    with connect_from(server, "127.0.0.2") as held, connect_from(server, "127.0.0.3") as reserved:
+        wait_for(lambda: server.reserve == {"127.0.0.3": 1} and server.open == 1, 5, "one held, one reserved")
+        started = time.monotonic()
+        assert reserved.recv(1) == b""  # closed, silently: it sent nothing
+        assert time.monotonic() - started >= 1.9
+        assert server.open == 1  # the held one, idle as long, is still open
+        held.sendall(get("/"))
+        assert read_answer(held)[0] == 200
