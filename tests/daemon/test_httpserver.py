@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import socket
 import struct
@@ -817,3 +818,57 @@ def test_a_connection_in_the_reserve_has_2_seconds_for_its_request_a_held_one_it
         assert server.open == 1  # the held one, idle as long, is still open
         held.sendall(get("/"))
         assert read_answer(held)[0] == 200
+
+
+def statuses_to_the_end(sock: socket.socket) -> list[int]:
+    """The status of every answer on a connection, read until the server closes it."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return [int(status) for status in re.findall(rb"^HTTP/1\.1 (\d{3}) ", received, re.MULTILINE)]
+
+
+def test_a_pipelined_request_has_its_header_lines_counted_too(make_server):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(get("/first") + head(101))  # the second request came with the first
+        assert statuses_to_the_end(sock) == [200, 431]
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(get("/first") + head(98)[:-2] + b"Host: h\r\nConnection: close\r\n\r\n")  # 100 lines
+        assert statuses_to_the_end(sock) == [200, 200]
+
+
+def test_a_request_refused_for_its_header_lines_costs_its_address_2_ms(probes):
+    server = probes()
+    now = [0.0]
+    server.loop_share = LoopShare(share=0.05, burst=0.1, clock=lambda: now[0])
+    assert send(server, head(101))[0] == 431
+    wait_for(lambda: "127.0.0.1" in server.loop_share._spent, 5, "charged (after its answer)")
+    assert server.loop_share._spent["127.0.0.1"][0] == pytest.approx(0.1 - 0.002)
+
+
+def test_an_address_that_owes_half_a_second_waits_it(probes):
+    server = probes()
+    server.header_timeout = 5.0
+    now = [0.0]
+    server.loop_share = LoopShare(share=0.05, burst=0.1, clock=lambda: now[0])
+    server.loop_share.charge("127.0.0.1", 0.1 + 0.025)  # 0.025 s owed at 0.05 s a second: 0.5 s
+    started = time.monotonic()
+    assert send(server, get("/"))[0] == 200
+    assert time.monotonic() - started >= 0.45
+
+
+@pytest.mark.parametrize(("size", "measured"), [(16 * 1024, False), (16 * 1024 + 1, True)])
+def test_a_head_over_16_kib_costs_its_address_its_parsing_time(make_server, size, measured):
+    server = make_server(max_header_bytes=32 * 1024)
+    now = [0.0]
+    server.loop_share = LoopShare(share=0.05, burst=10.0, clock=lambda: now[0])
+    start = get("/", b"X-Pad: ")
+    data = start[:-2] + b"p" * (size - len(start) - 2) + b"\r\n\r\n"
+    assert len(data) == size
+    assert send(server, data)[0] == 200
+    spent = 10.0 - server.loop_share._spent["127.0.0.1"][0]
+    if measured:
+        assert spent > 0.002 + 1e-7  # the request's cost and the time its parsing took
+    else:
+        assert spent == pytest.approx(0.002, abs=1e-12)
