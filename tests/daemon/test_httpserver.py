@@ -838,13 +838,15 @@ def test_a_pipelined_request_has_its_header_lines_counted_too(make_server):
         assert statuses_to_the_end(sock) == [200, 200]
 
 
-def test_a_request_refused_for_its_header_lines_costs_its_address_2_ms(probes):
+def test_a_request_refused_for_its_header_lines_costs_its_address_2_ms(probes, log):
     server = probes()
     now = [0.0]
     server.loop_share = LoopShare(share=0.05, burst=0.1, clock=lambda: now[0])
     assert send(server, head(101))[0] == 431
     wait_for(lambda: "127.0.0.1" in server.loop_share._spent, 5, "charged (after its answer)")
     assert server.loop_share._spent["127.0.0.1"][0] == pytest.approx(0.1 - 0.002)
+    assert "listener: 1 malformed request(s) answered 4xx (the last from 127.0.0.1: 431: more than 100 " \
+           "header lines)" in log.getvalue()
 
 
 def test_an_address_that_owes_half_a_second_waits_it(probes):
