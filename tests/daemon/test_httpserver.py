@@ -689,7 +689,7 @@ def test_header_lines_are_counted_whatever_pieces_they_come_in():
         lines = _HeadLines()
         data = head(100)
         assert all(lines.add(data[at:at + cut]) for at in range(0, len(data), cut)), cut
-        assert lines.ended and lines.lines == 102
+        assert lines.ended and lines.lines == 102 and lines.size == len(data)  # every piece's bytes
 
 
 @pytest.mark.parametrize("end", [b"\r\n\r\n", b"\n\n", b"\r\n\n", b"\n\r\n"])
@@ -715,6 +715,9 @@ def test_the_request_line_is_known_at_its_end_or_at_1024_bytes():
     long.add(b"a" * 5000)
     # known now, though it has not ended: what came of it (1,024 bytes of a piece at most)
     assert long.first_line == b"GET /" + b"a" * (1018 + 1024)
+    exact = _HeadLines()
+    exact.add(b"GET /" + b"a" * 1019)  # 1,024 bytes without its end: known
+    assert exact.first_line == b"GET /" + b"a" * 1019
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -874,3 +877,44 @@ def test_a_head_over_16_kib_costs_its_address_its_parsing_time(make_server, size
         assert spent > 0.002 + 1e-7  # the request's cost and the time its parsing took
     else:
         assert spent == pytest.approx(0.002, abs=1e-12)
+
+
+def test_a_head_in_pieces_is_read_whole_and_one_cut_short_is_told(make_server, log):
+    server = make_server()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET /pieces HTTP/1.1\r\nHo")
+        wait_for(lambda: server.open == 1, 5, "connected")
+        time.sleep(0.05)  # the first piece read alone
+        sock.sendall(b"st: h\r\n\r\n")
+        assert read_answer(sock)[1]["path"] == "/pieces"
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHo")
+        sock.shutdown(socket.SHUT_WR)  # gone before the end of its headers
+        assert sock.recv(1) == b""
+    wait_for(lambda: "went away" in log.getvalue(), 5, "told")
+    assert "listener: 1 client(s) went away mid-request (the last from 127.0.0.1: before the end of its " \
+           "headers)" in log.getvalue()
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.shutdown(socket.SHUT_WR)  # connected and gone without a byte: nothing to tell
+        assert sock.recv(1) == b""
+    wait_for(lambda: server.open == 0, 5, "closed")
+    assert log.getvalue().count("went away") == 1
+
+
+def test_a_head_not_whole_by_its_deadline_is_408_and_a_silent_connection_is_closed_silently(make_server):
+    server = make_server(header_timeout=0.3)
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n")
+        assert read_answer(sock) == (408, {"error": "the request did not arrive in time"})
+    with socket.create_connection(server.address, timeout=10) as sock:
+        assert sock.recv(1) == b""
+
+
+def test_the_access_log_names_the_path_without_its_query(make_server):
+    server = make_server()
+    with captured_log(verbose=2) as out:
+        assert send(server, get("/orders?token=s3cr3t-value&x=1"))[0] == 200
+        wait_for(lambda: "http 127.0.0.1" in out.getvalue(), 5, "the access log's line")
+    line = next(line for line in out.getvalue().splitlines() if "http 127.0.0.1" in line)
+    assert line.endswith(" TRACE   gitsync.daemon.httpserver http 127.0.0.1 GET /orders → 200")
+    assert "s3cr3t" not in out.getvalue()
