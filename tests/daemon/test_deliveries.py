@@ -225,3 +225,11 @@ def test_a_time_is_read_up_to_64_characters(length, read):
 ])
 def test_a_github_bodys_date_is_its_pushs_whole_seconds(body, expected):
     assert sent_at("github", body) == expected
+
+
+def test_gitsyncs_own_notification_is_known_by_its_body_whatever_id_a_replay_gives_it():
+    seen = Deliveries(clock=Clock())
+    body = json.dumps({"event": "applied", "id": "n-1", "time": _iso(NOW)}).encode()
+    assert seen.replayed("generic", {"x-gitsync-delivery": "n-1"}, body) is None
+    assert seen.replayed("generic", {"x-gitsync-delivery": "n-2"}, body) == \
+        "this body was accepted 0s ago: a replay; ignored"
