@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gitsync.daemon import httpserver
 from gitsync.daemon.httpserver import (
     BodyProblem,
     Headers,
@@ -27,6 +28,7 @@ from gitsync.daemon.httpserver import (
     Response,
     Route,
     _HeadLines,
+    _TurnedAway,
     json_response,
     open_files_for,
 )
@@ -918,3 +920,22 @@ def test_the_access_log_names_the_path_without_its_query(make_server):
     line = next(line for line in out.getvalue().splitlines() if "http 127.0.0.1" in line)
     assert line.endswith(" TRACE   gitsync.daemon.httpserver http 127.0.0.1 GET /orders → 200")
     assert "s3cr3t" not in out.getvalue()
+
+
+def test_at_most_64_connections_turned_away_wait_for_their_request(probes, monkeypatch):
+    monkeypatch.setattr(httpserver, "TURN_AWAY_WAIT", 30.0)  # none stops waiting during the test
+    refused: list[None] = []
+    server = probes(max_connections=1, on_refused=lambda: refused.append(None))
+    socks = [connect_from(server, "127.0.0.2")]
+    try:
+        wait_for(lambda: server.open == 1, 5, "the cap reached")
+        socks += [connect_from(server, f"127.0.0.{n}") for n in range(3, 11) for _ in range(4)]
+        wait_for(lambda: sum(server.reserve.values()) == 32, 5, "the reserve full")
+        before = _TurnedAway.lingering
+        socks += [connect_from(server, f"127.0.1.{n}") for n in range(65)]  # silent, each turned away
+        wait_for(lambda: len(refused) == 65, 10, "65 turned away")
+        assert _TurnedAway.lingering - before == 64  # the 65th closed at once
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_for(lambda: _TurnedAway.lingering == before, 10, "each closed once its client closed")
