@@ -392,3 +392,25 @@ def test_a_local_object_that_cannot_be_measured_is_left_to_the_copy(loose_store)
     check_sizes(store, [b"0" * 40, *ids], ObjectLimits(300, 4, 600))  # not in the store (an alternate's)
     with pytest.raises(LimitExceeded, match=r"\(3 of 3\)"):
         check_sizes(store, ids, ObjectLimits(299, 4, 600))
+
+
+def test_a_local_fetchs_refusals_say_what_and_each_object_after_one_not_measured_is(loose_store):
+    store, ids = loose_store
+    with pytest.raises(LimitExceeded) as refused:
+        check_sizes(store, ids, ObjectLimits(300, 2, 600))
+    assert str(refused.value) == "fetch: the fetch holds 3 objects, more than max_fetch_objects = 2"
+    with pytest.raises(LimitExceeded) as refused:
+        check_sizes(store, ids, ObjectLimits(300, 3, 599))
+    assert str(refused.value) == (f"fetch: the fetch, up to object {ids[2].decode()} (3 of 3), is 600 bytes, "
+                                  "more than max_fetch_size = 599 bytes")
+    with pytest.raises(LimitExceeded, match=r"\(4 of 4\) is 300 bytes"):  # measured after the one not
+        check_sizes(store, [b"0" * 40, *ids], ObjectLimits(299, 4, 600))
+
+
+def test_a_pack_cut_short_is_a_fetch_failure():
+    cut = PackGate(UNBOUNDED, lambda data: None)
+    cut.write(_pack(*BLOBS)[:-20 - len(BLOBS[-1]) - len(BLOBS[-2])])  # its last two objects and checksum
+    with pytest.raises(SourceError) as failed:
+        cut.finish()
+    assert str(failed.value) == "fetch: the remote's pack ended after 8 of 10 objects"
+    assert not failed.value.transient
