@@ -311,7 +311,7 @@ def test_entry_headers_cut_at_every_byte_read_the_same():
     offset_delta = _varint(len(base)) + _varint(300) + b"\x90\xff\x90\x2d"
     ofs = bytearray()
     ofs.append((6 << 4) | len(offset_delta))  # a small size, one byte
-    ofs += b"\x81\x00"  # a distance back in two bytes
+    ofs += b"\x81\x01"  # a distance back in two bytes (the last one odd: only its top bit ends it)
     ofs += zlib.compress(offset_delta)
     data = _pack(_entry(3, len(base), base), bytes(ofs), _ref_delta(base, 700))
     whole = gated(data, UNBOUNDED)
@@ -414,3 +414,30 @@ def test_a_pack_cut_short_is_a_fetch_failure():
         cut.finish()
     assert str(failed.value) == "fetch: the remote's pack ended after 8 of 10 objects"
     assert not failed.value.transient
+
+
+def test_an_object_is_inflated_64_kib_at_a_time_and_its_header_held_to_the_sum():
+    """A 4 MiB blob of zeros: never more than 64 KiB of it at once; a header that says 100,000 bytes
+    for 200,000 (no single step over it) is refused once the steps add up past it."""
+    seen: list[int] = []
+    gate = PackGate(UNBOUNDED, lambda data: None)
+    took = gate._took
+    gate._took = lambda kind, size, out: (seen.append(len(out)), took(kind, size, out))[1]
+    gate.write(_pack(_entry(3, 4 << 20, bytes(4 << 20))))
+    gate.finish()
+    assert sum(seen) == 4 << 20 and max(seen) == 64 * 1024
+    with pytest.raises(LimitExceeded) as refused:
+        gated(_pack(_entry(3, 100_000, bytes(200_000))), UNBOUNDED)
+    assert refused.value.reason.startswith("object 1 of 1 in the pack (a blob), which says it is 100,000 "
+                                           "bytes, is ")
+
+
+def test_a_damaged_pack_and_a_deltas_total_name_the_object_and_its_type():
+    with pytest.raises(SourceError) as damaged:
+        gated(_pack(_entry(3, 4, b"abcd")[:-6] + b"garbage!"), UNBOUNDED)
+    assert str(damaged.value).startswith("fetch: the remote's pack is damaged at object 1 of 1 in the pack "
+                                         "(a blob): ")
+    base = b"b" * 100
+    with pytest.raises(LimitExceeded) as refused:
+        gated(_pack(_entry(3, len(base), base), _ref_delta(base, 2000)), ObjectLimits(1 << 40, 10, 2099))
+    assert refused.value.reason.startswith("the pack, up to object 2 of 2 in the pack (a delta), is ")
