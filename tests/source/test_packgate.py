@@ -441,3 +441,13 @@ def test_a_damaged_pack_and_a_deltas_total_name_the_object_and_its_type():
     with pytest.raises(LimitExceeded) as refused:
         gated(_pack(_entry(3, len(base), base), _ref_delta(base, 2000)), ObjectLimits(1 << 40, 10, 2099))
     assert refused.value.reason.startswith("the pack, up to object 2 of 2 in the pack (a delta), is ")
+
+
+def test_a_packs_count_is_its_headers_four_bytes_and_what_is_no_pack_says_so():
+    with pytest.raises(LimitExceeded) as refused:
+        PackGate(ObjectLimits(1 << 20, (1 << 24) - 1, 1 << 30), lambda data: None).write(
+            b"PACK" + (2).to_bytes(4, "big") + (1 << 24).to_bytes(4, "big"))
+    assert refused_as(refused) == ("max_fetch_objects", 1 << 24, (1 << 24) - 1)
+    with pytest.raises(SourceError) as failed:
+        gated(b"PACX" + bytes(8), UNBOUNDED)
+    assert str(failed.value) == "fetch: the remote sent something that is not a git pack"
