@@ -338,14 +338,20 @@ def test_a_heartbeats_status_commit_is_verified_too_when_its_tip_is(tmp_path, ve
 
 
 def test_a_status_file_is_parsed_once_per_blob_and_the_memo_is_bounded(tmp_path):
-    store = Store(tmp_path / "fleet", max_refs=1)
-    trees = [store.status_tree(f"edge-{n}") for n in range(3)]
-    commits = [store.commit(tree) for tree in trees]
-    store.entry(commits[0].id, "edge-0")
-    again = store.commit(trees[0], seconds=5)  # another commit of the same blob
-    assert store.entry(again.id, "edge-0").verified and len(store.reader._statuses) == 1
-    store.entry(commits[1].id, "edge-1")
-    assert len(store.reader._statuses) == 2  # twice max_status_refs: full
-    store.entry(commits[2].id, "edge-2")
-    assert list(store.reader._statuses) == [store.repo[trees[2].id][b"status.yaml"][1]]  # emptied, then one
+    store = Store(tmp_path / "fleet", max_refs=2)
+    trees = [store.status_tree(f"edge-{n}") for n in range(5)]
+    first = store.entry(store.commit(trees[0]).id, "edge-0")
+    again = store.entry(store.commit(trees[0], seconds=5).id, "edge-0")  # another commit of the same blob
+    assert again.verified and again.status is first.status and len(store.reader._statuses) == 1
+    for n in (1, 2, 3):
+        store.entry(store.commit(trees[n]).id, f"edge-{n}")
+    assert len(store.reader._statuses) == 4  # twice max_status_refs: full
+    store.entry(store.commit(trees[4]).id, "edge-4")
+    assert list(store.reader._statuses) == [store.repo[trees[4].id][b"status.yaml"][1]]  # emptied, then one
     store.repo.close()
+
+
+def test_a_ref_whose_name_is_not_utf8_is_ignored_and_named_readably():
+    listed = {PREFIX + b"a": b"1" * 40, PREFIX + b"\xff\xfe": b"2" * 40}
+    tips, ignored = choose_refs(listed, PREFIX, 5)
+    assert list(tips) == [PREFIX + b"a"] and ignored.invalid == ("\ufffd\ufffd",)
