@@ -15,7 +15,7 @@ from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import FleetReader, Ignored, choose_refs, is_agent_ref
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
 from gitsync.writeback.remote import LOCAL_FLEET_PREFIX, open_work_repo
-from gitsync.writeback.statusfile import MAX_STATUS_BYTES, Verdict
+from gitsync.writeback.statusfile import MAX_STATUS_BYTES, FleetEntry, Verdict
 from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
 from testkit.logs import captured_log
 
@@ -249,11 +249,14 @@ def test_a_heartbeat_whose_parent_is_not_its_status_is_unreadable(store, parent)
     beat = store.commit(tree, (other,), seconds=60)
     entry = store.entry(beat.id)
     assert entry.status is None and entry.unreadable == "a heartbeat whose parent is not its status"
+    assert (entry.ref, entry.agent) == ("edge-1", "edge-1")
     assert entry.seen == datetime.fromtimestamp(store.time + 60, UTC) and entry.tip == beat.id.decode()
 
 
 def test_a_ref_to_anything_but_a_commit_is_unreadable(store):
-    assert store.entry(store.blob(b"x").id).unreadable == "the ref points to a blob, not a commit"
+    blob = store.blob(b"x")
+    assert store.entry(blob.id) == FleetEntry("edge-1", "edge-1", None,
+                                              "the ref points to a blob, not a commit", tip=blob.id.decode())
     assert store.entry(store.status_tree().id).unreadable == "the ref points to a tree, not a commit"
     at = store.blob(b"x" * MAX_STATUS_BYTES)  # as large as a status may be: looked at
     assert store.entry(at.id).unreadable == "the ref points to a blob, not a commit"
@@ -297,10 +300,12 @@ def test_a_status_that_speaks_for_another_agent_is_unreadable(store):
 
 
 def test_a_ref_not_fetched_or_not_readable_is_an_entry_that_says_why(store):
-    assert store.entry(b"1" * 40, refused="over the bounds").unreadable == "not fetched: over the bounds"
-    missing = store.entry(b"2" * 40)
-    assert missing.status is None and missing.unreadable.startswith("cannot be read (")
-    assert missing.tip == "2" * 40
+    assert store.entry(b"1" * 40, refused="over the bounds") == FleetEntry(
+        "edge-1", "edge-1", None, "not fetched: over the bounds", tip="1" * 40)
+    with captured_log() as out:
+        missing = store.entry(b"2" * 40)
+    assert missing == FleetEntry("edge-1", "edge-1", None, "cannot be read (FileNotFoundError)", tip="2" * 40)
+    assert "DEBUG   gitsync.writeback.fleet fleet: edge-1: FileNotFoundError: [Errno 2]" in out.getvalue()
 
 
 @pytest.mark.parametrize(("name", "agent"), [("eu%2F1", "eu/1"), ("%0A", "%0A"), ("%FF", "%FF"), ("a", "a")])
