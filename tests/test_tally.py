@@ -102,3 +102,9 @@ def test_events_from_many_threads_are_each_told_once(log):
         thread.join()
     told = [int(said(line).split()[1]) for line in records(log)]
     assert sum(told) == 1600 == len(counted)
+
+
+def test_the_first_event_is_told_whatever_the_clock_says(log, clock):
+    clock[0] = 0.0  # a monotonic clock may start anywhere, at 0 too
+    Tally("{} x {}{}").add("c")
+    assert len(records(log)) == 1

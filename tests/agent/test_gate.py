@@ -363,3 +363,14 @@ def test_members_whose_status_is_gone_or_not_verified_hold_the_gate_and_say_why(
                                       ("c3", "unreadable status: gateways: expected a list, got int"),
                                       ("c4", "its status ref is gone")]
     assert holding(GateMemory(), fleet) == []
+
+
+def test_every_status_is_read_whatever_comes_before_it():
+    fleet = [agent("c0", signature=UNSIGNED), unreadable("c9"), agent("m1", "main"),
+             agent("c1", result="failed")]
+    memory = remember(GateMemory(frozenset({"m1"})), fleet, "canary")
+    assert memory.members == {"c1"} and memory.failed == {C: {"c1"}}
+
+
+def test_status_signers_names_who_may_be_a_member_not_who_is_one():
+    assert remember(GateMemory(), [agent("c1")], "canary", named={"c1", "c2"}).members == {"c1"}
