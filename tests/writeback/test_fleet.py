@@ -279,7 +279,9 @@ def test_a_status_file_is_read_up_to_256_kib(store, size, readable):
 
 def test_a_status_commit_without_its_status_file_is_unreadable(store):
     none = store.commit(store.tree({b"other.yaml": (0o100644, store.blob(status_bytes("edge-1")).id)}))
-    assert store.entry(none.id).unreadable == "no status.yaml in the status commit"
+    at = datetime.fromtimestamp(store.time, UTC)
+    assert store.entry(none.id) == FleetEntry("edge-1", "edge-1", None, "no status.yaml in the status commit",
+                                              written=at, seen=at, tip=none.id.decode())
     inner = store.status_tree()
     folder = store.commit(store.tree({b"status.yaml": (0o040000, inner.id)}))
     assert store.entry(folder.id).unreadable == "status.yaml is not a file"
@@ -293,8 +295,9 @@ def test_a_status_that_speaks_for_another_agent_is_unreadable(store):
     commit = store.commit(store.status_tree("edge-2"))
     entry = store.entry(commit.id)
     assert entry.status is None and entry.agent == "edge-1"
-    assert entry.unreadable == "it speaks for 'edge-2', not for its ref's agent"
-    assert entry.written == datetime.fromtimestamp(store.time, UTC)
+    at = datetime.fromtimestamp(store.time, UTC)
+    assert entry == FleetEntry("edge-1", "edge-1", None, "it speaks for 'edge-2', not for its ref's agent",
+                               written=at, seen=at, tip=commit.id.decode())
     encoded = store.entry(store.commit(store.status_tree("eu/1")).id, "eu%2F1")  # its ref's encoding
     assert encoded.verified and encoded.agent == "eu/1"
 
