@@ -64,7 +64,7 @@ def _iso(value: Any) -> float | None:
     if not isinstance(value, str) or len(value) > 64:
         return None
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value)  # Python 3.11's reads a final Z as UTC
     except ValueError:
         return None
     return moment.timestamp() if moment.tzinfo is not None else None

@@ -510,7 +510,8 @@ class _Connection:
                 share.charge(self.client, REQUEST_COST)
                 return None
             wait = share.wait(self.client)
-            if wait > 0 and not self._probe():
+            # Waits once its request line shows what it asks: before, a probe could not be told apart.
+            if wait > 0 and self.head.first_line is not None and not self._probe():
                 await asyncio.sleep(min(wait, max(0.0, deadline - self.loop.time())))
             # A small head costs the loop less than what REQUEST_COST counts, and reading the
             # thread's CPU clock is a system call: measured only for a large one.

@@ -20,7 +20,7 @@ from gitsync.render.sops import SopsError, decryptor, identities_from_settings
 from gitsync.settings import OWN_SECRET_NAMES, SPEC_BY_NAME, Settings, SettingsError, _convert
 
 #: Names usable in ``${{ vars.NAME }}`` / ``${{ secrets.NAME }}`` (also keeps secret files inside the dir).
-NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: `$` also matches before a final newline
 SECRET_ENV_PREFIX = "GITSYNC_SECRET_"
 
 

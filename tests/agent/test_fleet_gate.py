@@ -20,7 +20,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gitsync.agent.fleet_gate import GATE_FILE, FleetGate, own_heartbeat
+from gitsync.agent.fleet_gate import (
+    GATE_FILE,
+    FleetGate,
+    load_memory,
+    memory_from_json,
+    memory_json,
+    own_heartbeat,
+)
 from gitsync.agent.gate import MAX_FAILED_COMMITS, GateMemory, GateVerdict, group_gate, remember
 from gitsync.agent.state import StateError
 from gitsync.settings import load
@@ -372,3 +379,84 @@ def test_the_heartbeat_expected_of_others_is_what_this_agent_writes_at(tmp_path,
     config.write_text(f'[agent]\ninterval = "{interval}"\njitter = "{jitter}"\n'
                       f'[writeback]\nstatus_heartbeat = "{heartbeat}"\n')
     assert own_heartbeat(load(config=config, env={})) == expected
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gate.json: what is written, what is read back, what stops the start
+
+
+def test_gate_json_holds_the_group_its_members_sorted_and_each_commits_failures_oldest_first():
+    memory = GateMemory(frozenset({"canary-2", "canary-1"}), {COMMITS[1]: frozenset({"b", "a"}),
+                                                                 COMMITS[0]: frozenset({"c"})})
+    text = memory_json(memory, "canary")
+    assert text == (b'{\n "group": "canary",\n "members": [\n  "canary-1",\n  "canary-2"\n ],\n "failed": {\n'
+                    b'  "' + COMMITS[1].encode() + b'": [\n   "a",\n   "b"\n  ],\n'
+                    b'  "' + COMMITS[0].encode() + b'": [\n   "c"\n  ]\n }\n}\n')
+    read = memory_from_json(json.loads(text), "canary")
+    assert read == memory and list(read.failed) == [COMMITS[1], COMMITS[0]]
+
+
+@pytest.mark.parametrize("data", [
+    [], "x", None,
+    {"group": "canary", "failed": {}},  # no members
+    {"group": "canary", "members": "canary-1", "failed": {}},
+    {"group": "canary", "members": [], "failed": []},
+    {"group": "canary", "members": []},
+    {"group": "canary", "members": [1], "failed": {}},
+    {"group": "canary", "members": ["a"], "failed": {"c": "a"}},
+    {"group": "canary", "members": ["a"], "failed": {"c": ["a", None]}},
+])
+def test_a_memory_that_is_not_what_gate_json_holds_is_refused(data):
+    with pytest.raises(ValueError):
+        memory_from_json(data, "canary")
+
+
+def test_another_groups_memory_is_none_of_this_ones():
+    data = {"group": "main", "members": ["m1"], "failed": {COMMITS[0]: ["m1"]}}
+    assert memory_from_json(data, "canary") == GateMemory()
+    assert memory_from_json({**data, "group": "canary"}, "canary") == GateMemory(
+        frozenset({"m1"}), {COMMITS[0]: frozenset({"m1"})})
+
+
+def test_a_missing_memory_is_an_empty_one_and_an_unreadable_one_stops_the_start(tmp_path, log):
+    assert load_memory(tmp_path / "none.json", "canary") == GateMemory()
+    assert "remembers" not in log.getvalue()
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(StateError, match=r"dir.json: cannot read the gate's memory: Is a directory$"):
+        load_memory(tmp_path / "dir.json", "canary")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(StateError, match=r"bad.json: the gate's memory is unreadable \(Expecting"):
+        load_memory(tmp_path / "bad.json", "canary")
+    (tmp_path / "empty.json").write_bytes(memory_json(GateMemory(), "canary"))
+    assert load_memory(tmp_path / "empty.json", "canary") == GateMemory()
+    assert "remembers" not in log.getvalue()
+    (tmp_path / "gate.json").write_bytes(memory_json(GateMemory(frozenset({"a", "b"}),
+                                                                {COMMITS[0]: frozenset({"a"})}), "canary"))
+    assert load_memory(tmp_path / "gate.json", "canary").members == {"a", "b"}
+    assert "gate: remembers 2 member(s) of group canary and failures of 1 commit(s)" in log.getvalue()
+    (tmp_path / "failed.json").write_bytes(memory_json(GateMemory(failed={COMMITS[0]: frozenset({"a"})}),
+                                                       "canary"))
+    assert load_memory(tmp_path / "failed.json", "canary").failed == {COMMITS[0]: {"a"}}
+    assert "remembers 0 member(s) of group canary and failures of 1 commit(s)" in log.getvalue()
+
+
+def test_what_the_memory_gains_and_loses_is_told_and_written_before_it_is_used(tmp_path, log):
+    fleet = Fleet([status("canary-1", COMMITS[0], "applied"), status("canary-2", COMMITS[0], "failed")])
+    judge = remembering(fleet, tmp_path)
+    judge.verdict(COMMITS[0], NOW, NOW)
+    text = log.getvalue()
+    assert "gate: canary-1 is a member of group canary now" in text
+    assert "gate: canary-2 is a member of group canary now" in text
+    assert f"gate: canary-2 of group canary failed {COMMITS[0][:7]}: held back until a new commit" in text
+    written = (tmp_path / GATE_FILE).stat().st_mtime_ns
+    (tmp_path / GATE_FILE).write_bytes(b"not read again")  # nothing new: not written again
+    judge.verdict(COMMITS[0], NOW, NOW)
+    assert (tmp_path / GATE_FILE).read_bytes() == b"not read again"
+    assert log.getvalue().count("is a member of group canary now") == 2 and written
+    fleet.entries["canary-1"] = status("canary-1", COMMITS[0], "applied", group="main")
+    judge.verdict(COMMITS[0], NOW, NOW)
+    assert "gate: canary-1 is no longer a member of group canary" in log.getvalue()
+    assert json.loads((tmp_path / GATE_FILE).read_text())["members"] == ["canary-2"]
+    unsaved = FleetGate(Fleet([status("canary-1", COMMITS[0], "applied")]), "canary", 1, 0.0, HEARTBEAT)
+    unsaved.verdict(COMMITS[0], NOW, NOW)  # no memory file: remembered in the object alone
+    assert unsaved.memory.members == {"canary-1"}

@@ -11,11 +11,14 @@ from gitsync.agent.fleet_gate import FleetGate
 from gitsync.agent.gate import (
     CLOCK_SKEW,
     DOWN_AFTER,
+    GateMemory,
     GateVerdict,
     fleet_table,
     group_gate,
+    holding,
     is_live,
     judge,
+    remember,
     time_problem,
 )
 from gitsync.writeback.fleet import FleetRead
@@ -301,3 +304,73 @@ def test_fleet_table_keeps_printable_text_as_it_is():
 @pytest.mark.parametrize(("ahead", "problem"), [(120, None), (121, "written in the future")])
 def test_the_clock_skew_tolerated_is_two_minutes(ahead, problem):
     assert time_problem(at(agent("c1"), written=ahead, seen=-10), NOW, None) == problem
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the gate remembers of its group (`remember`, `holding`): pure, over entries as the reader gives them
+
+
+def test_a_verified_status_of_the_group_makes_a_member_and_records_a_failure_of_any_commit():
+    memory = remember(GateMemory(), [agent("c1", signature=SIGNED), agent("c2", commit=OLD, result="failed"),
+                                     agent("c3", checks=FAILED), agent("c4", result="canary")], "canary")
+    assert memory.members == {"c1", "c2", "c3", "c4"}
+    assert memory.failed == {OLD: {"c2"}, C: {"c3"}}  # failed, or its checks did; "canary" is not yet
+
+
+def test_a_status_not_verified_changes_nothing_remembered():
+    memory = GateMemory(frozenset({"c1"}), {OLD: frozenset({"c1"})})
+    fleet = [agent("c1", "main", signature=UNSIGNED), agent("c2", result="failed", signature=UNSIGNED),
+             unreadable("c1")]
+    assert remember(memory, fleet, "canary") == memory
+
+
+def test_a_verified_status_of_another_group_ends_a_membership_not_a_failure():
+    memory = GateMemory(frozenset({"c1", "c2"}), {OLD: frozenset({"c1"})})
+    after = remember(memory, [agent("c1", "main", result="failed")], "canary")
+    assert after.members == {"c2"} and after.failed == {OLD: {"c1"}}  # its failure elsewhere is not ours
+
+
+def test_a_status_that_names_no_commit_records_no_failure():
+    assert remember(GateMemory(), [agent("c1", commit="", result="failed")], "canary").failed == {}
+
+
+def test_status_signers_names_who_may_be_a_member():
+    memory = GateMemory(frozenset({"c1", "c9"}))
+    after = remember(memory, [agent("c1"), agent("c2"), agent("c3")], "canary", named={"c1", "c2"})
+    assert after.members == {"c1", "c2"}  # c3 is not named, c9 no longer
+    assert remember(memory, [agent("c3")], "canary", named=None).members == {"c1", "c9", "c3"}
+
+
+@pytest.mark.parametrize(("commits", "kept"), [(50, 50), (51, 50), (49, 49)])
+def test_the_failures_of_50_commits_are_remembered_the_latest(commits, kept):
+    memory = GateMemory()
+    names = [f"{n:040x}" for n in range(commits)]
+    for name in names:
+        memory = remember(memory, [agent("c1", commit=name, result="failed")], "canary")
+    assert list(memory.failed) == names[-kept:]
+
+
+def test_remembering_leaves_the_memory_it_was_given_as_it_was():
+    memory = GateMemory(frozenset({"c1"}), {OLD: frozenset({"c1"})})
+    remember(memory, [agent("c2", commit=OLD, result="failed")], "canary")
+    assert memory == GateMemory(frozenset({"c1"}), {OLD: frozenset({"c1"})})
+
+
+def test_members_whose_status_is_gone_or_not_verified_hold_the_gate_and_say_why():
+    memory = GateMemory(frozenset({"c3", "c1", "c2", "c4"}))
+    fleet = [agent("c1"), agent("c2", signature=UNSIGNED), unreadable("c3"), agent("x9", signature=UNSIGNED)]
+    assert holding(memory, fleet) == [("c2", "unverified: not signed"),
+                                      ("c3", "unreadable status: gateways: expected a list, got int"),
+                                      ("c4", "its status ref is gone")]
+    assert holding(GateMemory(), fleet) == []
+
+
+def test_every_status_is_read_whatever_comes_before_it():
+    fleet = [agent("c0", signature=UNSIGNED), unreadable("c9"), agent("m1", "main"),
+             agent("c1", result="failed")]
+    memory = remember(GateMemory(frozenset({"m1"})), fleet, "canary")
+    assert memory.members == {"c1"} and memory.failed == {C: {"c1"}}
+
+
+def test_status_signers_names_who_may_be_a_member_not_who_is_one():
+    assert remember(GateMemory(), [agent("c1")], "canary", named={"c1", "c2"}).members == {"c1"}

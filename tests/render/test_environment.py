@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitsync import log as gslog
-from gitsync.render.environment import options_from_settings, read_vars_file
+from gitsync.render.environment import SecretsLookup, not_utf8, options_from_settings, read_vars_file
 from gitsync.settings import Settings, SettingsError, load, repos_of
 
 
@@ -97,3 +97,99 @@ def test_a_source_reads_its_own_secrets_and_only_the_names_shared_with_it(tmp_pa
     assert orders("VAULT_TOKEN") == "platform-vault-token" and payments("VAULT_TOKEN") is None
     assert orders("PLATFORM_ONLY") is None and orders("FROM_ENV") == "an-env-secret-value"
     assert orders("OTHER") is None and payments("FROM_ENV") is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SecretsLookup itself: each rule of what a name may read, and where
+
+
+@pytest.fixture
+def secrets_dir(tmp_path: Path) -> Path:
+    """A secrets directory: TOP at the top, orders/OWN and orders/TOP in the source orders' own."""
+    top = tmp_path / "secrets"
+    (top / "orders").mkdir(parents=True)
+    (top / "TOP").write_text("  top-secret-value-1  \n")
+    (top / "orders" / "OWN").write_text("orders-own-value-1\n")
+    (top / "orders" / "TOP").write_text("orders-top-value-1\n")
+    return top
+
+
+@pytest.mark.parametrize("name", ["../TOP", "TOP/x", "1TOP", "TOP-1", "", "T OP", "TOP\n"])
+def test_a_name_that_is_not_one_reads_nothing(secrets_dir: Path, name):
+    assert SecretsLookup(secrets_dir, {f"GITSYNC_SECRET_{name}": "env-value-00001"})(name) is None
+
+
+def test_a_lookup_without_sources_reads_the_directory_then_the_environment(secrets_dir: Path):
+    env = {"GITSYNC_SECRET_TOP": "env-loses-00001", "GITSYNC_SECRET_ENV": "e-v-1", "SECRET_OTHER": "x",
+           "GITSYNC_SECRET_": "empty-name"}
+    lookup = SecretsLookup(secrets_dir, env)
+    assert lookup("TOP") == "top-secret-value-1"  # stripped
+    assert lookup("ENV") == "e-v-1" and lookup("OTHER") is None and lookup("_TOP") is None
+    assert lookup("orders") is None  # a directory is no secret
+    assert SecretsLookup(None, {"GITSYNC_SECRET_ENV": "e-v-1"})("ENV") == "e-v-1"
+    assert SecretsLookup(None, {})("TOP") is None
+
+
+def test_a_source_reads_its_own_directory_first_and_the_rest_only_for_names_shared_with_it(secrets_dir: Path):
+    env = {"GITSYNC_SECRET_ENV": "env-value-00001"}
+    alone = SecretsLookup(secrets_dir, env, source="orders")
+    assert alone("OWN") == "orders-own-value-1" and alone("TOP") == "orders-top-value-1"
+    assert alone("ENV") is None
+    (secrets_dir / "orders" / "TOP").unlink()
+    assert alone("TOP") is None  # the directory's own: not shared
+    shared = SecretsLookup(secrets_dir, env, source="orders", shared=["TOP", "ENV"])
+    assert shared("TOP") == "top-secret-value-1" and shared("ENV") == "env-value-00001"
+    (secrets_dir / "orders" / "TOP").write_text("orders-top-value-1\n")
+    assert shared("TOP") == "orders-top-value-1"  # its own first
+    other = SecretsLookup(secrets_dir, env, source="payments", shared=["TOP"])
+    assert other("OWN") is None and other("TOP") == "top-secret-value-1"
+
+
+@pytest.mark.parametrize("name", ["admin_key", "Admin_Key", "GIT_TOKEN", "age_key"])
+def test_gitsyncs_own_credentials_are_refused_by_name_in_any_case(secrets_dir: Path, name):
+    (secrets_dir / name).write_text("a-credential-00001\n")
+    with pytest.raises(SettingsError, match=f"^secrets.{name} names one of gitsync's own credentials"):
+        SecretsLookup(secrets_dir, {})(name)
+
+
+def test_a_file_gitsync_reads_is_refused_by_what_it_is_not_by_its_name(secrets_dir: Path, tmp_path: Path):
+    key = tmp_path / "key"
+    key.write_text("the-key-value-00001\n")
+    (secrets_dir / "LINK").symlink_to(key)
+    (secrets_dir / "orders" / "MINE").symlink_to(key)
+    lookup = SecretsLookup(secrets_dir, {}, refused_files=[key, tmp_path / "missing"], source="orders",
+                           shared=["LINK"])
+    with pytest.raises(SettingsError, match=r"LINK: a file gitsync reads for itself"):
+        lookup("LINK")
+    with pytest.raises(SettingsError, match=r"orders/MINE: a file gitsync reads for itself"):
+        lookup("MINE")
+    assert lookup("OWN") == "orders-own-value-1"
+    assert SecretsLookup(secrets_dir, {})("LINK") == "the-key-value-00001"  # not refused: read
+
+
+def test_a_secret_that_cannot_be_read_as_text_is_an_error_naming_it(secrets_dir: Path):
+    (secrets_dir / "BINARY").write_bytes(b"\xff\xfe")
+    with pytest.raises(SettingsError, match=r"secrets/BINARY: cannot read the secret: 'utf-8' codec"):
+        SecretsLookup(secrets_dir, {})("BINARY")
+    (secrets_dir / "FILE").write_text("x")
+    assert SecretsLookup(secrets_dir / "FILE", {})("TOP") is None  # a path through a file: nothing there
+    with pytest.raises(SettingsError, match=r"^GITSYNC_SECRET_BAD: cannot read the secret: it holds"):
+        SecretsLookup(None, {"GITSYNC_SECRET_BAD": "bad-\udcc3\udca9-value"})("BAD")  # é, as bytes
+    with pytest.raises(SettingsError, match=r"^GITSYNC_SECRET_BAD: cannot read the secret: 'utf-8' codec"):
+        SecretsLookup(None, {"GITSYNC_SECRET_BAD": "bad-\udcff-value"})("BAD")  # no UTF-8 at all
+
+
+def test_a_secret_read_is_masked_in_the_log_at_once(secrets_dir: Path):
+    (secrets_dir / "FRESH").write_text("a-fresh-secret-value-7731\n")
+    assert gslog.redact("a-fresh-secret-value-7731") == "a-fresh-secret-value-7731"
+    assert SecretsLookup(secrets_dir, {})("FRESH") == "a-fresh-secret-value-7731"
+    assert gslog.redact("x a-fresh-secret-value-7731 y") == "x *** y"
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("plain", None), ("é ü", None),
+    ("\udcc3\udca9", "it holds characters that are not UTF-8"),  # UTF-8 bytes the environment held apart
+    ("\udcff", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+])
+def test_an_environment_value_is_utf8_or_says_why_not(text, why):
+    assert not_utf8(text) == why

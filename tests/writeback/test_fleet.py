@@ -9,13 +9,15 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from dulwich.objects import Blob, Commit, Tree
 
 from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import FleetReader, Ignored, choose_refs, is_agent_ref, parse_component
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
 from gitsync.writeback.remote import LOCAL_FLEET_PREFIX, open_work_repo
+from gitsync.writeback.statusfile import MAX_STATUS_BYTES, FleetEntry, Verdict
 from gitsync.writeback.trust import StatusSigners
-from gitsync.writeback.wire import GatewayStatus, StatusReport
+from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
 from testkit.gitservers import GitGate, ssh_keygen
 from testkit.logs import captured_log
 
@@ -267,3 +269,240 @@ def test_a_group_read_during_an_upgrade_reads_the_old_layout_then_its_members_ol
     second = reader.read(first=["c1", "c2"])
     assert [(e.ref, e.group) for e in second.entries] == [("canary/c1", "canary"), ("c2", "canary")]
     assert second.ignored == Ignored()  # main's m1 and the 200 others were never listed
+# Which refs are read: each bound alone, exactly at it and one past
+
+
+def listed_refs(*names: str) -> dict[bytes, bytes]:
+    return {PREFIX + name.encode(): b"%040x" % n for n, name in enumerate(names, 1)}
+
+
+@pytest.mark.parametrize(("limit", "read", "excess"), [
+    (3, ["a", "b", "c"], ()), (2, ["a", "b"], ("c",)), (0, [], ("a", "b", "c")), (10, ["a", "b", "c"], ()),
+])
+def test_max_status_refs_are_read_at_most_the_others_named(limit, read, excess):
+    listed = listed_refs("c", "a", "b")
+    tips, ignored = choose_refs(listed, PREFIX, limit)
+    assert list(tips) == [PREFIX + name.encode() for name in read]
+    assert all(tips[ref] == listed[ref] for ref in tips)
+    assert ignored == Ignored((), excess) and bool(ignored) is bool(excess)
+
+
+def test_the_agents_asked_for_first_are_read_first_whatever_their_names():
+    listed = listed_refs("a", "b", "eu/x/1", "z")
+    tips, ignored = choose_refs(listed, PREFIX, 2, first=["z", "eu/x/1", "not a name\n"])
+    # eu/x/1's ref would be eu%2Fx%2F1: no such ref (and a ref two levels down is no agent's)
+    assert list(tips) == [PREFIX + b"z", PREFIX + b"a"]
+    assert ignored == Ignored(("eu/x/1",), ("b",))
+
+
+def test_only_the_agents_asked_for_are_read_or_counted():
+    listed = listed_refs("a", "b", "eu%2F1", "..")
+    tips, ignored = choose_refs(listed, PREFIX, 1, only=["eu/1", "b", "not a name\n"])
+    assert list(tips) == [PREFIX + b"b"]  # one of the two asked for, by name
+    assert ignored == Ignored(("..",), ("eu%2F1",))
+    tips, ignored = choose_refs(listed, PREFIX, 5, only=[])
+    assert tips == {} and ignored == Ignored(("..",), ())
+
+
+def test_ignored_refs_are_told_with_five_names_at_most():
+    assert not Ignored() and Ignored(invalid=("x",)) and Ignored(excess=("y",))
+    excess = tuple(f"a{n}" for n in range(7))
+    assert Ignored(excess=excess).describe(2) == "7 beyond max_status_refs = 2 (a0, a1, a2, a3, a4, … 2 more)"
+    assert Ignored(excess=excess[:5]).describe(2) == "5 beyond max_status_refs = 2 (a0, a1, a2, a3, a4)"
+    assert Ignored(invalid=("x" * 100 + "\n",)).describe(1) == f"1 whose name is no agent's ({'x' * 80})"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What one status ref may say (an object store on disk, objects written by hand)
+
+
+class Store:
+    """A bare repo to write a status ref's objects into, and a reader over it."""
+
+    def __init__(self, path, max_refs: int = 1000, signers=None) -> None:
+        self.repo = open_work_repo(path)
+        self.reader = FleetReader(Remote.of(str(path)), path, signers=signers, max_refs=max_refs)
+        self.time = 1_700_000_000
+
+    def add(self, obj):
+        self.repo.object_store.add_object(obj)
+        return obj
+
+    def blob(self, data: bytes) -> Blob:
+        return self.add(Blob.from_string(data))
+
+    def tree(self, entries: dict[bytes, tuple[int, bytes]]) -> Tree:
+        tree = Tree()
+        for name, (mode, sha) in entries.items():
+            tree.add(name, mode, sha)
+        return self.add(tree)
+
+    def status_tree(self, agent: str = "edge-1", data: bytes | None = None) -> Tree:
+        blob = self.blob(data if data is not None else status_bytes(agent))
+        return self.tree({b"status.yaml": (0o100644, blob.id)})
+
+    def commit(self, tree: Tree, parents: tuple[bytes, ...] = (), seconds: int = 0) -> Commit:
+        commit = Commit()
+        commit.tree, commit.parents = tree.id, list(parents)
+        commit.author = commit.committer = b"a <a@example.com>"
+        commit.author_time = commit.commit_time = self.time + seconds
+        commit.author_timezone = commit.commit_timezone = 0
+        commit.message = b"status\n"
+        return self.add(commit)
+
+    def entry(self, sha: bytes, name: str = "edge-1", refused: str | None = None):
+        return self.reader._entry(self.repo, PREFIX + name.encode(), sha, refused)
+
+
+def status_bytes(agent: str, group: str = "canary") -> bytes:
+    return render_status(status_document(report(agent, "a" * 40, group)))
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[Store]:
+    made = Store(tmp_path / "fleet")
+    yield made
+    made.repo.close()
+
+
+def test_a_status_commit_is_read_with_its_time(store):
+    commit = store.commit(store.status_tree())
+    entry = store.entry(commit.id)
+    assert entry.status is not None and entry.verified and entry.unreadable is None
+    assert (entry.ref, entry.agent, entry.tip) == ("edge-1", "edge-1", commit.id.decode())
+    assert entry.written == entry.seen == datetime.fromtimestamp(store.time, UTC)
+    assert entry.signature is None
+
+
+def test_a_heartbeat_is_read_through_its_parent_with_the_same_tree(store):
+    tree = store.status_tree()
+    status = store.commit(tree)
+    beat = store.commit(tree, (status.id,), seconds=60)
+    entry = store.entry(beat.id)
+    assert entry.verified and entry.tip == beat.id.decode()
+    assert entry.written == datetime.fromtimestamp(store.time, UTC)  # the status's time
+    assert entry.seen == datetime.fromtimestamp(store.time + 60, UTC)  # the agent's last write
+
+
+@pytest.mark.parametrize("parent", ["another tree", "missing", "a blob"])
+def test_a_heartbeat_whose_parent_is_not_its_status_is_unreadable(store, parent):
+    tree = store.status_tree()
+    other = {"another tree": lambda: store.commit(store.status_tree(data=status_bytes("edge-1", "main"))).id,
+             "missing": lambda: b"1" * 40, "a blob": lambda: store.blob(b"x").id}[parent]()
+    beat = store.commit(tree, (other,), seconds=60)
+    entry = store.entry(beat.id)
+    assert entry.status is None and entry.unreadable == "a heartbeat whose parent is not its status"
+    assert (entry.ref, entry.agent) == ("edge-1", "edge-1")
+    assert entry.seen == datetime.fromtimestamp(store.time + 60, UTC) and entry.tip == beat.id.decode()
+
+
+def test_a_ref_to_anything_but_a_commit_is_unreadable(store):
+    blob = store.blob(b"x")
+    assert store.entry(blob.id) == FleetEntry("edge-1", "edge-1", None,
+                                              "the ref points to a blob, not a commit", tip=blob.id.decode())
+    assert store.entry(store.status_tree().id).unreadable == "the ref points to a tree, not a commit"
+    at = store.blob(b"x" * MAX_STATUS_BYTES)  # as large as a status may be: looked at
+    assert store.entry(at.id).unreadable == "the ref points to a blob, not a commit"
+    past = store.blob(b"x" * (MAX_STATUS_BYTES + 1))  # larger: never inflated
+    assert store.entry(past.id).unreadable == ("the ref points to a object larger than a status may be, "
+                                               "not a commit")
+
+
+@pytest.mark.parametrize(("size", "readable"), [(MAX_STATUS_BYTES, True), (MAX_STATUS_BYTES + 1, False)])
+def test_a_status_file_is_read_up_to_256_kib(store, size, readable):
+    data = status_bytes("edge-1")
+    data += b"#" + b"x" * (size - len(data) - 2) + b"\n"  # a comment to the size
+    assert len(data) == size
+    entry = store.entry(store.commit(store.status_tree(data=data)).id)
+    if readable:
+        assert entry.verified
+    else:
+        assert entry.unreadable == "262145 bytes, more than the 262144 a status file may have"
+
+
+def test_a_status_commit_without_its_status_file_is_unreadable(store):
+    none = store.commit(store.tree({b"other.yaml": (0o100644, store.blob(status_bytes("edge-1")).id)}))
+    at = datetime.fromtimestamp(store.time, UTC)
+    assert store.entry(none.id) == FleetEntry("edge-1", "edge-1", None, "no status.yaml in the status commit",
+                                              written=at, seen=at, tip=none.id.decode())
+    inner = store.status_tree()
+    folder = store.commit(store.tree({b"status.yaml": (0o040000, inner.id)}))
+    assert store.entry(folder.id).unreadable == "status.yaml is not a file"
+    link = store.commit(store.tree({b"status.yaml": (0o120000, store.blob(b"elsewhere").id)}))
+    assert store.entry(link.id).unreadable == "status.yaml is not a file"
+    executable = store.commit(store.tree({b"status.yaml": (0o100755, store.blob(status_bytes("edge-1")).id)}))
+    assert store.entry(executable.id).verified
+
+
+def test_a_status_that_speaks_for_another_agent_is_unreadable(store):
+    commit = store.commit(store.status_tree("edge-2"))
+    entry = store.entry(commit.id)
+    assert entry.status is None and entry.agent == "edge-1"
+    at = datetime.fromtimestamp(store.time, UTC)
+    assert entry == FleetEntry("edge-1", "edge-1", None, "it speaks for 'edge-2', not for its ref's agent",
+                               written=at, seen=at, tip=commit.id.decode())
+    encoded = store.entry(store.commit(store.status_tree("eu/1")).id, "eu%2F1")  # its ref's encoding
+    assert encoded.verified and encoded.agent == "eu/1"
+
+
+def test_a_ref_not_fetched_or_not_readable_is_an_entry_that_says_why(store):
+    assert store.entry(b"1" * 40, refused="over the bounds") == FleetEntry(
+        "edge-1", "edge-1", None, "not fetched: over the bounds", tip="1" * 40)
+    with captured_log() as out:
+        missing = store.entry(b"2" * 40)
+    assert missing == FleetEntry("edge-1", "edge-1", None, "cannot be read (FileNotFoundError)", tip="2" * 40)
+    assert "DEBUG   gitsync.writeback.fleet fleet: edge-1: FileNotFoundError: [Errno 2]" in out.getvalue()
+
+
+@pytest.mark.parametrize(("name", "agent"), [("eu%2F1", "eu/1"), ("%0A", "%0A"), ("%FF", "%FF"), ("a", "a")])
+def test_an_agents_name_is_its_refs_decoded_when_that_is_printable(store, name, agent):
+    assert store.entry(b"3" * 40, name).agent == agent
+
+
+class Signers:
+    """Says each commit it is asked about verified or not, and records what it was asked."""
+
+    def __init__(self, verified: bool) -> None:
+        self.verified, self.asked = verified, []
+
+    def verify(self, commit, agent, group):
+        self.asked.append((commit.id, agent, group))
+        return Verdict(self.verified, "" if self.verified else "no allowed key")
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_a_heartbeats_status_commit_is_verified_too_when_its_tip_is(tmp_path, verified):
+    signers = Signers(verified)
+    store = Store(tmp_path / "fleet", signers=signers)
+    tree = store.status_tree()
+    status = store.commit(tree)
+    beat = store.commit(tree, (status.id,), seconds=60)
+    entry = store.entry(beat.id)
+    assert entry.verified is verified
+    assert entry.signature == Verdict(verified, "" if verified else "no allowed key")
+    both = [(beat.id, "edge-1", "canary"), (status.id, "edge-1", "canary")]
+    assert signers.asked == (both if verified else both[:1])
+    signers.asked.clear()
+    store.entry(status.id)  # no heartbeat: its tip alone
+    assert signers.asked == [(status.id, "edge-1", "canary")]
+    store.repo.close()
+
+
+def test_a_status_file_is_parsed_once_per_blob_and_the_memo_is_bounded(tmp_path):
+    store = Store(tmp_path / "fleet", max_refs=2)
+    trees = [store.status_tree(f"edge-{n}") for n in range(5)]
+    first = store.entry(store.commit(trees[0]).id, "edge-0")
+    again = store.entry(store.commit(trees[0], seconds=5).id, "edge-0")  # another commit of the same blob
+    assert again.verified and again.status is first.status and len(store.reader._statuses) == 1
+    for n in (1, 2, 3):
+        store.entry(store.commit(trees[n]).id, f"edge-{n}")
+    assert len(store.reader._statuses) == 4  # twice max_status_refs: full
+    store.entry(store.commit(trees[4]).id, "edge-4")
+    assert list(store.reader._statuses) == [store.repo[trees[4].id][b"status.yaml"][1]]  # emptied, then one
+    store.repo.close()
+
+
+def test_a_ref_whose_name_is_not_utf8_is_ignored_and_named_readably():
+    listed = {PREFIX + b"a": b"1" * 40, PREFIX + b"\xff\xfe": b"2" * 40}
+    tips, ignored = choose_refs(listed, PREFIX, 5)
+    assert list(tips) == [PREFIX + b"a"] and ignored.invalid == ("\ufffd\ufffd",)
