@@ -141,7 +141,7 @@ class Repo:
             return self._contact(self.source.check)
 
     def _contact(self, action: Callable[[], str]) -> str:
-        return contacted(action, self.url, self._attempts, self.settings.max_backoff)
+        return contacted(action, self.url, self._attempts, self.settings.max_backoff, remote=self.REMOTE)
 
     @property
     def tip_refused(self) -> str | None:

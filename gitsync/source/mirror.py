@@ -632,11 +632,13 @@ T = TypeVar("T")
 RETRY_BASE = 1.0
 
 
-def contacted(action: Callable[[], T], url: str, attempts: int, max_backoff: float) -> T:
-    """A git contact (`Source.check`, `Source.fetch`), tried up to `attempts` times while the transport
-    fails, with a jittered backoff between tries; the last failure raised."""
+def contacted(action: Callable[[], T], url: str, attempts: int, max_backoff: float, *,
+              remote: str = "git remote") -> T:
+    """A contact of a source's remote (`Source.check`, `Source.fetch`; a registry's HEAD and pull), tried
+    up to `attempts` times while the transport fails, with a jittered backoff between tries; the last
+    failure raised. `remote` is what the log calls it."""
     def retrying(exc: Exception, attempt: int, delay: float) -> None:
-        logger.warning("git remote {}: {} (attempt {} of {}); retrying in {:.1f}s", url, exc, attempt,
+        logger.warning("{} {}: {} (attempt {} of {}); retrying in {:.1f}s", remote, url, exc, attempt,
                        attempts, delay)
 
     return retried(action, attempts, Backoff(RETRY_BASE, max_backoff),

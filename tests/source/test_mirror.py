@@ -1169,3 +1169,25 @@ def test_the_source_takes_its_limits_from_the_settings(tmp_path):
     source = Source.from_settings(Settings(repo=str(tmp_path), state_dir=tmp_path, max_object_size=9 << 20,
                                            max_fetch_objects=77, max_fetch_size=5 << 30))
     assert source.limits == mirror.ObjectLimits(9 << 20, 77, 5 << 30)
+
+
+def test_a_contact_retried_names_its_remote_as_the_source_calls_it():
+    """A transient failure is tried again with a log line per retry naming the remote's kind (a git
+    remote by default; an artifact source says registry), its URL and the attempt; the last one raised."""
+    from gitsync.source.mirror import contacted
+    from gitsync.source.transport import SourceError
+    from testkit.logs import captured_log
+
+    tries = []
+
+    def failing() -> str:
+        tries.append(1)
+        raise SourceError("check", "connection refused", transient=True)
+
+    for remote, url in (("git remote", "git://127.0.0.1:1/config"), ("registry", "oci://127.0.0.1:1/c:main")):
+        tries.clear()
+        with captured_log() as log, pytest.raises(SourceError, match="connection refused"):
+            contacted(failing, url, 2, 0.01, **({} if remote == "git remote" else {"remote": remote}))
+        assert len(tries) == 2
+        assert f"{remote} {url}: " in log.getvalue() and "(attempt 1 of 2); retrying in" in log.getvalue()
+        assert log.getvalue().count("retrying in") == 1
