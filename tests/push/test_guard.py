@@ -91,7 +91,8 @@ def git_trailers(message: str) -> list[tuple[str, str]]:
     result = subprocess.run(["git", "interpret-trailers", "--parse", "--no-divider"], input=message.encode(),
                             capture_output=True, env=git_env(), timeout=30, check=True)
     pairs = []
-    for line in result.stdout.decode().splitlines():
+    # lines end at "\n" only: a value may hold a "\r" (splitlines would cut it there)
+    for line in result.stdout.decode().split("\n")[:-1]:
         token, _, value = line.partition(": ")
         pairs.append((token, value))
     return pairs
@@ -126,6 +127,8 @@ EDGES = [
     "x\n\n  c1\n  c2\np1\np2\nSigned-off-by: S\n",
     "x\n\n" + "p\n" * 7 + "A: b\nSigned-off-by: S\n", "x\n\n" + "p\n" * 6 + "A: b\nSigned-off-by: S\n",
     "x\n\n  c1\nSigned-off-by: S\n", "x\n\nA: b\n \u00a0c\n",
+    # a value that holds a carriage return, continued on the next line
+    "\nA: b\r\n  c", "x\n\nGitsync-Allow-Delete: routes\r\n  continued here\n",
 ]
 
 
