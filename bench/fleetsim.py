@@ -18,7 +18,8 @@ its reaped children's: each connection is a child ``git upload-pack`` / ``receiv
   much. The 10,000 writes of a heartbeat round are the per-write figure times 10,000 (said so);
 - **reads**: a gate's read of its group (first read, a read where nothing moved), and ``status
   --fleet``'s read of the whole fleet (first, nothing moved), in each layout: seconds (wall, on this
-  loaded machine), bytes, server CPU, entries.
+  loaded machine, and the client's own CPU seconds, which the load does not change), bytes, server CPU,
+  entries.
 
 Extrapolation to 100,000 agents is on paper, in bench/README.md, from the per-ref and per-write costs.
 """
@@ -107,6 +108,7 @@ class Cost:
     server_cpu_ms: float  # per operation
     seconds: float  # wall, all operations
     entries: int = 0
+    client_cpu: float = 0.0  # this process's CPU seconds, all operations (the load does not change it)
 
 
 class Server:
@@ -148,13 +150,14 @@ class Server:
     def measure(self, what: str, layout: str, count: int) -> Iterator[dict[str, Any]]:
         before, cpu = self._totals()
         out: dict[str, Any] = {}
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         yield out
-        seconds = time.perf_counter() - started
+        seconds, client_cpu = time.perf_counter() - started, time.process_time() - cpu_started
         after, cpu_after = self._totals()
         out["cost"] = Cost(what, layout, count, (after.requests - before.requests) / count,
                            (after.received - before.received) / count, (after.sent - before.sent) / count,
-                           (cpu_after - cpu) * 1000 / count, round(seconds, 3), out.get("entries", 0))
+                           (cpu_after - cpu) * 1000 / count, round(seconds, 3), out.get("entries", 0),
+                           round(client_cpu, 3))
 
 
 def _repo_of(layout: str, group: str) -> str:
@@ -239,10 +242,11 @@ def _writes(server: Server, root: Path, layout: str, fleet: Sequence[tuple[str, 
 
 def table(costs: Sequence[Cost]) -> str:
     lines = ["| operation | layout | n | conn/op | server sent B/op | server recv B/op | server CPU ms/op "
-             "| wall s | entries |", "|---|---|---|---|---|---|---|---|---|"]
+             "| wall s | client CPU s | entries |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in costs:
         lines.append(f"| {c.what} | {c.layout} | {c.count} | {c.connections:g} | {c.server_sent:,.0f} | "
-                     f"{c.server_received:,.0f} | {c.server_cpu_ms:,.1f} | {c.seconds:.2f} | {c.entries:,} |")
+                     f"{c.server_received:,.0f} | {c.server_cpu_ms:,.1f} | {c.seconds:.2f} | "
+                     f"{c.client_cpu:.2f} | {c.entries:,} |")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from dulwich.object_store import DiskObjectStore
-from dulwich.pack import OFS_DELTA, REF_DELTA
+from dulwich.pack import OFS_DELTA, REF_DELTA, Pack
 
 from gitsync.source.transport import SourceError
 
@@ -19,17 +19,54 @@ if TYPE_CHECKING:
 def object_size(store: DiskObjectStore, sha: bytes) -> int:
     """An object's size from its header, never inflating the object: a 300 MB blob costs a few
     hundred bytes read (a packed delta's size is in the first bytes of its delta data)."""
-    hex_sha = sha.decode()
-    for pack in store.packs:
-        try:
-            offset = pack.index.object_offset(sha)
-        except KeyError:
-            continue
-        with open(pack.data.path, "rb") as stream:
-            return _packed_size(stream, offset, len(hex_sha) // 2)
-    with open(os.path.join(store.path, hex_sha[:2], hex_sha[2:]), "rb") as stream:
-        header = _inflate_start(stream, lambda out: b"\0" in out)  # "blob <size>\0"
-    return int(header.split(b"\0", 1)[0].split(b" ", 1)[1])
+    with ObjectSizes(store) as sizes:
+        return sizes.size(sha)
+
+
+class ObjectSizes:
+    """`object_size` for many objects of one store, and where each is packed: the store's packs listed
+    once (dulwich lists the pack directory on every ``store.packs``) and each pack file opened once,
+    not once per object. Packs added to the store after it was made are not seen: make one per read."""
+
+    def __init__(self, store: DiskObjectStore) -> None:
+        self.store = store
+        self.packs = store.packs
+        self._files: dict[str, IO[bytes]] = {}
+
+    def __enter__(self) -> ObjectSizes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for stream in self._files.values():
+            stream.close()
+        self._files.clear()
+
+    def find(self, sha: bytes) -> tuple[Pack, int] | None:
+        """The pack holding `sha` (hex) and its offset there; None when it is not packed."""
+        for pack in self.packs:
+            try:
+                return pack, pack.index.object_offset(sha)
+            except KeyError:
+                continue
+        return None
+
+    def size(self, sha: bytes) -> int:
+        """The size of object `sha` (hex) from its header (see `object_size`)."""
+        found = self.find(sha)
+        if found is None:
+            hex_sha = sha.decode()
+            with open(os.path.join(self.store.path, hex_sha[:2], hex_sha[2:]), "rb") as stream:
+                header = _inflate_start(stream, lambda out: b"\0" in out)  # "blob <size>\0"
+            return int(header.split(b"\0", 1)[0].split(b" ", 1)[1])
+        pack, offset = found
+        path = pack.data.path
+        stream = self._files.get(path)
+        if stream is None:
+            stream = self._files[path] = open(path, "rb")  # noqa: SIM115 (closed by close())
+        return _packed_size(stream, offset, len(sha) // 2)
 
 
 def _packed_size(stream: IO[bytes], offset: int, hash_size: int) -> int:

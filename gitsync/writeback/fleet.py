@@ -39,13 +39,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from dulwich.objects import Commit, Tree
-from dulwich.repo import Repo
+from dulwich.objects import Commit, ShaFile, Tree, hex_to_sha
 
 from gitsync.backoff import backoff_delay
 from gitsync.log import logger
 from gitsync.names import MAX_COMPONENT, agent_slug, decode_slug, group_problem
-from gitsync.source.sizes import object_size
+from gitsync.source.sizes import ObjectSizes
 from gitsync.source.transport import Remote, SourceError
 from gitsync.writeback.remote import (
     RefMoved,
@@ -263,8 +262,9 @@ class FleetReader:
                 got = self._read_tips(wire, [self.prefix], choose, skip)  # none sharded yet: as before
             changed = {ref for ref, sha in got.tips.items()
                        if ref not in held or held[ref].tip != sha.decode()}
-            entries = {ref: self._entry(repo, ref, sha, got.refused.get(ref)) if ref in changed else held[ref]
-                       for ref, sha in got.tips.items()}
+            with ObjectSizes(repo.object_store) as objects:  # after the fetch: its pack is listed
+                entries = {ref: self._entry(objects, ref, sha, got.refused.get(ref)) if ref in changed
+                           else held[ref] for ref, sha in got.tips.items()}
             gone = set(held) - set(entries)
             if changed or gone:
                 mirror_fleet(repo, self.prefix, {ref: sha for ref, sha in got.tips.items()
@@ -309,7 +309,7 @@ class FleetReader:
                            ignored.describe(self.max_refs))
         self._ignored = ignored
 
-    def _entry(self, repo: Repo, ref: bytes, sha: bytes, refused: str | None = None) -> FleetEntry:
+    def _entry(self, objects: ObjectSizes, ref: bytes, sha: bytes, refused: str | None = None) -> FleetEntry:
         """What one status ref says, never raising: whatever its writer pushed, it is an entry."""
         name = self._component(ref)
         parsed = parse_component(ref[len(self.prefix):])
@@ -323,14 +323,14 @@ class FleetReader:
         if refused is not None:
             return FleetEntry(name, agent, None, f"not fetched: {refused}", tip=sha.decode())
         try:
-            return self._read_entry(repo, name, agent, sha, group)
+            return self._read_entry(objects, name, agent, sha, group)
         except Exception as exc:  # an object store that cannot read what was pushed: that agent's problem
             logger.debug("fleet: {}: {}: {}", name, type(exc).__name__, exc)
             return FleetEntry(name, agent, None, f"cannot be read ({type(exc).__name__})", tip=sha.decode())
 
-    def _read_entry(self, repo: Repo, name: str, agent: str, sha: bytes, group: str | None) -> FleetEntry:
-        store = repo.object_store
-        tip = _small(store, sha)
+    def _read_entry(self, objects: ObjectSizes, name: str, agent: str, sha: bytes, group: str | None
+                    ) -> FleetEntry:
+        tip = _small(objects, sha)
         if not isinstance(tip, Commit):
             what = tip.type_name.decode() if tip is not None else "object larger than a status may be"
             return FleetEntry(name, agent, None, f"the ref points to a {what}, not a commit",
@@ -338,12 +338,12 @@ class FleetReader:
         seen = _time(tip)
         status_commit = tip
         if tip.parents:  # a heartbeat: the status commit is its parent, with the same tree
-            parent = _small(store, tip.parents[0]) if tip.parents[0] in store else None
+            parent = _small(objects, tip.parents[0]) if tip.parents[0] in objects.store else None
             if not isinstance(parent, Commit) or parent.tree != tip.tree:
                 return FleetEntry(name, agent, None, "a heartbeat whose parent is not its status",
                                   seen=seen, tip=sha.decode())
             status_commit = parent
-        read = self._status_file(store, tip)
+        read = self._status_file(objects, tip)
         if isinstance(read, Unreadable):
             return FleetEntry(name, agent, None, read.reason, written=_time(status_commit), seen=seen,
                               tip=sha.decode())
@@ -360,9 +360,9 @@ class FleetReader:
                 signature = self.signers.verify(status_commit, read.agent, read.group)
         return FleetEntry(name, read.agent, read, None, signature, _time(status_commit), seen, sha.decode())
 
-    def _status_file(self, store: object, commit: Commit) -> StatusFile | Unreadable:
+    def _status_file(self, objects: ObjectSizes, commit: Commit) -> StatusFile | Unreadable:
         """The status file of `commit`, parsed once per blob however many refs hold it."""
-        tree = _small(store, commit.tree)
+        tree = _small(objects, commit.tree)
         if not isinstance(tree, Tree) or STATUS_FILE not in tree:
             return Unreadable(f"no {STATUS_FILE.decode()} in the status commit")
         mode, blob = tree[STATUS_FILE]
@@ -372,7 +372,7 @@ class FleetReader:
         if known is None:
             if len(self._statuses) >= 2 * self.max_refs:
                 self._statuses.clear()
-            known = self._statuses[blob] = _status_blob(store, blob)
+            known = self._statuses[blob] = _status_blob(objects, blob)
         return known
 
 
@@ -390,19 +390,28 @@ def _time(commit: Commit) -> datetime | None:
         return None
 
 
-def _small(store: object, sha: bytes) -> object | None:
+def _small(objects: ObjectSizes, sha: bytes) -> ShaFile | None:
     """The object `sha`, unless its header says it is larger than a status may be (then None, never
     inflated: objects an older gitsync fetched unbounded may be any size)."""
-    if object_size(store, sha) > MAX_STATUS_BYTES:  # type: ignore[arg-type]
+    if objects.size(sha) > MAX_STATUS_BYTES:
         return None
-    return store[sha]  # type: ignore[index]
+    return _object(objects, sha)
 
 
-def _status_blob(store: object, blob: bytes) -> StatusFile | Unreadable:
-    size = object_size(store, blob)  # type: ignore[arg-type]
+def _object(objects: ObjectSizes, sha: bytes) -> ShaFile:
+    """The object `sha` read from the pack that holds it (found by `objects`, whose list of packs is read
+    once: the store's own lookup lists the pack directory again for each object), else from the store."""
+    found = objects.find(sha)
+    if found is None:
+        return objects.store[sha]
+    return ShaFile.from_raw_string(*found[0].get_raw(hex_to_sha(sha)), sha=sha)
+
+
+def _status_blob(objects: ObjectSizes, blob: bytes) -> StatusFile | Unreadable:
+    size = objects.size(blob)
     if size > MAX_STATUS_BYTES:  # looked at before a byte of it is inflated
         return Unreadable(f"{size} bytes, more than the {MAX_STATUS_BYTES} a status file may have")
-    return read_status(store[blob].data)  # type: ignore[index]
+    return read_status(_object(objects, blob).data)  # type: ignore[attr-defined]
 
 
 def signers_from_settings(settings: Settings) -> StatusSigners | None:

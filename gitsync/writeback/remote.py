@@ -196,7 +196,8 @@ class RefWire:
             tips = dict(choose(listed))
             read.update(listed=listed, tips=tips)
             walker.heads.update(sha for sha in list(haves(tips))[:MAX_HAVES] if sha in store)
-            return list(dict.fromkeys(sha for sha in tips.values() if sha not in store and sha not in skip))
+            held = holder(store)
+            return list(dict.fromkeys(sha for sha in tips.values() if not held(sha) and sha not in skip))
 
         asked: list[bytes] = []
 
@@ -269,6 +270,18 @@ class RefWire:
                                      "rewritten on every change and heartbeat: allow non-fast-forward "
                                      "updates of them, e.g. git config receive.denyNonFastForwards false)")
             raise RefMoved(f"remote refused: {why}")  # "failed to lock", "stale info": someone was faster
+
+
+def holder(store: Any) -> Callable[[bytes], bool]:
+    """Whether `store` holds an object (hex), as ``sha in store`` says, with its packs listed once: for an
+    object it lacks, dulwich lists the pack directory again (a first read of 10,000 refs lacks 10,000)."""
+    packs = store.packs
+
+    def held(sha: bytes) -> bool:
+        return (any(sha in pack for pack in packs) or store.contains_loose(sha)
+                or any(sha in alternate for alternate in store.alternates))
+
+    return held
 
 
 def set_local_ref(repo: Repo, local_ref: bytes, sha: bytes | None) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from dulwich.objects import Blob, Commit, Tree
 
+from gitsync.source.sizes import ObjectSizes
 from gitsync.source.transport import Remote
 from gitsync.writeback.fleet import FleetReader, Ignored, choose_refs, is_agent_ref, parse_component
 from gitsync.writeback.publisher import WriteBack, WriteBackOptions
@@ -18,6 +20,7 @@ from gitsync.writeback.remote import LOCAL_FLEET_PREFIX, open_work_repo
 from gitsync.writeback.statusfile import MAX_STATUS_BYTES, FleetEntry, Verdict
 from gitsync.writeback.trust import StatusSigners
 from gitsync.writeback.wire import GatewayStatus, StatusReport, render_status, status_document
+from testkit.git import git
 from testkit.gitservers import GitGate, ssh_keygen
 from testkit.logs import captured_log
 
@@ -351,7 +354,8 @@ class Store:
         return self.add(commit)
 
     def entry(self, sha: bytes, name: str = "edge-1", refused: str | None = None):
-        return self.reader._entry(self.repo, PREFIX + name.encode(), sha, refused)
+        with ObjectSizes(self.repo.object_store) as objects:
+            return self.reader._entry(objects, PREFIX + name.encode(), sha, refused)
 
 
 def status_bytes(agent: str, group: str = "canary") -> bytes:
@@ -406,6 +410,36 @@ def test_a_ref_to_anything_but_a_commit_is_unreadable(store):
     past = store.blob(b"x" * (MAX_STATUS_BYTES + 1))  # larger: never inflated
     assert store.entry(past.id).unreadable == ("the ref points to a object larger than a status may be, "
                                                "not a commit")
+
+
+
+def test_packed_objects_are_read_and_bounded_as_loose_ones(store):
+    """A fetch leaves the objects in a pack (as deltas of one another): read from the pack that holds
+    them, sized from their headers there, they give the entries the loose objects give."""
+    status = store.commit(store.status_tree())
+    beat = store.commit(store.status_tree(), parents=(status.id,), seconds=60)
+    data = status_bytes("edge-1")
+    data += b"#" + b"x" * (MAX_STATUS_BYTES - len(data) - 1) + b"\n"  # one byte more than a status may be
+    over = store.commit(store.status_tree(data=data))
+    large = store.blob(b"x" * (MAX_STATUS_BYTES + 1))
+    other = store.commit(store.status_tree("edge-2"))
+    shas = [status.id, beat.id, over.id, large.id, other.id]
+    loose = [store.entry(sha) for sha in shas]
+    repo = Path(store.repo.path)
+    listed = git("cat-file", "--batch-all-objects", "--batch-check=%(objectname)", cwd=repo)
+    git("pack-objects", "-q", "objects/pack/pack", cwd=repo, input=listed.encode() + b"\n")
+    git("prune-packed", cwd=repo)
+    assert not any(len(d.name) == 2 and any(d.iterdir()) for d in (repo / "objects").iterdir())
+    index = next((repo / "objects" / "pack").glob("*.idx"))
+    assert any(len(line.split()) == 7 for line in git("verify-pack", "-v", str(index)).splitlines())  # deltas
+    with ObjectSizes(store.repo.object_store) as objects:
+        assert all(objects.find(sha) is not None for sha in shas)
+    packed = [store.entry(sha) for sha in shas]
+    assert packed == loose
+    assert packed[0].verified and packed[1].verified and packed[1].seen != packed[1].written
+    assert packed[2].unreadable == "262145 bytes, more than the 262144 a status file may have"
+    assert packed[3].unreadable == "the ref points to a object larger than a status may be, not a commit"
+    assert packed[4].unreadable == "it speaks for 'edge-2', not for its ref's agent"
 
 
 @pytest.mark.parametrize(("size", "readable"), [(MAX_STATUS_BYTES, True), (MAX_STATUS_BYTES + 1, False)])
