@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitsync.agent.gate import GateMemory, GateVerdict, group_gate, judge, remember
 from gitsync.agent.state import StateError
-from gitsync.agent.statedir import atomic_write
+from gitsync.files import atomic_write
 from gitsync.log import logger
 from gitsync.source.transport import SourceError
 from gitsync.writeback.fleet import FleetReader, FleetSource

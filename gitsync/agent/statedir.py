@@ -23,41 +23,19 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gitsync.agent.state import AgentState, StateError
+from gitsync.files import atomic_write
 from gitsync.log import logger
 
 STATE_FILE = "state.json"
 PUSHED_FILE = "pushed.json"  # per gateway and kind, the ids gitsync pushed (no content: no secret)
 INDEXES_FILE = "indexes.json"  # per gateway and kind, the ids whose modifiedIndex gitsync did not derive
 LOCK_FILE = "lock"
-
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers never see a partial file, even after a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class StateDir:

@@ -16,13 +16,13 @@ publications of one tag.
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gitsync.artifact.document import Artifact, ArtifactError, parse
 from gitsync.artifact.registry import Reference, RegistryClient, layers_of
 from gitsync.artifact.signing import ArtifactSigners, normal_repo, statement
+from gitsync.files import atomic_write
 from gitsync.settings import Settings
 from gitsync.source.transport import SourceError
 
@@ -114,13 +114,12 @@ class ArtifactSource:
     def _keep(self, digest: str, artifact: Artifact, data: bytes, signature: bytes) -> None:
         self._by_digest[digest] = artifact.commit
         self._by_commit[artifact.commit] = artifact
-        self.store.mkdir(parents=True, exist_ok=True)
         if self.newest is None or artifact.published >= self.newest[0]:
             self.newest = artifact.published, artifact.commit
-            _write(self.store / NEWEST, json.dumps({"published": artifact.published.isoformat(),
+            atomic_write(self.store / NEWEST, json.dumps({"published": artifact.published.isoformat(),
                                                     "commit": artifact.commit}).encode())
         for suffix, content in ((".json", data), (".sig", signature)):
-            _write(self.store / (artifact.commit + suffix), content)
+            atomic_write(self.store / (artifact.commit + suffix), content)
         kept = sorted((path for path in self.store.glob("*.json") if path.name != NEWEST),
                       key=lambda p: p.stat().st_mtime)
         for old in kept[:-KEPT]:  # the oldest written: the last good is among the newest unless 8 came after
@@ -154,12 +153,6 @@ class ArtifactSource:
 
     def close(self) -> None:
         self.client.close()
-
-
-def _write(path: Path, content: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(content)
-    os.replace(temporary, path)
 
 
 def _newest(path: Path) -> tuple[datetime, str] | None:

@@ -23,13 +23,13 @@ from gitsync.agent.fleet_gate import own_heartbeat
 from gitsync.agent.metrics import Metrics
 from gitsync.agent.outcomes import SyncOutcome, SyncResult
 from gitsync.agent.state import AgentState
-from gitsync.agent.statedir import atomic_write
 from gitsync.display import short_sha
 from gitsync.feedback import statuses
 from gitsync.feedback.dispatch import Dispatcher, Job, RetryableDelivery
 from gitsync.feedback.events import Event, Reachability, outcome_events
 from gitsync.feedback.forge import CommitStatus, Forge, forge_from_settings
 from gitsync.feedback.notify import Notifier
+from gitsync.files import atomic_write
 from gitsync.log import logger
 from gitsync.settings import Settings, SettingsError, status_settings
 from gitsync.source.transport import SourceError
