@@ -14,16 +14,12 @@ repo). An entry limited by ``namespaces=`` must include ``gitsync-artifact``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gitsync.content import canonical_json
 from gitsync.source.signatures import allowed_signers
 from gitsync.source.transport import SourceError
 from gitsync.urls import display_url
-from gitsync.writeback.trust import StatusSigner, matches
-
-if TYPE_CHECKING:
-    from sshsig.ssh_public_key import PublicKey
+from gitsync.writeback.trust import StatusSigner, allows, fingerprint, signing_key
 
 NAMESPACE = "gitsync-artifact"
 
@@ -63,26 +59,16 @@ class ArtifactSigners:
     def verify(self, signed: bytes, signature: bytes, repo: str, branch: str) -> None:
         """Is `signature` a good signature of `signed` by a key allowed for this repo and branch?
         `SourceError` (stage ``verify``) saying why not."""
-        import sshsig.sshsig
-
         if not signature.strip():
             raise SourceError("verify", "the artifact is not signed")
-        try:
-            key = sshsig.sshsig.check_signature(signed, signature, namespace=NAMESPACE)
-        except Exception:  # any bytes an attacker wrote: a bad signature, whatever the library says
+        key = signing_key(signed, signature, NAMESPACE)
+        if key is None:
             raise SourceError("verify", "bad signature: it does not sign this artifact in the "
-                                        f"{NAMESPACE} namespace") from None
+                                        f"{NAMESPACE} namespace")
         who = principal(repo, branch)
-        if not any(key == allowed and matches(patterns, who) for patterns, allowed in self._keys):
-            raise SourceError("verify", f"signed by {_fingerprint(key)}, which artifact_signers does not "
+        if not allows(self._keys, key, who):
+            raise SourceError("verify", f"signed by {fingerprint(key)}, which artifact_signers does not "
                                         f"allow to publish {who}")
-
-
-def _fingerprint(key: PublicKey) -> str:
-    try:
-        return key.sha256_str()
-    except Exception:
-        return "an unknown key"
 
 
 __all__ = ["NAMESPACE", "ArtifactSigners", "normal_repo", "principal", "sign", "statement"]

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,23 +159,37 @@ class StatusSigners:
         payload, signature, _ = commit.extract_signature()
         if not signature:
             return Verdict(False, "not signed")
-        import sshsig.sshsig
-
-        try:
-            key = sshsig.sshsig.check_signature(payload, signature, namespace=NAMESPACE.decode())
-        except Exception:  # any blob an attacker wrote: a bad signature, whatever the library says
+        key = signing_key(payload, signature, NAMESPACE.decode())
+        if key is None:
             return Verdict(False, "bad signature")
         who = principal(agent, group)
-        if any(key == allowed and matches(patterns, who) for patterns, allowed in self._keys):
+        if allows(self._keys, key, who):
             return Verdict(True)
-        return Verdict(False, f"signed by {_fingerprint(key)}, which status_signers does not allow for {who}")
+        return Verdict(False, f"signed by {fingerprint(key)}, which status_signers does not allow for {who}")
 
 
-def _fingerprint(key: PublicKey) -> str:
+def signing_key(payload: bytes, signature: bytes, namespace: str) -> PublicKey | None:
+    """The key of `signature` when it is a good signature of `payload` in `namespace`; None otherwise
+    (any bytes an attacker wrote: a bad signature, whatever the library says)."""
+    import sshsig.sshsig
+
+    try:
+        return sshsig.sshsig.check_signature(payload, signature, namespace=namespace)
+    except Exception:
+        return None
+
+
+def allows(keys: Sequence[tuple[str, PublicKey]], key: PublicKey, who: str) -> bool:
+    """Whether an allowed-signers entry lets `key` speak for principal `who`."""
+    return any(key == allowed and matches(patterns, who) for patterns, allowed in keys)
+
+
+def fingerprint(key: PublicKey) -> str:
     try:
         return key.sha256_str()
     except Exception:
         return "an unknown key"
 
 
-__all__ = ["NAMESPACE", "SigningError", "StatusSigner", "StatusSigners", "Verdict", "matches"]
+__all__ = ["NAMESPACE", "SigningError", "StatusSigner", "StatusSigners", "Verdict", "allows", "fingerprint",
+           "matches", "signing_key"]
