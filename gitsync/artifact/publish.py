@@ -111,10 +111,10 @@ def push_oci(built: Built, target: str, settings: Settings) -> tuple[str, str]:
 
 def push_git(built: Built, settings: Settings) -> str:
     """Push to the config repo as ``refs/gitsync/artifacts/<branch>`` (compare-and-swap); the ref."""
-    from dulwich.objects import Blob, Commit, Tree
+    from dulwich.objects import Blob, Tree
 
     from gitsync.source.transport import Remote
-    from gitsync.writeback.remote import RefMoved, RefWire, open_work_repo
+    from gitsync.writeback.remote import RefMoved, RefWire, add_commit, open_work_repo
 
     ref = (ARTIFACT_REFS + built.provenance.branch).encode()
     with tempfile.TemporaryDirectory(prefix="gitsync-publish-") as tmp:
@@ -129,16 +129,11 @@ def push_git(built: Built, settings: Settings) -> str:
                     repo.object_store.add_object(blob)
                     tree.add(name.encode(), 0o100644, blob.id)
                 repo.object_store.add_object(tree)
-                commit = Commit()
-                commit.tree = tree.id
-                commit.parents = [base] if base else []
-                commit.author = commit.committer = settings.author.encode()
-                commit.commit_time = commit.author_time = int(time.time())
-                commit.commit_timezone = commit.author_timezone = 0
-                commit.message = (f"artifact {built.digest} of {built.provenance.commit}\n").encode()
-                repo.object_store.add_object(commit)
+                commit = add_commit(repo, tree, [base] if base else [],
+                                    f"artifact {built.digest} of {built.provenance.commit}\n",
+                                    author=settings.author, when=int(time.time()))
                 try:
-                    wire.push(ref, base, commit.id)
+                    wire.push(ref, base, commit)
                     return ref.decode()
                 except RefMoved:
                     continue

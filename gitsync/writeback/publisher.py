@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dulwich.notes import NotesTree
-from dulwich.objects import Blob, Commit, Tree
+from dulwich.objects import Blob, Tree
 from dulwich.protocol import ZERO_SHA
 from dulwich.repo import Repo
 
@@ -65,6 +65,7 @@ from gitsync.writeback.remote import (
     RefMoved,
     RefWire,
     WriteBackError,
+    add_commit,
     is_permission_denied,
     local_ref_sha,
     mirror_fleet,
@@ -421,18 +422,8 @@ class WriteBack:
     # -- building commits -------------------------------------------------------------------------------
 
     def _commit(self, repo: Repo, tree: Tree, parents: Sequence[bytes], message: bytes | str) -> bytes:
-        commit = Commit()
-        commit.tree = tree.id
-        commit.parents = list(parents)
-        commit.author = commit.committer = self.options.author.encode()
-        commit.author_time = commit.commit_time = int(self.clock())
-        commit.author_timezone = commit.commit_timezone = 0
-        commit.encoding = b"UTF-8"
-        commit.message = message.encode() if isinstance(message, str) else message
-        if self.signer is not None:
-            self.signer.sign_commit(commit)
-        repo.object_store.add_object(commit)
-        return commit.id
+        return add_commit(repo, tree, parents, message, author=self.options.author, when=int(self.clock()),
+                          signer=self.signer)
 
     def _own_commit(self, repo: Repo, tip: bytes | None, report: StatusReport | None
                     ) -> tuple[bytes | None, bool]:

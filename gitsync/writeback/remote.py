@@ -15,6 +15,7 @@ from dulwich.errors import HangupException
 from dulwich.file import FileLocked
 from dulwich.gc import maybe_auto_gc
 from dulwich.object_store import ObjectStoreGraphWalker
+from dulwich.objects import Commit, Tree
 from dulwich.protocol import PEELED_TAG_SUFFIX, ZERO_SHA
 from dulwich.repo import Repo
 
@@ -29,6 +30,7 @@ from gitsync.writeback.wire import STATUS_FILE, load_status
 
 if TYPE_CHECKING:
     from gitsync.settings import Settings
+    from gitsync.writeback.trust import StatusSigner
 
 # The work repo's refs: what it last saw of each remote ref. Under refs/heads/, because a fetch
 # offers the local heads as what it has: the server then sends only objects the repo lacks.
@@ -336,3 +338,20 @@ def tidy(repo: Repo) -> None:
         maybe_auto_gc(repo)
     except Exception as exc:  # a cache: a failed gc costs disk, never a write-back
         logger.debug("write-back: gc of {} failed: {}", repo.path, exc)
+
+
+def add_commit(repo: Repo, tree: Tree, parents: Sequence[bytes], message: bytes | str, *, author: str,
+               when: int, signer: StatusSigner | None = None) -> bytes:
+    """A commit of `tree` written to `repo`'s store (UTC, UTF-8; signed by `signer` when given): its id."""
+    commit = Commit()
+    commit.tree = tree.id
+    commit.parents = list(parents)
+    commit.author = commit.committer = author.encode()
+    commit.author_time = commit.commit_time = when
+    commit.author_timezone = commit.commit_timezone = 0
+    commit.encoding = b"UTF-8"
+    commit.message = message.encode() if isinstance(message, str) else message
+    if signer is not None:
+        signer.sign_commit(commit)
+    repo.object_store.add_object(commit)
+    return commit.id
